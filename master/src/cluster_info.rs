@@ -1,0 +1,69 @@
+//! This master's view of the cluster: Raft role and progress, members, and a
+//! summary of the applied state. Served by every master without a barrier;
+//! it is a status view, not a linearizable read.
+
+use mooncake_proto::Status;
+use mooncake_proto::master::{GetClusterInfoResponse, Member, SegmentUsage};
+use openraft::ServerState;
+
+use crate::convert;
+use crate::shared::Shared;
+
+pub async fn cluster_info(shared: &Shared) -> GetClusterInfoResponse {
+    let m = shared.raft.metrics().borrow().clone();
+    let committed = shared.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten().unwrap_or(0);
+    let membership = m.membership_config.membership();
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    let leader_addr =
+        m.current_leader.and_then(|id| membership.get_node(&id)).map(|n| n.addr.clone()).unwrap_or_default();
+    let members = membership
+        .nodes()
+        .map(|(id, node)| {
+            let role = if Some(*id) == m.current_leader {
+                "leader"
+            } else if !voters.contains(id) {
+                "learner"
+            } else if *id == m.id && m.state == ServerState::Candidate {
+                "candidate"
+            } else {
+                "follower"
+            };
+            let matched = m.replication.as_ref().and_then(|r| r.get(id)).map(|l| l.map(|l| l.index).unwrap_or(0));
+            Member {
+                id: *id,
+                addr: node.addr.clone(),
+                role: role.into(),
+                voter: voters.contains(id),
+                matched_index: matched.unwrap_or(0),
+                has_matched_index: matched.is_some(),
+            }
+        })
+        .collect();
+    let mut info = shared.reader.read(|s| GetClusterInfoResponse {
+        segment_count: s.segments().count() as u64,
+        object_count: s.object_count() as u64,
+        client_count: s.clients().count() as u64,
+        capacity_bytes: s.capacity_bytes(),
+        used_bytes: s.used_bytes(),
+        state_hash: s.state_hash(),
+        applied_index: s.last_applied.map(|l| l.index).unwrap_or(0),
+        segments: s
+            .segments()
+            .map(|seg| SegmentUsage {
+                segment: Some(convert::segment_pb(&seg.spec)),
+                used_bytes: seg.used_bytes(),
+                owner_client_id: seg.owner.0,
+            })
+            .collect(),
+        ..Default::default()
+    });
+    info.status = Some(Status::ok());
+    info.node_id = m.id;
+    info.leader_id = m.current_leader.unwrap_or(0);
+    info.leader_addr = leader_addr;
+    info.term = m.current_term;
+    info.commit_index = committed;
+    info.last_log_index = m.last_log_index.unwrap_or(0);
+    info.members = members;
+    info
+}

@@ -1,0 +1,229 @@
+//! Configuration of one master: identity, addresses, the Raft timing, and
+//! Mooncake's knobs under Mooncake's flag names. Defaults are defined once
+//! here and shared by `Default` and the CLI; `validate` checks relations.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Read lease granted by GetReplicaList/ExistKey (Mooncake default 5000 ms).
+pub const DEFAULT_KV_LEASE_TTL_MS: u64 = 5_000;
+pub const DEFAULT_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.9;
+pub const DEFAULT_EVICTION_RATIO: f64 = 0.2;
+pub const DEFAULT_CLIENT_TTL_SEC: u64 = 10;
+pub const DEFAULT_PUT_START_DISCARD_TIMEOUT_SEC: u64 = 30;
+pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
+/// Leader heartbeat; well under the election timeout so one lost heartbeat
+/// does not start an election.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 60;
+/// Election timeout range: a dead leader is replaced within roughly
+/// `max + one election round`, which keeps failover well under a second.
+pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 300;
+pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+/// Build a snapshot (and allow log purge) after this many applied entries.
+pub const DEFAULT_SNAPSHOT_LOGS: u64 = 20_000;
+
+/// Command-line flags of `mooncake-master`.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(name = "mooncake-master", version, about = "A member of the mooncake-rs master quorum")]
+pub struct MasterConfig {
+    /// This master's Raft node id (unique, non-zero, stable for its data dir).
+    #[arg(long)]
+    pub id: u64,
+    /// Address for client, admin and Raft gRPC.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Address other masters and clients use to reach this one (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// The founding members, `1=host:port,2=host:port,3=host:port`. A member
+    /// listed here bootstraps the cluster on first start; a single entry is a
+    /// valid one-node development cluster.
+    #[arg(long = "initial-cluster", value_parser = parse_initial_cluster)]
+    pub initial_cluster: Option<InitialCluster>,
+    /// Start empty and wait to be added by `AddLearner` (for new or replaced
+    /// masters); never bootstraps a cluster.
+    #[arg(long)]
+    pub join: bool,
+    /// Where the Raft log, vote and snapshots live.
+    #[arg(long = "data-dir")]
+    pub data_dir: PathBuf,
+    /// HTTP address for /health, /ready, /leader and /metrics.
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
+    /// Read lease in milliseconds (Mooncake: default_kv_lease_ttl).
+    #[arg(long = "default_kv_lease_ttl", default_value_t = DEFAULT_KV_LEASE_TTL_MS)]
+    pub default_kv_lease_ttl_ms: u64,
+    /// Usage ratio of all segments above which eviction starts.
+    #[arg(long = "eviction_high_watermark_ratio", default_value_t = DEFAULT_EVICTION_HIGH_WATERMARK_RATIO)]
+    pub eviction_high_watermark_ratio: f64,
+    /// Share of used bytes one eviction round tries to free.
+    #[arg(long = "eviction_ratio", default_value_t = DEFAULT_EVICTION_RATIO)]
+    pub eviction_ratio: f64,
+    /// Seconds without a Ping after which a client is expired.
+    #[arg(long = "client_ttl", default_value_t = DEFAULT_CLIENT_TTL_SEC)]
+    pub client_ttl_sec: u64,
+    /// Seconds after which an unfinished put may be discarded (its key freed).
+    #[arg(long = "put_start_discard_timeout_sec", default_value_t = DEFAULT_PUT_START_DISCARD_TIMEOUT_SEC)]
+    pub put_start_discard_timeout_sec: u64,
+    /// Seconds after which a discarded put's space is given back.
+    #[arg(long = "put_start_release_timeout_sec", default_value_t = DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC)]
+    pub put_start_release_timeout_sec: u64,
+    /// Raft leader heartbeat interval.
+    #[arg(long = "heartbeat-interval-ms", default_value_t = DEFAULT_HEARTBEAT_INTERVAL_MS)]
+    pub heartbeat_interval_ms: u64,
+    #[arg(long = "election-timeout-min-ms", default_value_t = DEFAULT_ELECTION_TIMEOUT_MIN_MS)]
+    pub election_timeout_min_ms: u64,
+    #[arg(long = "election-timeout-max-ms", default_value_t = DEFAULT_ELECTION_TIMEOUT_MAX_MS)]
+    pub election_timeout_max_ms: u64,
+    /// Applied entries between snapshots.
+    #[arg(long = "snapshot-logs", default_value_t = DEFAULT_SNAPSHOT_LOGS)]
+    pub snapshot_logs: u64,
+    /// Log format: `text` or `json`.
+    #[arg(long = "log-format", default_value = "text")]
+    pub log_format: String,
+}
+
+/// Founding members: node id → advertised address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialCluster(pub BTreeMap<u64, String>);
+
+fn parse_initial_cluster(s: &str) -> Result<InitialCluster, String> {
+    let mut members = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) =
+            part.split_once('=').ok_or_else(|| format!("{part:?} is not ID=HOST:PORT (example: 1=127.0.0.1:50051)"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("{id:?} in {part:?} is not a node id"))?;
+        if id == 0 {
+            return Err("node id 0 is reserved; number masters from 1".into());
+        }
+        if addr.trim().is_empty() || !addr.contains(':') {
+            return Err(format!("address {addr:?} of node {id} needs HOST:PORT"));
+        }
+        if members.insert(id, addr.trim().to_string()).is_some() {
+            return Err(format!("node id {id} appears twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("empty member list".into());
+    }
+    Ok(InitialCluster(members))
+}
+
+impl MasterConfig {
+    /// The address this master is known by.
+    pub fn advertise_addr(&self) -> String {
+        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+    }
+
+    /// Checks values and their relations; the message names the bad values
+    /// and what to do.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.id == 0 {
+            return Err("--id 0 is reserved; number masters from 1".into());
+        }
+        let unit = |name: &str, v: f64| {
+            if v > 0.0 && v <= 1.0 { Ok(()) } else { Err(format!("--{name} {v} must be in (0, 1]")) }
+        };
+        unit("eviction_high_watermark_ratio", self.eviction_high_watermark_ratio)?;
+        unit("eviction_ratio", self.eviction_ratio)?;
+        if self.default_kv_lease_ttl_ms == 0 || self.client_ttl_sec == 0 {
+            return Err("--default_kv_lease_ttl and --client_ttl must be positive".into());
+        }
+        if self.put_start_release_timeout_sec < self.put_start_discard_timeout_sec {
+            return Err(format!(
+                "--put_start_release_timeout_sec {} must be >= --put_start_discard_timeout_sec {}",
+                self.put_start_release_timeout_sec, self.put_start_discard_timeout_sec
+            ));
+        }
+        if !(self.heartbeat_interval_ms > 0
+            && self.heartbeat_interval_ms * 2 < self.election_timeout_min_ms
+            && self.election_timeout_min_ms < self.election_timeout_max_ms)
+        {
+            return Err(format!(
+                "need 0 < 2 x heartbeat ({} ms) < election-timeout-min ({} ms) < election-timeout-max ({} ms)",
+                self.heartbeat_interval_ms, self.election_timeout_min_ms, self.election_timeout_max_ms
+            ));
+        }
+        self.validate_membership()
+    }
+
+    fn validate_membership(&self) -> Result<(), String> {
+        match (&self.initial_cluster, self.join) {
+            (Some(_), true) => Err("--join and --initial-cluster exclude each other".into()),
+            (None, false) => Err("give --initial-cluster (founding member) or --join (added later)".into()),
+            (Some(c), false) if !c.0.contains_key(&self.id) => Err(format!(
+                "--id {} is not in --initial-cluster {:?}; add it there or start with --join",
+                self.id,
+                c.0.keys().collect::<Vec<_>>()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The openraft configuration these flags describe.
+    pub fn raft_config(&self) -> openraft::Config {
+        openraft::Config {
+            cluster_name: "mooncake".into(),
+            heartbeat_interval: self.heartbeat_interval_ms,
+            election_timeout_min: self.election_timeout_min_ms,
+            election_timeout_max: self.election_timeout_max_ms,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<MasterConfig, String> {
+        let mut argv = vec!["mooncake-master"];
+        argv.extend_from_slice(args);
+        let cfg = MasterConfig::try_parse_from(argv).map_err(|e| e.to_string())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    #[test]
+    fn defaults_match_mooncake() {
+        let cfg = parse(&["--id", "1", "--data-dir", "/tmp/x", "--initial-cluster", "1=127.0.0.1:1"]).unwrap();
+        assert_eq!(cfg.default_kv_lease_ttl_ms, 5000);
+        assert_eq!(cfg.eviction_high_watermark_ratio, 0.9);
+        assert_eq!(cfg.eviction_ratio, 0.2);
+        assert_eq!(cfg.client_ttl_sec, 10);
+        assert_eq!(cfg.put_start_discard_timeout_sec, 30);
+        assert_eq!(cfg.put_start_release_timeout_sec, 600);
+    }
+
+    #[test]
+    fn impossible_configs_are_refused_with_the_value() {
+        let base = ["--id", "1", "--data-dir", "/tmp/x", "--initial-cluster", "1=127.0.0.1:1"];
+        for (extra, needle) in [
+            (vec!["--eviction_ratio", "1.5"], "eviction_ratio 1.5"),
+            (vec!["--eviction_high_watermark_ratio=-0.1"], "eviction_high_watermark_ratio -0.1"),
+            (vec!["--eviction_ratio", "0"], "eviction_ratio 0"),
+            (vec!["--election-timeout-min-ms", "50"], "election-timeout-min (50 ms)"),
+            (vec!["--put_start_release_timeout_sec", "5"], "release_timeout_sec 5"),
+        ] {
+            let mut args = base.to_vec();
+            args.extend(extra);
+            let err = parse(&args).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn membership_flags_are_checked() {
+        let err = parse(&["--id", "4", "--data-dir", "/x", "--initial-cluster", "1=a:1,2=b:2"]).unwrap_err();
+        assert!(err.contains("not in --initial-cluster"), "{err}");
+        let err = parse(&["--id", "4", "--data-dir", "/x"]).unwrap_err();
+        assert!(err.contains("--join"), "{err}");
+        let err = parse(&["--id", "1", "--data-dir", "/x", "--initial-cluster", "1=a:1,1=b:2"]).unwrap_err();
+        assert!(err.contains("appears twice"), "{err}");
+        parse(&["--id", "4", "--data-dir", "/x", "--join"]).unwrap();
+    }
+}

@@ -1,0 +1,123 @@
+//! openraft's network over tonic: each Raft RPC is one unary gRPC call whose
+//! payload is the openraft message encoded by the raft-store codec. A peer
+//! that cannot be reached is reported `Unreachable` so openraft backs off.
+
+use std::time::Duration;
+
+use mooncake_proto::raft::RaftMessage;
+use mooncake_proto::raft::raft_service_client::RaftServiceClient;
+use mooncake_raft_store::{NodeId, TypeConfig, codec};
+use openraft::BasicNode;
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+
+/// How long to wait for a TCP connection to a peer before calling it unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Creates one [`PeerClient`] per target for openraft.
+#[derive(Clone, Default)]
+pub struct NetworkFactory;
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient::new(target, &node.addr)
+    }
+}
+
+/// The connection to one peer master.
+pub struct PeerClient {
+    target: NodeId,
+    client: Option<RaftServiceClient<Channel>>,
+    addr: String,
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
+impl PeerClient {
+    fn new(target: NodeId, addr: &str) -> Self {
+        let client = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()
+            .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
+            .map(|ch| {
+                RaftServiceClient::new(ch)
+                    .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
+                    .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
+            });
+        PeerClient { target, client, addr: addr.to_string() }
+    }
+
+    async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let Some(client) = self.client.as_mut() else {
+            let e = std::io::Error::other(format!("bad peer address {:?}", self.addr));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        };
+        let data = codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut request = tonic::Request::new(RaftMessage { data, error: String::new() });
+        request.set_timeout(option.hard_ttl());
+        let reply = match rpc {
+            Rpc::Append => client.append_entries(request).await,
+            Rpc::Vote => client.vote(request).await,
+            Rpc::Snapshot => client.install_snapshot(request).await,
+        };
+        let reply = reply.map_err(|status| transport_error(&status))?.into_inner();
+        if !reply.error.is_empty() {
+            let e = std::io::Error::other(reply.error);
+            return Err(RPCError::Network(NetworkError::new(&e)));
+        }
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            codec::decode("raft response", &reply.data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+fn transport_error<E: std::error::Error>(status: &tonic::Status) -> RpcErr<E> {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            RPCError::Unreachable(Unreachable::new(status))
+        }
+        _ => RPCError::Network(NetworkError::new(status)),
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        self.call(Rpc::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        self.call(Rpc::Snapshot, &rpc, &option).await
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> Result<VoteResponse<NodeId>, RpcErr> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+}

@@ -1,0 +1,172 @@
+//! Wiring of one master: opens the store, starts Raft, the gRPC services,
+//! the HTTP endpoint and the background workers; bootstraps the cluster on
+//! first start of a founding member; stops everything on request.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use mooncake_proto::GRPC_MESSAGE_MAX_BYTES;
+use mooncake_proto::admin::admin_service_server::AdminServiceServer;
+use mooncake_proto::master::master_service_server::MasterServiceServer;
+use mooncake_proto::raft::raft_service_server::RaftServiceServer;
+use mooncake_raft_store::{Raft, StoreOptions, open_store};
+use openraft::BasicNode;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+
+use crate::admin_service::AdminServiceImpl;
+use crate::client_service::MasterServiceImpl;
+use crate::config::MasterConfig;
+use crate::decisions::EvictionPolicy;
+use crate::leader::LeaderState;
+use crate::network::NetworkFactory;
+use crate::proposer::Proposer;
+use crate::raft_service::RaftServiceImpl;
+use crate::shared::Shared;
+use crate::workers::{self, DutyContext};
+
+/// A running master.
+pub struct MasterNode {
+    pub shared: Arc<Shared>,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl MasterNode {
+    /// Starts a master from a validated configuration.
+    pub async fn start(cfg: MasterConfig) -> anyhow::Result<MasterNode> {
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        let (log, sm) = open_store(&StoreOptions::new(&cfg.data_dir))
+            .with_context(|| format!("opening data dir {}", cfg.data_dir.display()))?;
+        let reader = sm.reader();
+        let raft_config = Arc::new(cfg.raft_config().validate().context("raft config")?);
+        let raft = Raft::new(cfg.id, raft_config, NetworkFactory, log, sm).await.context("starting raft")?;
+        let leader = Arc::new(LeaderState::new(Duration::from_millis(cfg.default_kv_lease_ttl_ms)));
+        let proposer = Proposer::start(raft.clone());
+        let evict_now = Arc::new(Notify::new());
+        let shared = Arc::new(Shared {
+            id: cfg.id,
+            raft: raft.clone(),
+            reader: reader.clone(),
+            leader: leader.clone(),
+            proposer: proposer.clone(),
+            evict_now: evict_now.clone(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), stop_rx.clone())?;
+        tasks.push(grpc_task);
+        let http_addr = match cfg.http {
+            Some(addr) => {
+                let (bound, task) = serve_http(addr, shared.clone(), stop_rx.clone()).await?;
+                tasks.push(task);
+                Some(bound)
+            }
+            None => None,
+        };
+        tasks.push(tokio::spawn(workers::follow_leadership(raft.metrics(), leader.clone())));
+        tasks.push(tokio::spawn(workers::leader_duties(DutyContext {
+            reader,
+            leader,
+            proposer,
+            client_ttl: Duration::from_secs(cfg.client_ttl_sec),
+            discard_after: Duration::from_secs(cfg.put_start_discard_timeout_sec),
+            release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
+            eviction: EvictionPolicy {
+                high_watermark_ratio: cfg.eviction_high_watermark_ratio,
+                eviction_ratio: cfg.eviction_ratio,
+                lease_ttl: Duration::from_millis(cfg.default_kv_lease_ttl_ms),
+            },
+            evict_now,
+        })));
+        if let Some(cluster) = &cfg.initial_cluster {
+            bootstrap(&raft, &cluster.0).await?;
+        }
+        tracing::info!(id = cfg.id, grpc = %grpc_addr, http = ?http_addr, data_dir = %cfg.data_dir.display(), "master started");
+        Ok(MasterNode { shared, grpc_addr, http_addr, stop, tasks })
+    }
+
+    /// Stops serving and shuts Raft down.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.shared.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Initializes the cluster on a pristine founding member. Every founding
+/// member does this with the same membership, which openraft allows; a
+/// member that already has state skips it.
+async fn bootstrap(raft: &Raft, members: &BTreeMap<u64, String>) -> anyhow::Result<()> {
+    if raft.is_initialized().await.context("raft state")? {
+        return Ok(());
+    }
+    let nodes: BTreeMap<u64, BasicNode> = members.iter().map(|(id, a)| (*id, BasicNode::new(a))).collect();
+    match raft.initialize(nodes).await {
+        Ok(()) => tracing::info!(members = ?members, "bootstrapped the cluster"),
+        Err(e) => tracing::info!(error = %e, "not bootstrapping: already initialized"),
+    }
+    Ok(())
+}
+
+async fn wait_stop(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+fn serve_grpc(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let incoming = TcpIncoming::bind(addr)
+        .with_context(|| format!("binding gRPC address {addr} (in use? pick another --listen)"))?
+        .with_nodelay(Some(true));
+    let bound = incoming.local_addr().context("gRPC local address")?;
+    let master = MasterServiceServer::new(MasterServiceImpl::new(shared.clone()))
+        .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
+        .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
+    let raft = RaftServiceServer::new(RaftServiceImpl::new(shared.raft.clone()))
+        .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
+        .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
+    let admin = AdminServiceServer::new(AdminServiceImpl::new(shared));
+    let task = tokio::spawn(async move {
+        let server = tonic::transport::Server::builder()
+            .add_service(master)
+            .add_service(raft)
+            .add_service(admin)
+            .serve_with_incoming_shutdown(incoming, wait_stop(stop));
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+async fn serve_http(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding HTTP address {addr} (in use? pick another --http)"))?;
+    let bound = listener.local_addr()?;
+    let app = crate::http::router(shared);
+    let task = tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(wait_stop(stop));
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+    Ok((bound, task))
+}

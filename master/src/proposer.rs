@@ -1,0 +1,118 @@
+//! Group commit: proposals from concurrent RPCs are gathered into one log
+//! entry (`Command::Batch`), so one Raft round and one fsync serve many
+//! requests under load. A few batches may be in flight at once (pipelining);
+//! while they are, new proposals queue and form the next, larger batch.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mooncake_proto::Status;
+use mooncake_raft_store::state::BATCH_MAX;
+use mooncake_raft_store::{Command, Raft, Request, Response};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::errors::{internal, unavailable, write_error_status};
+
+/// Proposals waiting for a batch. Bounds memory under overload; callers wait
+/// (backpressure) when it is full.
+pub const PROPOSAL_QUEUE_MAX: usize = 16_384;
+/// Batches being replicated at once. More overlaps fsync and network round
+/// trips; each costs one entry in openraft's pipeline.
+pub const IN_FLIGHT_BATCHES_MAX: usize = 4;
+
+struct Proposal {
+    cmds: Vec<Command>,
+    reply: oneshot::Sender<Result<Vec<Response>, Status>>,
+}
+
+/// Submits commands to Raft, batched.
+#[derive(Clone)]
+pub struct Proposer {
+    tx: mpsc::Sender<Proposal>,
+}
+
+impl Proposer {
+    /// Starts the batching task for `raft`.
+    pub fn start(raft: Raft) -> Self {
+        let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
+        tokio::spawn(batch_loop(raft, rx));
+        Proposer { tx }
+    }
+
+    /// Proposes one command; resolves once it is committed and applied.
+    pub async fn propose(&self, cmd: Command) -> Result<Response, Status> {
+        let mut responses = self.propose_many(vec![cmd]).await?;
+        responses.pop().ok_or_else(|| internal("empty response to a proposal"))
+    }
+
+    /// Proposes several commands in one entry; one response per command.
+    pub async fn propose_many(&self, cmds: Vec<Command>) -> Result<Vec<Response>, Status> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Proposal { cmds, reply }).await.map_err(|_| unavailable("master is shutting down"))?;
+        rx.await.map_err(|_| unavailable("master is shutting down"))?
+    }
+}
+
+async fn batch_loop(raft: Raft, mut rx: mpsc::Receiver<Proposal>) {
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT_BATCHES_MAX));
+    let mut carry: Option<Proposal> = None;
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut size = first.cmds.len();
+        let mut batch = vec![first];
+        while let Ok(p) = rx.try_recv() {
+            if size + p.cmds.len() > BATCH_MAX {
+                carry = Some(p);
+                break;
+            }
+            size += p.cmds.len();
+            batch.push(p);
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            write_batch(&raft, batch).await;
+            drop(permit);
+        });
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+async fn write_batch(raft: &Raft, batch: Vec<Proposal>) {
+    let counts: Vec<usize> = batch.iter().map(|p| p.cmds.len()).collect();
+    let (cmds, replies): (Vec<Vec<Command>>, Vec<_>) = batch.into_iter().map(|p| (p.cmds, p.reply)).unzip();
+    let request = Request { ts_ms: now_ms(), cmd: Command::Batch(cmds.into_iter().flatten().collect()) };
+    let result = match raft.client_write(request).await {
+        Ok(written) => match written.data {
+            Response::Batch(responses) => Ok(responses),
+            Response::Err(e) => Err(crate::errors::meta_status(&e)),
+            other => Err(internal(format!("unexpected response to a batch: {other:?}"))),
+        },
+        Err(e) => Err(write_error_status(&e)),
+    };
+    match result {
+        Ok(responses) => {
+            let mut responses = responses.into_iter();
+            for (reply, n) in replies.into_iter().zip(counts) {
+                let _ = reply.send(Ok(responses.by_ref().take(n).collect()));
+            }
+        }
+        Err(status) => {
+            for reply in replies {
+                let _ = reply.send(Err(status.clone()));
+            }
+        }
+    }
+}

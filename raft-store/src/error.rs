@@ -1,0 +1,62 @@
+//! Errors of the raft-store crate: `MetaError` is what the state machine
+//! answers a command (replicated, part of the response); `StoreError` is a
+//! local storage failure (fatal for the node, never replicated).
+
+use serde::{Deserialize, Serialize};
+
+/// A command was refused. Deterministic: every replica refuses the same way.
+/// Variants mirror Mooncake's error codes; the master maps them to the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum MetaError {
+    #[error("invalid parameters: {0}")]
+    InvalidParams(String),
+    #[error("object {0:?} not found")]
+    ObjectNotFound(String),
+    #[error("object {0:?} already exists")]
+    ObjectAlreadyExists(String),
+    #[error("object {0:?} has a read lease; retry after it expires or use force")]
+    ObjectHasLease(String),
+    #[error("object {0:?} is still being written")]
+    ReplicaNotReady(String),
+    #[error("client is not allowed to do this: {0}")]
+    IllegalClient(String),
+    #[error("no segment has room: {0}")]
+    NoAvailableHandle(String),
+    #[error("segment {0} not found")]
+    SegmentNotFound(String),
+    #[error("segment already exists: {0}")]
+    SegmentAlreadyExists(String),
+}
+
+/// A local storage failure: what failed and where.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sled {op}: {source}")]
+    Sled {
+        op: &'static str,
+        #[source]
+        source: sled::Error,
+    },
+    #[error("I/O {op} on {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("decode {what}: {message}")]
+    Decode { what: String, message: String },
+    #[error("encode {what}: {message}")]
+    Encode { what: String, message: String },
+    #[error(
+        "data directory has schema version {found}, this binary reads up to {supported}; \
+         upgrade the binary or restore from a snapshot"
+    )]
+    SchemaVersion { found: u32, supported: u32 },
+}
+
+impl StoreError {
+    pub(crate) fn sled(op: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+        move |source| StoreError::Sled { op, source }
+    }
+}

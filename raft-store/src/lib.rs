@@ -1,0 +1,24 @@
+//! openraft storage on sled for the mooncake master quorum: the durable log
+//! and vote ([`LogStore`]), the replicated metadata state machine
+//! ([`MetaState`], applied deterministically from log entries), and its
+//! snapshots ([`StateMachineStore`]).
+//!
+//! Depends on `segment` (ids, the offset allocator) and never on the network,
+//! the gRPC types or the clock: time arrives inside each [`Request`].
+
+pub mod codec;
+mod durable;
+mod error;
+mod log_store;
+mod sm_store;
+pub mod state;
+mod store;
+mod types;
+
+pub use durable::DataSync;
+pub use error::{MetaError, StoreError};
+pub use log_store::LogStore;
+pub use sm_store::{SNAPSHOT_SCHEMA_VERSION, StateMachineStore, StateReader};
+pub use state::MetaState;
+pub use store::{StoreOptions, open_store};
+pub use types::*;

@@ -1,0 +1,429 @@
+//! The Raft log and vote on sled: [`LogStore`] owns the `raft_log` tree (key =
+//! log index as 8 big-endian bytes, value = encoded entry) and the `raft_meta`
+//! tree (keys `vote`, `last_purged`, `committed`).
+//!
+//! Durability promise: nothing is acknowledged before it is on stable storage.
+//! `save_vote`, `truncate` and `purge` return only after [`DataSync::sync`];
+//! `append` calls openraft's callback only after one sync covering the whole
+//! batch (group commit). `purge` records `last_purged` in the same sled
+//! transaction that deletes the entries, so a crash can never leave entries
+//! gone without the marker. `committed` is only flushed: losing it makes a
+//! restart re-apply less, never wrongly.
+
+use std::convert::Infallible;
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sled::Transactional;
+use sled::transaction::{ConflictableTransactionResult, TransactionError};
+
+use crate::codec::{decode, encode};
+use crate::durable::DataSync;
+use crate::error::StoreError;
+use crate::types::{LogId, NodeId, TypeConfig};
+
+/// A log entry of this type configuration.
+type Entry = openraft::Entry<TypeConfig>;
+/// What every trait method returns on failure.
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+const LOG_TREE: &str = "raft_log";
+const META_TREE: &str = "raft_meta";
+const KEY_VOTE: &str = "vote";
+const KEY_LAST_PURGED: &str = "last_purged";
+const KEY_COMMITTED: &str = "committed";
+
+/// The durable Raft log and vote of one master. Cheap to clone; clones share
+/// the same trees (openraft's log readers are clones).
+#[derive(Clone)]
+pub struct LogStore {
+    log: sled::Tree,
+    meta: sled::Tree,
+    sync: DataSync,
+}
+
+impl LogStore {
+    /// Opens (or creates) the `raft_log` and `raft_meta` trees of `db`;
+    /// `sync` must make writes to `db` durable.
+    pub fn open(db: &sled::Db, sync: DataSync) -> Result<LogStore, StoreError> {
+        let log = db.open_tree(LOG_TREE).map_err(StoreError::sled("open raft_log tree"))?;
+        let meta = db.open_tree(META_TREE).map_err(StoreError::sled("open raft_meta tree"))?;
+        Ok(LogStore { log, meta, sync })
+    }
+
+    /// Decodes the value of meta `key`, `None` when absent.
+    fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
+        match self.meta.get(key).map_err(StoreError::sled("read raft_meta"))? {
+            Some(bytes) => decode(key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Encodes `value` under meta `key` (not yet durable).
+    fn write_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StoreError> {
+        let bytes = encode(key, value)?;
+        self.meta.insert(key, bytes).map_err(StoreError::sled("write raft_meta"))?;
+        Ok(())
+    }
+
+    /// The log id of the last entry present in the log.
+    fn last_entry_log_id(&self) -> Result<Option<LogId>, StoreError> {
+        match self.log.last().map_err(StoreError::sled("read last log entry"))? {
+            Some((_, bytes)) => Ok(Some(decode::<Entry>("log entry", &bytes)?.log_id)),
+            None => Ok(None),
+        }
+    }
+
+    /// The state openraft starts from: last purged and last known log ids.
+    fn log_state(&self) -> Result<LogState<TypeConfig>, StoreError> {
+        let last_purged_log_id: Option<LogId> = self.read_meta(KEY_LAST_PURGED)?;
+        // Entries are always newer than the purge marker (purge is atomic),
+        // so this is "last entry, else last purged"; `max` also covers a log
+        // that ends before a snapshot's purge point.
+        let last_log_id = self.last_entry_log_id()?.max(last_purged_log_id);
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    /// Decodes the entries whose indexes lie in `range`, in index order.
+    fn read_entries(&self, range: (Bound<[u8; 8]>, Bound<[u8; 8]>)) -> Result<Vec<Entry>, StoreError> {
+        self.log
+            .range(range)
+            .map(|item| {
+                let (_, bytes) = item.map_err(StoreError::sled("read log entries"))?;
+                decode("log entry", &bytes)
+            })
+            .collect()
+    }
+
+    /// Writes `entries` in one atomic batch: readable on return, not durable.
+    fn write_entries<I: IntoIterator<Item = Entry>>(&self, entries: I) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            batch.insert(&index_key(entry.log_id.index), encode("log entry", &entry)?);
+        }
+        self.log.apply_batch(batch).map_err(StoreError::sled("append log entries"))
+    }
+
+    /// Writes `entries` and makes them durable with one sync.
+    async fn append_durably<I: IntoIterator<Item = Entry>>(&self, entries: I) -> Result<(), StoreError> {
+        self.write_entries(entries)?;
+        self.sync.sync_async().await
+    }
+
+    /// A batch deleting every entry whose index lies in `range`.
+    fn deletion_batch<R: RangeBounds<[u8; 8]>>(&self, range: R) -> Result<sled::Batch, StoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.log.range(range).keys() {
+            batch.remove(key.map_err(StoreError::sled("scan log keys"))?);
+        }
+        Ok(batch)
+    }
+
+    /// Deletes entries with index >= `index` in one atomic batch, then syncs.
+    async fn truncate_from(&self, index: u64) -> Result<(), StoreError> {
+        let batch = self.deletion_batch(index_key(index)..)?;
+        self.log.apply_batch(batch).map_err(StoreError::sled("truncate log"))?;
+        self.sync.sync_async().await
+    }
+
+    /// Records `last_purged` and deletes entries with index <= its index in
+    /// one cross-tree transaction, then syncs.
+    async fn purge_upto(&self, log_id: &LogId) -> Result<(), StoreError> {
+        let marker = encode(KEY_LAST_PURGED, log_id)?;
+        let doomed = self.deletion_batch(..=index_key(log_id.index))?;
+        (&self.log, &self.meta)
+            .transaction(|(log, meta)| -> ConflictableTransactionResult<(), Infallible> {
+                log.apply_batch(&doomed)?;
+                meta.insert(KEY_LAST_PURGED, &marker[..])?;
+                Ok(())
+            })
+            .map_err(transaction_error("purge log"))?;
+        self.sync.sync_async().await
+    }
+
+    /// Records (or clears) the committed log id and flushes it.
+    async fn store_committed(&self, committed: Option<LogId>) -> Result<(), StoreError> {
+        match committed {
+            Some(log_id) => self.write_meta(KEY_COMMITTED, &log_id)?,
+            None => {
+                self.meta.remove(KEY_COMMITTED).map_err(StoreError::sled("clear committed"))?;
+            }
+        }
+        self.meta.flush_async().await.map_err(StoreError::sled("flush committed"))?;
+        Ok(())
+    }
+
+    /// Saves `vote` and makes it durable.
+    async fn store_vote(&self, vote: &Vote<NodeId>) -> Result<(), StoreError> {
+        self.write_meta(KEY_VOTE, vote)?;
+        self.sync.sync_async().await
+    }
+}
+
+/// The sled key of log index `index`: big-endian, so keys sort by index.
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// Turns a bound on log indexes into a bound on sled keys.
+fn key_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
+    match bound {
+        Bound::Included(i) => Bound::Included(index_key(*i)),
+        Bound::Excluded(i) => Bound::Excluded(index_key(*i)),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Maps a failed sled transaction (which never aborts by itself) to a StoreError.
+fn transaction_error(op: &'static str) -> impl FnOnce(TransactionError<Infallible>) -> StoreError {
+    move |e| match e {
+        TransactionError::Abort(never) => match never {},
+        TransactionError::Storage(source) => StoreError::Sled { op, source },
+    }
+}
+
+/// A failure reading log entries or the log state, for openraft.
+fn read_logs(e: StoreError) -> StorageError<NodeId> {
+    StorageIOError::read_logs(&e).into()
+}
+
+/// A failure writing, truncating or purging log entries, for openraft.
+fn write_logs(e: StoreError) -> StorageError<NodeId> {
+    StorageIOError::write_logs(&e).into()
+}
+
+/// A failure reading the vote, for openraft.
+fn read_vote(e: StoreError) -> StorageError<NodeId> {
+    StorageIOError::read_vote(&e).into()
+}
+
+/// A failure saving the vote, for openraft.
+fn write_vote(e: StoreError) -> StorageError<NodeId> {
+    StorageIOError::write_vote(&e).into()
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    /// Entries with indexes in `range`, in order; absent ones are skipped.
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry>> {
+        let keys = (key_bound(range.start_bound()), key_bound(range.end_bound()));
+        self.read_entries(keys).map_err(read_logs)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    /// Last purged log id and last log id (the last purged if the log is empty).
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        self.log_state().map_err(read_logs)
+    }
+
+    /// A clone sharing the same trees.
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    /// Saves the vote; durable before returning.
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        self.store_vote(vote).await.map_err(write_vote)
+    }
+
+    /// The last vote saved by `save_vote`.
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        self.read_meta(KEY_VOTE).map_err(read_vote)
+    }
+
+    /// Persists the committed log id (flushed, not synced).
+    async fn save_committed(&mut self, committed: Option<LogId>) -> StorageResult<()> {
+        self.store_committed(committed).await.map_err(write_logs)
+    }
+
+    /// The last committed log id saved by `save_committed`.
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId>> {
+        self.read_meta(KEY_COMMITTED).map_err(read_logs)
+    }
+
+    /// Writes `entries` in one batch (readable on return), syncs once, then
+    /// reports completion to `callback`; a failure goes to both.
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        match self.append_durably(entries).await {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(write_logs(e))
+            }
+        }
+    }
+
+    /// Deletes entries from `log_id.index` on; durable before returning.
+    async fn truncate(&mut self, log_id: LogId) -> StorageResult<()> {
+        self.truncate_from(log_id.index).await.map_err(write_logs)
+    }
+
+    /// Deletes entries up to `log_id.index` and records `log_id` as last
+    /// purged, atomically; durable before returning.
+    async fn purge(&mut self, log_id: LogId) -> StorageResult<()> {
+        self.purge_upto(&log_id).await.map_err(write_logs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    /// Opens a log store on a fresh sled handle at `dir`.
+    fn open_at(dir: &Path) -> (sled::Db, LogStore) {
+        let db = sled::Config::new().path(dir).open().unwrap();
+        let sync = DataSync::open(db.clone(), dir, true).unwrap();
+        let store = LogStore::open(&db, sync).unwrap();
+        (db, store)
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn blank(term: u64, index: u64) -> Entry {
+        Entry { log_id: log_id(term, index), payload: EntryPayload::Blank }
+    }
+
+    /// Appends blank entries `indexes` in `term`, waiting for the callback.
+    async fn append(store: &mut LogStore, term: u64, indexes: std::ops::RangeInclusive<u64>) {
+        store.blocking_append(indexes.map(|i| blank(term, i))).await.unwrap();
+    }
+
+    async fn indexes(store: &mut LogStore) -> Vec<u64> {
+        let entries = store.try_get_log_entries(..).await.unwrap();
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn empty_store_has_empty_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, mut store) = open_at(dir.path());
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, None);
+        assert_eq!(state.last_log_id, None);
+        assert_eq!(store.read_vote().await.unwrap(), None);
+        assert_eq!(store.read_committed().await.unwrap(), None);
+        assert!(store.try_get_log_entries(..).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn appended_entries_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let written: Vec<Entry> = (1..=5).map(|i| blank(1 + i / 3, i)).collect();
+        {
+            let (_db, mut store) = open_at(dir.path());
+            store.blocking_append(written.clone()).await.unwrap();
+            store.save_committed(Some(log_id(2, 4))).await.unwrap();
+        }
+        let (_db, mut store) = open_at(dir.path());
+        assert_eq!(store.try_get_log_entries(1..6).await.unwrap(), written);
+        assert_eq!(store.try_get_log_entries(2..=3).await.unwrap(), written[1..3].to_vec());
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, None);
+        assert_eq!(state.last_log_id, Some(log_id(2, 5)));
+        assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 4)));
+    }
+
+    #[tokio::test]
+    async fn vote_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let vote = Vote::new_committed(7, 3);
+        {
+            let (_db, mut store) = open_at(dir.path());
+            store.save_vote(&Vote::new(6, 2)).await.unwrap();
+            store.save_vote(&vote).await.unwrap();
+        }
+        let (_db, mut store) = open_at(dir.path());
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+    }
+
+    #[tokio::test]
+    async fn purge_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_db, mut store) = open_at(dir.path());
+            append(&mut store, 1, 1..=10).await;
+            store.purge(log_id(1, 4)).await.unwrap();
+            assert_eq!(indexes(&mut store).await, (5..=10).collect::<Vec<_>>());
+        }
+        let (_db, mut store) = open_at(dir.path());
+        assert_eq!(indexes(&mut store).await, (5..=10).collect::<Vec<_>>());
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 4)));
+        assert_eq!(state.last_log_id, Some(log_id(1, 10)));
+    }
+
+    #[tokio::test]
+    async fn purge_of_everything_keeps_last_log_id() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_db, mut store) = open_at(dir.path());
+            append(&mut store, 1, 1..=3).await;
+            // A snapshot install may purge beyond the end of the log.
+            store.purge(log_id(2, 8)).await.unwrap();
+        }
+        let (_db, mut store) = open_at(dir.path());
+        assert!(indexes(&mut store).await.is_empty());
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(2, 8)));
+        assert_eq!(state.last_log_id, Some(log_id(2, 8)));
+    }
+
+    #[tokio::test]
+    async fn truncate_removes_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_db, mut store) = open_at(dir.path());
+            append(&mut store, 1, 1..=6).await;
+            store.truncate(log_id(1, 4)).await.unwrap();
+            assert_eq!(indexes(&mut store).await, vec![1, 2, 3]);
+            // The log continues from the truncation point in a new term.
+            append(&mut store, 2, 4..=4).await;
+        }
+        let (_db, mut store) = open_at(dir.path());
+        assert_eq!(indexes(&mut store).await, vec![1, 2, 3, 4]);
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(2, 4)));
+    }
+
+    #[tokio::test]
+    async fn reader_sees_appends_of_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, mut store) = open_at(dir.path());
+        let mut reader = store.get_log_reader().await;
+        append(&mut store, 1, 1..=3).await;
+        let got = reader.try_get_log_entries(2..).await.unwrap();
+        assert_eq!(got, vec![blank(1, 2), blank(1, 3)]);
+    }
+
+    #[tokio::test]
+    async fn committed_can_be_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, mut store) = open_at(dir.path());
+        store.save_committed(Some(log_id(1, 2))).await.unwrap();
+        store.save_committed(None).await.unwrap();
+        assert_eq!(store.read_committed().await.unwrap(), None);
+    }
+}

@@ -1,0 +1,205 @@
+//! The state machine as openraft sees it: applies committed entries to the
+//! in-memory [`MetaState`], and persists it through snapshots in sled.
+//!
+//! Persistence model: `apply` is in memory only; every snapshot is written to
+//! the `sm_snapshot` tree and fdatasync'ed before it is reported. At start the
+//! state is rebuilt from the last snapshot and openraft re-applies the
+//! committed log after it. Installing a snapshot decodes it fully, stores it
+//! with one atomic insert, syncs, and only then swaps the in-memory state: a
+//! crash at any point leaves either the old or the new state, never a mix.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
+    StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::durable::DataSync;
+use crate::error::StoreError;
+use crate::state::MetaState;
+use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
+
+/// Version of the snapshot format (the first 4 bytes of every snapshot, LE).
+/// A newer binary reads older versions or refuses with a clear message.
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 1;
+
+const SNAPSHOT_TREE: &str = "sm_snapshot";
+const CURRENT_KEY: &[u8] = b"current";
+
+/// A stored snapshot: openraft's metadata and the encoded state image.
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+/// Shared read access to the applied state, for the master's read paths.
+#[derive(Clone)]
+pub struct StateReader(Arc<RwLock<MetaState>>);
+
+impl StateReader {
+    /// Runs `f` on the current applied state. Keep `f` short: apply waits.
+    pub fn read<R>(&self, f: impl FnOnce(&MetaState) -> R) -> R {
+        let guard = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&guard)
+    }
+}
+
+/// openraft's state machine and snapshot builder over [`MetaState`].
+#[derive(Clone)]
+pub struct StateMachineStore {
+    state: Arc<RwLock<MetaState>>,
+    tree: sled::Tree,
+    sync: DataSync,
+    snapshot_seq: Arc<AtomicU64>,
+}
+
+impl StateMachineStore {
+    /// Opens the snapshot tree and rebuilds the state from the last snapshot.
+    pub fn open(db: &sled::Db, sync: DataSync) -> Result<Self, StoreError> {
+        let tree = db.open_tree(SNAPSHOT_TREE).map_err(StoreError::sled("open sm_snapshot tree"))?;
+        let state = match load_stored(&tree)? {
+            Some(stored) => decode_state(&stored.meta, &stored.data)?,
+            None => MetaState::default(),
+        };
+        Ok(StateMachineStore {
+            state: Arc::new(RwLock::new(state)),
+            tree,
+            sync,
+            snapshot_seq: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// A handle for reading the applied state.
+    pub fn reader(&self) -> StateReader {
+        StateReader(self.state.clone())
+    }
+
+    fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, MetaState> {
+        self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn apply_one(state: &mut MetaState, entry: &Entry) -> Response {
+        state.last_applied = Some(entry.log_id);
+        match &entry.payload {
+            EntryPayload::Blank => Response::Ok,
+            EntryPayload::Normal(req) => state.apply(req),
+            EntryPayload::Membership(m) => {
+                state.last_membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                Response::Ok
+            }
+        }
+    }
+
+    /// Stores `stored` as the current snapshot and makes it durable.
+    async fn persist(&self, stored: &StoredSnapshot) -> Result<(), StoreError> {
+        let bytes = codec::encode("snapshot", stored)?;
+        self.tree.insert(CURRENT_KEY, bytes).map_err(StoreError::sled("insert snapshot"))?;
+        self.sync.sync_async().await
+    }
+}
+
+fn load_stored(tree: &sled::Tree) -> Result<Option<StoredSnapshot>, StoreError> {
+    match tree.get(CURRENT_KEY).map_err(StoreError::sled("read snapshot"))? {
+        Some(bytes) => Ok(Some(codec::decode("stored snapshot", &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// Encodes the state image behind a 4-byte schema version.
+fn encode_state(state: &MetaState) -> Result<Vec<u8>, StoreError> {
+    let mut data = SNAPSHOT_SCHEMA_VERSION.to_le_bytes().to_vec();
+    data.extend(codec::encode("state image", &state.to_image())?);
+    Ok(data)
+}
+
+/// Decodes snapshot data; the snapshot's metadata is authoritative for the
+/// applied log id and membership.
+fn decode_state(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Result<MetaState, StoreError> {
+    let Some((version, body)) = data.split_first_chunk::<4>() else {
+        return Err(StoreError::Decode { what: "snapshot".into(), message: "shorter than its header".into() });
+    };
+    let version = u32::from_le_bytes(*version);
+    if version != SNAPSHOT_SCHEMA_VERSION {
+        return Err(StoreError::SchemaVersion { found: version, supported: SNAPSHOT_SCHEMA_VERSION });
+    }
+    let mut state = MetaState::from_image(codec::decode("state image", body)?)?;
+    state.last_applied = meta.last_log_id;
+    state.last_membership = meta.last_membership.clone();
+    Ok(state)
+}
+
+fn snapshot_err(e: StoreError) -> StorageError<NodeId> {
+    StorageIOError::write_snapshot(None, &e).into()
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let (data, last_applied, membership) = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            (encode_state(&state).map_err(snapshot_err)?, state.last_applied, state.last_membership.clone())
+        };
+        let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match last_applied {
+            Some(id) => format!("{}-{}-{seq}", id.leader_id, id.index),
+            None => format!("none-{seq}"),
+        };
+        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+        let stored = StoredSnapshot { meta, data };
+        self.persist(&stored).await.map_err(snapshot_err)?;
+        Ok(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        Ok((state.last_applied, state.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut state = self.write_state();
+        Ok(entries.into_iter().map(|e| Self::apply_one(&mut state, &e)).collect())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        let new_state =
+            decode_state(meta, &data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let stored = StoredSnapshot { meta: meta.clone(), data };
+        self.persist(&stored).await.map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        *self.write_state() = new_state;
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let stored = load_stored(&self.tree).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}

@@ -1,0 +1,614 @@
+//! The replicated metadata state machine: segments, objects, clients and the
+//! per-segment allocators, and the deterministic `apply` of each [`Command`].
+//!
+//! Determinism is the contract: `apply` reads no clock, no randomness and no
+//! I/O, iterates only ordered maps, and takes time from the request
+//! (`now_ms` never moves backwards). Replicas that apply the same log reach
+//! byte-identical state and snapshots.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mooncake_segment::{ClientId, RangeAllocator, SegmentId};
+use openraft::{BasicNode, StoredMembership};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MetaError, StoreError};
+use crate::types::*;
+
+/// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
+/// and bounds the memory one entry can pin.
+pub const KEY_MAX_BYTES: usize = 4096;
+/// Most replicas one object may ask for.
+pub const REPLICA_NUM_MAX: u32 = 16;
+/// Most commands in one batch (one log entry): bounds entry size and apply latency.
+pub const BATCH_MAX: usize = 4096;
+/// Largest segment accepted (16 TiB).
+pub const SEGMENT_SIZE_MAX_BYTES: u64 = 1 << 44;
+/// Longest endpoint, host id, zone label or shm path.
+pub const LABEL_MAX_BYTES: usize = 512;
+
+/// Whether an object can be read yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjectStatus {
+    /// PutStart committed, bytes being written; not readable.
+    Processing,
+    /// PutEnd committed: readable.
+    Complete,
+}
+
+/// One object incarnation and where its replicas live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub version: ObjectVersion,
+    pub size_bytes: u64,
+    /// crc32c of the bytes, set by PutEnd.
+    pub checksum: Option<u32>,
+    pub writer: ClientId,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub status: ObjectStatus,
+    pub pin: Pin,
+    pub created_ms: u64,
+    pub completed_ms: Option<u64>,
+}
+
+/// A mounted segment: its declaration, its owner and its free space.
+#[derive(Clone, Debug)]
+pub struct SegmentEntry {
+    pub spec: SegmentSpec,
+    pub owner: ClientId,
+    alloc: RangeAllocator,
+}
+
+impl SegmentEntry {
+    pub fn used_bytes(&self) -> u64 {
+        self.alloc.used_bytes()
+    }
+    pub fn free_bytes(&self) -> u64 {
+        self.alloc.free_bytes()
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        self.alloc.capacity_bytes()
+    }
+}
+
+/// A registered client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEntry {
+    pub id: ClientId,
+    pub registered_ms: u64,
+}
+
+/// Ranges of an abandoned put, held until its writer can no longer be writing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardedPut {
+    pub version: ObjectVersion,
+    pub key: String,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub discarded_ms: u64,
+}
+
+/// The whole replicated state.
+#[derive(Clone, Debug, Default)]
+pub struct MetaState {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    now_ms: u64,
+    next_version: u64,
+    segments: BTreeMap<SegmentId, SegmentEntry>,
+    objects: BTreeMap<String, ObjectMeta>,
+    clients: BTreeMap<ClientId, ClientEntry>,
+    discarded: BTreeMap<ObjectVersion, DiscardedPut>,
+}
+
+/// The serialisable form of [`MetaState`]; allocators are rebuilt from the
+/// ranges of objects and discarded puts (the free set is canonical, so the
+/// rebuilt allocator behaves exactly like the evolved one).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImage {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+}
+
+// ---------------------------------------------------------------- reads
+
+impl MetaState {
+    /// Time of the state machine (max leader timestamp applied so far).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+    pub fn object(&self, key: &str) -> Option<&ObjectMeta> {
+        self.objects.get(key)
+    }
+    pub fn objects(&self) -> impl Iterator<Item = &ObjectMeta> {
+        self.objects.values()
+    }
+    pub fn objects_with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
+        self.objects.range(prefix.to_string()..).take_while(move |(k, _)| k.starts_with(prefix)).map(|(_, o)| o)
+    }
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
+    }
+    pub fn segment(&self, id: SegmentId) -> Option<&SegmentEntry> {
+        self.segments.get(&id)
+    }
+    pub fn segments(&self) -> impl Iterator<Item = &SegmentEntry> {
+        self.segments.values()
+    }
+    pub fn client(&self, id: ClientId) -> Option<&ClientEntry> {
+        self.clients.get(&id)
+    }
+    pub fn clients(&self) -> impl Iterator<Item = &ClientEntry> {
+        self.clients.values()
+    }
+    pub fn client_segments(&self, id: ClientId) -> impl Iterator<Item = &SegmentEntry> {
+        self.segments.values().filter(move |s| s.owner == id)
+    }
+    pub fn discarded(&self) -> impl Iterator<Item = &DiscardedPut> {
+        self.discarded.values()
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.capacity_bytes()).sum()
+    }
+    pub fn used_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.used_bytes()).sum()
+    }
+
+    /// The serialisable image of the state.
+    pub fn to_image(&self) -> StateImage {
+        StateImage {
+            last_applied: self.last_applied,
+            last_membership: self.last_membership.clone(),
+            now_ms: self.now_ms,
+            next_version: self.next_version,
+            segments: self.segments.values().map(|s| (s.spec.clone(), s.owner)).collect(),
+            objects: self.objects.values().cloned().collect(),
+            clients: self.clients.values().cloned().collect(),
+            discarded: self.discarded.values().cloned().collect(),
+        }
+    }
+
+    /// Rebuilds the state (and every allocator) from an image.
+    pub fn from_image(image: StateImage) -> Result<Self, StoreError> {
+        let corrupt = |message: String| StoreError::Decode { what: "state image".into(), message };
+        let mut used: BTreeMap<SegmentId, Vec<mooncake_segment::Range>> = BTreeMap::new();
+        let placed = image.objects.iter().flat_map(|o| o.replicas.iter());
+        for r in placed.chain(image.discarded.iter().flat_map(|d| d.replicas.iter())) {
+            used.entry(r.segment).or_default().push(r.range);
+        }
+        let mut segments = BTreeMap::new();
+        for (spec, owner) in image.segments {
+            let ranges = used.remove(&spec.id).unwrap_or_default();
+            let alloc = RangeAllocator::with_allocated(spec.size_bytes, ranges)
+                .map_err(|e| corrupt(format!("segment {}: {e}", spec.id)))?;
+            segments.insert(spec.id, SegmentEntry { spec, owner, alloc });
+        }
+        if let Some(seg) = used.keys().next() {
+            return Err(corrupt(format!("replica on unknown segment {seg}")));
+        }
+        Ok(MetaState {
+            last_applied: image.last_applied,
+            last_membership: image.last_membership,
+            now_ms: image.now_ms,
+            next_version: image.next_version,
+            segments,
+            objects: image.objects.into_iter().map(|o| (o.key.clone(), o)).collect(),
+            clients: image.clients.into_iter().map(|c| (c.id, c)).collect(),
+            discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
+        })
+    }
+
+    /// A deterministic 64-bit hash (FNV-1a) of the replicated data (segments,
+    /// objects, clients, discarded puts, time), equal on replicas that applied
+    /// the same log. Raft bookkeeping (applied log id, membership) is left
+    /// out, so a cluster restored from a snapshot hashes like its source.
+    pub fn state_hash(&self) -> u64 {
+        let mut image = self.to_image();
+        image.last_applied = None;
+        image.last_membership = StoredMembership::default();
+        let bytes = crate::codec::encode("state image", &image).unwrap_or_default();
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    }
+}
+
+// ---------------------------------------------------------------- validation
+
+fn invalid(msg: impl Into<String>) -> MetaError {
+    MetaError::InvalidParams(msg.into())
+}
+
+/// Checks a key; shared by the master edge (fail fast) and apply (authoritative).
+pub fn validate_key(key: &str) -> Result<(), MetaError> {
+    if key.is_empty() {
+        return Err(invalid("key is empty"));
+    }
+    if key.len() > KEY_MAX_BYTES {
+        return Err(invalid(format!("key is {} bytes; the limit is {KEY_MAX_BYTES}", key.len())));
+    }
+    Ok(())
+}
+
+/// Checks a segment declaration.
+pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
+    if spec.size_bytes < mooncake_segment::ALLOC_ALIGN_BYTES || spec.size_bytes > SEGMENT_SIZE_MAX_BYTES {
+        return Err(invalid(format!(
+            "segment {} size {} bytes is outside {}..={SEGMENT_SIZE_MAX_BYTES}",
+            spec.id,
+            spec.size_bytes,
+            mooncake_segment::ALLOC_ALIGN_BYTES
+        )));
+    }
+    if spec.endpoint.is_empty() {
+        return Err(invalid(format!("segment {} has no transfer endpoint", spec.id)));
+    }
+    let labels = [&spec.endpoint, &spec.host_id, &spec.zone, &spec.shm_path];
+    if labels.iter().any(|l| l.len() > LABEL_MAX_BYTES) {
+        return Err(invalid(format!("segment {} has a label longer than {LABEL_MAX_BYTES} bytes", spec.id)));
+    }
+    Ok(())
+}
+
+/// Checks the shape of a PutStart (not whether there is room).
+pub fn validate_put_start(put: &PutStart) -> Result<(), MetaError> {
+    validate_key(&put.key)?;
+    if put.size_bytes == 0 {
+        return Err(invalid(format!("object {:?} has size 0", put.key)));
+    }
+    if put.replica_num == 0 || put.replica_num > REPLICA_NUM_MAX {
+        return Err(invalid(format!("replica_num {} is outside 1..={REPLICA_NUM_MAX}", put.replica_num)));
+    }
+    if put.preferred.len() > REPLICA_NUM_MAX as usize {
+        return Err(invalid(format!("more than {REPLICA_NUM_MAX} preferred segments")));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- apply
+
+impl MetaState {
+    /// Applies one request. Never fails as a whole: refusals are responses.
+    pub fn apply(&mut self, req: &Request) -> Response {
+        self.now_ms = self.now_ms.max(req.ts_ms);
+        self.apply_cmd(&req.cmd)
+    }
+
+    fn apply_cmd(&mut self, cmd: &Command) -> Response {
+        let result = match cmd {
+            Command::MountSegment { client, segment } => self.mount(*client, segment),
+            Command::UnmountSegment { client, segment } => self.unmount(*client, *segment),
+            Command::RemountSegments { client, segments } => self.remount(*client, segments),
+            Command::PutStart(put) => return self.put_start(put),
+            Command::PutEnd { client, key, checksum } => self.put_end(*client, key, *checksum),
+            Command::PutRevoke { client, key } => self.put_revoke(*client, key),
+            Command::Remove { key } => self.remove(key),
+            Command::RemoveObjects { victims, .. } => return self.remove_objects(victims),
+            Command::ExpireClient { client } => self.expire_client(*client),
+            Command::DiscardPuts { victims } => return self.discard_puts(victims),
+            Command::ReleaseDiscarded { versions } => return self.release_discarded(versions),
+            Command::Batch(cmds) => return self.apply_batch(cmds),
+            Command::Noop => Ok(()),
+        };
+        match result {
+            Ok(()) => Response::Ok,
+            Err(e) => Response::Err(e),
+        }
+    }
+
+    fn apply_batch(&mut self, cmds: &[Command]) -> Response {
+        if cmds.len() > BATCH_MAX {
+            return Response::Err(invalid(format!("batch of {} commands; the limit is {BATCH_MAX}", cmds.len())));
+        }
+        if cmds.iter().any(|c| matches!(c, Command::Batch(_))) {
+            return Response::Err(invalid("nested batch"));
+        }
+        Response::Batch(cmds.iter().map(|c| self.apply_cmd(c)).collect())
+    }
+
+    fn register_client(&mut self, client: ClientId) {
+        let now = self.now_ms;
+        self.clients.entry(client).or_insert(ClientEntry { id: client, registered_ms: now });
+    }
+
+    fn mount(&mut self, client: ClientId, spec: &SegmentSpec) -> Result<(), MetaError> {
+        validate_segment(spec)?;
+        if let Some(existing) = self.segments.get(&spec.id) {
+            if existing.owner == client && existing.spec.size_bytes == spec.size_bytes {
+                self.register_client(client);
+                return Ok(()); // a retried mount
+            }
+            return Err(MetaError::SegmentAlreadyExists(format!(
+                "{} is mounted by {} with {} bytes",
+                spec.id, existing.owner, existing.spec.size_bytes
+            )));
+        }
+        self.register_client(client);
+        let alloc = RangeAllocator::new(spec.size_bytes);
+        self.segments.insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc });
+        Ok(())
+    }
+
+    fn unmount(&mut self, client: ClientId, id: SegmentId) -> Result<(), MetaError> {
+        let Some(seg) = self.segments.get(&id) else {
+            return Err(MetaError::SegmentNotFound(id.to_string()));
+        };
+        if seg.owner != client {
+            return Err(MetaError::IllegalClient(format!("{id} is owned by {}, not {client}", seg.owner)));
+        }
+        self.drop_segment(id);
+        Ok(())
+    }
+
+    fn remount(&mut self, client: ClientId, specs: &[SegmentSpec]) -> Result<(), MetaError> {
+        // Check everything first: a refused remount changes nothing.
+        let mut ids = BTreeSet::new();
+        for spec in specs {
+            validate_segment(spec)?;
+            if !ids.insert(spec.id) {
+                return Err(invalid(format!("segment {} listed twice", spec.id)));
+            }
+            if let Some(existing) = self.segments.get(&spec.id)
+                && (existing.owner != client || existing.spec.size_bytes != spec.size_bytes)
+            {
+                return Err(MetaError::SegmentAlreadyExists(format!(
+                    "{} is mounted by {} with {} bytes",
+                    spec.id, existing.owner, existing.spec.size_bytes
+                )));
+            }
+        }
+        let stale: Vec<SegmentId> =
+            self.client_segments(client).map(|s| s.spec.id).filter(|id| !ids.contains(id)).collect();
+        for id in stale {
+            self.drop_segment(id);
+        }
+        self.register_client(client);
+        for spec in specs {
+            self.mount(client, spec)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a segment and every replica on it; objects left with no
+    /// replica are gone.
+    fn drop_segment(&mut self, id: SegmentId) {
+        self.segments.remove(&id);
+        self.objects.retain(|_, o| {
+            o.replicas.retain(|r| r.segment != id);
+            !o.replicas.is_empty()
+        });
+        self.discarded.retain(|_, d| {
+            d.replicas.retain(|r| r.segment != id);
+            !d.replicas.is_empty()
+        });
+    }
+
+    fn put_start(&mut self, put: &PutStart) -> Response {
+        if let Err(e) = validate_put_start(put) {
+            return Response::Err(e);
+        }
+        if let Some(existing) = self.objects.get(&put.key) {
+            let retry = existing.status == ObjectStatus::Processing
+                && existing.writer == put.client
+                && existing.size_bytes == put.size_bytes;
+            if retry {
+                return Response::Placed { version: existing.version, replicas: existing.replicas.clone() };
+            }
+            return Response::Err(MetaError::ObjectAlreadyExists(put.key.clone()));
+        }
+        match self.place(put) {
+            Ok(replicas) => {
+                let version = ObjectVersion(self.next_version);
+                self.next_version += 1;
+                let object = ObjectMeta {
+                    key: put.key.clone(),
+                    version,
+                    size_bytes: put.size_bytes,
+                    checksum: None,
+                    writer: put.client,
+                    replicas: replicas.clone(),
+                    status: ObjectStatus::Processing,
+                    pin: put.pin,
+                    created_ms: self.now_ms,
+                    completed_ms: None,
+                };
+                self.objects.insert(put.key.clone(), object);
+                Response::Placed { version, replicas }
+            }
+            Err(e) => Response::Err(e),
+        }
+    }
+
+    /// Chooses up to `replica_num` distinct segments with room: preferred
+    /// segments first (in the caller's order), then the emptiest segments,
+    /// one per host before a host gets a second replica.
+    fn place(&mut self, put: &PutStart) -> Result<Vec<ReplicaPlacement>, MetaError> {
+        let largest = self.segments.values().map(|s| s.capacity_bytes()).max();
+        match largest {
+            None => return Err(MetaError::NoAvailableHandle("no segment is mounted".into())),
+            Some(cap) if put.size_bytes > cap => {
+                return Err(invalid(format!(
+                    "object {:?} of {} bytes is larger than the largest segment ({cap} bytes)",
+                    put.key, put.size_bytes
+                )));
+            }
+            Some(_) => {}
+        }
+        if let Some(unknown) = put.preferred.iter().find(|id| !self.segments.contains_key(id)) {
+            return Err(invalid(format!("preferred segment {unknown} is not mounted")));
+        }
+        let mut order: Vec<(SegmentId, bool)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for id in &put.preferred {
+            if seen.insert(*id) {
+                order.push((*id, true));
+            }
+        }
+        let mut rest: Vec<&SegmentEntry> = self.segments.values().filter(|s| !seen.contains(&s.spec.id)).collect();
+        rest.sort_by_key(|s| (std::cmp::Reverse(s.free_bytes()), s.spec.id));
+        order.extend(rest.iter().map(|s| (s.spec.id, false)));
+
+        let want = put.replica_num as usize;
+        let mut chosen: Vec<ReplicaPlacement> = Vec::with_capacity(want);
+        let mut hosts: BTreeSet<String> = BTreeSet::new();
+        for distinct_hosts in [true, false] {
+            for (id, preferred) in &order {
+                if chosen.len() == want {
+                    break;
+                }
+                if chosen.iter().any(|r| r.segment == *id) {
+                    continue;
+                }
+                let Some(seg) = self.segments.get_mut(id) else { continue };
+                if distinct_hosts && !preferred && hosts.contains(&seg.spec.host_id) {
+                    continue;
+                }
+                if let Some(range) = seg.alloc.allocate(put.size_bytes) {
+                    hosts.insert(seg.spec.host_id.clone());
+                    chosen.push(ReplicaPlacement { segment: *id, range });
+                }
+            }
+        }
+        if chosen.is_empty() {
+            return Err(MetaError::NoAvailableHandle(format!(
+                "no segment has {} free contiguous bytes for {:?}",
+                put.size_bytes, put.key
+            )));
+        }
+        Ok(chosen)
+    }
+
+    fn put_end(&mut self, client: ClientId, key: &str, checksum: u32) -> Result<(), MetaError> {
+        let now = self.now_ms;
+        let Some(obj) = self.objects.get_mut(key) else {
+            return Err(MetaError::ObjectNotFound(key.to_string()));
+        };
+        if obj.writer != client {
+            return Err(MetaError::IllegalClient(format!("{key:?} is being written by {}, not {client}", obj.writer)));
+        }
+        match obj.status {
+            ObjectStatus::Complete if obj.checksum == Some(checksum) => Ok(()), // a retried PutEnd
+            ObjectStatus::Complete => Err(MetaError::ObjectAlreadyExists(key.to_string())),
+            ObjectStatus::Processing => {
+                obj.status = ObjectStatus::Complete;
+                obj.checksum = Some(checksum);
+                obj.completed_ms = Some(now);
+                Ok(())
+            }
+        }
+    }
+
+    fn put_revoke(&mut self, client: ClientId, key: &str) -> Result<(), MetaError> {
+        let Some(obj) = self.objects.get(key) else {
+            return Err(MetaError::ObjectNotFound(key.to_string()));
+        };
+        if obj.writer != client {
+            return Err(MetaError::IllegalClient(format!("{key:?} is being written by {}, not {client}", obj.writer)));
+        }
+        if obj.status == ObjectStatus::Complete {
+            return Err(invalid(format!("{key:?} is complete; use Remove")));
+        }
+        self.free_object(key);
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &str) -> Result<(), MetaError> {
+        let Some(obj) = self.objects.get(key) else {
+            return Err(MetaError::ObjectNotFound(key.to_string()));
+        };
+        if obj.status != ObjectStatus::Complete {
+            return Err(MetaError::ReplicaNotReady(key.to_string()));
+        }
+        self.free_object(key);
+        Ok(())
+    }
+
+    fn remove_objects(&mut self, victims: &[VersionedKey]) -> Response {
+        let mut count = 0;
+        for v in victims {
+            let current = self.objects.get(&v.key);
+            if current.is_some_and(|o| o.version == v.version && o.status == ObjectStatus::Complete) {
+                self.free_object(&v.key);
+                count += 1;
+            }
+        }
+        Response::Removed { count }
+    }
+
+    fn expire_client(&mut self, client: ClientId) -> Result<(), MetaError> {
+        if self.clients.remove(&client).is_none() {
+            return Err(MetaError::IllegalClient(format!("{client} is not registered")));
+        }
+        let owned: Vec<SegmentId> = self.client_segments(client).map(|s| s.spec.id).collect();
+        for id in owned {
+            self.drop_segment(id);
+        }
+        // Its unfinished puts can never complete; hold their ranges until the
+        // release timeout in case the writer is alive behind a partition.
+        let abandoned: Vec<VersionedKey> = self
+            .objects
+            .values()
+            .filter(|o| o.writer == client && o.status == ObjectStatus::Processing)
+            .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
+            .collect();
+        self.discard_puts(&abandoned);
+        Ok(())
+    }
+
+    fn discard_puts(&mut self, victims: &[VersionedKey]) -> Response {
+        let mut count = 0;
+        for v in victims {
+            let matches = self
+                .objects
+                .get(&v.key)
+                .is_some_and(|o| o.version == v.version && o.status == ObjectStatus::Processing);
+            if !matches {
+                continue;
+            }
+            if let Some(obj) = self.objects.remove(&v.key) {
+                let put = DiscardedPut {
+                    version: obj.version,
+                    key: obj.key,
+                    replicas: obj.replicas,
+                    discarded_ms: self.now_ms,
+                };
+                self.discarded.insert(put.version, put);
+                count += 1;
+            }
+        }
+        Response::Removed { count }
+    }
+
+    fn release_discarded(&mut self, versions: &[ObjectVersion]) -> Response {
+        let mut count = 0;
+        for v in versions {
+            if let Some(put) = self.discarded.remove(v) {
+                self.free_replicas(&put.replicas);
+                count += 1;
+            }
+        }
+        Response::Removed { count }
+    }
+
+    fn free_object(&mut self, key: &str) {
+        if let Some(obj) = self.objects.remove(key) {
+            self.free_replicas(&obj.replicas);
+        }
+    }
+
+    fn free_replicas(&mut self, replicas: &[ReplicaPlacement]) {
+        for r in replicas {
+            if let Some(seg) = self.segments.get_mut(&r.segment) {
+                // Ranges we hand out are exactly the ranges we record; a failed
+                // free means the state is corrupt and must not go on.
+                if let Err(e) = seg.alloc.free(r.range) {
+                    panic!("state machine corrupt: freeing {:?} on {}: {e}", r.range, r.segment);
+                }
+            }
+        }
+    }
+}

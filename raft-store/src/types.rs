@@ -1,0 +1,196 @@
+//! The openraft type configuration and the replicated command vocabulary:
+//! what a log entry may ask of the state machine, and what it answers.
+
+use std::io::Cursor;
+
+use mooncake_segment::{ClientId, Range, SegmentId};
+use serde::{Deserialize, Serialize};
+
+use crate::error::MetaError;
+
+openraft::declare_raft_types!(
+    /// openraft types of the mooncake master quorum.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A master's id in the Raft group.
+pub type NodeId = u64;
+/// A log id of this type configuration.
+pub type LogId = openraft::LogId<NodeId>;
+/// A log entry of this type configuration.
+pub type Entry = openraft::Entry<TypeConfig>;
+/// The openraft handle of this type configuration.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// One proposal: a command stamped with the proposing leader's wall clock.
+/// The state machine never reads a clock; it takes time from here (and never
+/// lets it go backwards).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Leader's wall-clock time in ms since the Unix epoch when it proposed.
+    pub ts_ms: u64,
+    pub cmd: Command,
+}
+
+/// Storage tier a segment lives on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Tier {
+    #[default]
+    Dram,
+    Ssd,
+}
+
+/// How an object resists eviction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Pin {
+    /// Evicted in age order once its lease has expired.
+    #[default]
+    None,
+    /// Evicted only after every unpinned candidate.
+    Soft,
+    /// Never evicted.
+    Hard,
+}
+
+/// What a store node declares about a segment it contributes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSpec {
+    pub id: SegmentId,
+    pub size_bytes: u64,
+    /// Transfer endpoint of the store node serving this segment ("host:port").
+    pub endpoint: String,
+    pub host_id: String,
+    pub zone: String,
+    pub tier: Tier,
+    /// Shared-memory file of the segment on `host_id` ("" when not shareable).
+    pub shm_path: String,
+}
+
+/// A request to place a new object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutStart {
+    pub client: ClientId,
+    pub key: String,
+    pub size_bytes: u64,
+    pub replica_num: u32,
+    /// Segments to try first, in order.
+    pub preferred: Vec<SegmentId>,
+    pub pin: Pin,
+}
+
+/// An object named together with the version it had when a leader chose it,
+/// so a decision taken on a stale view (eviction, reclaim) cannot hit a newer
+/// object that reused the key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct VersionedKey {
+    pub key: String,
+    pub version: ObjectVersion,
+}
+
+/// Why a set of objects is removed by the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoveReason {
+    /// `RemoveAll` from a client.
+    RemoveAll,
+    /// High-watermark eviction.
+    Evict,
+}
+
+/// Unique, increasing version of one object incarnation (assigned at apply).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectVersion(pub u64);
+
+/// Everything the replicated state machine can be asked to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    MountSegment {
+        client: ClientId,
+        segment: SegmentSpec,
+    },
+    UnmountSegment {
+        client: ClientId,
+        segment: SegmentId,
+    },
+    /// Registers `client` and makes `segments` its exact set of segments.
+    RemountSegments {
+        client: ClientId,
+        segments: Vec<SegmentSpec>,
+    },
+    PutStart(PutStart),
+    PutEnd {
+        client: ClientId,
+        key: String,
+        checksum: u32,
+    },
+    PutRevoke {
+        client: ClientId,
+        key: String,
+    },
+    /// Remove one complete object (the leader has already checked leases).
+    Remove {
+        key: String,
+    },
+    /// Remove these exact object versions (RemoveAll or eviction).
+    RemoveObjects {
+        victims: Vec<VersionedKey>,
+        reason: RemoveReason,
+    },
+    /// The leader saw no heartbeat for `client_ttl`: drop the client and its segments.
+    ExpireClient {
+        client: ClientId,
+    },
+    /// Abandoned puts past the discard timeout: free their keys, hold their
+    /// ranges until the release timeout (the writer may still be writing).
+    DiscardPuts {
+        victims: Vec<VersionedKey>,
+    },
+    /// Discarded ranges past the release timeout: give the space back.
+    ReleaseDiscarded {
+        versions: Vec<ObjectVersion>,
+    },
+    /// Several commands in one log entry (batch RPCs, group commit).
+    Batch(Vec<Command>),
+    /// Does nothing; used by tests and to stamp time.
+    Noop,
+}
+
+/// Where one replica of an object lives, as the state machine answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaPlacement {
+    pub segment: SegmentId,
+    pub range: Range,
+}
+
+/// The state machine's answer to one command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Ok,
+    /// PutStart: the ranges to write, one per distinct segment.
+    Placed {
+        version: ObjectVersion,
+        replicas: Vec<ReplicaPlacement>,
+    },
+    /// How many objects a bulk removal removed.
+    Removed {
+        count: u64,
+    },
+    Err(MetaError),
+    Batch(Vec<Response>),
+}
+
+impl Response {
+    /// The error of a single (non-batch) response, if any.
+    pub fn err(&self) -> Option<&MetaError> {
+        match self {
+            Response::Err(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Memory that holds object bytes, and the offset allocator the master uses
+//! to place objects inside segments.
+//!
+//! Key types: [`SegmentId`], [`ClientId`], [`RangeAllocator`], [`Range`].
+//! This crate sits at the bottom of the workspace: it knows nothing of Raft,
+//! gRPC or the transfer engine.
+
+mod allocator;
+mod ids;
+
+pub use allocator::{ALLOC_ALIGN_BYTES, AllocError, Range, RangeAllocator};
+pub use ids::{ClientId, SegmentId};
