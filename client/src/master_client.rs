@@ -1,0 +1,232 @@
+//! `MasterClient`: talks to the master quorum for the caller. It finds the
+//! leader, follows `NOT_LEADER` redirects, retries unreachable or electing
+//! masters with capped exponential backoff, and gives up with a clear error
+//! after a deadline. Callers never write a retry loop of their own.
+//!
+//! Retries after an unknown outcome (a timeout) are safe for PutStart (same
+//! writer, same size: the master returns the same placement), PutEnd (same
+//! checksum: OK), mounts and remounts; a retried Remove may answer
+//! OBJECT_NOT_FOUND when its first attempt succeeded.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mooncake_proto::admin::admin_service_client::AdminServiceClient;
+use mooncake_proto::master::master_service_client::MasterServiceClient;
+use mooncake_proto::{ErrorCode, GRPC_MESSAGE_MAX_BYTES, HasStatus};
+use tonic::transport::{Channel, Endpoint};
+
+/// Most redirects followed within one call before backing off (guards
+/// against two masters pointing at each other during a leader change).
+const REDIRECTS_MAX: u32 = 8;
+
+/// How the client reaches the masters.
+#[derive(Clone, Debug)]
+pub struct MasterClientConfig {
+    /// Addresses (`host:port`) of some or all masters.
+    pub masters: Vec<String>,
+    /// Timeout of one RPC attempt.
+    pub rpc_timeout: Duration,
+    /// Total time one call may take, retries included, before giving up.
+    pub deadline: Duration,
+    /// First and largest pause between attempts.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl MasterClientConfig {
+    pub fn new(masters: Vec<String>) -> Self {
+        MasterClientConfig {
+            masters,
+            rpc_timeout: Duration::from_secs(2),
+            deadline: Duration::from_secs(15),
+            backoff_initial: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Why a call to the masters failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MasterError {
+    #[error("invalid master client configuration: {0}")]
+    Config(String),
+    #[error("no master answered within {deadline:?} ({attempts} attempts); last error: {last}")]
+    Unavailable { deadline: Duration, attempts: u32, last: String },
+    #[error("{code:?}: {message}")]
+    Rejected { code: ErrorCode, message: String },
+}
+
+impl MasterError {
+    /// The stable error code, if the master answered one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            MasterError::Rejected { code, .. } => Some(*code),
+            MasterError::Config(_) | MasterError::Unavailable { .. } => None,
+        }
+    }
+}
+
+/// A connection to the master quorum.
+pub struct MasterClient {
+    cfg: MasterClientConfig,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// The master to try first: the last leader seen.
+    preferred: Mutex<String>,
+}
+
+/// What one attempt told us.
+enum Attempt<R> {
+    Done(R),
+    Redirect(String),
+    Retry(String),
+}
+
+impl MasterClient {
+    pub fn new(cfg: MasterClientConfig) -> Result<Self, MasterError> {
+        let first =
+            cfg.masters.first().cloned().ok_or_else(|| MasterError::Config("no master address given".into()))?;
+        for m in &cfg.masters {
+            endpoint(m, &cfg)?;
+        }
+        Ok(MasterClient { cfg, channels: Mutex::new(HashMap::new()), preferred: Mutex::new(first) })
+    }
+
+    pub fn config(&self) -> &MasterClientConfig {
+        &self.cfg
+    }
+
+    /// The master currently believed to lead (or the first to try).
+    pub fn preferred(&self) -> String {
+        self.preferred.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_preferred(&self, addr: &str) {
+        *self.preferred.lock().unwrap_or_else(|p| p.into_inner()) = addr.to_string();
+    }
+
+    /// A channel to `addr` (connected lazily, reused).
+    pub fn channel(&self, addr: &str) -> Result<Channel, MasterError> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let ch = endpoint(addr, &self.cfg)?.connect_lazy();
+        channels.insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    fn next_after(&self, addr: &str) -> String {
+        let ms = &self.cfg.masters;
+        match ms.iter().position(|m| m == addr) {
+            Some(i) => ms[(i + 1) % ms.len()].clone(),
+            None => ms[0].clone(),
+        }
+    }
+
+    /// Calls the leader's client API with retries; `f` makes one attempt.
+    /// Answers with a status other than NOT_LEADER/UNAVAILABLE are returned
+    /// as they are (the caller decides what a domain error means).
+    pub async fn call<R, F, Fut>(&self, f: F) -> Result<R, MasterError>
+    where
+        R: HasStatus,
+        F: Fn(MasterServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        self.retrying(|ch| {
+            let client = MasterServiceClient::new(ch)
+                .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
+                .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
+            f(client)
+        })
+        .await
+    }
+
+    /// Like [`call`](Self::call) for the admin API.
+    pub async fn call_admin<R, F, Fut>(&self, f: F) -> Result<R, MasterError>
+    where
+        R: HasStatus,
+        F: Fn(AdminServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        self.retrying(|ch| f(AdminServiceClient::new(ch))).await
+    }
+
+    async fn retrying<R, F, Fut>(&self, f: F) -> Result<R, MasterError>
+    where
+        R: HasStatus,
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let start = Instant::now();
+        let mut backoff = self.cfg.backoff_initial;
+        let mut attempts = 0u32;
+        let mut redirects = 0u32;
+        let mut target = self.preferred();
+        loop {
+            attempts += 1;
+            let last = match self.attempt(&target, &f).await {
+                Attempt::Done(r) => {
+                    self.set_preferred(&target);
+                    return Ok(r);
+                }
+                Attempt::Redirect(leader) if redirects < REDIRECTS_MAX => {
+                    redirects += 1;
+                    target = leader;
+                    continue;
+                }
+                Attempt::Redirect(leader) => format!("redirected too often (last to {leader})"),
+                Attempt::Retry(why) => why,
+            };
+            if start.elapsed() + backoff > self.cfg.deadline {
+                return Err(MasterError::Unavailable { deadline: self.cfg.deadline, attempts, last });
+            }
+            tracing::debug!(%target, %last, ?backoff, "master call failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.cfg.backoff_max);
+            redirects = 0;
+            target = self.next_after(&target);
+        }
+    }
+
+    async fn attempt<R, F, Fut>(&self, target: &str, f: &F) -> Attempt<R>
+    where
+        R: HasStatus,
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let ch = match self.channel(target) {
+            Ok(ch) => ch,
+            Err(e) => return Attempt::Retry(e.to_string()),
+        };
+        let reply = match tokio::time::timeout(self.cfg.rpc_timeout, f(ch)).await {
+            Err(_) => return Attempt::Retry(format!("{target}: no answer within {:?}", self.cfg.rpc_timeout)),
+            Ok(Err(status)) => return Attempt::Retry(format!("{target}: {}", status.message())),
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        let Some(status) = reply.status() else { return Attempt::Done(reply) };
+        match status.error_code() {
+            ErrorCode::NotLeader if !status.leader_addr.is_empty() => Attempt::Redirect(status.leader_addr.clone()),
+            ErrorCode::NotLeader | ErrorCode::Unavailable => Attempt::Retry(format!("{target}: {}", status.message)),
+            _ => Attempt::Done(reply),
+        }
+    }
+}
+
+fn endpoint(addr: &str, cfg: &MasterClientConfig) -> Result<Endpoint, MasterError> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .map(|e| e.connect_timeout(cfg.rpc_timeout).tcp_nodelay(true))
+        .map_err(|e| MasterError::Config(format!("bad master address {addr:?}: {e}")))
+}
+
+/// Turns a response's status into `Ok(response)` or `Err(Rejected)`.
+pub fn check<R: HasStatus>(r: R) -> Result<R, MasterError> {
+    match r.status() {
+        Some(s) if s.error_code() != ErrorCode::Ok => {
+            Err(MasterError::Rejected { code: s.error_code(), message: s.message.clone() })
+        }
+        _ => Ok(r),
+    }
+}

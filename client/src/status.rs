@@ -1,0 +1,196 @@
+//! `mooncake status`: the cluster as each master sees it, gathered from every
+//! given master, as a readable table or JSON.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::master_client::MasterClient;
+
+/// One master's answer (or why it did not answer).
+#[derive(Debug, Clone, Serialize)]
+pub struct MasterView {
+    pub addr: String,
+    pub reachable: bool,
+    pub error: Option<String>,
+    pub node_id: u64,
+    pub role: String,
+    pub leader_id: u64,
+    pub leader_addr: String,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub last_log_index: u64,
+    pub segments: u64,
+    pub objects: u64,
+    pub clients: u64,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub state_hash: String,
+}
+
+/// A member as the leader reports it, with its replication lag.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberView {
+    pub id: u64,
+    pub addr: String,
+    pub role: String,
+    pub voter: bool,
+    pub matched_index: Option<u64>,
+    pub lag: Option<u64>,
+}
+
+/// The whole picture.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterStatus {
+    pub leader_id: Option<u64>,
+    pub leader_addr: Option<String>,
+    pub term: Option<u64>,
+    pub members: Vec<MemberView>,
+    pub masters: Vec<MasterView>,
+}
+
+/// Asks every address in `addrs` for its view.
+pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
+    let mut masters = Vec::new();
+    let mut members = Vec::new();
+    for addr in addrs {
+        match client.cluster_info_of(addr).await {
+            Ok(info) => {
+                let me = info.members.iter().find(|m| m.id == info.node_id);
+                if info.leader_id == info.node_id {
+                    let last = info.last_log_index;
+                    members = info
+                        .members
+                        .iter()
+                        .map(|m| {
+                            let matched = m.has_matched_index.then_some(m.matched_index);
+                            let matched = if m.id == info.node_id { Some(last) } else { matched };
+                            MemberView {
+                                id: m.id,
+                                addr: m.addr.clone(),
+                                role: m.role.clone(),
+                                voter: m.voter,
+                                matched_index: matched,
+                                lag: matched.map(|x| last.saturating_sub(x)),
+                            }
+                        })
+                        .collect();
+                }
+                masters.push(MasterView {
+                    addr: addr.clone(),
+                    reachable: true,
+                    error: None,
+                    node_id: info.node_id,
+                    role: me.map(|m| m.role.clone()).unwrap_or_else(|| "not a member".into()),
+                    leader_id: info.leader_id,
+                    leader_addr: info.leader_addr.clone(),
+                    term: info.term,
+                    commit_index: info.commit_index,
+                    applied_index: info.applied_index,
+                    last_log_index: info.last_log_index,
+                    segments: info.segment_count,
+                    objects: info.object_count,
+                    clients: info.client_count,
+                    capacity_bytes: info.capacity_bytes,
+                    used_bytes: info.used_bytes,
+                    state_hash: format!("{:016x}", info.state_hash),
+                });
+            }
+            Err(e) => masters.push(MasterView {
+                addr: addr.clone(),
+                reachable: false,
+                error: Some(e.to_string()),
+                node_id: 0,
+                role: "unreachable".into(),
+                leader_id: 0,
+                leader_addr: String::new(),
+                term: 0,
+                commit_index: 0,
+                applied_index: 0,
+                last_log_index: 0,
+                segments: 0,
+                objects: 0,
+                clients: 0,
+                capacity_bytes: 0,
+                used_bytes: 0,
+                state_hash: String::new(),
+            }),
+        }
+    }
+    let leader = masters.iter().filter(|m| m.reachable && m.leader_id != 0).max_by_key(|m| m.term);
+    ClusterStatus {
+        leader_id: leader.map(|m| m.leader_id),
+        leader_addr: leader.map(|m| m.leader_addr.clone()),
+        term: leader.map(|m| m.term),
+        members,
+        masters,
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[i]) }
+}
+
+/// The readable table.
+pub fn render(status: &ClusterStatus) -> String {
+    let mut out = String::new();
+    let leader = match (&status.leader_id, &status.leader_addr) {
+        (Some(id), Some(addr)) => format!("master {id} at {addr} (term {})", status.term.unwrap_or(0)),
+        _ => "none known".into(),
+    };
+    let _ = writeln!(out, "leader: {leader}");
+    let _ = writeln!(
+        out,
+        "\n{:<22} {:>4} {:<12} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>21}",
+        "MASTER",
+        "ID",
+        "ROLE",
+        "TERM",
+        "COMMIT",
+        "APPLIED",
+        "LAST LOG",
+        "SEGMENTS",
+        "OBJECTS",
+        "CLIENTS",
+        "USED / CAPACITY"
+    );
+    for m in &status.masters {
+        if !m.reachable {
+            let _ =
+                writeln!(out, "{:<22} {:>4} {:<12} {}", m.addr, "-", "unreachable", m.error.as_deref().unwrap_or(""));
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "{:<22} {:>4} {:<12} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>21}",
+            m.addr,
+            m.node_id,
+            m.role,
+            m.term,
+            m.commit_index,
+            m.applied_index,
+            m.last_log_index,
+            m.segments,
+            m.objects,
+            m.clients,
+            format!("{} / {}", human_bytes(m.used_bytes), human_bytes(m.capacity_bytes)),
+        );
+    }
+    if !status.members.is_empty() {
+        let _ = writeln!(out, "\nmembers (leader's view):");
+        for m in &status.members {
+            let lag = m.lag.map(|l| format!("lag {l}")).unwrap_or_else(|| "lag ?".into());
+            let kind = if m.voter { "voter" } else { "learner" };
+            let _ = writeln!(out, "  {:>3} {:<22} {:<9} {:<8} {}", m.id, m.addr, m.role, kind, lag);
+        }
+    }
+    out
+}
