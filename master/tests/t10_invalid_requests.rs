@@ -1,0 +1,102 @@
+//! Bad input gets a clear error and changes nothing: malformed or impossible
+//! requests sent to a real one-node cluster answer INVALID_PARAMS with a
+//! message, and the state-machine hash is unchanged; an impossible
+//! configuration stops the binary with a message naming the bad value.
+
+use std::time::Duration;
+
+use mooncake_client::MasterClient;
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::master_service_client::MasterServiceClient;
+use mooncake_proto::master::*;
+use mooncake_testkit::Cluster;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake-master");
+
+fn seg(id: u64, size: u64, endpoint: &str) -> Segment {
+    Segment { id, size, endpoint: endpoint.into(), host_id: "h1".into(), ..Default::default() }
+}
+
+fn put(key: &str, size: u64, replica_num: u32) -> PutStartRequest {
+    PutStartRequest { client_id: 9, key: key.into(), size, replica_num, ..Default::default() }
+}
+
+async fn hash(client: &MasterClient, addr: &str) -> u64 {
+    client.cluster_info_of(addr).await.expect("cluster info").state_hash
+}
+
+fn code(s: &Option<mooncake_proto::Status>) -> ErrorCode {
+    s.as_ref().map(|s| s.error_code()).unwrap_or(ErrorCode::Ok)
+}
+
+#[tokio::test]
+async fn malformed_requests_are_refused_and_change_nothing() {
+    let cluster = Cluster::builder().masters(1).master_bin(BIN).start();
+    cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let client = cluster.client();
+    let addr = cluster.addrs()[0].clone();
+    client.mount_segment(9, seg(1, 1 << 20, "127.0.0.1:1")).await.expect("mount");
+    let before = hash(&client, &addr).await;
+    let mut raw = MasterServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+
+    let puts = [
+        ("size 0", put("k", 0, 1)),
+        ("replica_num 0", put("k", 10, 0)),
+        ("replica_num 17", put("k", 10, 17)),
+        ("empty key", put("", 10, 1)),
+        ("4097-byte key", put(&"k".repeat(4097), 10, 1)),
+        ("oversize", put("k", 2 << 20, 1)),
+        ("unknown preferred segment", PutStartRequest { preferred_segments: vec![999], ..put("k", 10, 1) }),
+    ];
+    for (what, req) in puts {
+        let r = raw.put_start(req).await.expect("rpc").into_inner();
+        assert_eq!(code(&r.status), ErrorCode::InvalidParams, "{what}: {:?}", r.status);
+        assert!(!r.status.as_ref().map(|s| s.message.clone()).unwrap_or_default().is_empty(), "{what}: no message");
+        assert!(r.replicas.is_empty(), "{what}: got replicas");
+    }
+    let mounts = [
+        ("segment missing", MountSegmentRequest { client_id: 9, segment: None }),
+        ("segment size 0", MountSegmentRequest { client_id: 9, segment: Some(seg(2, 0, "127.0.0.1:1")) }),
+        ("no endpoint", MountSegmentRequest { client_id: 9, segment: Some(seg(2, 1 << 20, "")) }),
+    ];
+    for (what, req) in mounts {
+        let r = raw.mount_segment(req).await.expect("rpc").into_inner();
+        assert_eq!(code(&r.status), ErrorCode::InvalidParams, "{what}: {:?}", r.status);
+    }
+    let r = raw.get_replica_list(GetReplicaListRequest { key: String::new(), client_id: 9 }).await.unwrap();
+    assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "get with empty key");
+    let r = raw.remove(RemoveRequest { key: String::new(), force: true }).await.unwrap();
+    assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "remove with empty key");
+    let too_many = BatchPutStartRequest { requests: vec![put("k", 10, 1); 1025] };
+    let r = raw.batch_put_start(too_many).await.unwrap().into_inner();
+    assert_eq!(code(&r.status), ErrorCode::InvalidParams, "oversized batch");
+
+    // Unknown keys and segments get their own codes.
+    let r = raw.get_replica_list(GetReplicaListRequest { key: "nope".into(), client_id: 9 }).await.unwrap();
+    assert_eq!(code(&r.into_inner().status), ErrorCode::ObjectNotFound);
+    let r = raw.unmount_segment(UnmountSegmentRequest { client_id: 9, segment_id: 12345 }).await.unwrap();
+    assert_eq!(code(&r.into_inner().status), ErrorCode::SegmentNotFound);
+
+    assert_eq!(hash(&client, &addr).await, before, "a refused request changed the state");
+    assert_eq!(client.list_objects("", 10).await.expect("list").len(), 0);
+}
+
+#[test]
+fn impossible_configuration_stops_the_binary_with_the_bad_value() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, needle) in [
+        ("--eviction_ratio=1.5", "eviction_ratio 1.5"),
+        ("--eviction_high_watermark_ratio=0", "eviction_high_watermark_ratio 0"),
+        ("--client_ttl=0", "client_ttl"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["--id=1", "--initial-cluster=1=127.0.0.1:1", flag])
+            .arg(format!("--data-dir={}", dir.path().display()))
+            .output()
+            .expect("run master");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(needle), "{flag}: {stderr}");
+    }
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "a refused config created files");
+}

@@ -1,0 +1,62 @@
+//! Keeps the crate graph of docs/ARCHITECTURE.md true: `cargo metadata` must
+//! show no normal dependency edge that the table does not allow.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
+    let rows: [(&str, &[&str]); 9] = [
+        ("mooncake-proto", &[]),
+        ("mooncake-segment", &[]),
+        ("mooncake-raft-store", &["mooncake-segment"]),
+        ("mooncake-master", &["mooncake-proto", "mooncake-segment", "mooncake-raft-store"]),
+        ("mooncake-transfer", &["mooncake-segment"]),
+        ("mooncake-client", &["mooncake-proto", "mooncake-segment", "mooncake-transfer"]),
+        ("mooncake-testkit", &["mooncake-client", "mooncake-proto"]),
+        (
+            "mooncake-jepsen",
+            &["mooncake-client", "mooncake-proto", "mooncake-segment", "mooncake-testkit", "mooncake-transfer"],
+        ),
+        (
+            "mooncake-benches",
+            &[
+                "mooncake-client",
+                "mooncake-proto",
+                "mooncake-segment",
+                "mooncake-transfer",
+                "mooncake-raft-store",
+                "mooncake-testkit",
+            ],
+        ),
+    ];
+    rows.into_iter().map(|(k, v)| (k, v.iter().copied().collect())).collect()
+}
+
+#[test]
+fn workspace_dependencies_point_one_way() {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata json");
+    let allowed = allowed();
+    let packages = meta["packages"].as_array().expect("packages");
+    let mut checked = 0;
+    for p in packages {
+        let name = p["name"].as_str().unwrap_or_default();
+        let Some(ok) = allowed.get(name) else {
+            panic!("crate {name} is not in the dependency table of this test and docs/ARCHITECTURE.md; add it");
+        };
+        for d in p["dependencies"].as_array().into_iter().flatten() {
+            let dep = d["name"].as_str().unwrap_or_default();
+            let normal = d["kind"].is_null();
+            if normal && dep.starts_with("mooncake-") {
+                assert!(ok.contains(dep), "forbidden dependency edge {name} -> {dep} (see docs/ARCHITECTURE.md)");
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, allowed.len(), "every workspace crate was checked");
+}
