@@ -43,7 +43,7 @@ impl MasterClientConfig {
             rpc_timeout: Duration::from_secs(2),
             deadline: Duration::from_secs(15),
             backoff_initial: Duration::from_millis(20),
-            backoff_max: Duration::from_millis(500),
+            backoff_max: Duration::from_millis(100),
         }
     }
 }
