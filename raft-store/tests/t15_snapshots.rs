@@ -1,0 +1,113 @@
+//! Snapshots are the state machine's durability: a built snapshot survives a
+//! restart with the same state, an installed snapshot replaces the whole
+//! state, and a snapshot that cannot be decoded (or has an unknown schema
+//! version) is refused and leaves the old state in place.
+
+use std::io::Cursor;
+
+use mooncake_raft_store::*;
+use mooncake_segment::{ClientId, SegmentId};
+use openraft::storage::RaftStateMachine;
+use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, SnapshotMeta};
+
+fn entry(index: u64, cmd: Command) -> Entry {
+    Entry {
+        log_id: openraft::LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Request { ts_ms: 1_000 + index, cmd }),
+    }
+}
+
+fn workload() -> Vec<Entry> {
+    let seg = SegmentSpec {
+        id: SegmentId(1),
+        size_bytes: 1 << 20,
+        endpoint: "127.0.0.1:1".into(),
+        host_id: "h".into(),
+        zone: "z".into(),
+        tier: Tier::Dram,
+        shm_path: String::new(),
+    };
+    let mut cmds = vec![Command::MountSegment { client: ClientId(7), segment: seg }];
+    for i in 0..20 {
+        let key = format!("key-{i}");
+        cmds.push(Command::PutStart(PutStart {
+            client: ClientId(7),
+            key: key.clone(),
+            size_bytes: 1000 + i,
+            replica_num: 1,
+            preferred: vec![],
+            pin: Pin::None,
+        }));
+        if i % 2 == 0 {
+            cmds.push(Command::PutEnd { client: ClientId(7), key, checksum: i as u32 });
+        }
+    }
+    cmds.into_iter().enumerate().map(|(i, c)| entry(i as u64 + 1, c)).collect()
+}
+
+fn open(dir: &std::path::Path) -> (LogStore, StateMachineStore) {
+    open_store(&StoreOptions::new(dir)).expect("open store")
+}
+
+fn hash(sm: &StateMachineStore) -> (u64, usize) {
+    sm.reader().read(|s| (s.state_hash(), s.object_count()))
+}
+
+#[tokio::test]
+async fn a_snapshot_survives_restart_with_identical_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let (_log, mut sm) = open(dir.path());
+        sm.apply(workload()).await.unwrap();
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        hash(&sm)
+    };
+    let (_log, mut sm) = open(dir.path());
+    assert_eq!(hash(&sm), before);
+    assert_eq!(before.1, 20);
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(applied.map(|l| l.index), Some(workload().len() as u64));
+    let snap = sm.get_current_snapshot().await.unwrap().expect("snapshot kept");
+    assert_eq!(snap.meta.last_log_id, applied);
+}
+
+#[tokio::test]
+async fn installing_a_snapshot_replaces_the_whole_state() {
+    let src_dir = tempfile::tempdir().unwrap();
+    let (_l, mut src) = open(src_dir.path());
+    src.apply(workload()).await.unwrap();
+    let snap = src.get_snapshot_builder().await.build_snapshot().await.unwrap();
+
+    let dst_dir = tempfile::tempdir().unwrap();
+    let (_l2, mut dst) = open(dst_dir.path());
+    // Stale state on the receiver must not survive the install.
+    dst.apply(vec![entry(1, Command::RemountSegments { client: ClientId(99), segments: vec![] })]).await.unwrap();
+    dst.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
+    assert_eq!(hash(&dst), hash(&src));
+    assert!(dst.reader().read(|s| s.client(ClientId(99)).is_none()), "stale client survived install");
+}
+
+#[tokio::test]
+async fn a_bad_snapshot_is_refused_and_the_old_state_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_l, mut sm) = open(dir.path());
+    sm.apply(workload()).await.unwrap();
+    let good = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let before = hash(&sm);
+    let meta: SnapshotMeta<u64, openraft::BasicNode> = good.meta.clone();
+    let mut data = good.snapshot.into_inner();
+
+    let mut newer = data.clone();
+    newer[..4].copy_from_slice(&(SNAPSHOT_SCHEMA_VERSION + 1).to_le_bytes());
+    let err = sm.install_snapshot(&meta, Box::new(Cursor::new(newer))).await.unwrap_err();
+    assert!(err.to_string().contains("schema version"), "{err}");
+
+    data.truncate(data.len() / 2);
+    assert!(sm.install_snapshot(&meta, Box::new(Cursor::new(data))).await.is_err());
+    assert_eq!(hash(&sm), before, "a refused install changed the state");
+
+    drop(sm);
+    drop(_l);
+    let (_l, sm) = open(dir.path());
+    assert_eq!(hash(&sm), before, "a refused install changed the stored snapshot");
+}
