@@ -9,6 +9,7 @@
 pub mod codec;
 mod durable;
 mod error;
+mod flusher;
 mod log_store;
 mod sm_store;
 pub mod state;

@@ -4,13 +4,14 @@
 //!
 //! Durability promise: nothing is acknowledged before it is on stable storage.
 //! `save_vote`, `truncate` and `purge` return only after [`DataSync::sync`];
-//! `append` calls openraft's callback only after one sync covering the whole
-//! batch (group commit). `purge` records `last_purged` in the same sled
+//! `append` calls openraft's callback only after a sync covering the batch
+//! (group commit on the flusher thread, see `flusher.rs`). `purge` records `last_purged` in the same sled
 //! transaction that deletes the entries, so a crash can never leave entries
 //! gone without the marker. `committed` is only flushed: losing it makes a
 //! restart re-apply less, never wrongly.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 
@@ -24,6 +25,7 @@ use sled::transaction::{ConflictableTransactionResult, TransactionError};
 use crate::codec::{decode, encode};
 use crate::durable::DataSync;
 use crate::error::StoreError;
+use crate::flusher::Flusher;
 use crate::types::{LogId, NodeId, TypeConfig};
 
 /// A log entry of this type configuration.
@@ -44,6 +46,7 @@ pub struct LogStore {
     log: sled::Tree,
     meta: sled::Tree,
     sync: DataSync,
+    flusher: Arc<Flusher>,
 }
 
 impl LogStore {
@@ -52,7 +55,12 @@ impl LogStore {
     pub fn open(db: &sled::Db, sync: DataSync) -> Result<LogStore, StoreError> {
         let log = db.open_tree(LOG_TREE).map_err(StoreError::sled("open raft_log tree"))?;
         let meta = db.open_tree(META_TREE).map_err(StoreError::sled("open raft_meta tree"))?;
-        Ok(LogStore { log, meta, sync })
+        let flusher = Flusher::start(sync.clone()).map_err(|source| StoreError::Io {
+            op: "start log flusher thread",
+            path: String::new(),
+            source,
+        })?;
+        Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher) })
     }
 
     /// Decodes the value of meta `key`, `None` when absent.
@@ -106,12 +114,6 @@ impl LogStore {
             batch.insert(&index_key(entry.log_id.index), encode("log entry", &entry)?);
         }
         self.log.apply_batch(batch).map_err(StoreError::sled("append log entries"))
-    }
-
-    /// Writes `entries` and makes them durable with one sync.
-    async fn append_durably<I: IntoIterator<Item = Entry>>(&self, entries: I) -> Result<(), StoreError> {
-        self.write_entries(entries)?;
-        self.sync.sync_async().await
     }
 
     /// A batch deleting every entry whose index lies in `range`.
@@ -250,23 +252,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.read_meta(KEY_COMMITTED).map_err(read_logs)
     }
 
-    /// Writes `entries` in one batch (readable on return), syncs once, then
-    /// reports completion to `callback`; a failure goes to both.
+    /// Writes `entries` in one batch (readable on return) and hands
+    /// `callback` to the flusher, which completes it once a sync covers the
+    /// batch (group commit). A write failure goes to both.
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        match self.append_durably(entries).await {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(write_logs(e))
-            }
+        if let Err(e) = self.write_entries(entries) {
+            callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+            return Err(write_logs(e));
         }
+        self.flusher.submit(callback).map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     /// Deletes entries from `log_id.index` on; durable before returning.
