@@ -77,6 +77,7 @@ pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ObjectStatus)
         host_id: spec.map(|s| s.host_id.clone()).unwrap_or_default(),
         zone: spec.map(|s| s.zone.clone()).unwrap_or_default(),
         shm_path: spec.map(|s| s.shm_path.clone()).unwrap_or_default(),
+        segment_size: spec.map(|s| s.size_bytes).unwrap_or_default(),
     }
 }
 

@@ -54,10 +54,12 @@ impl TermState {
         *self.first_seen.entry(version).or_insert(now)
     }
 
-    /// Drops entries that can no longer matter.
-    pub fn prune(&mut self, now: Instant, live: impl Fn(ObjectVersion) -> bool) {
+    /// Drops entries that can no longer matter: expired leases, first-seen
+    /// times of versions that are gone, access times of keys that are gone.
+    pub fn prune(&mut self, now: Instant, live: impl Fn(ObjectVersion) -> bool, live_key: impl Fn(&str) -> bool) {
         self.leases.retain(|_, exp| *exp > now);
         self.first_seen.retain(|v, _| live(*v));
+        self.access.retain(|k, _| live_key(k));
     }
 }
 

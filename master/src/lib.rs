@@ -20,8 +20,10 @@ mod network;
 mod node;
 mod proposer;
 mod raft_service;
+mod run;
 mod shared;
 mod workers;
 
 pub use config::MasterConfig;
 pub use node::MasterNode;
+pub use run::run;

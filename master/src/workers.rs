@@ -130,7 +130,7 @@ async fn reclaim_puts(ctx: &DutyContext) {
                 .map(|o| o.version)
                 .chain(s.discarded().map(|d| ObjectVersion(d.version.0 | DISCARDED_BIT)))
                 .collect();
-            t.prune(now, |v| live.contains(&v));
+            t.prune(now, |v| live.contains(&v), |k| s.object(k).is_some());
             (discard, release)
         })
     });

@@ -168,9 +168,15 @@ async fn scenario(cluster: &mut Cluster) -> bool {
     let remove = if old_leader == 1 { 2 } else { 1 };
     let remaining: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|i| *i != remove).collect();
     client.change_membership(remaining.clone(), false).await.expect("remove a master");
-    let info = cluster.info(4).await.expect("info from master 4");
-    let voters: Vec<u64> = info.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
-    assert_eq!(voters, remaining, "membership after removal");
+    // Every remaining member learns the new configuration.
+    for id in &remaining {
+        wait_until(&format!("master {id} to see voters {remaining:?}"), Duration::from_secs(10), || async {
+            let info = cluster.info(*id).await?;
+            let voters: Vec<u64> = info.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+            (voters == remaining).then_some(())
+        })
+        .await;
+    }
 
     // The cluster still takes writes.
     let req = PutStartRequest {

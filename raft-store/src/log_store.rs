@@ -11,9 +11,9 @@
 //! restart re-apply less, never wrongly.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};

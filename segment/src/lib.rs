@@ -7,6 +7,8 @@
 
 mod allocator;
 mod ids;
+mod memory;
 
 pub use allocator::{ALLOC_ALIGN_BYTES, AllocError, Range, RangeAllocator};
 pub use ids::{ClientId, SegmentId};
+pub use memory::{FileIdentity, MemoryError, SHM_DIR, SHM_NAME_MAX_BYTES, SegmentMemory, free_bytes};

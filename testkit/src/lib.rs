@@ -1,8 +1,8 @@
-//! The one harness integration tests use to run clusters of real
-//! `mooncake-master` processes on loopback: start, kill (SIGKILL), restart
-//! from the data dir, add joiners, and wait on conditions with deadlines.
-//! Every child is killed when the [`Cluster`] is dropped.
+//! The one harness integration tests use: [`Cluster`], real `mooncake-master`
+//! and store-node processes on loopback (the same code as `mooncake up`),
+//! with start, SIGKILL, restart and waits that panic with the logs' tails.
 
 mod cluster;
 
-pub use cluster::{Cluster, ClusterBuilder, MasterProc, free_port, wait_until};
+pub use cluster::{Cluster, ClusterBuilder, wait_until};
+pub use mooncake_client::local_cluster::free_port;

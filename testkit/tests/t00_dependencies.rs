@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-    let rows: [(&str, &[&str]); 9] = [
+    let rows: [(&str, &[&str]); 10] = [
         ("mooncake-proto", &[]),
         ("mooncake-segment", &[]),
         ("mooncake-raft-store", &["mooncake-segment"]),
         ("mooncake-master", &["mooncake-proto", "mooncake-segment", "mooncake-raft-store"]),
         ("mooncake-transfer", &["mooncake-segment"]),
         ("mooncake-client", &["mooncake-proto", "mooncake-segment", "mooncake-transfer"]),
+        ("mooncake-cli", &["mooncake-client", "mooncake-master", "mooncake-proto", "mooncake-transfer"]),
         ("mooncake-testkit", &["mooncake-client", "mooncake-proto"]),
         (
             "mooncake-jepsen",

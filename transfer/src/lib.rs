@@ -1,5 +1,25 @@
 //! The transfer engine: moves object bytes between a local buffer and a
-//! remote segment (TCP lanes, shared memory, RDMA behind a feature).
+//! remote segment (TCP lanes, shared memory; RDMA behind a feature, not yet).
 //!
-//! Depends only on `segment`; knows nothing of Raft or the masters.
-//! Not built yet: see issue "Data path".
+//! Key types: [`TransferEngine`] (picks a backend per target), the
+//! [`Transport`] trait with [`TcpTransport`] and [`ShmTransport`], the store
+//! node side [`TransferServer`] serving a [`SegmentRegistry`], and the wire
+//! format in [`frame`]. [`testing`] is the conformance suite every transport
+//! runs. Depends only on `segment`; knows nothing of Raft or the masters.
+
+mod error;
+pub mod frame;
+mod registry;
+mod server;
+mod shm;
+mod sockopt;
+mod tcp;
+pub mod testing;
+mod transport;
+
+pub use error::TransferError;
+pub use registry::{REGISTRY_SEGMENTS_MAX, SegmentRegistry};
+pub use server::{ServerConfig, ServerStats, TransferServer};
+pub use shm::{SHM_MAPPINGS_MAX, ShmTransport};
+pub use tcp::{TcpConfig, TcpTransport};
+pub use transport::{ParseProtocolError, Protocol, RemoteSegment, TransferEngine, Transport};

@@ -1,0 +1,124 @@
+//! The `mooncake` command-line tool: cluster status and membership, object
+//! commands, a master, a store node, a local cluster (`up`) and the demo
+//! workload. One binary runs every role, so `mooncake up` needs nothing else.
+
+mod demo;
+mod members;
+mod objects;
+mod store;
+mod up;
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use mooncake_client::{MasterClient, MasterClientConfig, status};
+
+#[derive(Parser)]
+#[command(name = "mooncake", version, about = "mooncake-rs: a KV-cache store with a Raft-replicated master")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Where the masters are.
+#[derive(clap::Args, Clone, Debug)]
+pub struct MastersArg {
+    /// Master addresses, comma separated (`host:port,host:port`).
+    #[arg(long, env = "MOONCAKE_MASTERS", value_delimiter = ',', default_value = "127.0.0.1:50051")]
+    pub masters: Vec<String>,
+}
+
+impl MastersArg {
+    pub fn client(&self) -> anyhow::Result<MasterClient> {
+        Ok(MasterClient::new(MasterClientConfig::new(self.masters.clone()))?)
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show members, leader, term, commit index, segments and objects.
+    Status {
+        #[command(flatten)]
+        masters: MastersArg,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// Refresh every N seconds until interrupted.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+    },
+    /// Change or list the master quorum.
+    Member {
+        #[command(subcommand)]
+        op: members::MemberOp,
+    },
+    /// Run a master (same flags as `mooncake-master`).
+    Master(mooncake_master::MasterConfig),
+    /// Run a store node: contribute a segment of memory and serve transfers.
+    Store(store::StoreArgs),
+    /// Store a file (or `-` for stdin) under KEY.
+    Put(objects::PutArgs),
+    /// Write the object KEY to FILE (or stdout).
+    Get(objects::GetArgs),
+    /// Remove the object KEY.
+    Rm(objects::RmArgs),
+    /// List objects (optionally by key prefix).
+    Ls(objects::LsArgs),
+    /// Show an object's size, checksum and replicas.
+    Stat(objects::StatArgs),
+    /// Run a local cluster (3 masters, 2 store nodes) until Ctrl-C.
+    Up(up::UpArgs),
+    /// Start a local cluster, run a KV-cache workload through a leader kill, print a summary.
+    Demo(demo::DemoArgs),
+}
+
+async fn status_cmd(masters: MastersArg, json: bool, watch: Option<u64>) -> anyhow::Result<()> {
+    let c = masters.client()?;
+    loop {
+        let s = status::gather(&c, &masters.masters).await;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            if watch.is_some() {
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", status::render(&s));
+        }
+        match watch {
+            None => {
+                anyhow::ensure!(s.leader_id.is_some(), "no leader known among {:?}", masters.masters);
+                return Ok(());
+            }
+            Some(secs) => tokio::time::sleep(Duration::from_secs(secs.max(1))).await,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // A master sets up its own logging (text or JSON, per its flags).
+    let cmd = match Cli::parse().cmd {
+        Cmd::Master(cfg) => return mooncake_master::run(cfg).await,
+        other => other,
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cmd {
+        Cmd::Master(cfg) => mooncake_master::run(cfg).await,
+        Cmd::Status { masters, json, watch } => status_cmd(masters, json, watch).await,
+        Cmd::Member { op } => members::run(op).await,
+        Cmd::Store(a) => store::run(a).await,
+        Cmd::Put(a) => objects::put(a).await,
+        Cmd::Get(a) => objects::get(a).await,
+        Cmd::Rm(a) => objects::rm(a).await,
+        Cmd::Ls(a) => objects::ls(a).await,
+        Cmd::Stat(a) => objects::stat(a).await,
+        Cmd::Up(a) => up::run(a).await,
+        Cmd::Demo(a) => demo::run(a).await,
+    }
+}

@@ -1,0 +1,72 @@
+//! `mooncake up`: a local cluster in the foreground — masters and store
+//! nodes as child processes on loopback, data under a directory it prints —
+//! until Ctrl-C, which stops everything cleanly.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mooncake_client::LocalCluster;
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Number of masters (1, 3 or 5).
+    #[arg(long, default_value_t = 3)]
+    pub masters: u64,
+    /// Number of store nodes.
+    #[arg(long, default_value_t = 2)]
+    pub stores: u64,
+    /// Segment size of each store node.
+    #[arg(long = "segment-size", default_value = "512MiB")]
+    pub segment_size: String,
+    /// Data and logs directory (default: a new directory under the temp dir, kept).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Starts the cluster and waits until it serves.
+pub async fn start(masters: u64, stores: u64, segment_size: &str, dir: PathBuf) -> anyhow::Result<LocalCluster> {
+    // One binary runs every role: `mooncake master` and `mooncake store`.
+    let me = std::env::current_exe()?;
+    let cluster = LocalCluster::builder()
+        .master_command(&me, &["master"])
+        .store_command(&me, &["store"])
+        .masters(masters)
+        .stores(stores)
+        .segment_size(segment_size)
+        .dir(dir)
+        .start()
+        .map_err(anyhow::Error::msg)?;
+    let ready = async {
+        let (leader, term) = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+        cluster.wait_for_segments(stores, Duration::from_secs(20)).await?;
+        Ok::<_, String>((leader, term))
+    };
+    match ready.await {
+        Ok((leader, term)) => {
+            eprintln!("cluster up: leader is master {leader} (term {term}); {stores} store nodes mounted");
+            Ok(cluster)
+        }
+        Err(e) => anyhow::bail!("{e}\n{}", cluster.log_tails(20)),
+    }
+}
+
+pub fn default_dir(what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mooncake-{what}-{}", std::process::id()))
+}
+
+pub async fn run(a: UpArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.masters >= 1 && a.masters % 2 == 1, "--masters {} must be odd (1, 3, 5)", a.masters);
+    let dir = a.dir.unwrap_or_else(|| default_dir("up"));
+    eprintln!("starting {} masters and {} store nodes; data and logs in {}", a.masters, a.stores, dir.display());
+    let mut cluster = start(a.masters, a.stores, &a.segment_size, dir).await?;
+    let masters = cluster.master_addrs().join(",");
+    println!("masters: {masters}");
+    println!("try:     export MOONCAKE_MASTERS={masters}");
+    println!("         mooncake status; echo hello | mooncake put greeting -; mooncake get greeting");
+    println!("Ctrl-C stops everything.");
+    crate::store::wait_for_signal().await;
+    eprintln!("stopping the cluster");
+    cluster.stop();
+    eprintln!("stopped; data kept in {}", cluster.dir().display());
+    Ok(())
+}

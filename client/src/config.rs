@@ -1,0 +1,136 @@
+//! `ClientConfig`: Mooncake's setup knobs for one client process, with the
+//! same names (`local_hostname`, `global_segment_size`, `local_buffer_size`,
+//! `protocol`), plus our identity and transfer settings. Defaults live here.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use mooncake_transfer::{Protocol, TcpConfig};
+
+/// Heartbeat period: a third of the master's default `client_ttl` (10 s) so
+/// two lost pings never expire a live client.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_000);
+
+/// How one client process joins the store.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Master addresses (`host:port`), some or all.
+    pub masters: Vec<String>,
+    /// This host's name as other nodes reach it; also its host id for
+    /// same-host (shm) transfers and replica choice.
+    pub local_hostname: String,
+    /// Zone label (rack, switch) for replica choice.
+    pub zone: String,
+    /// Bytes of memory this process contributes to the pool (0 = none).
+    pub global_segment_size: u64,
+    /// Bytes of registered buffer the client keeps for transfers (pooled,
+    /// pre-faulted). 0 = allocate per call.
+    pub local_buffer_size: u64,
+    /// Transport: `tcp`, `shm`, `rdma` (falls back to tcp) or `auto`.
+    pub protocol: Protocol,
+    /// Stable identity. A restarted process that keeps it re-registers at
+    /// once and its stale segments are unmounted; `None` = random per start.
+    pub client_id: Option<u64>,
+    /// Where the store role serves transfers (port 0 = any free port).
+    pub transfer_listen: SocketAddr,
+    /// Touch every page of the segment at start, so no put page-faults.
+    pub prefault: bool,
+    /// Back the segment by a file in /dev/shm (same-host clients map it).
+    pub shm_segment: bool,
+    pub tcp: TcpConfig,
+    pub heartbeat_interval: Duration,
+    /// Replicas per put unless the call says otherwise.
+    pub default_replicas: u32,
+}
+
+impl ClientConfig {
+    /// A client of `masters` on loopback that contributes no memory.
+    pub fn new(masters: Vec<String>) -> Self {
+        ClientConfig {
+            masters,
+            local_hostname: "127.0.0.1".into(),
+            zone: String::new(),
+            global_segment_size: 0,
+            local_buffer_size: 0,
+            protocol: Protocol::Tcp,
+            client_id: None,
+            transfer_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            prefault: false,
+            shm_segment: true,
+            tcp: TcpConfig::default(),
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            default_replicas: 1,
+        }
+    }
+
+    /// Checks values and relations; the message says what to change.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.masters.is_empty() {
+            return Err("no master address; set masters (e.g. 127.0.0.1:50051)".into());
+        }
+        if self.local_hostname.is_empty() {
+            return Err("local_hostname is empty; set the address other nodes reach this host by".into());
+        }
+        if self.global_segment_size != 0 && self.global_segment_size < mooncake_segment::ALLOC_ALIGN_BYTES {
+            return Err(format!(
+                "global_segment_size {} is below {} bytes; use 0 (contribute nothing) or more",
+                self.global_segment_size,
+                mooncake_segment::ALLOC_ALIGN_BYTES
+            ));
+        }
+        if self.default_replicas == 0 {
+            return Err("default_replicas must be at least 1".into());
+        }
+        if self.heartbeat_interval.is_zero() {
+            return Err("heartbeat_interval must be positive".into());
+        }
+        self.tcp.validate().map_err(|e| e.to_string())
+    }
+}
+
+/// Parses sizes like `4096`, `64KiB`, `512MiB`, `4GiB`, `1GB` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 4096, 64KiB, 4GiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} in {s:?}; use KiB, MiB, GiB or TiB")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("1 MB").unwrap(), 1 << 20);
+        assert!(parse_size("12XB").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999TiB").unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn impossible_client_configs_are_refused() {
+        let mut c = ClientConfig::new(vec![]);
+        assert!(c.validate().unwrap_err().contains("no master"));
+        c.masters = vec!["127.0.0.1:1".into()];
+        c.global_segment_size = 10;
+        assert!(c.validate().unwrap_err().contains("global_segment_size 10"));
+        c.global_segment_size = 0;
+        c.default_replicas = 0;
+        assert!(c.validate().is_err());
+        c.default_replicas = 1;
+        assert!(c.validate().is_ok());
+    }
+}

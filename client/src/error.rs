@@ -1,0 +1,38 @@
+//! `ClientError`: everything a store client call can fail with, mapped from
+//! the master's error codes and the transfer engine's errors.
+
+use mooncake_proto::ErrorCode;
+use mooncake_transfer::TransferError;
+
+use crate::master_client::MasterError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+    #[error("master: {0}")]
+    Master(#[from] MasterError),
+    #[error("object {0:?} not found")]
+    NotFound(String),
+    #[error("transfer failed: {0}")]
+    Transfer(#[from] TransferError),
+    #[error("object {key:?}: every replica failed ({tried} tried); last error: {last}")]
+    AllReplicasFailed { key: String, tried: usize, last: String },
+    #[error("buffer of {buf} bytes is too small for object {key:?} of {size} bytes")]
+    BufferTooSmall { key: String, size: u64, buf: usize },
+    #[error("segment memory: {0}")]
+    Memory(#[from] mooncake_segment::MemoryError),
+    #[error("transfer server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ClientError {
+    /// The master's stable error code, when the master refused the call.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Master(m) => m.code(),
+            ClientError::NotFound(_) => Some(ErrorCode::ObjectNotFound),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! `LocalCluster`: masters and store nodes as real child processes on
+//! loopback, all data under one directory. It backs `mooncake up`,
+//! `mooncake demo` and every multi-process test (through `mooncake-testkit`):
+//! start, SIGKILL, restart from the data dir, add joiners, wait for a leader.
+//! Every child is killed when the cluster is dropped.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mooncake_proto::master::GetClusterInfoResponse;
+
+use crate::master_client::{MasterClient, MasterClientConfig};
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Polls `cond` every 20 ms until it returns `Some`, or fails after
+/// `timeout`. The condition is the event; the interval bounds how late we see it.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut cond: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = cond().await {
+            return Ok(v);
+        }
+        if start.elapsed() > timeout {
+            return Err(format!("timed out after {timeout:?} waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Kind of a child process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Master,
+    Store,
+}
+
+/// One child process and how to start it again.
+pub struct Node {
+    pub role: Role,
+    pub id: u64,
+    /// gRPC address of a master; transfer address of a store ("" until known).
+    pub addr: String,
+    pub http: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    bin: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Node {
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn launch(&mut self) -> std::io::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let filter = std::env::var("MOONCAKE_CHILD_LOG").unwrap_or_else(|_| "info,openraft=warn".into());
+        let child = Command::new(&self.bin)
+            .args(&self.args)
+            .env("RUST_LOG", filter)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| std::io::Error::new(e.kind(), format!("starting {}: {e}", self.bin.display())))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Asks the process to stop (SIGTERM) and waits up to `grace`, then kills it.
+    fn stop(&mut self, grace: Duration) {
+        let Some(mut c) = self.child.take() else { return };
+        // SAFETY: kill(2) with a pid we own and a valid signal number.
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Where the binaries are: `MOONCAKE_BIN_DIR`, else next to this executable,
+/// else one level up (test executables live in `target/<profile>/deps`).
+pub fn find_binary(name: &str) -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("MOONCAKE_BIN_DIR") {
+        return Ok(PathBuf::from(dir).join(name));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("executable has no directory")?;
+    for candidate in [dir.join(name), dir.parent().map(|p| p.join(name)).unwrap_or_default()] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(format!("{name} not found next to {}; build it (cargo build --release --bin {name})", exe.display()))
+}
+
+/// How to build a [`LocalCluster`].
+pub struct LocalClusterBuilder {
+    masters: u64,
+    stores: u64,
+    segment_size: String,
+    master_args: Vec<String>,
+    store_args: Vec<String>,
+    dir: Option<PathBuf>,
+    master_cmd: Option<(PathBuf, Vec<String>)>,
+    store_cmd: Option<(PathBuf, Vec<String>)>,
+}
+
+impl LocalClusterBuilder {
+    pub fn masters(mut self, n: u64) -> Self {
+        self.masters = n;
+        self
+    }
+    pub fn stores(mut self, n: u64) -> Self {
+        self.stores = n;
+        self
+    }
+    /// Segment size of each store node (e.g. `256MiB`).
+    pub fn segment_size(mut self, s: impl Into<String>) -> Self {
+        self.segment_size = s.into();
+        self
+    }
+    /// An extra flag for every master (e.g. `--client_ttl=2`).
+    pub fn master_arg(mut self, a: impl Into<String>) -> Self {
+        self.master_args.push(a.into());
+        self
+    }
+    /// An extra flag for every store node.
+    pub fn store_arg(mut self, a: impl Into<String>) -> Self {
+        self.store_args.push(a.into());
+        self
+    }
+    /// Keep data here instead of a new temporary directory (kept after exit).
+    pub fn dir(mut self, d: impl Into<PathBuf>) -> Self {
+        self.dir = Some(d.into());
+        self
+    }
+    /// Run masters as `p` (default: `mooncake-master` next to this executable).
+    pub fn master_bin(mut self, p: impl Into<PathBuf>) -> Self {
+        self.master_cmd = Some((p.into(), Vec::new()));
+        self
+    }
+    /// Run masters as `program prefix… flags…` (e.g. `mooncake master`).
+    pub fn master_command(mut self, program: impl Into<PathBuf>, prefix: &[&str]) -> Self {
+        self.master_cmd = Some((program.into(), prefix.iter().map(|s| s.to_string()).collect()));
+        self
+    }
+    /// Run store nodes as `program prefix… flags…` (default: `mooncake store`).
+    pub fn store_command(mut self, program: impl Into<PathBuf>, prefix: &[&str]) -> Self {
+        self.store_cmd = Some((program.into(), prefix.iter().map(|s| s.to_string()).collect()));
+        self
+    }
+
+    /// Starts the founding masters, then the store nodes (not waiting for either).
+    pub fn start(self) -> Result<LocalCluster, String> {
+        let (dir, temp) = match self.dir {
+            Some(d) => (d, None),
+            None => {
+                let t = tempfile::Builder::new().prefix("mooncake-").tempdir().map_err(|e| e.to_string())?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let master_cmd = match self.master_cmd {
+            Some(c) => c,
+            None => (find_binary("mooncake-master")?, Vec::new()),
+        };
+        let mut cluster = LocalCluster {
+            dir,
+            _temp: temp,
+            master_cmd,
+            store_cmd: self.store_cmd,
+            nodes: BTreeMap::new(),
+            master_args: self.master_args,
+            store_args: self.store_args,
+            segment_size: self.segment_size,
+        };
+        let port = |_| free_port().map_err(|e| e.to_string());
+        let addrs: Vec<(u64, String)> =
+            (1..=self.masters).map(|id| port(id).map(|p| (id, format!("127.0.0.1:{p}")))).collect::<Result<_, _>>()?;
+        let initial = addrs.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",");
+        for (id, addr) in addrs {
+            cluster.spawn_master(id, addr, vec![format!("--initial-cluster={initial}")])?;
+        }
+        for id in 1..=self.stores {
+            cluster.spawn_store(id)?;
+        }
+        Ok(cluster)
+    }
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    master_cmd: (PathBuf, Vec<String>),
+    store_cmd: Option<(PathBuf, Vec<String>)>,
+    nodes: BTreeMap<(u8, u64), Node>,
+    master_args: Vec<String>,
+    store_args: Vec<String>,
+    segment_size: String,
+}
+
+fn key(role: Role, id: u64) -> (u8, u64) {
+    (if role == Role::Master { 0 } else { 1 }, id)
+}
+
+impl LocalCluster {
+    pub fn builder() -> LocalClusterBuilder {
+        LocalClusterBuilder {
+            masters: 3,
+            stores: 0,
+            segment_size: "256MiB".into(),
+            master_args: Vec::new(),
+            store_args: Vec::new(),
+            dir: None,
+            master_cmd: None,
+            store_cmd: None,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn spawn_master(&mut self, id: u64, addr: String, membership: Vec<String>) -> Result<(), String> {
+        let data_dir = self.dir.join(format!("master-{id}"));
+        let http = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+        let (bin, mut args) = self.master_cmd.clone();
+        args.extend([
+            format!("--id={id}"),
+            format!("--listen={addr}"),
+            format!("--data-dir={}", data_dir.display()),
+            format!("--http={http}"),
+        ]);
+        args.extend(membership);
+        args.extend(self.master_args.iter().cloned());
+        let log = self.dir.join(format!("master-{id}.log"));
+        let mut node = Node { role: Role::Master, id, addr, http, data_dir, log, bin, args, child: None };
+        node.launch().map_err(|e| e.to_string())?;
+        self.nodes.insert(key(Role::Master, id), node);
+        Ok(())
+    }
+
+    fn spawn_store(&mut self, id: u64) -> Result<(), String> {
+        let (bin, mut args) = match &self.store_cmd {
+            Some(c) => c.clone(),
+            None => (find_binary("mooncake")?, vec!["store".to_string()]),
+        };
+        let port = free_port().map_err(|e| e.to_string())?;
+        args.extend([
+            format!("--masters={}", self.master_addrs().join(",")),
+            format!("--segment-size={}", self.segment_size),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--client-id={}", 0x5700 + id),
+            format!("--zone=zone-{}", (id - 1) % 2),
+        ]);
+        args.extend(self.store_args.iter().cloned());
+        let log = self.dir.join(format!("store-{id}.log"));
+        let data_dir = self.dir.join(format!("store-{id}"));
+        let addr = format!("127.0.0.1:{port}");
+        let mut node = Node { role: Role::Store, id, addr, http: String::new(), data_dir, log, bin, args, child: None };
+        node.launch().map_err(|e| e.to_string())?;
+        self.nodes.insert(key(Role::Store, id), node);
+        Ok(())
+    }
+
+    /// Starts a new master with `--join` (a member only once added).
+    pub fn start_joiner(&mut self, id: u64) -> Result<String, String> {
+        let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+        self.spawn_master(id, addr.clone(), vec!["--join".into()])?;
+        Ok(addr)
+    }
+
+    pub fn node(&self, role: Role, id: u64) -> Option<&Node> {
+        self.nodes.get(&key(role, id))
+    }
+
+    pub fn master_ids(&self) -> Vec<u64> {
+        self.nodes.values().filter(|n| n.role == Role::Master).map(|n| n.id).collect()
+    }
+
+    pub fn store_ids(&self) -> Vec<u64> {
+        self.nodes.values().filter(|n| n.role == Role::Store).map(|n| n.id).collect()
+    }
+
+    /// gRPC addresses of every master (running or not).
+    pub fn master_addrs(&self) -> Vec<String> {
+        self.nodes.values().filter(|n| n.role == Role::Master).map(|n| n.addr.clone()).collect()
+    }
+
+    /// A master client that knows every master.
+    pub fn client(&self) -> Result<MasterClient, String> {
+        MasterClient::new(MasterClientConfig::new(self.master_addrs())).map_err(|e| e.to_string())
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self, role: Role, id: u64) {
+        if let Some(n) = self.nodes.get_mut(&key(role, id)) {
+            n.kill();
+        }
+    }
+
+    /// Restarts a stopped node with its original flags and data dir.
+    pub fn restart(&mut self, role: Role, id: u64) -> Result<(), String> {
+        let n = self.nodes.get_mut(&key(role, id)).ok_or("unknown node")?;
+        if n.is_running() {
+            return Err(format!("{role:?} {id} is running"));
+        }
+        n.launch().map_err(|e| e.to_string())
+    }
+
+    /// Cluster info from master `id`, if it answers.
+    pub async fn info(&self, id: u64) -> Option<GetClusterInfoResponse> {
+        let n = self.node(Role::Master, id).filter(|n| n.is_running())?;
+        let c = MasterClient::new(MasterClientConfig::new(vec![n.addr.clone()])).ok()?;
+        c.cluster_info_of(&n.addr).await.ok()
+    }
+
+    /// Waits until every running master agrees on one leader: `(id, term)`.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<(u64, u64), String> {
+        wait_for("a leader all running masters agree on", timeout, || async {
+            let mut seen = None;
+            for id in self.master_ids() {
+                if !self.node(Role::Master, id)?.is_running() {
+                    continue;
+                }
+                let info = self.info(id).await?;
+                if info.leader_id == 0 || seen.is_some_and(|s| s != (info.leader_id, info.term)) {
+                    return None;
+                }
+                seen = Some((info.leader_id, info.term));
+            }
+            let (leader, _) = seen?;
+            self.node(Role::Master, leader).filter(|n| n.is_running())?;
+            seen
+        })
+        .await
+    }
+
+    /// Waits until the leader knows `n` segments.
+    pub async fn wait_for_segments(&self, n: u64, timeout: Duration) -> Result<(), String> {
+        let (leader, _) = self.wait_for_leader(timeout).await?;
+        wait_for(&format!("{n} mounted segments"), timeout, || async {
+            (self.info(leader).await?.segment_count >= n).then_some(())
+        })
+        .await
+    }
+
+    /// The last lines of every log (for failures).
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for n in self.nodes.values() {
+            let text = std::fs::read_to_string(&n.log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+            out.push_str(&format!("---- {:?} {} ({}) ----\n", n.role, n.id, n.log.display()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Stops every node: store nodes first (they unmount), then masters.
+    pub fn stop(&mut self) {
+        for n in self.nodes.values_mut().filter(|n| n.role == Role::Store) {
+            n.stop(Duration::from_secs(3));
+        }
+        for n in self.nodes.values_mut() {
+            n.stop(Duration::from_secs(3));
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for n in self.nodes.values_mut() {
+            n.kill();
+        }
+    }
+}

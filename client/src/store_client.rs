@@ -1,0 +1,252 @@
+//! `Client`: the store client library. Puts run PutStart → parallel writes
+//! to every replica → PutEnd with a crc32c checksum (PutRevoke on any
+//! failure); gets choose the nearest replica (same host, then same zone),
+//! verify the checksum and fall back to the next replica. A client that
+//! contributes memory also serves its segment (the store-node role) and
+//! keeps it registered through heartbeats.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use mooncake_proto::master::{GetReplicaListResponse, PutStartRequest, Replica};
+use mooncake_segment::SegmentId;
+use mooncake_transfer::{RemoteSegment, TransferEngine};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::ClientConfig;
+use crate::error::ClientError;
+use crate::local_segment::LocalSegment;
+use crate::master_client::{MasterClient, MasterClientConfig};
+
+/// Options of one put.
+#[derive(Clone, Debug, Default)]
+pub struct PutOptions {
+    /// Replicas wanted (0 = the client's default). Fewer are placed when
+    /// fewer segments have room.
+    pub replicas: u32,
+    /// Segments to try first.
+    pub preferred_segments: Vec<u64>,
+    /// 0 none, 1 soft, 2 hard (never evicted).
+    pub pin: i32,
+}
+
+/// A connected store client.
+pub struct Client {
+    cfg: ClientConfig,
+    client_id: u64,
+    master: Arc<MasterClient>,
+    engine: Arc<TransferEngine>,
+    local: Option<Arc<LocalSegment>>,
+    stop: watch::Sender<bool>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl Client {
+    /// Connects to the masters; when `global_segment_size > 0`, also creates,
+    /// serves and registers this process's segment.
+    pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
+        cfg.validate().map_err(ClientError::Config)?;
+        let client_id = cfg.client_id.unwrap_or_else(rand::random);
+        let mut mcfg = MasterClientConfig::new(cfg.masters.clone());
+        mcfg.rpc_timeout = mcfg.rpc_timeout.min(cfg.tcp.request_timeout);
+        let master = Arc::new(MasterClient::new(mcfg)?);
+        let engine = Arc::new(TransferEngine::new(cfg.local_hostname.clone(), cfg.protocol, cfg.tcp.clone())?);
+        let local = match cfg.global_segment_size {
+            0 => None,
+            size => Some(Arc::new(LocalSegment::start(&cfg, client_id, size).await?)),
+        };
+        // Register at once with our exact set of segments: a restarted
+        // process with the same identity replaces its stale segments now
+        // instead of waiting for its old registration to expire.
+        let segments = local.iter().map(|l| l.spec()).collect();
+        master.remount_segments(client_id, segments).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let heartbeat = Some(tokio::spawn(crate::heartbeat::run(
+            master.clone(),
+            client_id,
+            local.clone(),
+            cfg.heartbeat_interval,
+            stop_rx,
+        )));
+        tracing::info!(client = format!("{client_id:016x}"), segment = ?local.as_ref().map(|l| l.spec().id), "client connected");
+        Ok(Client { cfg, client_id, master, engine, local, stop, heartbeat })
+    }
+
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    pub fn master(&self) -> &MasterClient {
+        &self.master
+    }
+
+    /// The segment this process serves, if any.
+    pub fn local_segment(&self) -> Option<&LocalSegment> {
+        self.local.as_deref()
+    }
+
+    /// Stores `data` under `key`.
+    pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
+        let replicas = self.put_start(key, data.len() as u64, opts).await?;
+        let result = self.write_replicas(&replicas, data).await;
+        let result = match result {
+            Ok(()) => self.master.put_end(self.client_id, key, crc32c::crc32c(data)).await.map_err(ClientError::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            if let Err(revoke) = self.master.put_revoke(self.client_id, key).await {
+                tracing::warn!(key, error = %revoke, "put revoke after a failed put");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Same as [`put`](Self::put); the name of Mooncake's zero-copy variant.
+    pub async fn put_from(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
+        self.put(key, data, opts).await
+    }
+
+    async fn put_start(&self, key: &str, size: u64, opts: &PutOptions) -> Result<Vec<Replica>, ClientError> {
+        let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
+        let req = PutStartRequest {
+            client_id: self.client_id,
+            key: key.to_string(),
+            size,
+            replica_num,
+            preferred_segments: opts.preferred_segments.clone(),
+            pin: opts.pin,
+        };
+        Ok(self.master.put_start(req).await?)
+    }
+
+    async fn write_replicas(&self, replicas: &[Replica], data: &[u8]) -> Result<(), ClientError> {
+        let writes = replicas.iter().map(|r| async move { self.engine.write(&remote(r), r.offset, data).await });
+        for r in join_all(writes).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Reads `key` into `buf`; returns its size.
+    pub async fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<usize, ClientError> {
+        let list = self.replica_list(key).await?;
+        self.read_object(key, &list, buf).await
+    }
+
+    /// Reads `key` into a new buffer.
+    pub async fn get(&self, key: &str) -> Result<Vec<u8>, ClientError> {
+        let list = self.replica_list(key).await?;
+        let mut buf = vec![0u8; list.size as usize];
+        let n = self.read_object(key, &list, &mut buf).await?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    async fn replica_list(&self, key: &str) -> Result<GetReplicaListResponse, ClientError> {
+        match self.master.get_replica_list(self.client_id, key).await {
+            Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ObjectNotFound) => {
+                Err(ClientError::NotFound(key.to_string()))
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Reads from the nearest replica whose bytes match the checksum.
+    async fn read_object(
+        &self,
+        key: &str,
+        list: &GetReplicaListResponse,
+        buf: &mut [u8],
+    ) -> Result<usize, ClientError> {
+        let size = list.size as usize;
+        if buf.len() < size {
+            return Err(ClientError::BufferTooSmall { key: key.into(), size: list.size, buf: buf.len() });
+        }
+        let dst = &mut buf[..size];
+        let mut last = String::from("no replica");
+        let order = self.nearest_first(&list.replicas);
+        for r in &order {
+            match self.engine.read(&remote(r), r.offset, dst).await {
+                Ok(()) if crc32c::crc32c(dst) == list.checksum => return Ok(size),
+                Ok(()) => {
+                    last = format!("checksum mismatch on segment {} at {}", SegmentId(r.segment_id), r.endpoint);
+                    tracing::warn!(key, %last, "corrupt replica; trying the next one");
+                }
+                Err(e) => {
+                    last = format!("{}: {e}", r.endpoint);
+                    tracing::warn!(key, error = %e, "replica read failed; trying the next one");
+                }
+            }
+        }
+        Err(ClientError::AllReplicasFailed { key: key.into(), tried: order.len(), last })
+    }
+
+    /// Same host first, then same zone, then the rest (stable within groups).
+    fn nearest_first<'a>(&self, replicas: &'a [Replica]) -> Vec<&'a Replica> {
+        let mut v: Vec<&Replica> = replicas.iter().collect();
+        v.sort_by_key(|r| {
+            let same_host = r.host_id == self.cfg.local_hostname;
+            let same_zone = !self.cfg.zone.is_empty() && r.zone == self.cfg.zone;
+            (!same_host, !same_zone)
+        });
+        v
+    }
+
+    /// Puts several objects: one batch PutStart, parallel writes, one batch PutEnd.
+    pub async fn put_batch(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
+        join_all(items.iter().map(|(k, d)| self.put(k, d, opts))).await
+    }
+
+    /// Gets several objects in parallel.
+    pub async fn get_batch(&self, keys: &[&str]) -> Vec<Result<Vec<u8>, ClientError>> {
+        join_all(keys.iter().map(|k| self.get(k))).await
+    }
+
+    pub async fn exists(&self, key: &str) -> Result<bool, ClientError> {
+        Ok(self.master.exist_key(key).await?)
+    }
+
+    pub async fn get_size(&self, key: &str) -> Result<u64, ClientError> {
+        match self.master.get_size(key).await {
+            Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ObjectNotFound) => {
+                Err(ClientError::NotFound(key.to_string()))
+            }
+            other => Ok(other?),
+        }
+    }
+
+    pub async fn remove(&self, key: &str, force: bool) -> Result<(), ClientError> {
+        Ok(self.master.remove(key, force).await?)
+    }
+
+    pub async fn remove_all(&self, force: bool) -> Result<u64, ClientError> {
+        Ok(self.master.remove_all(force).await?)
+    }
+
+    /// Stops heartbeats, unmounts this process's segment and stops serving it.
+    pub async fn close(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        if let Some(local) = self.local.take() {
+            if let Err(e) = self.master.unmount_segment(self.client_id, local.spec().id).await {
+                tracing::warn!(error = %e, "unmount on close");
+            }
+            local.stop().await;
+        }
+    }
+}
+
+/// Where a replica lives, for the transfer engine.
+pub fn remote(r: &Replica) -> RemoteSegment {
+    RemoteSegment {
+        id: SegmentId(r.segment_id),
+        endpoint: r.endpoint.clone(),
+        host_id: r.host_id.clone(),
+        shm_path: r.shm_path.clone(),
+        size_bytes: r.segment_size,
+    }
+}

@@ -1,0 +1,44 @@
+//! Running a master as a process: logging, validation (exit code 2 with
+//! the bad value), start, and a clean stop on SIGINT/SIGTERM. Shared by the
+//! `mooncake-master` binary and `mooncake master`.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::{MasterConfig, MasterNode};
+
+fn init_tracing(format: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn,sled=warn,h2=warn,tower=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Runs one master until SIGINT/SIGTERM. An invalid configuration exits the
+/// process with code 2 and a message naming the bad value.
+pub async fn run(cfg: MasterConfig) -> anyhow::Result<()> {
+    init_tracing(&cfg.log_format);
+    if let Err(e) = cfg.validate() {
+        eprintln!("mooncake-master: invalid configuration: {e}");
+        std::process::exit(2);
+    }
+    let node = MasterNode::start(cfg).await?;
+    wait_for_signal().await;
+    tracing::info!("stopping");
+    node.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,528 @@
+//! The leader's pure decisions (client expiry, eviction, reclaim of
+//! abandoned puts) over a state machine built by applying commands, and the
+//! leader-local soft state they read. Time is passed in explicitly: no sleeps.
+
+use std::time::{Duration, Instant};
+
+use mooncake_master::decisions::{
+    EvictionPolicy, discards_to_release, eviction_victims, expired_clients, over_watermark, puts_to_discard,
+};
+use mooncake_master::leader::{LeaderState, TermState};
+use mooncake_raft_store::{
+    Command, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, Request, Response, SegmentSpec, Tier, VersionedKey,
+};
+use mooncake_segment::{ClientId, SegmentId};
+
+// ---------------------------------------------------------------- builders
+
+/// Lease TTL of the leader under test.
+const LEASE_TTL: Duration = Duration::from_secs(1);
+const SEC: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+
+const W1: ClientId = ClientId(1);
+const NODE_A: ClientId = ClientId(101);
+const NODE_B: ClientId = ClientId(102);
+
+/// 64-byte allocation units: object sizes below are whole units so used
+/// bytes are exact.
+const UNIT: u64 = 64;
+
+fn seg(id: u64, size: u64, host: &str) -> SegmentSpec {
+    SegmentSpec {
+        id: SegmentId(id),
+        size_bytes: size,
+        endpoint: format!("{host}:7000"),
+        host_id: host.to_string(),
+        zone: "zone-1".to_string(),
+        tier: Tier::Dram,
+        shm_path: String::new(),
+    }
+}
+
+fn put_pinned(client: ClientId, key: &str, size: u64, replicas: u32, pin: Pin) -> Command {
+    Command::PutStart(PutStart {
+        client,
+        key: key.to_string(),
+        size_bytes: size,
+        replica_num: replicas,
+        preferred: Vec::new(),
+        pin,
+    })
+}
+
+fn put(client: ClientId, key: &str, size: u64, replicas: u32) -> Command {
+    put_pinned(client, key, size, replicas, Pin::None)
+}
+
+/// Applies `cmd` one millisecond of state time after the last one.
+fn apply(state: &mut MetaState, cmd: Command) -> Response {
+    let ts_ms = state.now_ms() + 1;
+    state.apply(&Request { ts_ms, cmd })
+}
+
+fn ok(state: &mut MetaState, cmd: Command) {
+    let shown = format!("{cmd:?}");
+    assert_eq!(apply(state, cmd), Response::Ok, "{shown}");
+}
+
+/// PutStart (must be placed) and returns the version.
+fn start(state: &mut MetaState, cmd: Command) -> ObjectVersion {
+    match apply(state, cmd) {
+        Response::Placed { version, .. } => version,
+        other => panic!("not placed: {other:?}"),
+    }
+}
+
+/// A complete object, `units` allocation units per replica.
+fn complete(state: &mut MetaState, key: &str, units: u64, replicas: u32, pin: Pin) -> ObjectVersion {
+    let v = start(state, put_pinned(W1, key, units * UNIT, replicas, pin));
+    ok(state, Command::PutEnd { client: W1, key: key.to_string(), checksum: 1 });
+    v
+}
+
+/// One segment of `units` allocation units, owned by NODE_A.
+fn one_segment(units: u64) -> MetaState {
+    let mut s = MetaState::default();
+    ok(&mut s, Command::MountSegment { client: NODE_A, segment: seg(1, units * UNIT, "host-a") });
+    s
+}
+
+/// A leader elected (term 1) at `at`.
+fn leader_elected_at(at: Instant) -> LeaderState {
+    let l = LeaderState::new(LEASE_TTL);
+    l.observe(Some(1), at);
+    l
+}
+
+fn policy(high_watermark_ratio: f64, eviction_ratio: f64) -> EvictionPolicy {
+    EvictionPolicy { high_watermark_ratio, eviction_ratio, lease_ttl: LEASE_TTL }
+}
+
+fn keys(victims: &[VersionedKey]) -> Vec<&str> {
+    victims.iter().map(|v| v.key.as_str()).collect()
+}
+
+/// Eviction victims as the leader would decide them at `now`.
+fn victims(state: &MetaState, leader: &LeaderState, now: Instant, p: &EvictionPolicy) -> Vec<VersionedKey> {
+    leader.with(|t: &mut TermState| eviction_victims(state, t, now, p)).expect("leading")
+}
+
+fn expired(state: &MetaState, leader: &LeaderState, now: Instant, ttl: Duration) -> Vec<ClientId> {
+    leader.with(|t| expired_clients(state, t, now, ttl)).expect("leading")
+}
+
+fn to_discard(state: &MetaState, leader: &LeaderState, now: Instant, after: Duration) -> Vec<VersionedKey> {
+    leader.with(|t| puts_to_discard(state, t, now, after)).expect("leading")
+}
+
+fn to_release(state: &MetaState, leader: &LeaderState, now: Instant, after: Duration) -> Vec<ObjectVersion> {
+    leader.with(|t| discards_to_release(state, t, now, after)).expect("leading")
+}
+
+/// Bytes an object's replicas hold.
+fn held(state: &MetaState, key: &str) -> u64 {
+    state.object(key).unwrap().replicas.iter().map(|r| r.range.len).sum()
+}
+
+// ================================================================ watermark
+
+#[test]
+fn over_watermark_is_false_without_capacity_and_true_only_strictly_above_the_ratio() {
+    let p = policy(0.9, 0.1);
+    assert!(!over_watermark(&MetaState::default(), &p), "no capacity is never over the watermark");
+    let mut s = one_segment(100);
+    complete(&mut s, "ninety", 90, 1, Pin::None);
+    assert_eq!(s.used_bytes(), 90 * UNIT);
+    assert!(!over_watermark(&s, &p), "exactly at the watermark is not over it");
+    complete(&mut s, "one-more", 1, 1, Pin::None);
+    assert!(over_watermark(&s, &p));
+}
+
+// ================================================================ eviction
+
+#[test]
+fn nothing_is_evicted_under_the_high_watermark() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    for i in 0..5 {
+        complete(&mut s, &format!("k{i}"), 10, 1, Pin::None);
+    }
+    let late = t0 + 100 * SEC;
+    assert!(victims(&s, &leader, late, &policy(0.9, 0.5)).is_empty());
+    // The same state above a lower watermark does evict: the check is real.
+    assert!(!victims(&s, &leader, late, &policy(0.4, 0.5)).is_empty());
+}
+
+#[test]
+fn only_complete_objects_whose_lease_has_expired_are_evicted() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    start(&mut s, put(W1, "processing", 40 * UNIT, 1));
+    complete(&mut s, "leased", 20, 1, Pin::None);
+    complete(&mut s, "expired-lease", 20, 1, Pin::None);
+    complete(&mut s, "never-leased", 10, 1, Pin::None);
+    let now = t0 + 10 * SEC;
+    leader.grant_lease("expired-lease", now - 2 * LEASE_TTL);
+    leader.grant_lease("leased", now - LEASE_TTL / 2);
+    let chosen = victims(&s, &leader, now, &policy(0.5, 1.0));
+    let mut chosen = keys(&chosen);
+    chosen.sort();
+    assert_eq!(chosen, vec!["expired-lease", "never-leased"]);
+    // Once that lease runs out the object is a candidate too.
+    let chosen = victims(&s, &leader, now + LEASE_TTL, &policy(0.5, 1.0));
+    assert!(keys(&chosen).contains(&"leased"));
+    assert!(!keys(&chosen).contains(&"processing"));
+}
+
+#[test]
+fn hard_pinned_objects_are_never_evicted() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    complete(&mut s, "hard", 50, 1, Pin::Hard);
+    complete(&mut s, "soft", 20, 1, Pin::Soft);
+    complete(&mut s, "none", 20, 1, Pin::None);
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0));
+    assert_eq!(keys(&chosen), vec!["none", "soft"], "everything but the hard pin, unpinned first");
+    // Even when hard-pinned objects are all there is.
+    let mut s = one_segment(100);
+    complete(&mut s, "hard", 95, 1, Pin::Hard);
+    assert!(victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0)).is_empty());
+}
+
+#[test]
+fn unpinned_objects_go_before_soft_pinned_ones_even_when_newer() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    complete(&mut s, "soft-old", 30, 1, Pin::Soft);
+    complete(&mut s, "soft-older-read", 10, 1, Pin::Soft);
+    complete(&mut s, "none-new", 30, 1, Pin::None);
+    complete(&mut s, "none-newest", 20, 1, Pin::None);
+    let now = t0 + 10 * SEC;
+    // One small eviction: the first unpinned object, not the oldest soft one.
+    let chosen = victims(&s, &leader, now, &policy(0.5, 0.01));
+    assert_eq!(keys(&chosen), vec!["none-new"]);
+    let chosen = victims(&s, &leader, now, &policy(0.5, 1.0));
+    assert_eq!(keys(&chosen), vec!["none-new", "none-newest", "soft-old", "soft-older-read"]);
+}
+
+#[test]
+fn never_read_objects_go_before_read_ones_and_the_least_recently_read_first() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    for key in ["a", "b", "c", "d"] {
+        complete(&mut s, key, 20, 1, Pin::None);
+    }
+    // a (the oldest) and c were read, c before a; both leases are long over.
+    leader.grant_lease("c", t0 + 2 * SEC);
+    leader.grant_lease("a", t0 + 3 * SEC);
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0));
+    assert_eq!(keys(&chosen), vec!["b", "d", "c", "a"]);
+}
+
+#[test]
+fn older_objects_go_before_newer_ones() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    // Created in reverse key order, so key order cannot pass for age order.
+    for key in ["e", "d", "c", "b", "a"] {
+        complete(&mut s, key, 15, 1, Pin::None);
+    }
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0));
+    assert_eq!(keys(&chosen), vec!["e", "d", "c", "b", "a"]);
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 0.3));
+    assert_eq!(keys(&chosen), vec!["e", "d"]);
+}
+
+#[test]
+fn completion_time_not_creation_time_decides_age() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    start(&mut s, put(W1, "started-first", 30 * UNIT, 1));
+    complete(&mut s, "finished-first", 30, 1, Pin::None);
+    ok(&mut s, Command::PutEnd { client: W1, key: "started-first".into(), checksum: 1 });
+    complete(&mut s, "filler", 30, 1, Pin::None);
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 0.01));
+    assert_eq!(keys(&chosen), vec!["finished-first"]);
+}
+
+#[test]
+fn eviction_stops_once_about_the_eviction_ratio_of_used_bytes_is_freed() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    for i in 0..10 {
+        complete(&mut s, &format!("k{i}"), 10, 1, Pin::None);
+    }
+    let used = s.used_bytes();
+    assert_eq!(used, 100 * UNIT);
+    let now = t0 + 10 * SEC;
+    for (ratio, expect) in [(0.3, 3), (0.25, 3), (0.05, 1), (0.31, 4), (1.0, 10)] {
+        let chosen = victims(&s, &leader, now, &policy(0.9, ratio));
+        assert_eq!(chosen.len(), expect, "eviction ratio {ratio}");
+        let target = (used as f64 * ratio).ceil() as u64;
+        let freed: u64 = chosen.iter().map(|v| held(&s, &v.key)).sum();
+        let last = held(&s, &chosen.last().unwrap().key);
+        assert!(freed >= target, "ratio {ratio}: freed {freed} < target {target}");
+        assert!(freed - last < target, "ratio {ratio}: evicted more than needed");
+    }
+}
+
+#[test]
+fn eviction_counts_the_bytes_of_every_replica() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = MetaState::default();
+    ok(&mut s, Command::MountSegment { client: NODE_A, segment: seg(1, 40 * UNIT, "host-a") });
+    ok(&mut s, Command::MountSegment { client: NODE_B, segment: seg(2, 40 * UNIT, "host-b") });
+    complete(&mut s, "x", 10, 2, Pin::None);
+    complete(&mut s, "y", 10, 2, Pin::None);
+    assert_eq!(held(&s, "x"), 20 * UNIT);
+    // Half of the 40 used units is exactly x's two replicas.
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.1, 0.5));
+    assert_eq!(keys(&chosen), vec!["x"]);
+}
+
+#[test]
+fn a_new_leader_evicts_nothing_within_one_lease_ttl_of_its_election() {
+    let t0 = Instant::now();
+    let mut s = one_segment(100);
+    for i in 0..9 {
+        complete(&mut s, &format!("k{i}"), 10, 1, Pin::None);
+    }
+    let p = policy(0.5, 0.5);
+    let elected = t0 + 100 * SEC;
+    let leader = leader_elected_at(elected);
+    assert!(victims(&s, &leader, elected, &p).is_empty());
+    assert!(victims(&s, &leader, elected + LEASE_TTL / 2, &p).is_empty());
+    assert!(victims(&s, &leader, elected + LEASE_TTL - MS, &p).is_empty());
+    assert!(!victims(&s, &leader, elected + LEASE_TTL, &p).is_empty(), "one TTL after election it may evict");
+    // Another election starts the grace period again.
+    let reelected = elected + 10 * SEC;
+    leader.observe(Some(2), reelected);
+    assert!(victims(&s, &leader, reelected + LEASE_TTL / 2, &p).is_empty());
+    // And a master that does not lead decides nothing.
+    leader.observe(None, reelected + 20 * SEC);
+    assert!(leader.with(|t| eviction_victims(&s, t, reelected + 20 * SEC, &p)).is_none());
+}
+
+#[test]
+fn a_lease_granted_by_this_leader_protects_the_object_until_it_expires() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    complete(&mut s, "read", 45, 1, Pin::None);
+    complete(&mut s, "other", 45, 1, Pin::None);
+    let granted = t0 + 5 * SEC;
+    leader.grant_lease("read", granted);
+    let p = policy(0.5, 1.0);
+    assert_eq!(keys(&victims(&s, &leader, granted + LEASE_TTL / 2, &p)), vec!["other"]);
+    assert_eq!(keys(&victims(&s, &leader, granted + LEASE_TTL, &p)), vec!["other", "read"]);
+}
+
+#[test]
+fn applying_the_victims_frees_at_least_the_target_and_removes_each_named_version() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    for i in 0..12 {
+        complete(&mut s, &format!("k{i:02}"), 8, 1, Pin::None);
+    }
+    let used = s.used_bytes();
+    let p = policy(0.8, 0.4);
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &p);
+    for v in &chosen {
+        assert_eq!(s.object(&v.key).unwrap().version, v.version, "victims name the current version");
+    }
+    let resp = apply(&mut s, Command::RemoveObjects { victims: chosen.clone(), reason: RemoveReason::Evict });
+    assert_eq!(resp, Response::Removed { count: chosen.len() as u64 });
+    assert!(used - s.used_bytes() >= (used as f64 * 0.4).ceil() as u64);
+    assert!(!over_watermark(&s, &p));
+    assert!(victims(&s, &leader, t0 + 10 * SEC, &p).is_empty(), "under the watermark again");
+}
+
+// ================================================================ client expiry
+
+/// Two store nodes registered by mounting.
+fn two_clients() -> MetaState {
+    let mut s = MetaState::default();
+    ok(&mut s, Command::MountSegment { client: NODE_A, segment: seg(1, 100 * UNIT, "host-a") });
+    ok(&mut s, Command::MountSegment { client: NODE_B, segment: seg(2, 100 * UNIT, "host-b") });
+    s
+}
+
+#[test]
+fn a_client_silent_for_longer_than_the_ttl_expires_and_one_heard_from_within_it_does_not() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let s = two_clients();
+    let ttl = 3 * SEC;
+    leader.heartbeat(NODE_A, t0 + 5 * SEC);
+    leader.heartbeat(NODE_B, t0 + SEC);
+    assert_eq!(expired(&s, &leader, t0 + 4 * SEC, ttl), vec![], "B was heard from exactly one TTL ago");
+    assert_eq!(expired(&s, &leader, t0 + 4 * SEC + MS, ttl), vec![NODE_B]);
+    assert_eq!(expired(&s, &leader, t0 + 8 * SEC, ttl), vec![NODE_B]);
+    assert_eq!(expired(&s, &leader, t0 + 8 * SEC + MS, ttl), vec![NODE_A, NODE_B]);
+    // A fresh heartbeat takes B off the list.
+    leader.heartbeat(NODE_B, t0 + 8 * SEC);
+    assert_eq!(expired(&s, &leader, t0 + 8 * SEC + MS, ttl), vec![NODE_A]);
+}
+
+#[test]
+fn the_election_counts_as_a_heartbeat_for_every_known_client() {
+    let t0 = Instant::now();
+    let s = two_clients();
+    let ttl = 3 * SEC;
+    let elected = t0 + 100 * SEC;
+    let leader = leader_elected_at(elected);
+    assert_eq!(expired(&s, &leader, elected + ttl, ttl), vec![]);
+    assert_eq!(expired(&s, &leader, elected + ttl + MS, ttl), vec![NODE_A, NODE_B]);
+    // A heartbeat stamped before the election does not make a client look older.
+    leader.heartbeat(NODE_A, t0 + 50 * SEC);
+    assert_eq!(leader.with(|t| t.last_heartbeat(NODE_A)), Some(elected));
+    assert_eq!(expired(&s, &leader, elected + ttl, ttl), vec![]);
+    // A new term forgets the old heartbeats but counts its own election.
+    leader.heartbeat(NODE_A, elected + 10 * SEC);
+    let reelected = elected + 20 * SEC;
+    leader.observe(Some(2), reelected);
+    assert_eq!(expired(&s, &leader, reelected + ttl, ttl), vec![]);
+    assert_eq!(expired(&s, &leader, reelected + ttl + MS, ttl), vec![NODE_A, NODE_B]);
+}
+
+#[test]
+fn only_registered_clients_can_expire() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = two_clients();
+    let ttl = 3 * SEC;
+    // Heartbeats from a stranger do not register it; an expired client is gone.
+    leader.heartbeat(ClientId(999), t0);
+    ok(&mut s, Command::ExpireClient { client: NODE_B });
+    assert_eq!(expired(&s, &leader, t0 + 100 * SEC, ttl), vec![NODE_A]);
+    // A writer registered with an empty remount expires like a store node.
+    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
+    assert_eq!(expired(&s, &leader, t0 + 100 * SEC, ttl), vec![W1, NODE_A]);
+}
+
+// ================================================================ abandoned puts
+
+#[test]
+fn an_abandoned_put_is_discarded_only_after_the_timeout_from_when_this_leader_first_saw_it() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    let v = start(&mut s, put(W1, "abandoned", 10 * UNIT, 1));
+    let after = 30 * SEC;
+    // First seen long after the election and the put: the clock starts now.
+    let seen = t0 + 1000 * SEC;
+    assert!(to_discard(&s, &leader, seen, after).is_empty());
+    assert!(to_discard(&s, &leader, seen + after, after).is_empty(), "exactly the timeout is not past it");
+    let out = to_discard(&s, &leader, seen + after + MS, after);
+    assert_eq!(out, vec![VersionedKey { key: "abandoned".into(), version: v }]);
+    // Applying the decision moves it to discarded (space held) and frees the key.
+    let used = s.used_bytes();
+    assert_eq!(apply(&mut s, Command::DiscardPuts { victims: out }), Response::Removed { count: 1 });
+    assert!(s.object("abandoned").is_none());
+    assert_eq!(s.used_bytes(), used);
+    assert!(to_discard(&s, &leader, seen + 2 * after, after).is_empty());
+}
+
+#[test]
+fn a_put_that_completes_is_never_discarded() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    complete(&mut s, "done", 10, 1, Pin::None);
+    let after = 30 * SEC;
+    assert!(to_discard(&s, &leader, t0, after).is_empty());
+    ok(&mut s, Command::PutEnd { client: W1, key: "k".into(), checksum: 1 });
+    assert!(to_discard(&s, &leader, t0 + 10 * after, after).is_empty());
+}
+
+#[test]
+fn each_incarnation_of_a_key_has_its_own_discard_clock() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    let after = 30 * SEC;
+    start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    assert!(to_discard(&s, &leader, t0, after).is_empty());
+    ok(&mut s, Command::PutRevoke { client: W1, key: "k".into() });
+    let v2 = start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    let t1 = t0 + after + MS;
+    assert!(to_discard(&s, &leader, t1, after).is_empty(), "the new version was first seen just now");
+    assert_eq!(to_discard(&s, &leader, t1 + after + MS, after), vec![VersionedKey { key: "k".into(), version: v2 }]);
+}
+
+#[test]
+fn a_new_leader_starts_the_discard_clock_again() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    let after = 30 * SEC;
+    assert!(to_discard(&s, &leader, t0, after).is_empty());
+    let reelected = t0 + 10 * after;
+    leader.observe(Some(2), reelected);
+    assert!(to_discard(&s, &leader, reelected, after).is_empty(), "the old leader's sightings are gone");
+    assert!(to_discard(&s, &leader, reelected + after, after).is_empty());
+    assert_eq!(to_discard(&s, &leader, reelected + after + MS, after).len(), 1);
+}
+
+#[test]
+fn a_discarded_put_is_released_only_after_the_release_timeout_from_when_this_leader_saw_it_discarded() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    complete(&mut s, "keep", 10, 1, Pin::None);
+    let base = s.used_bytes();
+    let discard_after = 30 * SEC;
+    let release_after = 60 * SEC;
+    start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    assert!(to_release(&s, &leader, t0, release_after).is_empty(), "a live put is not a discarded one");
+    assert!(to_discard(&s, &leader, t0, discard_after).is_empty());
+    let t1 = t0 + discard_after + MS;
+    let out = to_discard(&s, &leader, t1, discard_after);
+    apply(&mut s, Command::DiscardPuts { victims: out.clone() });
+    // The version was first seen (processing) long before; the release clock
+    // still starts when the leader first sees it discarded.
+    let t2 = t1 + 2 * release_after;
+    assert!(to_release(&s, &leader, t2, release_after).is_empty());
+    assert!(to_release(&s, &leader, t2 + release_after, release_after).is_empty());
+    let released = to_release(&s, &leader, t2 + release_after + MS, release_after);
+    assert_eq!(released, vec![out[0].version]);
+    assert_eq!(s.used_bytes(), base + 10 * UNIT, "held until released");
+    let resp = apply(&mut s, Command::ReleaseDiscarded { versions: released });
+    assert_eq!(resp, Response::Removed { count: 1 });
+    assert_eq!(s.used_bytes(), base);
+    assert!(to_release(&s, &leader, t2 + 10 * release_after, release_after).is_empty());
+}
+
+#[test]
+fn a_writer_expiry_feeds_the_release_decision_and_a_new_leader_waits_again() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
+    let v = start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    ok(&mut s, Command::ExpireClient { client: W1 });
+    let release_after = 60 * SEC;
+    assert!(to_release(&s, &leader, t0, release_after).is_empty());
+    let reelected = t0 + release_after / 2;
+    leader.observe(Some(2), reelected);
+    assert!(to_release(&s, &leader, reelected, release_after).is_empty());
+    assert!(
+        to_release(&s, &leader, t0 + release_after + MS, release_after).is_empty(),
+        "the old leader's clock would release it now; the new leader's must not"
+    );
+    assert!(to_release(&s, &leader, reelected + release_after, release_after).is_empty());
+    assert_eq!(to_release(&s, &leader, reelected + release_after + MS, release_after), vec![v]);
+}

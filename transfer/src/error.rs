@@ -1,0 +1,97 @@
+//! The one error type of the transfer engine, [`TransferError`], and which of
+//! its cases are worth retrying.
+
+use std::io;
+use std::path::PathBuf;
+
+use mooncake_segment::{MemoryError, SegmentId};
+
+use crate::frame::Status;
+
+/// Why a transfer (or a registry/config operation) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// The request did not finish within the configured timeout.
+    #[error("transfer to {endpoint} timed out after {after_ms} ms; the store node is overloaded or unreachable")]
+    Timeout {
+        /// The peer, as `host:port`.
+        endpoint: String,
+        /// The timeout that expired, in milliseconds.
+        after_ms: u64,
+    },
+    /// The connection could not be made or broke (refused, reset, EOF).
+    #[error("store node {endpoint} is gone: {source}")]
+    PeerGone {
+        /// The peer, as `host:port`.
+        endpoint: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The server refused the request.
+    #[error("store node {endpoint} answered {status}")]
+    Remote {
+        /// The status it answered (never `Ok`).
+        status: Status,
+        /// The peer, as `host:port`.
+        endpoint: String,
+    },
+    /// The peer broke the protocol (bad header, wrong request id or length).
+    #[error("store node {endpoint} broke the transfer protocol: {reason}")]
+    Protocol {
+        /// The peer, as `host:port`.
+        endpoint: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A local bounds or memory error (shared-memory transfers).
+    #[error("segment memory error: {0}")]
+    Memory(#[from] MemoryError),
+    /// The target's shm file cannot be mapped (not on this host, gone, or re-created).
+    #[error("cannot map shm segment {}: {reason}", .path.display())]
+    ShmUnavailable {
+        /// The segment file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A segment id is registered already.
+    #[error("segment {id} is registered already; unregister it first")]
+    DuplicateSegment {
+        /// The id.
+        id: SegmentId,
+    },
+    /// The registry is full.
+    #[error("cannot register more than {max} segments on one node; mount fewer, larger segments")]
+    TooManySegments {
+        /// The limit.
+        max: usize,
+    },
+    /// A configuration value is invalid.
+    #[error("invalid transfer config: {0}")]
+    InvalidConfig(String),
+}
+
+impl TransferError {
+    /// Whether the same request may succeed if sent again (possibly after a
+    /// reconnect). Exhaustive on purpose: a new case must decide.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            TransferError::Timeout { .. } | TransferError::PeerGone { .. } => true,
+            TransferError::Remote { status, .. } => status_is_retryable(*status),
+            TransferError::Protocol { .. }
+            | TransferError::Memory(_)
+            | TransferError::ShmUnavailable { .. }
+            | TransferError::DuplicateSegment { .. }
+            | TransferError::TooManySegments { .. }
+            | TransferError::InvalidConfig(_) => false,
+        }
+    }
+}
+
+fn status_is_retryable(status: Status) -> bool {
+    match status {
+        Status::Internal => true,
+        Status::Ok | Status::UnknownSegment | Status::OutOfRange | Status::BadFrame | Status::TooLarge => false,
+    }
+}

@@ -1,0 +1,188 @@
+//! The client-facing engine: [`TransferEngine`] picks a backend for each
+//! target segment ([`Protocol`]), behind the [`Transport`] trait that every
+//! backend implements. [`RemoteSegment`] is what the master tells a client
+//! about a replica's segment.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use mooncake_segment::{SegmentId, SegmentMemory};
+
+use crate::error::TransferError;
+use crate::shm::ShmTransport;
+use crate::tcp::{TcpConfig, TcpTransport};
+
+/// A segment on some store node, as the master describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteSegment {
+    /// The segment's id, as the store node registered it.
+    pub id: SegmentId,
+    /// The store node's transfer server, `host:port`.
+    pub endpoint: String,
+    /// Identifies the store node's host; equal ids mean shared memory works.
+    pub host_id: String,
+    /// The segment's `/dev/shm` file, or empty if it has none.
+    pub shm_path: String,
+    /// Size of the segment in bytes.
+    pub size_bytes: u64,
+}
+
+/// Moves bytes between a local buffer and a remote segment. Every backend
+/// runs the conformance suite in [`crate::testing`].
+pub trait Transport: Send + Sync {
+    /// Writes `data` to `[offset, offset + data.len())` of `target`.
+    fn write(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        data: &[u8],
+    ) -> impl Future<Output = Result<(), TransferError>> + Send;
+
+    /// Fills `buf` from `[offset, offset + buf.len())` of `target`.
+    fn read(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> impl Future<Output = Result<(), TransferError>> + Send;
+}
+
+/// Which backend the engine uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Always TCP.
+    Tcp,
+    /// Shared memory for same-host targets, TCP otherwise.
+    Shm,
+    /// RDMA; not compiled in yet, so TCP (with a warning).
+    Rdma,
+    /// The fastest that works: shared memory on the same host, else TCP.
+    Auto,
+}
+
+/// A protocol name that is not one of ours.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transfer protocol {input:?}; expected one of: tcp, shm, rdma, auto")]
+pub struct ParseProtocolError {
+    /// The text given.
+    pub input: String,
+}
+
+impl FromStr for Protocol {
+    type Err = ParseProtocolError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        match input.trim().to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Protocol::Tcp),
+            "shm" => Ok(Protocol::Shm),
+            "rdma" => Ok(Protocol::Rdma),
+            "auto" => Ok(Protocol::Auto),
+            _ => Err(ParseProtocolError { input: input.to_owned() }),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Shm => "shm",
+            Protocol::Rdma => "rdma",
+            Protocol::Auto => "auto",
+        })
+    }
+}
+
+/// Moves bytes to and from remote segments, by shared memory when the
+/// target is on this host and TCP otherwise.
+#[derive(Debug)]
+pub struct TransferEngine {
+    local_host_id: String,
+    protocol: Protocol,
+    tcp: TcpTransport,
+    shm: ShmTransport,
+}
+
+impl TransferEngine {
+    /// An engine for a process on host `local_host_id`. Fails on an invalid
+    /// [`TcpConfig`].
+    pub fn new(local_host_id: String, protocol: Protocol, tcp: TcpConfig) -> Result<Self, TransferError> {
+        if protocol == Protocol::Rdma {
+            tracing::warn!("rdma not compiled in / no device; falling back to tcp");
+        }
+        Ok(Self { local_host_id, protocol, tcp: TcpTransport::new(tcp)?, shm: ShmTransport::new() })
+    }
+
+    /// The protocol asked for.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The TCP backend (for its config and pools).
+    pub fn tcp(&self) -> &TcpTransport {
+        &self.tcp
+    }
+
+    /// Writes `data` to `[offset, offset + data.len())` of `target`.
+    pub async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
+        match self.shm_route(target) {
+            Some(memory) => Ok(memory.write_at(offset, data)?),
+            None => self.tcp.write(target, offset, data).await,
+        }
+    }
+
+    /// Fills `buf` from `[offset, offset + buf.len())` of `target`.
+    pub async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
+        match self.shm_route(target) {
+            Some(memory) => Ok(memory.read_at(offset, buf)?),
+            None => self.tcp.read(target, offset, buf).await,
+        }
+    }
+
+    /// The target's mapping if shared memory applies and works, else `None`
+    /// (use TCP). A mapping that fails is not an error: TCP still reaches it.
+    fn shm_route(&self, target: &RemoteSegment) -> Option<Arc<SegmentMemory>> {
+        let wants_shm = match self.protocol {
+            Protocol::Shm | Protocol::Auto => true,
+            Protocol::Tcp | Protocol::Rdma => false,
+        };
+        let same_host = !self.local_host_id.is_empty() && target.host_id == self.local_host_id;
+        if !wants_shm || !same_host || target.shm_path.is_empty() {
+            return None;
+        }
+        match self.shm.mapping(target) {
+            Ok(memory) => Some(memory),
+            Err(err) => {
+                tracing::debug!(segment = %target.id, "shm route unavailable, using tcp: {err}");
+                None
+            }
+        }
+    }
+}
+
+impl Transport for TransferEngine {
+    async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
+        TransferEngine::write(self, target, offset, data).await
+    }
+
+    async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
+        TransferEngine::read(self, target, offset, buf).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_parses_and_names_the_choices() {
+        assert_eq!("TCP".parse::<Protocol>(), Ok(Protocol::Tcp));
+        assert_eq!(" auto ".parse::<Protocol>(), Ok(Protocol::Auto));
+        let err = "infiniband".parse::<Protocol>().unwrap_err();
+        assert!(err.to_string().contains("tcp, shm, rdma, auto"), "{err}");
+        for p in [Protocol::Tcp, Protocol::Shm, Protocol::Rdma, Protocol::Auto] {
+            assert_eq!(p.to_string().parse::<Protocol>(), Ok(p));
+        }
+    }
+}
