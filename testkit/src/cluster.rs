@@ -52,6 +52,12 @@ impl ClusterBuilder {
         self.inner = self.inner.master_bin(p);
         self
     }
+    /// Run every role from the one `mooncake` binary: `p master …`, `p store …`.
+    pub fn binary(mut self, p: impl Into<PathBuf>) -> Self {
+        let p = p.into();
+        self.inner = self.inner.master_command(&p, &["master"]).store_command(&p, &["store"]);
+        self
+    }
     /// Run store nodes as `p store …` (the `mooncake` binary).
     pub fn mooncake_bin(mut self, p: impl Into<PathBuf>) -> Self {
         self.inner = self.inner.store_command(p, &["store"]);
