@@ -9,6 +9,7 @@
 
 mod error;
 pub mod frame;
+mod rdma;
 mod registry;
 mod server;
 mod shm;

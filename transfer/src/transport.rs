@@ -109,7 +109,7 @@ impl TransferEngine {
     /// [`TcpConfig`].
     pub fn new(local_host_id: String, protocol: Protocol, tcp: TcpConfig) -> Result<Self, TransferError> {
         if protocol == Protocol::Rdma {
-            tracing::warn!("rdma not compiled in / no device; falling back to tcp");
+            tracing::warn!(reason = %crate::rdma::unavailable_reason(), "rdma unavailable; falling back to tcp");
         }
         Ok(Self { local_host_id, protocol, tcp: TcpTransport::new(tcp)?, shm: ShmTransport::new() })
     }
