@@ -38,6 +38,11 @@ pub struct StoreArgs {
 }
 
 pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.local_hostname.is_some() || !a.listen.ip().is_unspecified(),
+        "--listen {} binds every address; give --local-hostname so other nodes know how to reach this one",
+        a.listen
+    );
     let mut cfg = ClientConfig::new(a.masters.masters.clone());
     cfg.local_hostname = a.local_hostname.clone().unwrap_or_else(|| a.listen.ip().to_string());
     cfg.zone = a.zone.clone();
