@@ -1,2 +1,206 @@
-//! Criterion micro-benchmarks and the end-to-end benchmark with same-run
-//! baselines. Not built yet: see issue "Benchmarks".
+//! Benchmarks of mooncake-rs: the end-to-end `mooncake bench` (this library)
+//! and criterion micro-benchmarks (`benches/benches/*.rs`).
+//!
+//! `mooncake bench data|meta|small|failover|all [--quick] [--json]` starts
+//! real local clusters (the `mooncake` binary runs every role), drives them
+//! with the client library, and measures a baseline in the same run for
+//! every number, because on a shared 2-vCPU VM only ratios mean much:
+//!
+//! - [`data`]: put/get of 64 KiB–16 MiB objects over tcp and shm against a
+//!   raw TCP request/response loop and memcpy ([`baseline::raw_tcp`],
+//!   [`baseline::memcpy`]);
+//! - [`meta`]: metadata-only ops against a 3-member etcd ([`baseline::etcd`]);
+//! - [`small`]: 4 KiB objects in batches of 32 against Redis MSET/MGET
+//!   ([`baseline::redis`]);
+//! - [`failover`]: the unavailability gap after SIGKILL of the leader,
+//!   next to etcd's.
+//!
+//! Progress goes to stderr, the tables (or one JSON document) to stdout; see
+//! [`report`]. Every loop is bounded in operations and time ([`stats::Budget`]),
+//! all traffic stays on 127.0.0.1, and every child process and temporary
+//! directory is cleaned up by drop guards, also on error. Missing external
+//! baselines (etcd, redis-server) are skipped with an install hint.
+//!
+//! Depends on `client`, `proto` and `transfer`, never on `master`: masters
+//! run as processes.
+
+pub mod baseline;
+pub mod cluster;
+pub mod data;
+pub mod failover;
+pub mod meta;
+pub mod report;
+pub mod small;
+pub mod stats;
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::report::{Cell, Progress, Section, Table, cols};
+
+/// Which scenarios to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Data,
+    Meta,
+    Small,
+    Failover,
+    All,
+}
+
+impl Scenario {
+    fn expand(self) -> Vec<Scenario> {
+        match self {
+            Scenario::All => vec![Scenario::Data, Scenario::Meta, Scenario::Small, Scenario::Failover],
+            one => vec![one],
+        }
+    }
+}
+
+/// Arguments of `mooncake bench`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Scenario to run.
+    #[arg(value_enum, default_value_t = Scenario::All)]
+    pub scenario: Scenario,
+    /// A short run (seconds per scenario) that proves the bench works, for CI.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What every scenario gets: the run's mode, the binary that runs the
+/// cluster roles, and the progress printer.
+pub struct Ctx {
+    pub quick: bool,
+    /// The `mooncake` binary (`mooncake master`, `mooncake store`).
+    pub exe: PathBuf,
+    pub progress: Progress,
+}
+
+/// Runs the bench from inside the `mooncake` binary (roles are started
+/// as `current_exe() master|store`).
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    run_with(args, std::env::current_exe()?).await
+}
+
+/// Runs the bench with `exe` as the binary that runs every cluster role.
+pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
+    let mut ctx = Ctx { quick: args.quick, exe, progress: Progress::new() };
+    let started = std::time::SystemTime::now();
+    let mut sections = Vec::new();
+    let mut failures = Vec::new();
+    for s in args.scenario.expand() {
+        let result = match s {
+            Scenario::Data => data::run(&mut ctx).await,
+            Scenario::Meta => meta::run(&mut ctx).await,
+            Scenario::Small => small::run(&mut ctx).await,
+            Scenario::Failover => failover::run(&mut ctx).await,
+            Scenario::All => continue,
+        };
+        match result {
+            Ok(sec) => sections.push(sec),
+            Err(e) => {
+                ctx.progress.say(&format!("{s:?} failed: {e:#}"));
+                failures.push(format!("{s:?}: {e:#}"));
+            }
+        }
+    }
+    ctx.progress.finish();
+    print_report(&args, started, &sections, &failures);
+    let failed_ops: u64 = sections.iter().map(|s| s.failed_ops).sum();
+    anyhow::ensure!(failures.is_empty(), "{} scenario(s) failed: {}", failures.len(), failures.join("; "));
+    anyhow::ensure!(failed_ops == 0, "{failed_ops} Mooncake operations failed (see the err columns)");
+    Ok(())
+}
+
+fn print_report(args: &BenchArgs, started: std::time::SystemTime, sections: &[Section], failures: &[String]) {
+    let date = utc_date(started);
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if args.json {
+        let scenarios: serde_json::Map<String, serde_json::Value> =
+            sections.iter().map(|s| (s.name.clone(), s.json())).collect();
+        let doc = json!({
+            "mooncake_bench": env!("CARGO_PKG_VERSION"),
+            "date": date,
+            "quick": args.quick,
+            "cpus": cpus,
+            "scenarios": scenarios,
+            "failures": failures,
+        });
+        println!("{doc:#}");
+        return;
+    }
+    let mode = if args.quick { "quick" } else { "full" };
+    println!("mooncake bench {:?} ({mode} run), {date}, {cpus} CPUs\n", args.scenario);
+    for s in sections {
+        println!("{}", s.render());
+    }
+    for f in failures {
+        println!("FAILED {f}");
+    }
+}
+
+/// `YYYY-MM-DD HH:MM UTC` without a date crate (days-from-civil inverse).
+fn utc_date(t: std::time::SystemTime) -> String {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
+}
+
+/// A table of the issue's targets: what was measured, the goal, and whether it is met.
+pub(crate) fn targets_table() -> Table {
+    Table::new("targets", cols(&[("target", "target"), ("measured", "measured"), ("goal", "goal"), ("met", "met")]))
+}
+
+/// One row of [`targets_table`]; `higher` says which side of `goal` passes.
+pub(crate) fn target_row(t: &mut Table, name: &str, measured: Option<f64>, goal: f64, higher: bool, decimals: usize) {
+    let met = measured.map(|m| if higher { m >= goal } else { m <= goal });
+    let op = if higher { ">=" } else { "<=" };
+    t.row(vec![
+        Cell::text(name),
+        Cell::opt(measured, decimals),
+        Cell::text(format!("{op} {goal}")),
+        Cell::text(match met {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        }),
+    ]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_render_in_utc() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_764_415_800);
+        assert_eq!(utc_date(t), "2025-11-29 11:30 UTC");
+        assert_eq!(utc_date(std::time::UNIX_EPOCH), "1970-01-01 00:00 UTC");
+    }
+
+    #[test]
+    fn targets_say_whether_they_are_met() {
+        let mut t = targets_table();
+        target_row(&mut t, "a", Some(0.95), 0.9, true, 2);
+        target_row(&mut t, "b", Some(6.0), 5.0, false, 1);
+        target_row(&mut t, "c", None, 1.0, true, 1);
+        let j = t.json();
+        assert_eq!(j["rows"][0]["met"], "yes");
+        assert_eq!(j["rows"][1]["met"], "no");
+        assert_eq!(j["rows"][2]["met"], "-");
+    }
+}

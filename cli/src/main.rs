@@ -1,7 +1,9 @@
 //! The `mooncake` command-line tool: cluster status and membership, object
-//! commands, a master, a store node, a local cluster (`up`) and the demo
-//! workload. One binary runs every role, so `mooncake up` needs nothing else.
+//! commands, a master, a store node, a local cluster (`up`), the demo
+//! workload and the end-to-end benchmark (`bench`). One binary runs every
+//! role, so `mooncake up` needs nothing else.
 
+mod admin;
 mod demo;
 mod members;
 mod objects;
@@ -52,6 +54,16 @@ enum Cmd {
         #[command(subcommand)]
         op: members::MemberOp,
     },
+    /// Save a metadata snapshot.
+    Snapshot {
+        #[command(subcommand)]
+        op: admin::SnapshotOp,
+    },
+    /// List or evict clients.
+    Client {
+        #[command(subcommand)]
+        op: admin::ClientOp,
+    },
     /// Run a master (same flags as `mooncake-master`).
     Master(mooncake_master::MasterConfig),
     /// Run a store node: contribute a segment of memory and serve transfers.
@@ -70,6 +82,9 @@ enum Cmd {
     Up(up::UpArgs),
     /// Start a local cluster, run a KV-cache workload through a leader kill, print a summary.
     Demo(demo::DemoArgs),
+    /// Benchmark data path, metadata ops, small objects and failover against
+    /// same-run baselines (raw TCP, memcpy, etcd, Redis).
+    Bench(mooncake_benches::BenchArgs),
 }
 
 async fn status_cmd(masters: MastersArg, json: bool, watch: Option<u64>) -> anyhow::Result<()> {
@@ -112,6 +127,8 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Master(cfg) => mooncake_master::run(cfg).await,
         Cmd::Status { masters, json, watch } => status_cmd(masters, json, watch).await,
         Cmd::Member { op } => members::run(op).await,
+        Cmd::Snapshot { op } => admin::snapshot(op).await,
+        Cmd::Client { op } => admin::client(op).await,
         Cmd::Store(a) => store::run(a).await,
         Cmd::Put(a) => objects::put(a).await,
         Cmd::Get(a) => objects::get(a).await,
@@ -120,5 +137,6 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Stat(a) => objects::stat(a).await,
         Cmd::Up(a) => up::run(a).await,
         Cmd::Demo(a) => demo::run(a).await,
+        Cmd::Bench(a) => mooncake_benches::run(a).await,
     }
 }

@@ -68,17 +68,4 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
+pub use mooncake_master::wait_for_signal;

@@ -4,20 +4,38 @@
 //! start, SIGKILL, restart from the data dir, add joiners, wait for a leader.
 //! Every child is killed when the cluster is dropped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use mooncake_proto::master::GetClusterInfoResponse;
 
 use crate::master_client::{MasterClient, MasterClientConfig};
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// Most attempts [`free_port`] makes to find a port it has not handed out.
+const FREE_PORT_ATTEMPTS: usize = 1_000;
+
+/// A port that was free a moment ago on 127.0.0.1 and that this process has
+/// not handed out before. The kernel may give a just-released port to the
+/// next bind, so without the memory two clusters started at once in one
+/// process (parallel tests) could be given the same port before either
+/// child binds it, and one cluster's masters would talk Raft to the other's.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    for _ in 0..FREE_PORT_ATTEMPTS {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner).insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no port in {FREE_PORT_ATTEMPTS} tries that this process has not handed out already"),
+    ))
 }
 
 /// Polls `cond` every 20 ms until it returns `Some`, or fails after
@@ -37,6 +55,17 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Store node `n` of the first local cluster of a process has client id
+/// `STORE_CLIENT_ID_BASE + n`; each further cluster in the same process
+/// (parallel tests) gets the next block of 256, so none shares an identity
+/// (or a /dev/shm file name) with another. See [`LocalCluster::store_client_id`].
+pub const STORE_CLIENT_ID_BASE: u64 = 0x5700;
+
+fn next_store_id_base() -> u64 {
+    static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    STORE_CLIENT_ID_BASE + (CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 8)
 }
 
 /// Kind of a child process.
@@ -205,6 +234,7 @@ impl LocalClusterBuilder {
             master_args: self.master_args,
             store_args: self.store_args,
             segment_size: self.segment_size,
+            store_id_base: next_store_id_base(),
         };
         let port = |_| free_port().map_err(|e| e.to_string());
         let addrs: Vec<(u64, String)> =
@@ -230,6 +260,7 @@ pub struct LocalCluster {
     master_args: Vec<String>,
     store_args: Vec<String>,
     segment_size: String,
+    store_id_base: u64,
 }
 
 fn key(role: Role, id: u64) -> (u8, u64) {
@@ -252,6 +283,11 @@ impl LocalCluster {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The client id (identity) of store node `id`.
+    pub fn store_client_id(&self, id: u64) -> u64 {
+        self.store_id_base + id
     }
 
     fn spawn_master(&mut self, id: u64, addr: String, membership: Vec<String>) -> Result<(), String> {
@@ -283,7 +319,7 @@ impl LocalCluster {
             format!("--masters={}", self.master_addrs().join(",")),
             format!("--segment-size={}", self.segment_size),
             format!("--listen=127.0.0.1:{port}"),
-            format!("--client-id={}", 0x5700 + id),
+            format!("--client-id={}", self.store_client_id(id)),
             format!("--zone=zone-{}", (id - 1) % 2),
         ]);
         args.extend(self.store_args.iter().cloned());
@@ -404,10 +440,27 @@ impl LocalCluster {
     }
 }
 
+impl LocalCluster {
+    /// Removes the /dev/shm segment files of this cluster's store nodes
+    /// (a SIGKILLed store node cannot remove its own).
+    fn remove_store_segments(&self) {
+        let prefixes: Vec<String> =
+            self.store_ids().iter().map(|id| format!("mooncake-{:016x}-", self.store_client_id(*id))).collect();
+        let Ok(entries) = std::fs::read_dir("/dev/shm") else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefixes.iter().any(|p| name.starts_with(p)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         for n in self.nodes.values_mut() {
             n.kill();
         }
+        self.remove_store_segments();
     }
 }

@@ -192,4 +192,75 @@ impl MasterClient {
         let r = self.call_admin(|mut c| async move { c.trigger_snapshot(TriggerSnapshotRequest {}).await }).await?;
         Ok(check(r)?.detail)
     }
+
+    /// Registered clients with their segments and last heartbeat (leader's view).
+    pub async fn list_clients(&self) -> Result<Vec<ClientInfo>, MasterError> {
+        let r = self.call_admin(|mut c| async move { c.list_clients(ListClientsRequest {}).await }).await?;
+        Ok(check(r)?.clients)
+    }
+
+    /// Expires `client_id` now: its segments are unmounted at once.
+    pub async fn evict_client(&self, client_id: u64) -> Result<String, MasterError> {
+        let r = self.call_admin(|mut c| async move { c.evict_client(EvictClientRequest { client_id }).await }).await?;
+        Ok(check(r)?.detail)
+    }
+
+    /// A consistent image of the leader's state: the first chunk's header
+    /// (applied index, state hash, schema version) and the image bytes.
+    pub async fn export_snapshot(&self) -> Result<(SnapshotChunk, Vec<u8>), MasterError> {
+        let mut target = self.preferred();
+        let mut last = String::new();
+        for _ in 0..self.config().masters.len() + REDIRECTS_MAX {
+            match export_from(self, &target).await {
+                Ok(Export::Done(header, data)) => return Ok((header, data)),
+                Ok(Export::Redirect(leader)) => target = leader,
+                Ok(Export::Refused(code, message)) => return Err(MasterError::Rejected { code, message }),
+                Err(e) => {
+                    last = e;
+                    target = self.config().masters.iter().find(|m| **m != target).cloned().unwrap_or(target);
+                    tokio::time::sleep(self.config().backoff_max).await;
+                }
+            }
+        }
+        Err(MasterError::Unavailable { deadline: self.config().deadline, attempts: 0, last })
+    }
+}
+
+/// Redirects followed while looking for the leader to export from.
+const REDIRECTS_MAX: usize = 8;
+
+enum Export {
+    Done(SnapshotChunk, Vec<u8>),
+    Redirect(String),
+    Refused(mooncake_proto::ErrorCode, String),
+}
+
+async fn export_from(client: &MasterClient, addr: &str) -> Result<Export, String> {
+    use mooncake_proto::ErrorCode;
+    let ch = client.channel(addr).map_err(|e| e.to_string())?;
+    let mut admin = mooncake_proto::admin::admin_service_client::AdminServiceClient::new(ch)
+        .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES);
+    let mut stream = admin
+        .export_snapshot(ExportSnapshotRequest {})
+        .await
+        .map_err(|s| format!("{addr}: {}", s.message()))?
+        .into_inner();
+    let first =
+        stream.message().await.map_err(|s| format!("{addr}: {}", s.message()))?.ok_or("empty snapshot stream")?;
+    let status = first.status.clone().unwrap_or_default();
+    match status.error_code() {
+        ErrorCode::Ok => {}
+        ErrorCode::NotLeader if !status.leader_addr.is_empty() => return Ok(Export::Redirect(status.leader_addr)),
+        ErrorCode::NotLeader | ErrorCode::Unavailable => return Err(format!("{addr}: {}", status.message)),
+        code => return Ok(Export::Refused(code, status.message)),
+    }
+    let mut data = Vec::with_capacity(first.total_bytes as usize);
+    data.extend_from_slice(&first.data);
+    while let Some(chunk) = stream.message().await.map_err(|s| format!("{addr}: {}", s.message()))? {
+        data.extend_from_slice(&chunk.data);
+    }
+    if data.len() as u64 != first.total_bytes {
+        return Err(format!("{addr}: snapshot stream ended after {} of {} bytes", data.len(), first.total_bytes));
+    }
+    Ok(Export::Done(SnapshotChunk { data: Vec::new(), ..first }, data))
 }

@@ -1,2 +1,37 @@
-//! The chaos harness: real masters and store nodes in network namespaces,
-//! faults, history recording and checkers. Not built yet: see issue "Chaos harness".
+//! The pure core of the chaos harness: operation histories of a concurrent KV
+//! workload, and the checkers run over them after a chaos run.
+//!
+//! Key types: [`OpRecord`] and [`History`] (written as `history.jsonl` by
+//! [`write_jsonl`], read by [`read_jsonl`]); [`check_linearizable`], a per-key
+//! Wing–Gong/Lowe linearizability checker returning a [`Verdict`]; and the
+//! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`].
+//!
+//! This crate starts no processes and touches no network: the orchestration
+//! that runs masters in network namespaces, injects faults and records
+//! histories builds on it. It depends on no other mooncake crate.
+
+mod checkers;
+mod error;
+mod explain;
+mod history;
+mod jsonl;
+mod linearizability;
+mod model;
+mod wgl;
+
+pub use checkers::{CheckResult, NodeId, NodeReport, Violation, cluster_health, no_lost_acked_puts};
+pub use error::{HistoryError, RecordError};
+pub use history::{History, KeyOps, OpKind, OpRecord, Outcome, ProcessId};
+pub use jsonl::{read_jsonl, write_jsonl, write_record};
+pub use linearizability::{
+    KeyFailure, KeyVerdict, LinearizabilityConfig, MAX_STATES_PER_KEY_DEFAULT, TimedOutKey, Verdict, check_key,
+    check_linearizable,
+};
+
+// Host and fault primitives (root only): namespaces, nftables, signals, loop mounts, clocks.
+pub mod clock;
+pub mod faults;
+pub mod host;
+pub mod net;
+pub mod power;
+pub mod safety;

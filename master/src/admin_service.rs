@@ -25,6 +25,39 @@ impl AdminServiceImpl {
     }
 }
 
+/// Bytes of state image per streamed chunk: well under the gRPC message cap.
+const SNAPSHOT_CHUNK_BYTES: usize = 4 << 20;
+
+impl AdminServiceImpl {
+    async fn barrier(&self) -> Result<(), Status> {
+        self.shared.require_leader()?;
+        self.shared.linearizable().await
+    }
+
+    /// A consistent image from the leader, after a linearizable barrier, cut into chunks.
+    async fn export(&self) -> Result<Vec<SnapshotChunk>, Status> {
+        self.barrier().await?;
+        let (data, applied_index, state_hash) =
+            self.shared.sm.export().map_err(|e| crate::errors::internal(format!("exporting state: {e}")))?;
+        let total_bytes = data.len() as u64;
+        let mut chunks: Vec<SnapshotChunk> = data
+            .chunks(SNAPSHOT_CHUNK_BYTES)
+            .map(|c| SnapshotChunk { data: c.to_vec(), ..Default::default() })
+            .collect();
+        if chunks.is_empty() {
+            chunks.push(SnapshotChunk::default());
+        }
+        let first = &mut chunks[0];
+        first.status = Some(Status::ok());
+        first.applied_index = applied_index;
+        first.state_hash = state_hash;
+        first.schema_version = mooncake_raft_store::SNAPSHOT_SCHEMA_VERSION;
+        first.total_bytes = total_bytes;
+        tracing::info!(applied_index, bytes = total_bytes, "snapshot exported");
+        Ok(chunks)
+    }
+}
+
 fn answer(status: Status, detail: impl Into<String>) -> RpcResult<AdminResponse> {
     Ok(Response::new(AdminResponse { status: Some(status), detail: detail.into() }))
 }
@@ -64,6 +97,58 @@ impl AdminService for AdminServiceImpl {
         match self.shared.raft.trigger().snapshot().await {
             Ok(()) => answer(Status::ok(), "snapshot triggered"),
             Err(e) => answer(unavailable(e.to_string()), ""),
+        }
+    }
+
+    type ExportSnapshotStream = futures::stream::Iter<std::vec::IntoIter<Result<SnapshotChunk, tonic::Status>>>;
+
+    async fn export_snapshot(&self, _req: Request<ExportSnapshotRequest>) -> RpcResult<Self::ExportSnapshotStream> {
+        let chunks = match self.export().await {
+            Ok(chunks) => chunks,
+            Err(status) => vec![SnapshotChunk { status: Some(status), ..Default::default() }],
+        };
+        Ok(Response::new(futures::stream::iter(chunks.into_iter().map(Ok).collect::<Vec<_>>())))
+    }
+
+    async fn list_clients(&self, _req: Request<ListClientsRequest>) -> RpcResult<ListClientsResponse> {
+        if let Err(s) = self.barrier().await {
+            return Ok(Response::new(ListClientsResponse { status: Some(s), clients: vec![] }));
+        }
+        let now = std::time::Instant::now();
+        let clients = self.shared.reader.read(|st| {
+            st.clients()
+                .map(|c| {
+                    let segs: Vec<_> = st.client_segments(c.id).collect();
+                    let heard = self.shared.leader.with(|t| t.last_heartbeat(c.id));
+                    ClientInfo {
+                        id: c.id.0,
+                        registered_ms: c.registered_ms,
+                        last_heartbeat_ms_ago: heard
+                            .map(|h| now.saturating_duration_since(h).as_millis() as u64)
+                            .unwrap_or(0),
+                        segments: segs.iter().map(|s| s.spec.id.0).collect(),
+                        segment_bytes: segs.iter().map(|s| s.capacity_bytes()).sum(),
+                        used_bytes: segs.iter().map(|s| s.used_bytes()).sum(),
+                    }
+                })
+                .collect()
+        });
+        Ok(Response::new(ListClientsResponse { status: Some(Status::ok()), clients }))
+    }
+
+    async fn evict_client(&self, req: Request<EvictClientRequest>) -> RpcResult<AdminResponse> {
+        let client = mooncake_segment::ClientId(req.into_inner().client_id);
+        let cmd = mooncake_raft_store::Command::ExpireClient { client };
+        match self.shared.proposer.propose(cmd).await {
+            Ok(r) => match r.err() {
+                None => {
+                    self.shared.metrics.expired_clients.inc();
+                    tracing::info!(%client, "client evicted by the operator; its segments are unmounted");
+                    answer(Status::ok(), format!("{client} evicted"))
+                }
+                Some(e) => answer(crate::errors::meta_status(e), ""),
+            },
+            Err(s) => answer(s, ""),
         }
     }
 

@@ -81,6 +81,21 @@ pub struct MasterConfig {
     /// Applied entries between snapshots.
     #[arg(long = "snapshot-logs", default_value_t = DEFAULT_SNAPSHOT_LOGS)]
     pub snapshot_logs: u64,
+    /// Start a NEW one-master cluster from a snapshot file (`mooncake
+    /// snapshot save`). Needs an empty --data-dir and an --initial-cluster of
+    /// this master alone; grow it afterwards with `mooncake member add`.
+    #[arg(long)]
+    pub restore: Option<PathBuf>,
+    /// DEVELOPMENT ONLY — BREAKS LINEARIZABILITY. Serve reads from any master's
+    /// local state without confirming leadership. Exists so the chaos harness
+    /// can prove it catches stale reads; never use it in production.
+    #[arg(long = "dev-unsafe-stale-reads", hide_short_help = true)]
+    pub dev_unsafe_stale_reads: bool,
+    /// DEVELOPMENT ONLY — LOSES ACKNOWLEDGED WRITES ON POWER LOSS. Acknowledge
+    /// log writes without fsync. Exists so the chaos harness can prove it
+    /// catches lost writes; never use it in production.
+    #[arg(long = "dev-unsafe-no-fsync", hide_short_help = true)]
+    pub dev_unsafe_no_fsync: bool,
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,
@@ -158,6 +173,11 @@ impl MasterConfig {
                 "--id {} is not in --initial-cluster {:?}; add it there or start with --join",
                 self.id,
                 c.0.keys().collect::<Vec<_>>()
+            )),
+            (Some(c), false) if self.restore.is_some() && c.0.len() != 1 => Err(format!(
+                "--restore starts a one-master cluster, but --initial-cluster names {} masters; restore on one, \
+                 then add the others with `mooncake member add`",
+                c.0.len()
             )),
             _ => Ok(()),
         }

@@ -1,14 +1,14 @@
 //! The HTTP side of a master: `/health` (the process serves), `/ready` (a
 //! leader is known and this node has applied what it knows committed),
-//! `/leader`, and `/metrics` in Prometheus text format.
+//! `/leader`, and `/metrics` in Prometheus text format (see `metrics.rs`).
 
-use std::fmt::Write;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use mooncake_raft_store::state::ObjectStatus;
 use openraft::ServerState;
 
 use crate::shared::Shared;
@@ -38,27 +38,36 @@ async fn leader(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> String {
+    refresh_gauges(&s).await;
+    s.metrics.encode()
+}
+
+/// Sets the scrape-time gauges from Raft's metrics and the applied state.
+async fn refresh_gauges(s: &Shared) {
     let m = s.raft.metrics().borrow().clone();
-    let (objects, segments, clients, capacity, used) = s.reader.read(|st| {
-        (st.object_count(), st.segments().count(), st.clients().count(), st.capacity_bytes(), st.used_bytes())
+    let committed = s.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten();
+    let g = &s.metrics.gauges;
+    let idx = |v: Option<u64>| v.unwrap_or(0) as i64;
+    g.term.set(m.current_term as i64);
+    g.is_leader.set(i64::from(m.state == ServerState::Leader));
+    g.leader_id.set(idx(m.current_leader));
+    g.last_log_index.set(idx(m.last_log_index));
+    g.committed_index.set(idx(committed));
+    g.applied_index.set(idx(m.last_applied.map(|l| l.index)));
+    g.snapshot_index.set(idx(m.snapshot.map(|l| l.index)));
+    g.purged_index.set(idx(m.purged.map(|l| l.index)));
+    let first = m.purged.map(|l| l.index + 1).unwrap_or(0);
+    g.log_entries.set(m.last_log_index.map(|last| (last + 1).saturating_sub(first)).unwrap_or(0) as i64);
+    s.reader.read(|st| {
+        g.segments.set(st.segments().count() as i64);
+        g.capacity_bytes.set(st.capacity_bytes() as i64);
+        g.used_bytes.set(st.used_bytes() as i64);
+        g.objects.set(st.object_count() as i64);
+        let processing = st.objects().filter(|o| o.status == ObjectStatus::Processing).count();
+        g.objects_processing.set(processing as i64);
+        g.clients.set(st.clients().count() as i64);
+        let held: u64 = st.discarded().flat_map(|d| d.replicas.iter()).map(|r| r.range.len).sum();
+        g.discarded_bytes.set(held as i64);
     });
-    let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, value: f64| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
-    };
-    gauge("mooncake_raft_term", "Current Raft term.", m.current_term as f64);
-    gauge("mooncake_raft_is_leader", "1 if this master leads.", f64::from(u8::from(m.state == ServerState::Leader)));
-    gauge("mooncake_raft_leader_id", "Id of the known leader (0 if none).", m.current_leader.unwrap_or(0) as f64);
-    gauge("mooncake_raft_last_log_index", "Index of the last log entry.", m.last_log_index.unwrap_or(0) as f64);
-    gauge(
-        "mooncake_raft_applied_index",
-        "Index of the last applied entry.",
-        m.last_applied.map(|l| l.index).unwrap_or(0) as f64,
-    );
-    gauge("mooncake_objects", "Objects in the state machine.", objects as f64);
-    gauge("mooncake_segments", "Mounted segments.", segments as f64);
-    gauge("mooncake_clients", "Registered clients.", clients as f64);
-    gauge("mooncake_capacity_bytes", "Capacity of all segments.", capacity as f64);
-    gauge("mooncake_used_bytes", "Allocated bytes in all segments.", used as f64);
-    out
+    g.leases.set(s.leader.with(|t| t.lease_count()).unwrap_or(0) as i64);
 }

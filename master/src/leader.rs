@@ -54,6 +54,11 @@ impl TermState {
         *self.first_seen.entry(version).or_insert(now)
     }
 
+    /// Read leases currently recorded (some may have expired since the last prune).
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
     /// Drops entries that can no longer matter: expired leases, first-seen
     /// times of versions that are gone, access times of keys that are gone.
     pub fn prune(&mut self, now: Instant, live: impl Fn(ObjectVersion) -> bool, live_key: impl Fn(&str) -> bool) {

@@ -15,7 +15,9 @@ mod convert;
 pub mod decisions;
 mod errors;
 mod http;
+mod instrumented;
 pub mod leader;
+pub mod metrics;
 mod network;
 mod node;
 mod proposer;
@@ -26,4 +28,4 @@ mod workers;
 
 pub use config::MasterConfig;
 pub use node::MasterNode;
-pub use run::run;
+pub use run::{run, wait_for_signal};

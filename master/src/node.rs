@@ -22,7 +22,9 @@ use crate::admin_service::AdminServiceImpl;
 use crate::client_service::MasterServiceImpl;
 use crate::config::MasterConfig;
 use crate::decisions::EvictionPolicy;
+use crate::instrumented::Instrumented;
 use crate::leader::LeaderState;
+use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::network::NetworkFactory;
 use crate::proposer::Proposer;
 use crate::raft_service::RaftServiceImpl;
@@ -42,21 +44,39 @@ impl MasterNode {
     /// Starts a master from a validated configuration.
     pub async fn start(cfg: MasterConfig) -> anyhow::Result<MasterNode> {
         cfg.validate().map_err(anyhow::Error::msg)?;
-        let (log, sm) = open_store(&StoreOptions::new(&cfg.data_dir))
-            .with_context(|| format!("opening data dir {}", cfg.data_dir.display()))?;
+        let metrics = Arc::new(MasterMetrics::new().context("registering metrics")?);
+        let observer = Arc::new(MetricsObserver(metrics.clone()));
+        let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
+        store_opts.fsync = !cfg.dev_unsafe_no_fsync;
+        if cfg.dev_unsafe_no_fsync || cfg.dev_unsafe_stale_reads {
+            tracing::warn!(
+                no_fsync = cfg.dev_unsafe_no_fsync,
+                stale_reads = cfg.dev_unsafe_stale_reads,
+                "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
+            );
+        }
+        let (log, sm) =
+            open_store(&store_opts).with_context(|| format!("opening data dir {}", cfg.data_dir.display()))?;
         let reader = sm.reader();
+        if let Some(file) = &cfg.restore {
+            restore_from(&sm, file)?;
+        }
         let raft_config = Arc::new(cfg.raft_config().validate().context("raft config")?);
+        let sm_handle = sm.clone();
         let raft = Raft::new(cfg.id, raft_config, NetworkFactory, log, sm).await.context("starting raft")?;
         let leader = Arc::new(LeaderState::new(Duration::from_millis(cfg.default_kv_lease_ttl_ms)));
-        let proposer = Proposer::start(raft.clone());
+        let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone());
         let evict_now = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),
             reader: reader.clone(),
+            sm: sm_handle,
             leader: leader.clone(),
             proposer: proposer.clone(),
             evict_now: evict_now.clone(),
+            metrics: metrics.clone(),
+            unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -70,7 +90,7 @@ impl MasterNode {
             }
             None => None,
         };
-        tasks.push(tokio::spawn(workers::follow_leadership(raft.metrics(), leader.clone())));
+        tasks.push(tokio::spawn(workers::follow_leadership(raft.metrics(), leader.clone(), metrics.clone())));
         tasks.push(tokio::spawn(workers::leader_duties(DutyContext {
             reader,
             leader,
@@ -84,9 +104,13 @@ impl MasterNode {
                 lease_ttl: Duration::from_millis(cfg.default_kv_lease_ttl_ms),
             },
             evict_now,
+            metrics,
         })));
         if let Some(cluster) = &cfg.initial_cluster {
             bootstrap(&raft, &cluster.0).await?;
+        }
+        if cfg.restore.is_some() {
+            tasks.push(tokio::spawn(compact_after_restore(raft.clone())));
         }
         tracing::info!(id = cfg.id, grpc = %grpc_addr, http = ?http_addr, data_dir = %cfg.data_dir.display(), "master started");
         Ok(MasterNode { shared, grpc_addr, http_addr, stop, tasks })
@@ -119,6 +143,52 @@ async fn bootstrap(raft: &Raft, members: &BTreeMap<u64, String>) -> anyhow::Resu
     Ok(())
 }
 
+/// Seeds a pristine store with the state of a snapshot file.
+fn restore_from(sm: &mooncake_raft_store::StateMachineStore, file: &std::path::Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading snapshot file {}", file.display()))?;
+    let (info, body) = mooncake_raft_store::decode_snapshot_file(&bytes)
+        .with_context(|| format!("checking snapshot file {}", file.display()))?;
+    sm.seed_restore(body).context("restoring")?;
+    tracing::info!(
+        file = %file.display(),
+        source_applied_index = info.applied_index,
+        state_hash = format!("{:016x}", info.state_hash),
+        "restored the state from a snapshot file"
+    );
+    Ok(())
+}
+
+/// After a restore, snapshot and purge the log at once, so masters added
+/// later receive the restored state as a snapshot (the log alone does not
+/// contain it).
+async fn compact_after_restore(raft: Raft) {
+    let deadline = Duration::from_secs(60);
+    let leading = raft.wait(Some(deadline)).state(openraft::ServerState::Leader, "restored master leads").await;
+    if let Err(e) = leading {
+        tracing::error!(error = %e, "restored master did not become leader; not compacting");
+        return;
+    }
+    let applied = raft.metrics().borrow().last_applied.map(|l| l.index).unwrap_or(0);
+    if let Err(e) = raft.trigger().snapshot().await {
+        tracing::error!(error = %e, "snapshot after restore");
+        return;
+    }
+    let built = raft
+        .wait(Some(deadline))
+        .metrics(|m| m.snapshot.is_some_and(|s| s.index >= applied), "snapshot after restore")
+        .await;
+    match built {
+        Ok(m) => {
+            let upto = m.snapshot.map(|l| l.index).unwrap_or(0);
+            if let Err(e) = raft.trigger().purge_log(upto).await {
+                tracing::error!(error = %e, "purge after restore");
+            }
+            tracing::info!(snapshot_index = upto, "restored state snapshotted; new masters will receive it");
+        }
+        Err(e) => tracing::error!(error = %e, "snapshot after restore did not complete"),
+    }
+}
+
 async fn wait_stop(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
@@ -132,7 +202,8 @@ fn serve_grpc(
         .with_context(|| format!("binding gRPC address {addr} (in use? pick another --listen)"))?
         .with_nodelay(Some(true));
     let bound = incoming.local_addr().context("gRPC local address")?;
-    let master = MasterServiceServer::new(MasterServiceImpl::new(shared.clone()))
+    let service = Instrumented::new(MasterServiceImpl::new(shared.clone()), shared.metrics.clone());
+    let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
     let raft = RaftServiceServer::new(RaftServiceImpl::new(shared.raft.clone()))

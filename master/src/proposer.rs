@@ -32,10 +32,11 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    /// Starts the batching task for `raft`.
-    pub fn start(raft: Raft) -> Self {
+    /// Starts the batching task for `raft`; `batch_sizes` observes the
+    /// commands per log entry.
+    pub fn start(raft: Raft, batch_sizes: prometheus::Histogram) -> Self {
         let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
-        tokio::spawn(batch_loop(raft, rx));
+        tokio::spawn(batch_loop(raft, rx, batch_sizes));
         Proposer { tx }
     }
 
@@ -56,7 +57,7 @@ impl Proposer {
     }
 }
 
-async fn batch_loop(raft: Raft, mut rx: mpsc::Receiver<Proposal>) {
+async fn batch_loop(raft: Raft, mut rx: mpsc::Receiver<Proposal>, batch_sizes: prometheus::Histogram) {
     let permits = Arc::new(Semaphore::new(IN_FLIGHT_BATCHES_MAX));
     let mut carry: Option<Proposal> = None;
     loop {
@@ -78,6 +79,7 @@ async fn batch_loop(raft: Raft, mut rx: mpsc::Receiver<Proposal>) {
             size += p.cmds.len();
             batch.push(p);
         }
+        batch_sizes.observe(size as f64);
         let raft = raft.clone();
         tokio::spawn(async move {
             write_batch(&raft, batch).await;

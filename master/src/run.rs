@@ -13,7 +13,8 @@ fn init_tracing(format: &str) {
     let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 
-async fn wait_for_signal() {
+/// Resolves on SIGINT or SIGTERM (used by every long-running command).
+pub async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

@@ -6,21 +6,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mooncake_proto::Status;
-use mooncake_raft_store::{NodeId, Raft, StateReader};
+use mooncake_raft_store::{NodeId, Raft, StateMachineStore, StateReader};
 use openraft::error::ForwardToLeader;
 use tokio::sync::Notify;
 
 use crate::errors::{forward_status, read_error_status};
 use crate::leader::LeaderState;
+use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 
 pub struct Shared {
     pub id: NodeId,
     pub raft: Raft,
     pub reader: StateReader,
+    /// The state machine (shared with openraft) for consistent exports.
+    pub sm: StateMachineStore,
     pub leader: Arc<LeaderState>,
     pub proposer: Proposer,
     pub evict_now: Arc<Notify>,
+    pub metrics: Arc<MasterMetrics>,
+    /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
+    pub unsafe_stale_reads: bool,
 }
 
 impl Shared {

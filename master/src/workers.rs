@@ -13,6 +13,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::decisions::{self, DISCARDED_BIT, EvictionPolicy};
 use crate::leader::LeaderState;
+use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 
 /// Leader duties run this often; eviction also runs at once when a put finds no room.
@@ -33,23 +34,40 @@ pub struct DutyContext {
     pub release_after: Duration,
     pub eviction: EvictionPolicy,
     pub evict_now: Arc<Notify>,
+    pub metrics: Arc<MasterMetrics>,
 }
 
-/// Follows Raft metrics and keeps the leader-local soft state to the term.
+/// Follows Raft metrics: keeps the leader-local soft state to the term, and
+/// logs one line per leadership change and per membership change.
 pub async fn follow_leadership(
-    mut metrics: watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
+    mut raft_metrics: watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
     leader: Arc<LeaderState>,
+    metrics: Arc<MasterMetrics>,
 ) {
+    let mut known_leader = None;
+    let mut known_membership = None;
     loop {
-        let (leading, term, id) = {
-            let m = metrics.borrow_and_update();
-            (m.state == ServerState::Leader, m.current_term, m.id)
+        let (leading, term, id, current, membership) = {
+            let m = raft_metrics.borrow_and_update();
+            let membership = m.membership_config.clone();
+            (m.state == ServerState::Leader, m.current_term, m.id, m.current_leader, membership)
         };
         leader.observe(leading.then_some(term), Instant::now());
-        if leading {
-            tracing::debug!(node = id, term, "leading");
+        if current != known_leader {
+            match current {
+                Some(l) => tracing::info!(node = id, leader = l, term, this_node_leads = leading, "leader changed"),
+                None => tracing::info!(node = id, term, "leader lost; election in progress"),
+            }
+            metrics.leader_changes.inc();
+            known_leader = current;
         }
-        if metrics.changed().await.is_err() {
+        if known_membership != Some(*membership.log_id()) {
+            let voters: Vec<u64> = membership.membership().voter_ids().collect();
+            let learners: Vec<u64> = membership.membership().learner_ids().collect();
+            tracing::info!(node = id, ?voters, ?learners, log = ?membership.log_id(), "membership");
+            known_membership = Some(*membership.log_id());
+        }
+        if raft_metrics.changed().await.is_err() {
             return;
         }
     }
@@ -96,6 +114,7 @@ async fn expire_clients(ctx: &DutyContext) {
     for client in expired {
         let r = propose_logged(ctx, "client expiry", Command::ExpireClient { client }).await;
         if r.is_some_and(|r| r.err().is_none()) {
+            ctx.metrics.expired_clients.inc();
             tracing::info!(%client, ttl_s = ctx.client_ttl.as_secs(), "client expired: no heartbeat; its segments are unmounted");
         }
     }
@@ -114,6 +133,8 @@ async fn evict(ctx: &DutyContext) {
     let asked = victims.len();
     let cmd = Command::RemoveObjects { victims, reason: RemoveReason::Evict };
     if let Some(Response::Removed { count }) = propose_logged(ctx, "eviction", cmd).await {
+        ctx.metrics.eviction_rounds.inc();
+        ctx.metrics.evicted_objects.inc_by(count);
         let used = ctx.reader.read(|s| (s.used_bytes(), s.capacity_bytes()));
         tracing::info!(asked, evicted = count, used_bytes = used.0, capacity_bytes = used.1, "eviction round");
     }
@@ -137,12 +158,20 @@ async fn reclaim_puts(ctx: &DutyContext) {
     let Some((discard, release)) = decided else { return };
     if !discard.is_empty() {
         let n = discard.len();
-        propose_logged(ctx, "discard abandoned puts", Command::DiscardPuts { victims: discard }).await;
+        if let Some(Response::Removed { count }) =
+            propose_logged(ctx, "discard abandoned puts", Command::DiscardPuts { victims: discard }).await
+        {
+            ctx.metrics.discarded_puts.inc_by(count);
+        }
         tracing::info!(count = n, "discarded abandoned puts; their space is held until the release timeout");
     }
     if !release.is_empty() {
         let n = release.len();
-        propose_logged(ctx, "release discarded puts", Command::ReleaseDiscarded { versions: release }).await;
+        if let Some(Response::Removed { count }) =
+            propose_logged(ctx, "release discarded puts", Command::ReleaseDiscarded { versions: release }).await
+        {
+            ctx.metrics.released_puts.inc_by(count);
+        }
         tracing::info!(count = n, "released the space of discarded puts");
     }
 }

@@ -86,4 +86,6 @@ impl_has_status!(
     master::BatchRemoveResponse,
     admin::AdminResponse,
     admin::ClusterStatusResponse,
+    admin::ListClientsResponse,
+    admin::SnapshotChunk,
 );

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::StoreError;
+use crate::observer::StoreObserver;
 
 /// Flushes a sled database to stable storage. Cheap to clone.
 #[derive(Clone)]
@@ -19,13 +20,14 @@ pub struct DataSync {
 struct Inner {
     file: Option<File>,
     path: PathBuf,
+    observer: Arc<dyn StoreObserver>,
 }
 
 impl DataSync {
     /// `dir` is the directory sled was opened at. `fsync = false` is for
     /// throw-away test databases (and the chaos harness's deliberately broken
     /// build); production always syncs.
-    pub fn open(db: sled::Db, dir: &Path, fsync: bool) -> Result<Self, StoreError> {
+    pub fn open(db: sled::Db, dir: &Path, fsync: bool, observer: Arc<dyn StoreObserver>) -> Result<Self, StoreError> {
         let path = dir.join("db");
         let file = if fsync {
             Some(File::open(&path).map_err(|source| StoreError::Io {
@@ -36,12 +38,13 @@ impl DataSync {
         } else {
             None
         };
-        Ok(DataSync { db, inner: Arc::new(Inner { file, path }) })
+        Ok(DataSync { db, inner: Arc::new(Inner { file, path, observer }) })
     }
 
     /// Returns once everything written to the database before the call is on
     /// stable storage.
     pub fn sync(&self) -> Result<(), StoreError> {
+        let start = std::time::Instant::now();
         self.db.flush().map_err(StoreError::sled("flush"))?;
         if let Some(file) = &self.inner.file {
             file.sync_data().map_err(|source| StoreError::Io {
@@ -50,7 +53,13 @@ impl DataSync {
                 source,
             })?;
         }
+        self.inner.observer.synced(start.elapsed());
         Ok(())
+    }
+
+    /// The observer of this store's costs.
+    pub fn observer(&self) -> &Arc<dyn StoreObserver> {
+        &self.inner.observer
     }
 
     /// The same as [`sync`](Self::sync) on a blocking thread, for async callers.

@@ -291,7 +291,7 @@ mod tests {
     /// Opens a log store on a fresh sled handle at `dir`.
     fn open_at(dir: &Path) -> (sled::Db, LogStore) {
         let db = sled::Config::new().path(dir).open().unwrap();
-        let sync = DataSync::open(db.clone(), dir, true).unwrap();
+        let sync = DataSync::open(db.clone(), dir, true, std::sync::Arc::new(crate::NoopObserver)).unwrap();
         let store = LogStore::open(&db, sync).unwrap();
         (db, store)
     }

@@ -31,6 +31,9 @@ pub const SNAPSHOT_SCHEMA_VERSION: u32 = 1;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 const CURRENT_KEY: &[u8] = b"current";
+/// A restored state (`--restore`): the base the log applies on top of until
+/// the first snapshot replaces it.
+const RESTORE_BASE_KEY: &[u8] = b"restore_base";
 
 /// A stored snapshot: openraft's metadata and the encoded state image.
 #[derive(Serialize, Deserialize)]
@@ -66,7 +69,10 @@ impl StateMachineStore {
         let tree = db.open_tree(SNAPSHOT_TREE).map_err(StoreError::sled("open sm_snapshot tree"))?;
         let state = match load_stored(&tree)? {
             Some(stored) => decode_state(&stored.meta, &stored.data)?,
-            None => MetaState::default(),
+            None => match tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))? {
+                Some(data) => decode_image(&data)?,
+                None => MetaState::default(),
+            },
         };
         Ok(StateMachineStore {
             state: Arc::new(RwLock::new(state)),
@@ -74,6 +80,38 @@ impl StateMachineStore {
             sync,
             snapshot_seq: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The state image (as in snapshots), the applied index and the state
+    /// hash, taken atomically.
+    pub fn export(&self) -> Result<(Vec<u8>, u64, u64), StoreError> {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let data = encode_image(&state)?;
+        Ok((data, state.last_applied.map(|l| l.index).unwrap_or(0), state.state_hash()))
+    }
+
+    /// Makes `image` the starting state of a pristine store (restore from a
+    /// snapshot file). Refuses a store that already has state.
+    pub fn seed_restore(&self, image: &[u8]) -> Result<(), StoreError> {
+        // The new cluster starts its own log: keep the data, not the source's
+        // Raft bookkeeping.
+        let mut restored = decode_image(image)?;
+        restored.last_applied = None;
+        restored.last_membership = StoredMembership::default();
+        let image = encode_image(&restored)?;
+        let pristine = load_stored(&self.tree)?.is_none()
+            && self.tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))?.is_none()
+            && self.state.read().unwrap_or_else(|p| p.into_inner()).last_applied.is_none();
+        if !pristine {
+            return Err(StoreError::Decode {
+                what: "restore".into(),
+                message: "the data directory already holds a cluster's state; restore into an empty --data-dir".into(),
+            });
+        }
+        self.tree.insert(RESTORE_BASE_KEY, image).map_err(StoreError::sled("write restore base"))?;
+        self.sync.sync()?;
+        *self.write_state() = restored;
+        Ok(())
     }
 
     /// A handle for reading the applied state.
@@ -113,7 +151,7 @@ fn load_stored(tree: &sled::Tree) -> Result<Option<StoredSnapshot>, StoreError> 
 }
 
 /// Encodes the state image behind a 4-byte schema version.
-fn encode_state(state: &MetaState) -> Result<Vec<u8>, StoreError> {
+pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
     let mut data = SNAPSHOT_SCHEMA_VERSION.to_le_bytes().to_vec();
     data.extend(codec::encode("state image", &state.to_image())?);
     Ok(data)
@@ -122,6 +160,14 @@ fn encode_state(state: &MetaState) -> Result<Vec<u8>, StoreError> {
 /// Decodes snapshot data; the snapshot's metadata is authoritative for the
 /// applied log id and membership.
 fn decode_state(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Result<MetaState, StoreError> {
+    let mut state = decode_image(data)?;
+    state.last_applied = meta.last_log_id;
+    state.last_membership = meta.last_membership.clone();
+    Ok(state)
+}
+
+/// Decodes a state image written by [`encode_image`] (any supported version).
+pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
     let Some((version, body)) = data.split_first_chunk::<4>() else {
         return Err(StoreError::Decode { what: "snapshot".into(), message: "shorter than its header".into() });
     };
@@ -129,10 +175,7 @@ fn decode_state(meta: &SnapshotMeta<NodeId, BasicNode>, data: &[u8]) -> Result<M
     if version != SNAPSHOT_SCHEMA_VERSION {
         return Err(StoreError::SchemaVersion { found: version, supported: SNAPSHOT_SCHEMA_VERSION });
     }
-    let mut state = MetaState::from_image(codec::decode("state image", body)?)?;
-    state.last_applied = meta.last_log_id;
-    state.last_membership = meta.last_membership.clone();
-    Ok(state)
+    MetaState::from_image(codec::decode("state image", body)?)
 }
 
 fn snapshot_err(e: StoreError) -> StorageError<NodeId> {
@@ -143,8 +186,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let (data, last_applied, membership) = {
             let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            (encode_state(&state).map_err(snapshot_err)?, state.last_applied, state.last_membership.clone())
+            (encode_image(&state).map_err(snapshot_err)?, state.last_applied, state.last_membership.clone())
         };
+        let start = std::time::Instant::now();
         let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match last_applied {
             Some(id) => format!("{}-{}-{seq}", id.leader_id, id.index),
@@ -153,6 +197,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
         let stored = StoredSnapshot { meta, data };
         self.persist(&stored).await.map_err(snapshot_err)?;
+        self.sync.observer().snapshot_built(start.elapsed(), stored.data.len());
         Ok(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.data)) })
     }
 }
@@ -189,12 +234,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta<NodeId, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
+        let start = std::time::Instant::now();
         let data = snapshot.into_inner();
         let new_state =
             decode_state(meta, &data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.persist(&stored).await.map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         *self.write_state() = new_state;
+        self.sync.observer().snapshot_installed(start.elapsed(), stored.data.len());
         Ok(())
     }
 

@@ -2,24 +2,62 @@
 //! vote and the state-machine snapshot, synced through one [`DataSync`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::durable::DataSync;
 use crate::error::StoreError;
 use crate::log_store::LogStore;
+use crate::observer::{NoopObserver, StoreObserver};
 use crate::sm_store::StateMachineStore;
 
 /// How to open the store.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StoreOptions {
     pub dir: PathBuf,
     /// fdatasync before acknowledging durability. Only tests and the chaos
     /// harness's deliberately broken build turn this off.
     pub fsync: bool,
+    /// Told about fsync latency and snapshot builds.
+    pub observer: Arc<dyn StoreObserver>,
 }
 
 impl StoreOptions {
     pub fn new(dir: impl AsRef<Path>) -> Self {
-        StoreOptions { dir: dir.as_ref().to_path_buf(), fsync: true }
+        StoreOptions { dir: dir.as_ref().to_path_buf(), fsync: true, observer: Arc::new(NoopObserver) }
+    }
+
+    pub fn with_observer(mut self, observer: Arc<dyn StoreObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+}
+
+/// Version of the data directory's layout (sled trees and their encodings).
+/// A newer binary reads older layouts (upgrading them) or refuses with a
+/// clear message; an older binary refuses a newer layout.
+pub const DATA_DIR_SCHEMA_VERSION: u32 = 1;
+const SCHEMA_TREE: &str = "mooncake_meta";
+const SCHEMA_KEY: &[u8] = b"schema_version";
+
+/// Checks (and on a new directory writes) the layout version.
+fn check_schema(db: &sled::Db) -> Result<(), StoreError> {
+    let tree = db.open_tree(SCHEMA_TREE).map_err(StoreError::sled("open mooncake_meta tree"))?;
+    match tree.get(SCHEMA_KEY).map_err(StoreError::sled("read schema version"))? {
+        Some(v) => {
+            let found = v.as_ref().try_into().map(u32::from_le_bytes).map_err(|_| StoreError::Decode {
+                what: "schema version".into(),
+                message: format!("{} bytes, expected 4", v.len()),
+            })?;
+            if found > DATA_DIR_SCHEMA_VERSION {
+                return Err(StoreError::SchemaVersion { found, supported: DATA_DIR_SCHEMA_VERSION });
+            }
+            Ok(())
+        }
+        None => {
+            tree.insert(SCHEMA_KEY, &DATA_DIR_SCHEMA_VERSION.to_le_bytes())
+                .map_err(StoreError::sled("write schema version"))?;
+            Ok(())
+        }
     }
 }
 
@@ -35,7 +73,8 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
         .mode(sled::Mode::HighThroughput)
         .open()
         .map_err(StoreError::sled("open"))?;
-    let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync)?;
+    check_schema(&db)?;
+    let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync, opts.observer.clone())?;
     let log = LogStore::open(&db, sync.clone())?;
     let sm = StateMachineStore::open(&db, sync)?;
     Ok((log, sm))

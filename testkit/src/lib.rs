@@ -3,6 +3,8 @@
 //! with start, SIGKILL, restart and waits that panic with the logs' tails.
 
 mod cluster;
+mod http;
 
 pub use cluster::{Cluster, ClusterBuilder, wait_until};
+pub use http::{Sample, http_get, parse_prometheus, sample_value};
 pub use mooncake_client::local_cluster::free_port;

@@ -12,7 +12,17 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("mooncake-master", &["mooncake-proto", "mooncake-segment", "mooncake-raft-store"]),
         ("mooncake-transfer", &["mooncake-segment"]),
         ("mooncake-client", &["mooncake-proto", "mooncake-segment", "mooncake-transfer"]),
-        ("mooncake-cli", &["mooncake-client", "mooncake-master", "mooncake-proto", "mooncake-transfer"]),
+        (
+            "mooncake-cli",
+            &[
+                "mooncake-benches",
+                "mooncake-client",
+                "mooncake-master",
+                "mooncake-proto",
+                "mooncake-raft-store",
+                "mooncake-transfer",
+            ],
+        ),
         ("mooncake-testkit", &["mooncake-client", "mooncake-proto"]),
         (
             "mooncake-jepsen",

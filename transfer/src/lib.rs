@@ -22,5 +22,6 @@ pub use error::TransferError;
 pub use registry::{REGISTRY_SEGMENTS_MAX, SegmentRegistry};
 pub use server::{ServerConfig, ServerStats, TransferServer};
 pub use shm::{SHM_MAPPINGS_MAX, ShmTransport};
+pub use sockopt::{CONGESTION_NAME_MAX_BYTES, set_congestion, tune, validate_congestion};
 pub use tcp::{TcpConfig, TcpTransport};
 pub use transport::{ParseProtocolError, Protocol, RemoteSegment, TransferEngine, Transport};

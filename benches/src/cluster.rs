@@ -1,0 +1,83 @@
+//! Local Mooncake clusters for the scenarios: masters and store nodes as
+//! child processes of the `mooncake` binary itself (`mooncake master`,
+//! `mooncake store`), exactly as `mooncake up` runs them, in a temporary
+//! directory. [`Cluster`] stops them gracefully on drop (store nodes unmount
+//! and remove their `/dev/shm` segment files; a SIGKILL would leave them
+//! behind in memory), then `LocalCluster`'s own drop kills what is left.
+
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use mooncake_client::{Client, ClientConfig, LocalCluster};
+use mooncake_transfer::Protocol;
+
+/// How long a new cluster may take to elect a leader and mount its segments.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The shape of a cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub masters: u64,
+    pub stores: u64,
+    /// Segment size of every store node (e.g. `1GiB`).
+    pub segment_size: &'static str,
+    /// Store nodes touch every page at start (`--prefault`).
+    pub prefault: bool,
+}
+
+/// A running cluster, stopped on drop.
+pub struct Cluster {
+    inner: LocalCluster,
+}
+
+impl Cluster {
+    /// Starts the cluster and waits for a leader and every segment.
+    pub async fn start(exe: &Path, spec: Spec) -> anyhow::Result<Cluster> {
+        let mut b = LocalCluster::builder()
+            .master_command(exe, &["master"])
+            .store_command(exe, &["store"])
+            .masters(spec.masters)
+            .stores(spec.stores)
+            .segment_size(spec.segment_size);
+        if spec.prefault {
+            b = b.store_arg("--prefault");
+        }
+        let cluster = Cluster { inner: b.start().map_err(anyhow::Error::msg).context("starting a local cluster")? };
+        let ready = async {
+            cluster.wait_for_leader(START_TIMEOUT).await?;
+            cluster.wait_for_segments(spec.stores, START_TIMEOUT).await
+        };
+        if let Err(e) = ready.await {
+            anyhow::bail!("the local cluster did not come up: {e}\n{}", cluster.log_tails(15));
+        }
+        Ok(cluster)
+    }
+
+    /// A connected workload client (contributes no memory).
+    pub async fn client(&self, protocol: Protocol) -> anyhow::Result<Client> {
+        let mut cfg = ClientConfig::new(self.master_addrs());
+        cfg.protocol = protocol;
+        Client::connect(cfg).await.context("connecting a workload client")
+    }
+}
+
+impl Deref for Cluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.inner
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.inner
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.inner.stop();
+    }
+}

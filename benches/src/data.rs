@@ -1,0 +1,416 @@
+//! `mooncake bench data`: the data path. Put and get of 64 KiB, 1 MiB,
+//! 4 MiB and 16 MiB objects over `tcp` and `shm`, with 1 and 4 concurrent
+//! clients (each its own `Client`, so its own lanes), replicas 1 and 2,
+//! against 3 masters (fsync on) and 2 store nodes with pre-faulted segments.
+//! `--quick`: 4 MiB only, 1 client, replicas 1, a few dozen ops.
+//!
+//! Baselines of the same size and concurrency, measured in the same run
+//! right before the Mooncake cells of that size: a raw TCP request/response
+//! loop with the engine's socket options ([`baseline::raw_tcp`]) for tcp,
+//! and memcpy into a pre-faulted reused buffer ([`baseline::memcpy`]) for
+//! shm. GB/s is aggregate payload over the phase's wall time; latencies are
+//! per operation. A Mooncake put includes PutStart and PutEnd (two commits
+//! with fsync on a 3-master quorum) and the checksum; a get includes
+//! GetReplicaList (a linearizable read) and the checksum check.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mooncake_client::{Client, PutOptions};
+use mooncake_transfer::{Protocol, TcpConfig};
+use tokio::task::JoinHandle;
+
+use crate::baseline::raw_tcp::{Dir, RawServer, prefaulted};
+use crate::baseline::{memcpy, raw_tcp};
+use crate::cluster::{Cluster, Spec};
+use crate::report::{Cell, Section, Table, cols};
+use crate::stats::{Budget, Samples, ratio};
+use crate::{Ctx, target_row, targets_table};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// Object bytes one cell keeps stored at once, over all its clients (so a
+/// cell never needs more than half of the two segments, even with 2 replicas).
+const WORKING_SET_MAX_BYTES: usize = 512 * MIB;
+/// Payload bytes one client moves in one phase, at most (full run).
+const PHASE_BYTES_MAX: u64 = 1 << 30;
+/// Operations of one client in one phase: at least (unless the hard time
+/// limit passes) and at most.
+const PHASE_OPS_MIN: u64 = 8;
+const PHASE_OPS_MAX: u64 = 4_000;
+const PHASE_TIME: Duration = Duration::from_millis(2_500);
+/// `--quick`: operations and time per phase.
+const QUICK_OPS_MAX: u64 = 40;
+const QUICK_PHASE_TIME: Duration = Duration::from_secs(2);
+/// Concurrent clients when more than one.
+pub const CLIENTS_N: usize = 4;
+
+/// What one run covers.
+struct Plan {
+    sizes: Vec<usize>,
+    protocols: Vec<Protocol>,
+    clients: Vec<usize>,
+    replicas: Vec<u32>,
+    quick: bool,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            return Plan {
+                sizes: vec![4 * MIB],
+                protocols: vec![Protocol::Tcp, Protocol::Shm],
+                clients: vec![1],
+                replicas: vec![1],
+                quick,
+            };
+        }
+        Plan {
+            sizes: vec![64 * KIB, MIB, 4 * MIB, 16 * MIB],
+            protocols: vec![Protocol::Tcp, Protocol::Shm],
+            clients: vec![1, CLIENTS_N],
+            replicas: vec![1, 2],
+            quick,
+        }
+    }
+
+    /// Per-client budget of one phase with objects of `size`.
+    fn budget(&self, size: usize) -> Budget {
+        if self.quick {
+            return Budget { ops_min: PHASE_OPS_MIN, ops_max: QUICK_OPS_MAX, time: QUICK_PHASE_TIME };
+        }
+        let ops_max = (PHASE_BYTES_MAX / size as u64).clamp(PHASE_OPS_MIN, PHASE_OPS_MAX);
+        Budget { ops_min: PHASE_OPS_MIN, ops_max, time: PHASE_TIME }
+    }
+}
+
+/// Baselines of one size and concurrency.
+struct Base {
+    get: Samples,
+    put: Samples,
+    copy: Samples,
+}
+
+/// The tables being filled.
+struct Tables {
+    results: Table,
+    baselines: Table,
+}
+
+pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
+    let plan = Plan::new(ctx.quick);
+    ctx.progress.step("data: starting 3 masters and 2 store nodes (pre-faulted segments)");
+    let segment_size = if ctx.quick { "768MiB" } else { "1GiB" };
+    let cluster = Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }).await?;
+    let congestion = TcpConfig::default().congestion;
+    let server = RawServer::start(congestion.clone())?;
+    let mut tables = Tables { results: results_table(), baselines: baselines_table() };
+    let mut section = Section::new("data");
+    for &size in &plan.sizes {
+        for &n in &plan.clients {
+            let budget = plan.budget(size);
+            ctx.progress.step(&format!("data: baselines {} x{n} (raw TCP GET/PUT, memcpy)", size_name(size)));
+            let base = baselines(&server, congestion.clone(), size, n, budget).await?;
+            add_baselines(&mut tables.baselines, size, n, &base);
+            for &proto in &plan.protocols {
+                let failed = protocol_cells(ctx, &cluster, &plan, (size, n, proto), &base, &mut tables).await?;
+                section.failed_ops += failed;
+            }
+        }
+    }
+    section.tables.push(targets(&tables.results));
+    section.tables.push(tables.results);
+    section.tables.push(tables.baselines);
+    section.note(format!(
+        "baselines use the engine's socket options: TCP_NODELAY, TCP_CONGESTION={}",
+        congestion.as_deref().unwrap_or("system default")
+    ));
+    section.note("tcp ratio: get vs raw TCP GET, put vs raw TCP PUT (one connection per client); shm ratio: vs memcpy");
+    Ok(section)
+}
+
+/// Every replicas cell of one (size, clients, protocol); returns failed ops.
+async fn protocol_cells(
+    ctx: &mut Ctx,
+    cluster: &Cluster,
+    plan: &Plan,
+    (size, n, proto): (usize, usize, Protocol),
+    base: &Base,
+    tables: &mut Tables,
+) -> anyhow::Result<u64> {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(Arc::new(cluster.client(proto).await?));
+    }
+    let mut failed = 0;
+    for &replicas in &plan.replicas {
+        let tag = format!("{}-{proto:?}-{n}-{replicas}", size_name(size));
+        ctx.progress.step(&format!("data: {} {proto:?} x{n} replicas {replicas}", size_name(size)));
+        let (put, get) = cell(&clients, size, replicas, plan.budget(size), &tag).await?;
+        for (op, s) in [("put", &put), ("get", &get)] {
+            if let Some(e) = s.error_texts.first() {
+                ctx.progress.say(&format!("data: {tag} {op}: {} failed, first: {e}", s.errors));
+            }
+            failed += s.errors;
+        }
+        add_results(&mut tables.results, (size, n, proto, replicas), &put, &get, base);
+    }
+    for c in clients {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            c.close().await;
+        }
+    }
+    Ok(failed)
+}
+
+/// Runs the put phase, then the get phase over what was put, then removes
+/// everything. Returns (put, get) samples.
+async fn cell(
+    clients: &[Arc<Client>],
+    size: usize,
+    replicas: u32,
+    budget: Budget,
+    tag: &str,
+) -> anyhow::Result<(Samples, Samples)> {
+    let slots = (WORKING_SET_MAX_BYTES / (size * clients.len())).max(1) as u64;
+    let put_budget = Budget { ops_max: budget.ops_max.min(slots), ..budget };
+    let start = Instant::now();
+    let handles: Vec<JoinHandle<(Samples, Vec<String>)>> = clients
+        .iter()
+        .enumerate()
+        .map(|(w, c)| tokio::spawn(put_worker(c.clone(), format!("bench/data/{tag}/{w}"), size, replicas, put_budget)))
+        .collect();
+    let mut put = Samples::default();
+    let mut stored = Vec::new();
+    for h in handles {
+        let (s, keys) = h.await.context("put worker")?;
+        put.merge(s);
+        stored.push(keys);
+    }
+    put.wall = start.elapsed();
+    let start = Instant::now();
+    let handles: Vec<JoinHandle<Samples>> =
+        clients.iter().zip(stored).map(|(c, keys)| tokio::spawn(get_worker(c.clone(), keys, size, budget))).collect();
+    let mut get = Samples::default();
+    for h in handles {
+        get.merge(h.await.context("get worker")?);
+    }
+    get.wall = start.elapsed();
+    clients[0].remove_all(true).await.context("removing the cell's objects")?;
+    Ok((put, get))
+}
+
+async fn put_worker(
+    client: Arc<Client>,
+    prefix: String,
+    size: usize,
+    replicas: u32,
+    budget: Budget,
+) -> (Samples, Vec<String>) {
+    let data = pattern(size, prefix.len() as u64);
+    let opts = PutOptions { replicas, ..Default::default() };
+    let mut s = Samples::default();
+    let mut stored = Vec::new();
+    let bound = budget.start();
+    let mut i = 0;
+    while bound.go_on(i) {
+        let key = format!("{prefix}/{i}");
+        let t = Instant::now();
+        match client.put(&key, &data, &opts).await {
+            Ok(()) => {
+                s.ok(t.elapsed(), size as u64, 1);
+                stored.push(key);
+            }
+            Err(e) => s.failed(format!("put {key}: {e}")),
+        }
+        i += 1;
+    }
+    (s, stored)
+}
+
+async fn get_worker(client: Arc<Client>, keys: Vec<String>, size: usize, budget: Budget) -> Samples {
+    let mut s = Samples::default();
+    if keys.is_empty() {
+        s.failed("no object was stored to read");
+        return s;
+    }
+    let mut buf = prefaulted(size);
+    let bound = budget.start();
+    let mut i = 0;
+    while bound.go_on(i) {
+        let key = &keys[i as usize % keys.len()];
+        let t = Instant::now();
+        match client.get_into(key, &mut buf).await {
+            Ok(n) if n == size => s.ok(t.elapsed(), n as u64, 1),
+            Ok(n) => s.failed(format!("get {key}: {n} bytes, expected {size}")),
+            Err(e) => s.failed(format!("get {key}: {e}")),
+        }
+        i += 1;
+    }
+    s
+}
+
+/// Deterministic, non-repeating-looking bytes (so nothing compresses or dedups).
+pub fn pattern(size: usize, seed: u64) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ seed.wrapping_mul(0x100_0000_01b3);
+    let mut v = vec![0u8; size];
+    for chunk in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    v
+}
+
+async fn baselines(
+    server: &RawServer,
+    congestion: Option<String>,
+    size: usize,
+    n: usize,
+    budget: Budget,
+) -> anyhow::Result<Base> {
+    let addr = server.addr();
+    tokio::task::spawn_blocking(move || {
+        let get = raw_tcp::measure(addr, congestion.as_deref(), Dir::Get, size, n, budget)?;
+        let put = raw_tcp::measure(addr, congestion.as_deref(), Dir::Put, size, n, budget)?;
+        let copy = memcpy::measure(size, n, budget);
+        Ok(Base { get, put, copy })
+    })
+    .await
+    .context("baseline thread")?
+}
+
+pub fn size_name(size: usize) -> String {
+    if size >= MIB && size.is_multiple_of(MIB) {
+        format!("{}MiB", size / MIB)
+    } else if size >= KIB && size.is_multiple_of(KIB) {
+        format!("{}KiB", size / KIB)
+    } else {
+        format!("{size}B")
+    }
+}
+
+fn proto_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Shm => "shm",
+        Protocol::Rdma => "rdma",
+        Protocol::Auto => "auto",
+        Protocol::Tcp => "tcp",
+    }
+}
+
+fn results_table() -> Table {
+    Table::new(
+        "data path: Mooncake put/get vs same-run baseline",
+        cols(&[
+            ("size", "size"),
+            ("protocol", "proto"),
+            ("clients", "clients"),
+            ("replicas", "repl"),
+            ("op", "op"),
+            ("ops", "ops"),
+            ("errors", "err"),
+            ("gb_per_s", "GB/s"),
+            ("p50_ms", "p50 ms"),
+            ("p99_ms", "p99 ms"),
+            ("baseline", "baseline"),
+            ("baseline_gb_per_s", "base GB/s"),
+            ("ratio", "ratio"),
+        ]),
+    )
+}
+
+fn baselines_table() -> Table {
+    Table::new(
+        "data path baselines",
+        cols(&[
+            ("size", "size"),
+            ("clients", "clients"),
+            ("baseline", "baseline"),
+            ("ops", "ops"),
+            ("gb_per_s", "GB/s"),
+            ("p50_ms", "p50 ms"),
+            ("p99_ms", "p99 ms"),
+        ]),
+    )
+}
+
+fn add_baselines(t: &mut Table, size: usize, n: usize, b: &Base) {
+    for (name, s) in [("raw TCP GET", &b.get), ("raw TCP PUT", &b.put), ("memcpy", &b.copy)] {
+        t.row(vec![
+            Cell::text(size_name(size)),
+            Cell::Int(n as u64),
+            Cell::text(name),
+            Cell::Int(s.ops()),
+            Cell::Num(s.gb_per_s(), 2),
+            Cell::Num(s.p50_ms(), 3),
+            Cell::Num(s.p99_ms(), 3),
+        ]);
+    }
+}
+
+fn add_results(t: &mut Table, key: (usize, usize, Protocol, u32), put: &Samples, get: &Samples, b: &Base) {
+    let (size, n, proto, replicas) = key;
+    let shm = proto == Protocol::Shm;
+    for (op, s) in [("put", put), ("get", get)] {
+        let (bname, base) = match (shm, op) {
+            (true, _) => ("memcpy", &b.copy),
+            (false, "put") => ("raw TCP PUT", &b.put),
+            (false, _) => ("raw TCP GET", &b.get),
+        };
+        t.row(vec![
+            Cell::text(size_name(size)),
+            Cell::text(proto_name(proto)),
+            Cell::Int(n as u64),
+            Cell::Int(u64::from(replicas)),
+            Cell::text(op),
+            Cell::Int(s.ops()),
+            Cell::Int(s.errors),
+            Cell::Num(s.gb_per_s(), 2),
+            Cell::Num(s.p50_ms(), 3),
+            Cell::Num(s.p99_ms(), 3),
+            Cell::text(bname),
+            Cell::Num(base.gb_per_s(), 2),
+            Cell::opt(ratio(s.gb_per_s(), Some(base.gb_per_s())), 2),
+        ]);
+    }
+}
+
+/// Column `key` of the 4 MiB, 1 client, replicas 1 row of `proto`/`op`.
+fn pick(results: &Table, proto: &str, op: &str, key: &str) -> Option<f64> {
+    let filter = [("size", "4MiB"), ("protocol", proto), ("clients", "1"), ("replicas", "1"), ("op", op)];
+    results.value(&filter, key)
+}
+
+fn targets(results: &Table) -> Table {
+    let mut t = targets_table();
+    target_row(&mut t, "tcp get 4MiB / raw TCP GET", pick(results, "tcp", "get", "ratio"), 0.9, true, 2);
+    target_row(&mut t, "tcp get 4MiB GB/s", pick(results, "tcp", "get", "gb_per_s"), 4.0, true, 2);
+    target_row(&mut t, "tcp put 4MiB p99 ms", pick(results, "tcp", "put", "p99_ms"), 5.0, false, 2);
+    target_row(&mut t, "shm get 4MiB / memcpy", pick(results, "shm", "get", "ratio"), 0.8, true, 2);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_have_short_names() {
+        assert_eq!(size_name(64 * KIB), "64KiB");
+        assert_eq!(size_name(16 * MIB), "16MiB");
+        assert_eq!(size_name(1000), "1000B");
+    }
+
+    #[test]
+    fn budgets_bound_bytes_and_ops() {
+        let full = Plan::new(false);
+        assert_eq!(full.budget(16 * MIB).ops_max, 64);
+        assert_eq!(full.budget(64 * KIB).ops_max, PHASE_OPS_MAX);
+        assert_eq!(Plan::new(true).budget(4 * MIB).ops_max, QUICK_OPS_MAX);
+        assert_ne!(pattern(64, 1), pattern(64, 2));
+    }
+}

@@ -1,0 +1,607 @@
+//! The data path with real processes: three masters and two store nodes
+//! started from the one `mooncake` binary, and this test's own in-process
+//! `Client` as the workload (TCP transfers). Each test is one story: bytes
+//! land on two segments and come back equal, a dead node's replica is skipped,
+//! a dead client's segment and its only-copy objects are dropped after the
+//! client TTL, a corrupt replica is never served, a restarted node replaces
+//! its stale segment at once, and leases guard removes.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::sync::{Mutex, Once, PoisonError};
+use std::time::{Duration, Instant};
+
+use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, Role, remote};
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::{GetClusterInfoResponse, ObjectInfo, Replica, ReplicaStatus, Segment};
+use mooncake_testkit::{Cluster, wait_until};
+use mooncake_transfer::{Protocol, TcpConfig, TransferEngine};
+
+const SEGMENT_SIZE: &str = "64MiB";
+const SEGMENT_BYTES: u64 = 64 << 20;
+/// Bound on one waited-for event (leader, segments, expiry).
+const WAIT: Duration = Duration::from_secs(15);
+/// Bound on a whole story; a hang fails the test with the logs.
+const STORY_LIMIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- harness
+
+/// A cluster for one story. On drop it SIGKILLs the store nodes and deletes
+/// the `/dev/shm` files of every segment the story saw or a store node
+/// logged (a killed node cannot unlink its own); when dropped by a panic it
+/// first prints the processes' logs and the client warnings.
+struct Story {
+    cluster: Cluster,
+    shm_files: BTreeSet<PathBuf>,
+}
+
+impl Story {
+    fn start(stores: u64, master_args: &[&str]) -> Story {
+        capture_client_warnings();
+        let mut b = Cluster::builder()
+            .masters(3)
+            .stores(stores)
+            .segment_size(SEGMENT_SIZE)
+            .binary(env!("CARGO_BIN_EXE_mooncake"));
+        for a in master_args {
+            b = b.arg(*a);
+        }
+        Story { cluster: b.start(), shm_files: BTreeSet::new() }
+    }
+
+    /// Waits for a leader and `n` mounted segments; returns the leader's view.
+    async fn ready(&mut self, n: u64) -> GetClusterInfoResponse {
+        self.cluster.wait_for_segments(n, WAIT).await;
+        self.info().await
+    }
+
+    /// The leader's view of the cluster (remembering every segment's shm file).
+    async fn info(&mut self) -> GetClusterInfoResponse {
+        let (leader, _) = self.cluster.wait_for_leader(WAIT).await;
+        let info = self.cluster.info(leader).await.unwrap_or_else(|| panic!("leader {leader} did not answer"));
+        for s in info.segments.iter().filter_map(|u| u.segment.as_ref()) {
+            if !s.shm_path.is_empty() {
+                self.shm_files.insert(PathBuf::from(&s.shm_path));
+            }
+        }
+        info
+    }
+
+    /// A workload client of this cluster: contributes no memory, moves bytes over TCP.
+    async fn client(&self) -> Client {
+        let mut cfg = ClientConfig::new(self.cluster.addrs());
+        cfg.protocol = Protocol::Tcp;
+        Client::connect(cfg).await.unwrap_or_else(|e| panic!("connecting a workload client: {e}"))
+    }
+
+    fn store_addr(&self, id: u64) -> String {
+        self.cluster.inner.node(Role::Store, id).expect("store node").addr.clone()
+    }
+}
+
+impl Drop for Story {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.cluster.dump_logs();
+            eprintln!("---- client warnings ----\n{}", captured_warnings());
+        }
+        for id in self.cluster.inner.store_ids() {
+            self.cluster.kill_store(id);
+            // Every start of a store node logs its shm file: this also finds
+            // segments of a story that failed before it saw them.
+            let log = self.cluster.inner.node(Role::Store, id).map(|n| n.log.clone());
+            let text = log.and_then(|l| std::fs::read_to_string(l).ok()).unwrap_or_default();
+            for line in text.lines() {
+                if let Some(path) = line.split("(shm ").nth(1).and_then(|rest| rest.strip_suffix(')')) {
+                    self.shm_files.insert(PathBuf::from(path));
+                }
+            }
+        }
+        for f in self.shm_files.iter().filter(|f| f.starts_with("/dev/shm")) {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// Runs a story with a deadline (a hang becomes a failure with the logs).
+async fn within<T>(what: &str, story: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(STORY_LIMIT, story).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: not done within {STORY_LIMIT:?}"),
+    }
+}
+
+/// The one segment store node `id` contributes, as the leader sees it.
+fn segment_of(story: &Story, info: &GetClusterInfoResponse, id: u64) -> Segment {
+    let owned = segments_owned_by(info, story.cluster.inner.store_client_id(id));
+    assert_eq!(owned.len(), 1, "store node {id} should own exactly one segment: {owned:?}");
+    owned.into_iter().next().expect("one segment")
+}
+
+fn segments_owned_by(info: &GetClusterInfoResponse, client_id: u64) -> Vec<Segment> {
+    info.segments.iter().filter(|u| u.owner_client_id == client_id).filter_map(|u| u.segment.clone()).collect()
+}
+
+/// Deterministic, seed-dependent bytes (xorshift), so objects differ from each other.
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn replicas(n: u32, preferred: &[&Segment]) -> PutOptions {
+    PutOptions { replicas: n, preferred_segments: preferred.iter().map(|s| s.id).collect(), ..Default::default() }
+}
+
+async fn put(client: &Client, key: &str, data: &[u8], opts: &PutOptions) {
+    if let Err(e) = client.put(key, data, opts).await {
+        panic!("put {key:?} ({} bytes): {e}", data.len());
+    }
+}
+
+/// Gets `key` and checks the bytes (without printing megabytes on a mismatch).
+async fn assert_get(client: &Client, key: &str, want: &[u8]) {
+    let got = client.get(key).await.unwrap_or_else(|e| panic!("get {key:?}: {e}"));
+    assert_eq!(got.len(), want.len(), "get {key:?}: length");
+    assert!(got == want, "get {key:?}: bytes differ from what was put");
+}
+
+/// The replica list a reader gets (this grants it a read lease).
+async fn replica_list(client: &Client, key: &str) -> Vec<Replica> {
+    let list = client.master().get_replica_list(client.client_id(), key).await;
+    list.unwrap_or_else(|e| panic!("replica list of {key:?}: {e}")).replicas
+}
+
+/// The object's metadata, as ListObjects reports it.
+async fn object_info(client: &Client, key: &str) -> ObjectInfo {
+    let found = client.master().list_objects(key, 1).await.unwrap_or_else(|e| panic!("list {key:?}: {e}"));
+    found.into_iter().find(|o| o.key == key).unwrap_or_else(|| panic!("{key:?} is not listed"))
+}
+
+/// The segments of `replicas`, in the order the master lists them (the
+/// order a reader tries them in: all replicas are on this host).
+fn segment_ids(replicas: &[Replica]) -> Vec<u64> {
+    replicas.iter().map(|r| r.segment_id).collect()
+}
+
+fn assert_not_found<T: std::fmt::Debug>(what: &str, r: Result<T, ClientError>) {
+    match r {
+        Err(ClientError::NotFound(_)) => {}
+        other => panic!("{what}: want NotFound, got {other:?}"),
+    }
+}
+
+/// Flips bytes of one replica of an object of `size` bytes in its store
+/// node's `/dev/shm` file: the first, middle and last byte, behind the node's back.
+fn corrupt(r: &Replica, size: u64) {
+    assert!(!r.shm_path.is_empty(), "replica on segment {:x} has no shm file", r.segment_id);
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&r.shm_path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", r.shm_path));
+    for at in [0, size / 2, size - 1] {
+        let mut b = [0u8; 1];
+        f.seek(SeekFrom::Start(r.offset + at)).expect("seek");
+        f.read_exact(&mut b).expect("read shm byte");
+        b[0] ^= 0x5A;
+        f.seek(SeekFrom::Start(r.offset + at)).expect("seek");
+        f.write_all(&b).expect("write shm byte");
+    }
+    f.flush().expect("flush shm file");
+}
+
+// ------------------------------------------------- client warning capture
+
+static WARNINGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct WarningSink;
+
+impl Write for WarningSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        WARNINGS.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Records the client library's warnings (one process-wide subscriber; the
+/// stories use distinct keys, so they can tell their warnings apart).
+fn capture_client_warnings() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("mooncake_client=warn,mooncake_transfer=warn"))
+            .with_ansi(false)
+            .with_writer(|| WarningSink)
+            .try_init();
+    });
+}
+
+fn captured_warnings() -> String {
+    String::from_utf8_lossy(&WARNINGS.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+}
+
+/// Warnings that mention `what` about object `key`.
+fn warnings_about(key: &str, what: &str) -> usize {
+    let field = format!("key={key:?}");
+    captured_warnings().lines().filter(|l| l.contains(what) && l.contains(&field)).count()
+}
+
+// ---------------------------------------------------------------- stories
+
+/// Why: replication is only worth its memory if every replica is a full,
+/// independent copy on a different node, for every object size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_land_on_two_nodes_and_read_back_equal() {
+    let mut story = Story::start(2, &[]);
+    within("replicas story", replicas_story(&mut story)).await;
+}
+
+async fn replicas_story(story: &mut Story) {
+    // Phase 1: both store nodes mount their segments.
+    let info = story.ready(2).await;
+    let (seg1, seg2) = (segment_of(story, &info, 1), segment_of(story, &info, 2));
+    assert_eq!(info.capacity_bytes, 2 * SEGMENT_BYTES);
+    assert_eq!(seg1.endpoint, story.store_addr(1));
+    assert_eq!(seg2.endpoint, story.store_addr(2));
+    let client = story.client().await;
+    // Reads each replica on its own, bypassing the client's replica choice.
+    let direct = TransferEngine::new("127.0.0.1".into(), Protocol::Tcp, TcpConfig::default()).expect("engine");
+
+    // Phase 2: objects of 1 B, 64 KiB and 4 MiB + 13 with two replicas each.
+    let sizes = [1usize, 64 << 10, (4 << 20) + 13];
+    let mut objects = Vec::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let key = format!("t40-replicas/{size}B");
+        let data = payload(i as u64 + 1, size);
+        put(&client, &key, &data, &replicas(2, &[])).await;
+
+        let obj = object_info(&client, &key).await;
+        assert_eq!(obj.size, size as u64);
+        assert_eq!(obj.checksum, crc32c::crc32c(&data));
+        assert_eq!(obj.status, ReplicaStatus::Complete as i32);
+        assert_eq!(obj.replicas.len(), 2, "{key}: {:?}", obj.replicas);
+        let segs: BTreeSet<u64> = obj.replicas.iter().map(|r| r.segment_id).collect();
+        assert_eq!(segs, BTreeSet::from([seg1.id, seg2.id]), "{key}: replicas on distinct segments of both nodes");
+
+        // Phase 3: every replica holds the same bytes, and the client's get returns them.
+        for r in &obj.replicas {
+            // The range is the allocation (rounded up to the allocator's alignment).
+            assert!(r.len >= size as u64, "{key}: range of {} bytes", r.len);
+            assert!(r.endpoint == seg1.endpoint || r.endpoint == seg2.endpoint, "{r:?}");
+            let mut buf = vec![0u8; size];
+            direct.read(&remote(r), r.offset, &mut buf).await.unwrap_or_else(|e| panic!("{key}: read {r:?}: {e}"));
+            assert!(buf == data, "{key}: the replica on segment {:x} differs from what was put", r.segment_id);
+        }
+        assert_get(&client, &key, &data).await;
+        objects.push((key, data, obj));
+    }
+
+    // Phase 4: get_into fills an exact or larger buffer and reports the size.
+    let (key, data, before) = objects.last().expect("objects");
+    let mut exact = vec![0u8; data.len()];
+    assert_eq!(client.get_into(key, &mut exact).await.expect("get_into exact"), data.len());
+    assert!(exact == *data, "get_into into an exact buffer");
+    let mut larger = vec![0xEEu8; data.len() + 100];
+    assert_eq!(client.get_into(key, &mut larger).await.expect("get_into larger"), data.len());
+    assert!(larger[..data.len()] == data[..], "get_into into a larger buffer");
+    assert!(larger[data.len()..].iter().all(|b| *b == 0xEE), "get_into wrote past the object");
+
+    // Phase 5: a too-small buffer is refused with its size, and nothing changes.
+    let mut small = vec![0xA5u8; data.len() - 1];
+    match client.get_into(key, &mut small).await {
+        Err(ClientError::BufferTooSmall { key: k, size, buf }) => {
+            assert_eq!((k.as_str(), size, buf), (key.as_str(), data.len() as u64, data.len() - 1));
+        }
+        other => panic!("get_into a too-small buffer: want BufferTooSmall, got {other:?}"),
+    }
+    assert!(small.iter().all(|b| *b == 0xA5), "a refused get_into wrote into the buffer");
+    assert_eq!(object_info(&client, key).await, *before, "a refused get_into changed the object");
+    for (key, data, _) in &objects {
+        assert_get(&client, key, data).await;
+    }
+}
+
+/// Why: a store node can die at any moment; a reader must not lose an
+/// object that still has a live replica, nor hang on the dead one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_fall_back_to_the_surviving_replica_of_a_killed_node() {
+    let mut story = Story::start(2, &[]);
+    within("killed node story", killed_node_story(&mut story)).await;
+}
+
+async fn killed_node_story(story: &mut Story) {
+    // Phase 1: objects with two replicas, the first (tried first) on node 2.
+    let info = story.ready(2).await;
+    let (survivor, victim) = (segment_of(story, &info, 1), segment_of(story, &info, 2));
+    let client = story.client().await;
+    let mut objects = Vec::new();
+    for i in 0..6u64 {
+        let key = format!("t40-fallback/{i}");
+        let data = payload(100 + i, 1000 + (i as usize) * 150_000);
+        put(&client, &key, &data, &replicas(2, &[&victim, &survivor])).await;
+        let list = replica_list(&client, &key).await;
+        let segs = segment_ids(&list);
+        assert_eq!(segs, vec![victim.id, survivor.id], "{key}: preferred placement order");
+        // Reading once leaves pooled TCP connections to node 2 for the kill to break.
+        assert_get(&client, &key, &data).await;
+        objects.push((key, data));
+    }
+
+    // Phase 2: node 2 is SIGKILLed (no unmount, no goodbye).
+    story.cluster.kill_store(2);
+
+    // Phase 3: every get returns identical bytes from node 1, promptly. The
+    // master still lists the dead replica (the client TTL has not passed), so
+    // each read really went to node 2 first and fell back.
+    let started = Instant::now();
+    for (key, data) in &objects {
+        let segs = segment_ids(&replica_list(&client, key).await);
+        assert_eq!(segs, vec![victim.id, survivor.id], "{key}: the dead replica is still listed");
+        assert_get(&client, key, data).await;
+        assert!(warnings_about(key, "replica read failed") >= 1, "{key}: no warning about the dead replica");
+    }
+    let took = started.elapsed();
+    eprintln!("{} gets fell back to the surviving replica in {took:?}", objects.len());
+    assert!(took < Duration::from_secs(5), "falling back took {took:?}");
+}
+
+/// Why: a crashed client must not keep its memory, or objects that can no
+/// longer be read, in the pool forever; objects with a copy elsewhere stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_clients_segment_is_unmounted_after_client_ttl() {
+    let mut story = Story::start(2, &["--client_ttl=2"]);
+    within("client ttl story", client_ttl_story(&mut story)).await;
+}
+
+async fn client_ttl_story(story: &mut Story) {
+    // Phase 1: objects only on node 2, only on node 1, and on both.
+    let info = story.ready(2).await;
+    let (survivor, victim) = (segment_of(story, &info, 1), segment_of(story, &info, 2));
+    let clients_before = info.client_count;
+    let client = story.client().await;
+    let mut only_victim = Vec::new();
+    for i in 0..3u64 {
+        let key = format!("t40-ttl/only-on-node2/{i}");
+        put(&client, &key, &payload(200 + i, 30_000), &replicas(1, &[&victim])).await;
+        let segs = segment_ids(&object_info(&client, &key).await.replicas);
+        assert_eq!(segs, vec![victim.id], "{key}: placed on node 2 only");
+        only_victim.push(key);
+    }
+    let only_survivor = ("t40-ttl/only-on-node1".to_string(), payload(210, 20_000));
+    put(&client, &only_survivor.0, &only_survivor.1, &replicas(1, &[&survivor])).await;
+    let mut both = Vec::new();
+    for i in 0..2u64 {
+        let key = format!("t40-ttl/on-both/{i}");
+        let data = payload(220 + i, 500_000);
+        put(&client, &key, &data, &replicas(2, &[])).await;
+        assert_eq!(object_info(&client, &key).await.replicas.len(), 2);
+        both.push((key, data));
+    }
+
+    // Phase 2: node 2 is SIGKILLed; after the client TTL (2 s) without a
+    // heartbeat the leader expires it and unmounts its segment.
+    story.cluster.kill_store(2);
+    let killed_at = Instant::now();
+    let info = wait_until("node 2's segment to be unmounted", WAIT, || async {
+        let info = story.cluster.info(story.cluster.wait_for_leader(WAIT).await.0).await?;
+        (info.segment_count == 1).then_some(info)
+    })
+    .await;
+    let after = killed_at.elapsed();
+    eprintln!("node 2's segment was unmounted {after:?} after the kill (client_ttl 2 s)");
+    // The last heartbeat was at most one interval (1 s, give or take a
+    // ping's latency) before the kill, so the TTL cannot pass much sooner.
+    assert!(after >= Duration::from_millis(900), "unmounted after {after:?}: before the client TTL could pass");
+    assert!(segments_owned_by(&info, story.cluster.inner.store_client_id(2)).is_empty());
+    assert_eq!(segment_of(story, &info, 1).id, survivor.id);
+    assert_eq!(info.capacity_bytes, SEGMENT_BYTES);
+    assert_eq!(info.client_count, clients_before, "node 2 expired; this test's client registered");
+
+    // Phase 3: objects whose only replica was on node 2 are gone.
+    for key in &only_victim {
+        assert_not_found(&format!("get {key}"), client.get(key).await);
+        assert!(!client.exists(key).await.expect("exists"), "{key} still exists");
+        assert_not_found(&format!("get_size {key}"), client.get_size(key).await);
+        let err = client.master().get_replica_list(client.client_id(), key).await.expect_err("replica list");
+        assert_eq!(err.code(), Some(ErrorCode::ObjectNotFound), "{key}: {err}");
+    }
+
+    // Phase 4: objects with a replica on node 1 survive, listed on node 1 only.
+    assert_get(&client, &only_survivor.0, &only_survivor.1).await;
+    for (key, data) in &both {
+        let segs = segment_ids(&replica_list(&client, key).await);
+        assert_eq!(segs, vec![survivor.id], "{key}: the dead segment is no longer named");
+        assert_get(&client, key, data).await;
+    }
+    let objects = client.master().list_objects("t40-ttl/", 100).await.expect("list");
+    let keys: BTreeSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
+    let want: BTreeSet<&str> = both.iter().map(|(k, _)| k.as_str()).chain([only_survivor.0.as_str()]).collect();
+    assert_eq!(keys, want);
+
+    // Phase 5: the pool still takes puts; two replicas wanted, one placed.
+    let data = payload(230, 10_000);
+    put(&client, "t40-ttl/after", &data, &replicas(2, &[])).await;
+    let segs = segment_ids(&object_info(&client, "t40-ttl/after").await.replicas);
+    assert_eq!(segs, vec![survivor.id]);
+    assert_get(&client, "t40-ttl/after", &data).await;
+}
+
+/// Why: a checksum is only worth having if a flipped bit in memory is caught
+/// on read: a get serves another replica or fails, and never wrong bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_replica_is_never_served() {
+    let mut story = Story::start(2, &[]);
+    within("corrupt replica story", corrupt_replica_story(&mut story)).await;
+}
+
+async fn corrupt_replica_story(story: &mut Story) {
+    // Phase 1: an object with two replicas, the first (tried first) on node 1.
+    let info = story.ready(2).await;
+    let (seg1, seg2) = (segment_of(story, &info, 1), segment_of(story, &info, 2));
+    let client = story.client().await;
+    let key = "t40-corrupt/obj";
+    let data = payload(300, (256 << 10) + 5);
+    put(&client, key, &data, &replicas(2, &[&seg1, &seg2])).await;
+    let list = replica_list(&client, key).await;
+    assert_eq!(segment_ids(&list), vec![seg1.id, seg2.id]);
+    assert_eq!(list[0].shm_path, seg1.shm_path);
+    assert!(list[0].shm_path.starts_with("/dev/shm/mooncake-"), "{}", list[0].shm_path);
+    assert_get(&client, key, &data).await;
+    assert_eq!(warnings_about(key, "corrupt replica"), 0);
+
+    // Phase 2: bytes of the first replica flip in node 1's /dev/shm file; the
+    // checksum catches it and the second replica is served.
+    corrupt(&list[0], data.len() as u64);
+    assert_get(&client, key, &data).await;
+    assert!(warnings_about(key, "corrupt replica") >= 1, "the checksum mismatch was not reported");
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(client.get_into(key, &mut buf).await.expect("get_into"), data.len());
+    assert!(buf == data, "get_into served corrupt bytes");
+
+    // Phase 3: the second replica is corrupted too: every read fails, none
+    // returns bytes.
+    corrupt(&list[1], data.len() as u64);
+    for _ in 0..2 {
+        match client.get(key).await {
+            Err(ClientError::AllReplicasFailed { key: k, tried, last }) => {
+                assert_eq!((k.as_str(), tried), (key, 2));
+                assert!(last.contains("checksum mismatch"), "{last}");
+            }
+            Ok(_) => panic!("get returned bytes although both replicas are corrupt"),
+            Err(e) => panic!("want AllReplicasFailed, got {e}"),
+        }
+    }
+    let mut buf = vec![0u8; data.len()];
+    match client.get_into(key, &mut buf).await {
+        Err(ClientError::AllReplicasFailed { tried: 2, .. }) => {}
+        other => panic!("get_into: want AllReplicasFailed, got {other:?}"),
+    }
+}
+
+/// Why: a store node restarted under the same identity must replace its old
+/// segment at once; otherwise the pool counts its memory twice and fills
+/// the ghost until the client TTL passes (the "false full" trap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_replaces_its_stale_segment_at_once() {
+    // A client TTL far longer than the story: expiry cannot be what cleans up.
+    let mut story = Story::start(2, &["--client_ttl=60"]);
+    within("restart story", restart_story(&mut story)).await;
+}
+
+async fn restart_story(story: &mut Story) {
+    // Phase 1: one object on each node.
+    let info = story.ready(2).await;
+    let (seg1, old) = (segment_of(story, &info, 1), segment_of(story, &info, 2));
+    let node2 = story.cluster.inner.store_client_id(2);
+    let client = story.client().await;
+    let on_node1 = payload(400, 70_000);
+    put(&client, "t40-restart/on-node1", &on_node1, &replicas(1, &[&seg1])).await;
+    put(&client, "t40-restart/on-node2", &payload(401, 70_000), &replicas(1, &[&old])).await;
+
+    // Phase 2: node 2 is SIGKILLed and restarted with the same --client-id.
+    story.cluster.kill_store(2);
+    let killed_at = Instant::now();
+    story.cluster.inner.restart(Role::Store, 2).unwrap_or_else(|e| panic!("restart store 2: {e}"));
+
+    // Phase 3: the leader swaps the stale segment for the new one in one
+    // step, long before the client TTL: never two segments for node 2.
+    let cluster = &story.cluster;
+    let new = wait_until("node 2's new segment to replace the old one", WAIT, || async {
+        let info = cluster.info(cluster.wait_for_leader(WAIT).await.0).await?;
+        let owned = segments_owned_by(&info, node2);
+        assert!(owned.len() <= 1, "node 2 owns {} segments at once: {owned:?}", owned.len());
+        owned.into_iter().find(|s| s.id != old.id)
+    })
+    .await;
+    let after = killed_at.elapsed();
+    eprintln!("node 2's segment was replaced {after:?} after the kill (client_ttl 60 s)");
+    assert!(after < Duration::from_secs(10), "replacement took {after:?}");
+    let info = story.info().await;
+    assert_eq!(segments_owned_by(&info, node2), vec![new.clone()], "exactly one segment for node 2");
+    assert_eq!(info.segment_count, 2);
+    assert_eq!(info.capacity_bytes, 2 * SEGMENT_BYTES, "capacity counted once per node");
+    assert_eq!(new.endpoint, old.endpoint, "same --listen address");
+    assert_ne!(new.shm_path, old.shm_path);
+
+    // Phase 4: the object on the old segment died with its process; the
+    // other survives; the new segment serves puts and gets (through the
+    // client's TCP lanes, whose old connections the kill broke).
+    assert_not_found("get t40-restart/on-node2", client.get("t40-restart/on-node2").await);
+    assert_get(&client, "t40-restart/on-node1", &on_node1).await;
+    let data = payload(402, (1 << 20) + 3);
+    put(&client, "t40-restart/after", &data, &replicas(1, &[&new])).await;
+    let segs = segment_ids(&object_info(&client, "t40-restart/after").await.replicas);
+    assert_eq!(segs, vec![new.id]);
+    assert_get(&client, "t40-restart/after", &data).await;
+}
+
+/// Why: removing an object a reader may be copying would let its range be
+/// reused under the reader; a lease blocks that unless the caller forces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_respects_read_leases_unless_forced() {
+    let mut story = Story::start(2, &[]);
+    within("remove and lease story", remove_story(&mut story)).await;
+}
+
+async fn remove_story(story: &mut Story) {
+    let info = story.ready(2).await;
+    assert_eq!(info.used_bytes, 0);
+    let writer = story.client().await;
+    let reader = story.client().await;
+
+    // Phase 1: exists / get_size / get round trip.
+    let key = "t40-remove/leased";
+    let data = payload(500, 100_000);
+    put(&writer, key, &data, &replicas(1, &[])).await;
+    assert!(writer.exists(key).await.expect("exists"));
+    assert_eq!(writer.get_size(key).await.expect("get_size"), data.len() as u64);
+    assert_get(&writer, key, &data).await;
+    let unread = "t40-remove/unread";
+    put(&writer, unread, &payload(501, 5_000), &replicas(2, &[])).await;
+    let missing = "t40-remove/never-put";
+    assert!(!writer.exists(missing).await.expect("exists"));
+    assert_not_found("get_size of a missing key", writer.get_size(missing).await);
+    assert_not_found("get of a missing key", writer.get(missing).await);
+
+    // Phase 2: another client reads the object (a 5 s lease); a plain remove
+    // is refused with OBJECT_HAS_LEASE and changes nothing.
+    assert_get(&reader, key, &data).await;
+    let err = writer.remove(key, false).await.expect_err("remove of a leased object");
+    assert_eq!(err.code(), Some(ErrorCode::ObjectHasLease), "{err}");
+    assert!(writer.exists(key).await.expect("exists"));
+    assert_eq!(writer.get_size(key).await.expect("get_size"), data.len() as u64);
+    assert_get(&reader, key, &data).await;
+
+    // Phase 3: a forced remove succeeds; the key is gone everywhere.
+    writer.remove(key, true).await.expect("forced remove");
+    assert!(!writer.exists(key).await.expect("exists"));
+    assert_not_found("get_size after remove", writer.get_size(key).await);
+    assert_not_found("get after remove", reader.get(key).await);
+    let err = writer.remove(key, true).await.expect_err("second remove");
+    assert_eq!(err.code(), Some(ErrorCode::ObjectNotFound), "{err}");
+
+    // Phase 4: an object nobody read is removed without force once no lease
+    // can cover it (a new leader treats everything as leased for one TTL).
+    wait_until("a plain remove of an unread object to succeed", WAIT, || async {
+        match writer.remove(unread, false).await {
+            Ok(()) => Some(()),
+            Err(e) if e.code() == Some(ErrorCode::ObjectHasLease) => None,
+            Err(e) => panic!("plain remove of {unread:?}: {e}"),
+        }
+    })
+    .await;
+    assert!(!writer.exists(unread).await.expect("exists"));
+    assert_eq!(story.info().await.used_bytes, 0, "removed objects give their space back");
+}

@@ -1,0 +1,227 @@
+//! The operator's kit against real processes: metrics parse and move with
+//! the operations; a snapshot saved from one cluster restores into a new one
+//! with an identical state hash (and reaches masters added later); a master
+//! whose disk died is replaced by the membership procedure while a workload
+//! runs, losing nothing; `client evict` frees a dead client's segment at once.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions, Role};
+use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
+const T: Duration = Duration::from_secs(20);
+
+fn mooncake(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().expect("run mooncake");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "mooncake {args:?} failed: {text}");
+    text
+}
+
+async fn client_of(cluster: &Cluster) -> Client {
+    Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client")
+}
+
+async fn leader_hash(cluster: &Cluster) -> (u64, u64) {
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let info = cluster.info(leader).await.expect("leader info");
+    (info.state_hash, info.applied_index)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_prometheus_text_and_move_with_operations() {
+    let cluster = Cluster::builder().masters(1).stores(1).segment_size("64MiB").binary(BIN).start();
+    cluster.wait_for_segments(1, T).await;
+    let http = cluster.inner.node(Role::Master, 1).expect("master").http.clone();
+    let scrape = || {
+        let (code, body) = http_get(&http, "/metrics").expect("scrape");
+        assert_eq!(code, 200);
+        parse_prometheus(&body).unwrap_or_else(|e| panic!("malformed metrics: {e}\n{body}"))
+    };
+    let put_ok = |s: &[mooncake_testkit::Sample]| {
+        sample_value(s, "mooncake_rpc_requests_total", &[("method", "PutStart"), ("code", "OK")]).unwrap_or(0.0)
+    };
+    let before = scrape();
+    let fsyncs_before = sample_value(&before, "mooncake_fsync_duration_seconds_count", &[]).expect("fsync count");
+
+    let client = client_of(&cluster).await;
+    for i in 0..5 {
+        client.put(&format!("m{i}"), &[i as u8; 1000], &PutOptions::default()).await.expect("put");
+    }
+    let _ = client.get("m0").await.expect("get");
+    let missing = client.get("nope").await;
+    assert!(missing.is_err());
+
+    let after = scrape();
+    assert_eq!(put_ok(&after) - put_ok(&before), 5.0, "PutStart OK counter");
+    let not_found = sample_value(
+        &after,
+        "mooncake_rpc_requests_total",
+        &[("method", "GetReplicaList"), ("code", "OBJECT_NOT_FOUND")],
+    );
+    assert_eq!(not_found, Some(1.0), "a miss is counted with its code");
+    assert_eq!(sample_value(&after, "mooncake_objects", &[]), Some(5.0));
+    assert_eq!(sample_value(&after, "mooncake_segments", &[]), Some(1.0));
+    assert_eq!(sample_value(&after, "mooncake_raft_is_leader", &[]), Some(1.0));
+    assert!(sample_value(&after, "mooncake_fsync_duration_seconds_count", &[]).unwrap() > fsyncs_before);
+    assert!(sample_value(&after, "mooncake_used_bytes", &[]).unwrap() >= 5000.0);
+    let (code, _) = http_get(&http, "/health").expect("health");
+    assert_eq!(code, 200);
+    let (code, body) = http_get(&http, "/ready").expect("ready");
+    assert_eq!(code, 200, "{body}");
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
+    // Phase 1: a source cluster with objects and a segment.
+    let source = Cluster::builder().masters(1).stores(1).segment_size("64MiB").binary(BIN).start();
+    source.wait_for_segments(1, T).await;
+    let client = client_of(&source).await;
+    for i in 0..20 {
+        client.put(&format!("snap/{i}"), &vec![i as u8; 4096], &PutOptions::default()).await.expect("put");
+    }
+    client.remove("snap/3", true).await.expect("remove");
+    client.close().await;
+    let (hash, _) = leader_hash(&source).await;
+
+    // Phase 2: save it with the CLI.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("meta.snap");
+    let masters = source.addrs().join(",");
+    let out = mooncake(&["snapshot", "save", file.to_str().unwrap(), "--masters", &masters]);
+    assert!(out.contains(&format!("{hash:016x}")), "{out}");
+
+    // Phase 3: a new one-master cluster restored from the file.
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let data = dir.path().join("restored");
+    let mut restored = Command::new(BIN)
+        .args(["master", "--id=1", &format!("--listen={addr}"), &format!("--initial-cluster=1={addr}")])
+        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--restore={}", file.display()))
+        .stderr(std::fs::File::create(dir.path().join("restored.log")).unwrap())
+        .spawn()
+        .expect("start restored master");
+    let mc = MasterClient::new(MasterClientConfig::new(vec![addr.clone()])).unwrap();
+    let restored_hash = wait_until("the restored master to serve", T, || async {
+        let info = mc.cluster_info_of(&addr).await.ok()?;
+        (info.leader_id == 1).then_some(info.state_hash)
+    })
+    .await;
+    assert_eq!(restored_hash, hash, "restored state differs from the source");
+    let listed = mc.list_objects("snap/", 100).await.expect("list");
+    assert_eq!(listed.len(), 19);
+
+    // Phase 4: a master added later receives the restored state.
+    let addr2 = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut joiner = Command::new(BIN)
+        .args(["master", "--id=2", &format!("--listen={addr2}"), "--join"])
+        .arg(format!("--data-dir={}", dir.path().join("joiner").display()))
+        .stderr(std::fs::File::create(dir.path().join("joiner.log")).unwrap())
+        .spawn()
+        .expect("start joiner");
+    mooncake(&["member", "add", "2", &addr2, "--masters", &addr]);
+    wait_until("the new master to hold the restored state", T, || async {
+        let info = mc.cluster_info_of(&addr2).await.ok()?;
+        (info.state_hash == hash).then_some(())
+    })
+    .await;
+    let _ = restored.kill();
+    let _ = joiner.kill();
+    let _ = restored.wait();
+    let _ = joiner.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_whose_disk_died_is_replaced_while_a_workload_runs() {
+    let mut cluster = Cluster::builder().masters(3).stores(1).segment_size("64MiB").binary(BIN).start();
+    cluster.wait_for_segments(1, T).await;
+    let client = Arc::new(client_of(&cluster).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (client, stop, progress) = (client.clone(), stop.clone(), progress.clone());
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("w/{i}");
+                if client.put(&key, &[7u8; 512], &PutOptions::default()).await.is_ok() {
+                    acked.push(key);
+                    progress.fetch_add(1, Ordering::Relaxed);
+                }
+                i += 1;
+            }
+            acked
+        })
+    };
+
+    // The disk of a follower dies: kill it and wipe its data dir.
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let victim = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    cluster.kill(victim);
+    let dead_dir = cluster.inner.node(Role::Master, victim).unwrap().data_dir.clone();
+    std::fs::remove_dir_all(&dead_dir).expect("wipe data dir");
+
+    // The documented procedure: start a fresh master with --join, add it, remove the dead one.
+    let addr4 = cluster.start_joiner(4);
+    let masters = cluster.addrs().join(",");
+    mooncake(&["member", "add", "4", &addr4, "--masters", &masters]);
+    mooncake(&["member", "remove", &victim.to_string(), "--masters", &masters]);
+    // The workload keeps going on the new membership.
+    let after_change = progress.load(Ordering::Relaxed);
+    wait_until("puts to succeed after the membership change", T, || async {
+        (progress.load(Ordering::Relaxed) >= after_change + 20).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    assert!(acked.len() > 10, "the workload made progress ({} puts)", acked.len());
+
+    // Nothing lost, and the new master holds the same state.
+    let listed = client.master().list_objects("w/", 100_000).await.expect("list");
+    let present: std::collections::BTreeSet<_> = listed.iter().map(|o| o.key.clone()).collect();
+    for k in &acked {
+        assert!(present.contains(k), "acknowledged put {k} lost");
+    }
+    let (hash, applied) = leader_hash(&cluster).await;
+    wait_until("master 4 to converge", T, || async {
+        let info = cluster.info(4).await?;
+        (info.state_hash == hash && info.applied_index >= applied).then_some(())
+    })
+    .await;
+    let info = cluster.info(4).await.unwrap();
+    let voters: Vec<u64> = info.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
+    assert!(!voters.contains(&victim) && voters.contains(&4), "voters {voters:?}");
+    Arc::try_unwrap(client).ok().expect("sole owner").close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_evict_frees_a_dead_clients_segment_at_once() {
+    // The default client_ttl (10 s) would keep the dead segment for a while.
+    let mut cluster = Cluster::builder().masters(1).stores(1).segment_size("64MiB").binary(BIN).start();
+    cluster.wait_for_segments(1, T).await;
+    let masters = cluster.addrs().join(",");
+    let id = format!("{:#x}", cluster.inner.store_client_id(1));
+    let listed = mooncake(&["client", "list", "--masters", &masters]);
+    assert!(listed.contains(&format!("0x{:016x}", cluster.inner.store_client_id(1))), "{listed}");
+    cluster.kill_store(1);
+
+    let evicted_at = Instant::now();
+    mooncake(&["client", "evict", &id, "--masters", &masters]);
+    let info = cluster.info(1).await.expect("info");
+    assert_eq!(info.segment_count, 0, "segment still mounted after evict");
+    assert_eq!(info.client_count, 0);
+    assert!(evicted_at.elapsed() < Duration::from_secs(5), "evict was not immediate");
+    // Evicting again is a clear error, not a crash.
+    let out = Command::new(BIN).args(["client", "evict", &id, "--masters", &masters]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ILLEGAL_CLIENT")
+            || String::from_utf8_lossy(&out.stderr).contains("not registered")
+    );
+}

@@ -1,0 +1,326 @@
+//! The Wing–Gong / Lowe search for a linearization of one key's operations.
+//!
+//! Calls and returns sit in one time-ordered, doubly linked event list. The
+//! search walks it from the front: at a call it tries to take that op into the
+//! linearization now (lifting its call and return out of the list); at a
+//! return of an op not yet taken it has run out of time for that op and
+//! backtracks. Each (set of linearized ops, register state) pair is explored
+//! once (Lowe's memoization), so equal prefixes in different orders are not
+//! searched twice.
+//!
+//! Ops with an unknown outcome have no return event: they may take effect any
+//! time after invoke, or never. The search therefore succeeds as soon as every
+//! op with a known completion is linearized; the unknown ops left over are the
+//! ones that never took effect.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use crate::model::{ModelOp, State};
+
+/// Marks the end of the event list.
+const NIL: usize = usize::MAX;
+/// The sentinel node in front of the first event.
+const HEAD: usize = 0;
+/// How many new states to explore between two looks at the clock.
+const CLOCK_CHECK_STATES: usize = 1024;
+
+/// One op prepared for the search.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SearchOp {
+    pub(crate) model: ModelOp,
+    pub(crate) invoke_ns: u64,
+    /// The op must have taken effect by then; `None` when it may take effect
+    /// at any time after invoke, or never.
+    pub(crate) deadline_ns: Option<u64>,
+}
+
+/// Limits on one key's search.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    pub(crate) max_states: usize,
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// How a search ended.
+#[derive(Debug)]
+pub(crate) enum SearchResult {
+    Linearizable { states: usize },
+    NotLinearizable(Stuck),
+    Exhausted { states: usize },
+}
+
+/// The furthest the search got: its longest linearized prefix and the op whose
+/// return it then reached without being able to take that op in.
+#[derive(Debug, Default)]
+pub(crate) struct Stuck {
+    /// Op indices, in linearization order.
+    pub(crate) prefix: Vec<usize>,
+    /// The register after `prefix`.
+    pub(crate) state: State,
+    /// The op that had to take effect next and could not.
+    pub(crate) blocked: Option<usize>,
+    pub(crate) states: usize,
+}
+
+/// Searches for a linearization of `ops` starting from an absent key.
+pub(crate) fn search(ops: &[SearchOp], budget: &Budget) -> SearchResult {
+    Search::new(ops).run(budget)
+}
+
+/// A node of the event list.
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    op: usize,
+    is_call: bool,
+    /// For a call: its return node, or `NIL` when the op is open-ended.
+    partner: usize,
+    prev: usize,
+    next: usize,
+}
+
+/// Calls and returns in time order; at equal times calls come first, so ops
+/// that touch at one instant count as concurrent (never a false alarm).
+struct EventList {
+    nodes: Vec<Event>,
+}
+
+impl EventList {
+    fn new(ops: &[SearchOp]) -> Self {
+        let mut order: Vec<(u64, bool, usize)> = Vec::with_capacity(ops.len() * 2);
+        for (op, search_op) in ops.iter().enumerate() {
+            order.push((search_op.invoke_ns, false, op));
+            if let Some(deadline_ns) = search_op.deadline_ns {
+                order.push((deadline_ns, true, op));
+            }
+        }
+        order.sort_unstable();
+        let head = Event { op: NIL, is_call: false, partner: NIL, prev: NIL, next: NIL };
+        let mut nodes = vec![head; order.len() + 1];
+        let mut call_node = vec![NIL; ops.len()];
+        for (position, &(_, is_return, op)) in order.iter().enumerate() {
+            let node = position + 1;
+            let next = if node == order.len() { NIL } else { node + 1 };
+            nodes[node] = Event { op, is_call: !is_return, partner: NIL, prev: node - 1, next };
+            if is_return {
+                nodes[call_node[op]].partner = node;
+            } else {
+                call_node[op] = node;
+            }
+        }
+        nodes[HEAD].next = if order.is_empty() { NIL } else { 1 };
+        Self { nodes }
+    }
+
+    fn first(&self) -> usize {
+        self.nodes[HEAD].next
+    }
+
+    fn next(&self, node: usize) -> usize {
+        self.nodes[node].next
+    }
+
+    /// Takes a call and its return out of the list.
+    fn lift(&mut self, call: usize) {
+        self.unlink(call);
+        let partner = self.nodes[call].partner;
+        if partner != NIL {
+            self.unlink(partner);
+        }
+    }
+
+    /// Puts back what `lift` took out; lifts are undone in reverse order.
+    fn unlift(&mut self, call: usize) {
+        let partner = self.nodes[call].partner;
+        if partner != NIL {
+            self.relink(partner);
+        }
+        self.relink(call);
+    }
+
+    fn unlink(&mut self, node: usize) {
+        let Event { prev, next, .. } = self.nodes[node];
+        self.nodes[prev].next = next;
+        if next != NIL {
+            self.nodes[next].prev = prev;
+        }
+    }
+
+    fn relink(&mut self, node: usize) {
+        let Event { prev, next, .. } = self.nodes[node];
+        self.nodes[prev].next = node;
+        if next != NIL {
+            self.nodes[next].prev = node;
+        }
+    }
+}
+
+/// One op taken into the linearization, and the state before it.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    call: usize,
+    prior: State,
+}
+
+struct Search<'a> {
+    ops: &'a [SearchOp],
+    events: EventList,
+    /// Bitset of linearized ops.
+    linearized: Vec<u64>,
+    cache: HashSet<(Vec<u64>, State)>,
+    stack: Vec<Frame>,
+    state: State,
+    /// Ops with a known completion not yet linearized; zero means success.
+    pending_definite: usize,
+    deepest: Stuck,
+}
+
+impl<'a> Search<'a> {
+    fn new(ops: &'a [SearchOp]) -> Self {
+        Self {
+            ops,
+            events: EventList::new(ops),
+            linearized: vec![0; ops.len().div_ceil(64)],
+            cache: HashSet::new(),
+            stack: Vec::new(),
+            state: None,
+            pending_definite: ops.iter().filter(|op| op.deadline_ns.is_some()).count(),
+            deepest: Stuck::default(),
+        }
+    }
+
+    fn run(mut self, budget: &Budget) -> SearchResult {
+        let mut entry = self.events.first();
+        while self.pending_definite > 0 {
+            if entry != NIL && self.events.nodes[entry].is_call {
+                if !self.try_linearize(entry) {
+                    entry = self.events.next(entry);
+                    continue;
+                }
+                if self.over_budget(budget) {
+                    return SearchResult::Exhausted { states: self.cache.len() };
+                }
+                entry = self.events.first();
+            } else {
+                self.note_stuck(entry);
+                match self.backtrack() {
+                    Some(call) => entry = self.events.next(call),
+                    None => {
+                        self.deepest.states = self.cache.len();
+                        return SearchResult::NotLinearizable(self.deepest);
+                    }
+                }
+            }
+        }
+        SearchResult::Linearizable { states: self.cache.len() }
+    }
+
+    /// Takes the op of `call` into the linearization if its answer fits the
+    /// current state and the resulting (set, state) pair is new.
+    fn try_linearize(&mut self, call: usize) -> bool {
+        let op = self.events.nodes[call].op;
+        let Some(next_state) = self.ops[op].model.step(self.state) else {
+            return false;
+        };
+        self.flip(op);
+        if !self.cache.insert((self.linearized.clone(), next_state)) {
+            self.flip(op);
+            return false;
+        }
+        self.stack.push(Frame { call, prior: self.state });
+        self.state = next_state;
+        self.events.lift(call);
+        if self.ops[op].deadline_ns.is_some() {
+            self.pending_definite -= 1;
+        }
+        true
+    }
+
+    /// Undoes the last linearized op; returns its call node.
+    fn backtrack(&mut self) -> Option<usize> {
+        let frame = self.stack.pop()?;
+        let op = self.events.nodes[frame.call].op;
+        self.state = frame.prior;
+        self.flip(op);
+        self.events.unlift(frame.call);
+        if self.ops[op].deadline_ns.is_some() {
+            self.pending_definite += 1;
+        }
+        Some(frame.call)
+    }
+
+    fn flip(&mut self, op: usize) {
+        self.linearized[op / 64] ^= 1 << (op % 64);
+    }
+
+    /// Remembers the longest prefix seen and the op that stopped it.
+    fn note_stuck(&mut self, entry: usize) {
+        let blocked = (entry != NIL).then(|| self.events.nodes[entry].op);
+        if self.deepest.blocked.is_some() && self.stack.len() <= self.deepest.prefix.len() {
+            return;
+        }
+        self.deepest.prefix = self.stack.iter().map(|frame| self.events.nodes[frame.call].op).collect();
+        self.deepest.state = self.state;
+        self.deepest.blocked = blocked;
+    }
+
+    fn over_budget(&self, budget: &Budget) -> bool {
+        let states = self.cache.len();
+        if states > budget.max_states {
+            return true;
+        }
+        let look_at_clock = states.is_multiple_of(CLOCK_CHECK_STATES);
+        look_at_clock && budget.deadline.is_some_and(|deadline| Instant::now() >= deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(model: ModelOp, invoke_ns: u64, deadline_ns: Option<u64>) -> SearchOp {
+        SearchOp { model, invoke_ns, deadline_ns }
+    }
+
+    fn run(ops: &[SearchOp]) -> SearchResult {
+        search(ops, &Budget { max_states: 10_000, deadline: None })
+    }
+
+    #[test]
+    fn empty_and_unknown_only_histories_are_linearizable() {
+        assert!(matches!(run(&[]), SearchResult::Linearizable { .. }));
+        let unknown = [op(ModelOp::PutMaybe(1), 0, None)];
+        assert!(matches!(run(&unknown), SearchResult::Linearizable { .. }));
+    }
+
+    #[test]
+    fn concurrent_ops_may_reorder() {
+        // The get starts before the put returns, so it may see the new value.
+        let ops = [op(ModelOp::PutAcked(1), 0, Some(10)), op(ModelOp::Get(Some(1)), 5, Some(6))];
+        assert!(matches!(run(&ops), SearchResult::Linearizable { .. }));
+    }
+
+    #[test]
+    fn touching_intervals_count_as_concurrent() {
+        let ops = [op(ModelOp::Get(Some(1)), 0, Some(10)), op(ModelOp::PutAcked(1), 10, Some(20))];
+        assert!(matches!(run(&ops), SearchResult::Linearizable { .. }));
+    }
+
+    #[test]
+    fn stuck_reports_the_blocked_op_after_the_longest_prefix() {
+        let ops = [op(ModelOp::PutAcked(1), 0, Some(10)), op(ModelOp::Get(None), 20, Some(30))];
+        let SearchResult::NotLinearizable(stuck) = run(&ops) else { panic!("expected a violation") };
+        assert_eq!(stuck.prefix, vec![0]);
+        assert_eq!(stuck.blocked, Some(1));
+        assert_eq!(stuck.state, Some(1));
+    }
+
+    #[test]
+    fn budget_stops_the_search() {
+        let ops: Vec<SearchOp> = (0..20).map(|value| op(ModelOp::PutMaybe(value), 0, None)).collect();
+        let mut all = ops;
+        all.push(op(ModelOp::Get(Some(999)), 0, Some(1)));
+        let result = search(&all, &Budget { max_states: 5, deadline: None });
+        assert!(matches!(result, SearchResult::Exhausted { .. }), "{result:?}");
+    }
+}
