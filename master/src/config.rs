@@ -43,6 +43,10 @@ pub struct MasterConfig {
     /// valid one-node development cluster.
     #[arg(long = "initial-cluster", value_parser = parse_initial_cluster)]
     pub initial_cluster: Option<InitialCluster>,
+    /// Name of the cluster; with the founding members it makes the cluster id
+    /// every Raft message carries (masters refuse other clusters' messages).
+    #[arg(long = "cluster-name", default_value = "mooncake")]
+    pub cluster_name: String,
     /// Start empty and wait to be added by `AddLearner` (for new or replaced
     /// masters); never bootstraps a cluster.
     #[arg(long)]

@@ -9,6 +9,7 @@
 
 mod admin_service;
 mod client_service;
+mod cluster_id;
 mod cluster_info;
 pub mod config;
 mod convert;

@@ -2,6 +2,7 @@
 //! payload is the openraft message encoded by the raft-store codec. A peer
 //! that cannot be reached is reported `Unreachable` so openraft backs off.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mooncake_proto::raft::RaftMessage;
@@ -18,18 +19,22 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::cluster_id::ClusterId;
+
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Creates one [`PeerClient`] per target for openraft.
-#[derive(Clone, Default)]
-pub struct NetworkFactory;
+#[derive(Clone)]
+pub struct NetworkFactory {
+    pub cluster: Arc<ClusterId>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient::new(target, &node.addr)
+        PeerClient::new(target, &node.addr, self.cluster.clone())
     }
 }
 
@@ -38,6 +43,7 @@ pub struct PeerClient {
     target: NodeId,
     client: Option<RaftServiceClient<Channel>>,
     addr: String,
+    cluster: Arc<ClusterId>,
 }
 
 #[derive(Clone, Copy)]
@@ -50,7 +56,7 @@ enum Rpc {
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
-    fn new(target: NodeId, addr: &str) -> Self {
+    fn new(target: NodeId, addr: &str, cluster: Arc<ClusterId>) -> Self {
         let client = Endpoint::from_shared(format!("http://{addr}"))
             .ok()
             .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
@@ -59,7 +65,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string() }
+        PeerClient { target, client, addr: addr.to_string(), cluster }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -73,7 +79,8 @@ impl PeerClient {
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
         let data = codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut request = tonic::Request::new(RaftMessage { data, error: String::new() });
+        let cluster_id = self.cluster.get().unwrap_or_default();
+        let mut request = tonic::Request::new(RaftMessage { data, error: String::new(), cluster_id });
         request.set_timeout(option.hard_ttl());
         let reply = match rpc {
             Rpc::Append => client.append_entries(request).await,

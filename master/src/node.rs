@@ -20,6 +20,7 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::admin_service::AdminServiceImpl;
 use crate::client_service::MasterServiceImpl;
+use crate::cluster_id::{ClusterId, founding_id};
 use crate::config::MasterConfig;
 use crate::decisions::EvictionPolicy;
 use crate::instrumented::Instrumented;
@@ -63,7 +64,13 @@ impl MasterNode {
         }
         let raft_config = Arc::new(cfg.raft_config().validate().context("raft config")?);
         let sm_handle = sm.clone();
-        let raft = Raft::new(cfg.id, raft_config, NetworkFactory, log, sm).await.context("starting raft")?;
+        let cluster = Arc::new(ClusterId::load(log.clone()).context("reading the cluster id")?);
+        if let Some(c) = &cfg.initial_cluster {
+            let id = cluster.adopt(&founding_id(&cfg.cluster_name, &c.0)).context("recording the cluster id")?;
+            tracing::info!(cluster_id = %id, "cluster id");
+        }
+        let network = NetworkFactory { cluster: cluster.clone() };
+        let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
         let leader = Arc::new(LeaderState::new(Duration::from_millis(cfg.default_kv_lease_ttl_ms)));
         let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone());
         let evict_now = Arc::new(Notify::new());
@@ -80,7 +87,7 @@ impl MasterNode {
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), stop_rx.clone())?;
+        let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), cluster, stop_rx.clone())?;
         tasks.push(grpc_task);
         let http_addr = match cfg.http {
             Some(addr) => {
@@ -196,6 +203,7 @@ async fn wait_stop(mut rx: watch::Receiver<bool>) {
 fn serve_grpc(
     addr: SocketAddr,
     shared: Arc<Shared>,
+    cluster: Arc<ClusterId>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let incoming = TcpIncoming::bind(addr)
@@ -206,7 +214,7 @@ fn serve_grpc(
     let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
-    let raft = RaftServiceServer::new(RaftServiceImpl::new(shared.raft.clone()))
+    let raft = RaftServiceServer::new(RaftServiceImpl::new(shared.raft.clone(), cluster))
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
     let admin = AdminServiceServer::new(AdminServiceImpl::new(shared));

@@ -1,6 +1,8 @@
 //! The receiving side of the Raft transport: decodes openraft messages from
-//! peers, hands them to the local Raft, and encodes the result (including
-//! Raft-level errors, which travel back as values).
+//! peers of the same cluster, hands them to the local Raft, and encodes the
+//! result (including Raft-level errors, which travel back as values).
+
+use std::sync::Arc;
 
 use mooncake_proto::raft::RaftMessage;
 use mooncake_proto::raft::raft_service_server::RaftService;
@@ -9,42 +11,51 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
 
+use crate::cluster_id::ClusterId;
+
 pub struct RaftServiceImpl {
     raft: Raft,
+    cluster: Arc<ClusterId>,
 }
 
 impl RaftServiceImpl {
-    pub fn new(raft: Raft) -> Self {
-        RaftServiceImpl { raft }
+    pub fn new(raft: Raft, cluster: Arc<ClusterId>) -> Self {
+        RaftServiceImpl { raft, cluster }
     }
-}
 
-fn decode<T: DeserializeOwned>(req: Request<RaftMessage>) -> Result<T, Status> {
-    codec::decode("raft request", &req.into_inner().data)
-        .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+    /// Refuses messages of another cluster, then decodes.
+    fn decode<T: DeserializeOwned>(&self, req: Request<RaftMessage>) -> Result<T, Status> {
+        let msg = req.into_inner();
+        if let Err(e) = self.cluster.check(&msg.cluster_id) {
+            tracing::warn!(error = %e, "refused a raft message");
+            return Err(Status::failed_precondition(e.to_string()));
+        }
+        codec::decode("raft request", &msg.data)
+            .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+    }
 }
 
 fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
     match codec::encode("raft response", value) {
-        Ok(data) => Ok(Response::new(RaftMessage { data, error: String::new() })),
-        Err(e) => Ok(Response::new(RaftMessage { data: Vec::new(), error: e.to_string() })),
+        Ok(data) => Ok(Response::new(RaftMessage { data, ..Default::default() })),
+        Err(e) => Ok(Response::new(RaftMessage { error: e.to_string(), ..Default::default() })),
     }
 }
 
 #[tonic::async_trait]
 impl RaftService for RaftServiceImpl {
     async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = decode(req)?;
+        let rpc = self.decode(req)?;
         reply(&self.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = decode(req)?;
+        let rpc = self.decode(req)?;
         reply(&self.raft.vote(rpc).await)
     }
 
     async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = decode(req)?;
+        let rpc = self.decode(req)?;
         reply(&self.raft.install_snapshot(rpc).await)
     }
 }

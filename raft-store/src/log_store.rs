@@ -38,6 +38,7 @@ const META_TREE: &str = "raft_meta";
 const KEY_VOTE: &str = "vote";
 const KEY_LAST_PURGED: &str = "last_purged";
 const KEY_COMMITTED: &str = "committed";
+const KEY_CLUSTER_ID: &str = "cluster_id";
 
 /// The durable Raft log and vote of one master. Cheap to clone; clones share
 /// the same trees (openraft's log readers are clones).
@@ -61,6 +62,17 @@ impl LogStore {
             source,
         })?;
         Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher) })
+    }
+
+    /// The id of the cluster this log belongs to, once known.
+    pub fn cluster_id(&self) -> Result<Option<String>, StoreError> {
+        self.read_meta(KEY_CLUSTER_ID)
+    }
+
+    /// Records the cluster id durably (a master never changes clusters).
+    pub fn save_cluster_id(&self, id: &str) -> Result<(), StoreError> {
+        self.write_meta(KEY_CLUSTER_ID, &id.to_string())?;
+        self.sync.sync()
     }
 
     /// Decodes the value of meta `key`, `None` when absent.
