@@ -16,6 +16,7 @@ mod explain;
 mod history;
 mod jsonl;
 mod linearizability;
+mod memo;
 mod model;
 mod wgl;
 
@@ -35,3 +36,13 @@ pub mod host;
 pub mod net;
 pub mod power;
 pub mod safety;
+
+// Orchestration: the cluster under test, workload, nemesis, runs and reports.
+pub mod chaos_cluster;
+pub mod nemesis;
+pub mod registry;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod scenario;
+pub mod workload;

@@ -427,15 +427,18 @@ fn remove_namespaces(prefix: &str) -> Vec<String> {
     };
     let hub = format!("{prefix}-{HUB_SUFFIX}");
     let mut ours: Vec<String> = names.into_iter().filter(|n| n.starts_with(&format!("{prefix}-"))).collect();
-    // Hosts first, the hub last: a failure midway never leaves hosts without their hub's cleanup.
-    ours.sort_by_key(|n| *n == hub);
     for ns in &ours {
         kill_processes_in(ns, &mut failures);
-        if *ns == hub {
-            // Deleting the namespace destroys its links and tables too, but only once
-            // nothing pins it; removing them explicitly also covers that case.
-            clear_hub(ns, &mut failures);
-        }
+    }
+    if ours.contains(&hub) {
+        // Deleting a namespace destroys its links and tables too, but only once nothing
+        // pins it, and asynchronously; removing the hub's links first (each veth with its
+        // peer in a host namespace) covers both.
+        clear_hub(&hub, &mut failures);
+    }
+    // The hub last, so a failure midway leaves it for the next cleanup to find.
+    ours.sort_by_key(|n| *n == hub);
+    for ns in &ours {
         if let Err(e) = host::run_args("ip", ["netns", "del", ns]) {
             failures.push(e.to_string());
         }
@@ -482,7 +485,11 @@ fn clear_hub(hub: &str, failures: &mut Vec<String>) {
         .filter(|name| name != "lo")
         .collect();
     for link in &links {
-        if let Err(e) = host::run_args("ip", ["-n", hub, "link", "del", link]) {
+        // A link may vanish meanwhile (its peer's namespace being torn down): only a link
+        // that still exists after a failed delete is a failure.
+        if let Err(e) = host::run_args("ip", ["-n", hub, "link", "del", link])
+            && host::run_args("ip", ["-n", hub, "link", "show", "dev", link]).is_ok()
+        {
             failures.push(e.to_string());
         }
     }

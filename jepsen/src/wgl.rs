@@ -13,9 +13,9 @@
 //! op with a known completion is linearized; the unknown ops left over are the
 //! ones that never took effect.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
+use crate::memo::{Memo, OpSet};
 use crate::model::{ModelOp, State};
 
 /// Marks the end of the event list.
@@ -65,7 +65,14 @@ pub(crate) struct Stuck {
 
 /// Searches for a linearization of `ops` starting from an absent key.
 pub(crate) fn search(ops: &[SearchOp], budget: &Budget) -> SearchResult {
-    Search::new(ops).run(budget)
+    // The smallest fixed-size op set that fits keeps memo probes allocation-free.
+    match ops.len().div_ceil(64) {
+        0 | 1 => Search::<[u64; 1]>::new(ops).run(budget),
+        2 => Search::<[u64; 2]>::new(ops).run(budget),
+        3 | 4 => Search::<[u64; 4]>::new(ops).run(budget),
+        5..=8 => Search::<[u64; 8]>::new(ops).run(budget),
+        _ => Search::<Box<[u64]>>::new(ops).run(budget),
+    }
 }
 
 /// A node of the event list.
@@ -162,12 +169,11 @@ struct Frame {
     prior: State,
 }
 
-struct Search<'a> {
+struct Search<'a, S: OpSet> {
     ops: &'a [SearchOp],
     events: EventList,
-    /// Bitset of linearized ops.
-    linearized: Vec<u64>,
-    cache: HashSet<(Vec<u64>, State)>,
+    /// The linearized ops and every (linearized ops, state) pair explored.
+    memo: Memo<S>,
     stack: Vec<Frame>,
     state: State,
     /// Ops with a known completion not yet linearized; zero means success.
@@ -175,13 +181,12 @@ struct Search<'a> {
     deepest: Stuck,
 }
 
-impl<'a> Search<'a> {
+impl<'a, S: OpSet> Search<'a, S> {
     fn new(ops: &'a [SearchOp]) -> Self {
         Self {
             ops,
             events: EventList::new(ops),
-            linearized: vec![0; ops.len().div_ceil(64)],
-            cache: HashSet::new(),
+            memo: Memo::new(ops.len()),
             stack: Vec::new(),
             state: None,
             pending_definite: ops.iter().filter(|op| op.deadline_ns.is_some()).count(),
@@ -198,7 +203,7 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 if self.over_budget(budget) {
-                    return SearchResult::Exhausted { states: self.cache.len() };
+                    return SearchResult::Exhausted { states: self.memo.len() };
                 }
                 entry = self.events.first();
             } else {
@@ -206,13 +211,13 @@ impl<'a> Search<'a> {
                 match self.backtrack() {
                     Some(call) => entry = self.events.next(call),
                     None => {
-                        self.deepest.states = self.cache.len();
+                        self.deepest.states = self.memo.len();
                         return SearchResult::NotLinearizable(self.deepest);
                     }
                 }
             }
         }
-        SearchResult::Linearizable { states: self.cache.len() }
+        SearchResult::Linearizable { states: self.memo.len() }
     }
 
     /// Takes the op of `call` into the linearization if its answer fits the
@@ -222,9 +227,9 @@ impl<'a> Search<'a> {
         let Some(next_state) = self.ops[op].model.step(self.state) else {
             return false;
         };
-        self.flip(op);
-        if !self.cache.insert((self.linearized.clone(), next_state)) {
-            self.flip(op);
+        self.memo.flip(op);
+        if !self.memo.insert(next_state) {
+            self.memo.flip(op);
             return false;
         }
         self.stack.push(Frame { call, prior: self.state });
@@ -241,16 +246,12 @@ impl<'a> Search<'a> {
         let frame = self.stack.pop()?;
         let op = self.events.nodes[frame.call].op;
         self.state = frame.prior;
-        self.flip(op);
+        self.memo.flip(op);
         self.events.unlift(frame.call);
         if self.ops[op].deadline_ns.is_some() {
             self.pending_definite += 1;
         }
         Some(frame.call)
-    }
-
-    fn flip(&mut self, op: usize) {
-        self.linearized[op / 64] ^= 1 << (op % 64);
     }
 
     /// Remembers the longest prefix seen and the op that stopped it.
@@ -265,7 +266,7 @@ impl<'a> Search<'a> {
     }
 
     fn over_budget(&self, budget: &Budget) -> bool {
-        let states = self.cache.len();
+        let states = self.memo.len();
         if states > budget.max_states {
             return true;
         }

@@ -1,0 +1,324 @@
+//! The system under test inside the harness's network: three masters (and a
+//! spare for membership changes) and two store nodes, each a real `mooncake`
+//! process in its own namespace, started, killed, paused, power-cut and
+//! restarted from its data directory. Queries to the masters are made by the
+//! caller from a thread inside the client namespace, never from the root one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::clock::FakeClock;
+use crate::faults;
+use crate::net::Network;
+use crate::power::LoopFs;
+
+/// gRPC port of every master (each has its own address).
+pub const MASTER_PORT: u16 = 50051;
+/// Transfer port of the store node.
+pub const STORE_PORT: u16 = 7000;
+/// Size of each power-loss filesystem image (XFS needs ≥ 300 MiB).
+const LOOP_IMAGE_BYTES: u64 = 320 * 1024 * 1024;
+/// Client id of store node n is `STORE_CLIENT_ID + n` (stable, so a restart
+/// replaces its segment at once).
+pub const STORE_CLIENT_ID: u64 = 0x9000;
+
+/// How to start the cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The `mooncake` binary (runs `master` and `store`).
+    pub bin: PathBuf,
+    pub dir: PathBuf,
+    /// Master data dirs on loop-mounted XFS, for power-loss faults.
+    pub power_loss: bool,
+    /// Masters run under libfaketime, for clock-skew faults.
+    pub fake_clock: bool,
+    /// Extra master flags (the deliberately broken builds).
+    pub master_flags: Vec<String>,
+    pub segment_size: String,
+}
+
+/// One process of the cluster.
+struct Proc {
+    host: String,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+}
+
+/// The running cluster.
+pub struct ChaosCluster {
+    net: Arc<Network>,
+    opts: ClusterOptions,
+    masters: BTreeMap<u64, Proc>,
+    /// Store node 1: the one faults may kill.
+    store: Proc,
+    /// Store node 2: never faulted, so with two replicas every acknowledged
+    /// object keeps a copy (a killed store node loses its memory).
+    steady_store: Proc,
+    loops: BTreeMap<u64, LoopFs>,
+    clocks: BTreeMap<u64, FakeClock>,
+    /// Masters that are voters now (membership faults change it).
+    pub voters: Vec<u64>,
+}
+
+/// Host name of master `id`.
+pub fn master_host(id: u64) -> String {
+    format!("m{id}")
+}
+
+impl ChaosCluster {
+    /// Starts masters 1..=3 and the store node; master 4 is a spare.
+    pub fn start(net: Arc<Network>, opts: ClusterOptions) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&opts.dir)?;
+        let initial =
+            (1..=3u64).map(|id| Ok(format!("{id}={}", master_addr(&net, id)?))).collect::<anyhow::Result<Vec<_>>>()?;
+        let store =
+            Proc { host: "s1".into(), args: Vec::new(), log: opts.dir.join("store-1.log"), child: None, paused: false };
+        let steady_store =
+            Proc { host: "s2".into(), args: Vec::new(), log: opts.dir.join("store-2.log"), child: None, paused: false };
+        let mut c = ChaosCluster {
+            net,
+            opts,
+            masters: BTreeMap::new(),
+            store,
+            steady_store,
+            loops: BTreeMap::new(),
+            clocks: BTreeMap::new(),
+            voters: vec![1, 2, 3],
+        };
+        for id in 1..=4 {
+            c.prepare_master(id, &initial.join(","))?;
+        }
+        for id in 1..=3 {
+            c.launch_master(id)?;
+        }
+        c.store.args = c.store_args(1)?;
+        c.steady_store.args = c.store_args(2)?;
+        c.launch(Target::Store)?;
+        c.launch(Target::SteadyStore)?;
+        Ok(c)
+    }
+
+    /// Data dir of master `id` (on its loop filesystem when power loss is on).
+    fn data_dir(&self, id: u64) -> PathBuf {
+        self.opts.dir.join(format!("master-{id}")).join("data")
+    }
+
+    fn prepare_master(&mut self, id: u64, initial: &str) -> anyhow::Result<()> {
+        let root = self.opts.dir.join(format!("master-{id}"));
+        std::fs::create_dir_all(&root)?;
+        if self.opts.power_loss {
+            let fs = LoopFs::create(&root.join("disk.img"), LOOP_IMAGE_BYTES, &root.join("data"))
+                .with_context(|| format!("loop filesystem for master {id}"))?;
+            self.loops.insert(id, fs);
+        }
+        if self.opts.fake_clock {
+            self.clocks.insert(id, FakeClock::new(&root).context("libfaketime (install the faketime package)")?);
+        }
+        let addr = master_addr(&self.net, id)?;
+        let mut args = vec![
+            "master".to_string(),
+            format!("--id={id}"),
+            format!("--listen={addr}"),
+            format!("--http={}:8081", self.net.host_ip(&master_host(id))?),
+            format!("--data-dir={}", self.data_dir(id).display()),
+            // Short TTLs keep expiry and reclaim inside a short run.
+            "--client_ttl=5".to_string(),
+        ];
+        args.push(if id <= 3 { format!("--initial-cluster={initial}") } else { "--join".to_string() });
+        args.extend(self.opts.master_flags.iter().cloned());
+        let log = self.opts.dir.join(format!("master-{id}.log"));
+        self.masters.insert(id, Proc { host: master_host(id), args, log, child: None, paused: false });
+        Ok(())
+    }
+
+    fn store_args(&self, n: u64) -> anyhow::Result<Vec<String>> {
+        let ip = self.net.host_ip(&format!("s{n}"))?;
+        let masters: Vec<String> = (1..=4).map(|id| master_addr(&self.net, id)).collect::<anyhow::Result<_>>()?;
+        Ok(vec![
+            "store".into(),
+            format!("--masters={}", masters.join(",")),
+            format!("--listen={ip}:{STORE_PORT}"),
+            format!("--segment-size={}", self.opts.segment_size),
+            format!("--client-id={}", STORE_CLIENT_ID + n),
+            "--anonymous".into(),
+        ])
+    }
+
+    fn launch_master(&mut self, id: u64) -> anyhow::Result<()> {
+        self.launch(Target::Master(id))
+    }
+
+    fn launch(&mut self, t: Target) -> anyhow::Result<()> {
+        let bin = self.opts.bin.display().to_string();
+        let clock = match t {
+            Target::Master(id) => self.clocks.get(&id).cloned(),
+            Target::Store | Target::SteadyStore => None,
+        };
+        let net = self.net.clone();
+        let p = self.proc_mut(t)?;
+        let mut cmd = net.command(&p.host, &bin)?;
+        cmd.args(&p.args);
+        if let Some(c) = &clock {
+            c.apply(&mut cmd);
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&p.log)?;
+        cmd.env("RUST_LOG", "info,openraft=warn").stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        let child = cmd.spawn().with_context(|| format!("starting {t:?}"))?;
+        crate::registry::track(child.id());
+        p.child = Some(child);
+        p.paused = false;
+        Ok(())
+    }
+
+    fn proc_mut(&mut self, t: Target) -> anyhow::Result<&mut Proc> {
+        match t {
+            Target::Master(id) => self.masters.get_mut(&id).with_context(|| format!("no master {id}")),
+            Target::Store => Ok(&mut self.store),
+            Target::SteadyStore => Ok(&mut self.steady_store),
+        }
+    }
+
+    /// Is the process up (not killed)?
+    pub fn is_running(&self, t: Target) -> bool {
+        match t {
+            Target::Master(id) => self.masters.get(&id).is_some_and(|p| p.child.is_some()),
+            Target::Store => self.store.child.is_some(),
+            Target::SteadyStore => self.steady_store.child.is_some(),
+        }
+    }
+
+    pub fn is_paused(&self, t: Target) -> bool {
+        match t {
+            Target::Master(id) => self.masters.get(&id).is_some_and(|p| p.paused),
+            Target::Store => self.store.paused,
+            Target::SteadyStore => self.steady_store.paused,
+        }
+    }
+
+    /// SIGKILL (resumes first if paused, so the kernel can reap it).
+    pub fn kill(&mut self, t: Target) -> anyhow::Result<()> {
+        let p = self.proc_mut(t)?;
+        if let Some(mut child) = p.child.take() {
+            crate::registry::untrack(child.id());
+            faults::kill9_and_reap(&mut child)?;
+        }
+        p.paused = false;
+        Ok(())
+    }
+
+    pub fn restart(&mut self, t: Target) -> anyhow::Result<()> {
+        if !self.is_running(t) {
+            self.launch(t)?;
+        }
+        Ok(())
+    }
+
+    pub fn pause(&mut self, t: Target) -> anyhow::Result<()> {
+        let p = self.proc_mut(t)?;
+        if let (Some(child), false) = (&p.child, p.paused) {
+            faults::pause(child.id())?;
+            p.paused = true;
+        }
+        Ok(())
+    }
+
+    pub fn resume(&mut self, t: Target) -> anyhow::Result<()> {
+        let p = self.proc_mut(t)?;
+        if let (Some(child), true) = (&p.child, p.paused) {
+            faults::resume(child.id())?;
+            p.paused = false;
+        }
+        Ok(())
+    }
+
+    /// Power loss of master `id`: kill it, drop its filesystem's unflushed
+    /// writes (FS_IOC_SHUTDOWN without log flush), remount, restart.
+    pub fn power_cut(&mut self, id: u64) -> anyhow::Result<()> {
+        self.kill(Target::Master(id))?;
+        let fs = self.loops.get_mut(&id).context("power loss needs --power-loss filesystems")?;
+        fs.power_cut().with_context(|| format!("power cut of master {id}"))?;
+        self.launch_master(id)
+    }
+
+    /// Shifts master `id`'s wall clock by `secs` (monotonic untouched).
+    pub fn skew_clock(&self, id: u64, secs: i64) -> anyhow::Result<()> {
+        let c = self.clocks.get(&id).context("clock skew needs --fake-clock")?;
+        c.set_offset(secs)?;
+        Ok(())
+    }
+
+    /// Ends every fault on processes: resume paused ones, restart dead ones
+    /// (only current voters and the store), reset clocks.
+    pub fn heal(&mut self) -> anyhow::Result<()> {
+        let voters = self.voters.clone();
+        for id in voters {
+            self.resume(Target::Master(id))?;
+            self.restart(Target::Master(id))?;
+        }
+        self.resume(Target::Store)?;
+        self.restart(Target::Store)?;
+        for c in self.clocks.values() {
+            c.set_offset(0)?;
+        }
+        Ok(())
+    }
+
+    /// Starts master `id` (the spare) so it can be added.
+    pub fn start_spare(&mut self, id: u64) -> anyhow::Result<()> {
+        self.restart(Target::Master(id))
+    }
+
+    pub fn master_addrs(&self) -> anyhow::Result<Vec<String>> {
+        self.masters.keys().map(|id| master_addr(&self.net, *id)).collect()
+    }
+
+    pub fn log_path(&self, t: Target) -> Option<&Path> {
+        match t {
+            Target::Master(id) => self.masters.get(&id).map(|p| p.log.as_path()),
+            Target::Store => Some(self.store.log.as_path()),
+            Target::SteadyStore => Some(self.steady_store.log.as_path()),
+        }
+    }
+
+    /// Stops everything and removes the loop filesystems.
+    pub fn shutdown(&mut self) {
+        let ids: Vec<u64> = self.masters.keys().copied().collect();
+        for id in ids {
+            let _ = self.kill(Target::Master(id));
+        }
+        let _ = self.kill(Target::Store);
+        let _ = self.kill(Target::SteadyStore);
+        for fs in self.loops.values_mut() {
+            if let Err(e) = fs.destroy() {
+                tracing::warn!(error = %e, "removing a loop filesystem");
+            }
+        }
+    }
+}
+
+impl Drop for ChaosCluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A process of the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Master(u64),
+    /// Store node 1 (faults may kill it).
+    Store,
+    /// Store node 2 (never faulted).
+    SteadyStore,
+}
+
+/// `ip:port` of master `id`.
+pub fn master_addr(net: &Network, id: u64) -> anyhow::Result<String> {
+    Ok(format!("{}:{MASTER_PORT}", net.host_ip(&master_host(id))?))
+}

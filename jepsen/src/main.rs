@@ -1,0 +1,220 @@
+//! `mooncake-jepsen`: chaos runs against real masters and store nodes in
+//! network namespaces. `run` one scenario, `suite --ci` the CI set, `soak`
+//! many runs. Needs root. Every run prints its seed and results directory;
+//! rerunning with `--seed` replays the same fault schedule and op mix.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use mooncake_jepsen::report::RunReport;
+use mooncake_jepsen::runner::{self, RunOptions};
+use mooncake_jepsen::scenario::{self, Scenario};
+
+#[derive(Parser)]
+#[command(name = "mooncake-jepsen", version, about = "Chaos harness for mooncake-rs (needs root)")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Common {
+    /// Operations per second across all clients.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
+    /// Concurrent logical clients.
+    #[arg(long, default_value_t = 6)]
+    clients: usize,
+    /// Where reports go.
+    #[arg(long, default_value = "jepsen-results")]
+    results: PathBuf,
+    /// The `mooncake` binary (default: next to this one).
+    #[arg(long)]
+    bin: Option<PathBuf>,
+    /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to every master
+    /// (`--dev-unsafe-stale-reads` or `--dev-unsafe-no-fsync`) to show the
+    /// checkers catch the bug. Never part of a real run.
+    #[arg(long = "master-flag")]
+    master_flags: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one scenario.
+    Run {
+        #[arg(long)]
+        scenario: Scenario,
+        /// Seed of every random choice (default: from the clock, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Length of the workload, e.g. 60s or 2m.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        time: Duration,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run a set of scenarios and print a table; exits non-zero on any violation.
+    Suite {
+        /// The CI set (10 scenarios, 30 s each).
+        #[arg(long)]
+        ci: bool,
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        time: Duration,
+        #[arg(long)]
+        seed: Option<u64>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Many runs of random scenarios with fresh seeds.
+    Soak {
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        time: Duration,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?}: use e.g. 30s, 5m"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{s:?}: unit must be s, m or h")),
+    }
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+}
+
+fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> anyhow::Result<RunOptions> {
+    let bin = match &common.bin {
+        Some(b) => b.clone(),
+        None => mooncake_client::local_cluster::find_binary("mooncake").map_err(anyhow::Error::msg)?,
+    };
+    Ok(RunOptions {
+        scenario,
+        seed,
+        duration: time,
+        rate: common.rate,
+        clients: common.clients,
+        bin,
+        results_root: common.results.clone(),
+        master_flags: common.master_flags.clone(),
+        prefix: format!("mcj{}", std::process::id() % 100_000),
+    })
+}
+
+fn table(reports: &[Result<RunReport, (Scenario, u64, String)>]) -> String {
+    let mut s = format!(
+        "\n{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {}\n",
+        "SCENARIO", "SEED", "OPS", "OK", "FAILED", "UNKNOWN", "VERDICT"
+    );
+    for r in reports {
+        match r {
+            Ok(r) => {
+                let bad: Vec<&str> = r.checkers.iter().filter(|c| !c.valid).map(|c| c.checker.as_str()).collect();
+                let verdict = if r.valid { "pass".to_string() } else { format!("FAIL ({})", bad.join(", ")) };
+                s += &format!(
+                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {verdict}\n",
+                    r.scenario, r.seed, r.ops, r.ok, r.failed, r.unknown
+                );
+            }
+            Err((sc, seed, e)) => {
+                s +=
+                    &format!("{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  ERROR: {e}\n", sc.name(), seed, "-", "-", "-", "-")
+            }
+        }
+    }
+    s
+}
+
+fn run_one(opts: RunOptions) -> Result<RunReport, (Scenario, u64, String)> {
+    let (sc, seed) = (opts.scenario, opts.seed);
+    match runner::run(opts) {
+        Ok(r) => {
+            eprint!("{}", r.summary());
+            eprintln!("report: {}", r.dir.join("timeline.html").display());
+            Ok(r)
+        }
+        Err(e) => {
+            eprintln!("run {sc} seed {seed} failed: {e:#}");
+            Err((sc, seed, format!("{e:#}")))
+        }
+    }
+}
+
+fn install_ctrl_c() {
+    // A dedicated thread waits for SIGINT/SIGTERM and cleans up what the
+    // harness created before exiting: processes, namespaces, route, mounts.
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        eprintln!("\ninterrupted: killing the cluster and removing the test network");
+        mooncake_jepsen::registry::kill_all();
+        let prefix = format!("mcj{}", std::process::id() % 100_000);
+        let _ = mooncake_jepsen::net::cleanup_leftovers(&prefix);
+        mooncake_jepsen::registry::unmount_all_under(std::path::Path::new("."));
+        std::process::exit(130);
+    });
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,mooncake_jepsen=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    mooncake_jepsen::safety::require_root()?;
+    install_ctrl_c();
+    let cli = Cli::parse();
+    let (reports, violations) = match cli.cmd {
+        Cmd::Run { scenario, seed, time, common } => {
+            let seed = seed.unwrap_or_else(clock_seed);
+            let r = run_one(options(&common, scenario, seed, time)?);
+            let bad = !matches!(&r, Ok(r) if r.valid);
+            (vec![r], bad)
+        }
+        Cmd::Suite { ci, time, seed, common } => {
+            let set: &[Scenario] = if ci { scenario::CI_SUITE } else { scenario::ALL };
+            let base = seed.unwrap_or_else(clock_seed);
+            let mut out = Vec::new();
+            for (i, sc) in set.iter().enumerate() {
+                out.push(run_one(options(&common, *sc, base.wrapping_add(i as u64), time)?));
+            }
+            let bad = out.iter().any(|r| !matches!(r, Ok(r) if r.valid));
+            (out, bad)
+        }
+        Cmd::Soak { runs, time, common } => {
+            let mut rng = mooncake_jepsen::rng::Rng::new(clock_seed());
+            let mut out = Vec::new();
+            for _ in 0..runs {
+                let sc = *rng.pick(scenario::ALL).unwrap_or(&Scenario::Mixed);
+                out.push(run_one(options(&common, sc, rng.next_u64(), time)?));
+            }
+            let bad = out.iter().any(|r| !matches!(r, Ok(r) if r.valid));
+            (out, bad)
+        }
+    };
+    println!("{}", table(&reports));
+    let passed = reports.iter().filter(|r| matches!(r, Ok(r) if r.valid)).count();
+    println!("{passed} passed, {} failed", reports.len() - passed);
+    if violations {
+        std::process::exit(1);
+    }
+    Ok(())
+}

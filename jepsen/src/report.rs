@@ -1,0 +1,264 @@
+//! The report of a run, in its results directory: `summary.txt` (seed,
+//! command to replay, verdict per checker), `verdict.json`, `history.jsonl`,
+//! `faults.jsonl`, and `timeline.html` — a self-contained page with an SVG of
+//! every operation per client over time, fault bands and a throughput line.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::checkers::{CheckResult, NodeReport};
+use crate::history::{History, OpKind, Outcome};
+use crate::linearizability::Verdict;
+use crate::nemesis::FaultEvent;
+use crate::scenario::Scenario;
+
+/// One checker's answer, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckerVerdict {
+    pub checker: String,
+    pub valid: bool,
+    pub checked: usize,
+    /// Human-readable problems (at most a few dozen).
+    pub problems: Vec<String>,
+}
+
+/// Most problems listed per checker (the rest are counted).
+const PROBLEMS_MAX: usize = 30;
+
+impl CheckerVerdict {
+    pub fn from_linearizability(v: &Verdict) -> Self {
+        let mut problems: Vec<String> = v.failures.iter().map(|f| format!("key {}: {}", f.key, f.reason)).collect();
+        problems
+            .extend(v.timed_out_keys.iter().map(|t| format!("key {}: search budget exhausted ({} ops)", t.key, t.ops)));
+        problems.truncate(PROBLEMS_MAX);
+        CheckerVerdict { checker: "linearizable".into(), valid: v.valid, checked: v.ops_checked, problems }
+    }
+
+    pub fn from_check(c: &CheckResult) -> Self {
+        let mut problems: Vec<String> = c.violations.iter().map(|v| format!("{v:?}")).collect();
+        problems.truncate(PROBLEMS_MAX);
+        CheckerVerdict { checker: c.checker.to_string(), valid: c.is_valid(), checked: c.checked, problems }
+    }
+
+    pub fn data_integrity(corrupt_reads: u64) -> Self {
+        let problems = if corrupt_reads == 0 {
+            vec![]
+        } else {
+            vec![format!("{corrupt_reads} reads returned bytes no put wrote")]
+        };
+        CheckerVerdict { checker: "bytes-verified".into(), valid: corrupt_reads == 0, checked: 0, problems }
+    }
+}
+
+/// Counts and verdicts of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub dir: PathBuf,
+    pub ops: usize,
+    pub ok: usize,
+    pub failed: usize,
+    pub unknown: usize,
+    pub faults: Vec<FaultEvent>,
+    pub checkers: Vec<CheckerVerdict>,
+    pub nodes: Vec<NodeReport>,
+    pub elapsed_s: f64,
+    pub valid: bool,
+    pub commit: String,
+}
+
+fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl RunReport {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        scenario: Scenario,
+        seed: u64,
+        dir: &Path,
+        history: &History,
+        faults: Vec<FaultEvent>,
+        checkers: Vec<CheckerVerdict>,
+        nodes: Vec<NodeReport>,
+        elapsed: Duration,
+    ) -> Self {
+        let rs = history.records();
+        let unknown = rs.iter().filter(|r| r.outcome == Outcome::Unknown).count();
+        let failed = rs.iter().filter(|r| r.outcome == Outcome::Fail).count();
+        let valid = checkers.iter().all(|c| c.valid);
+        RunReport {
+            scenario: scenario.name().into(),
+            seed,
+            dir: dir.to_path_buf(),
+            ops: rs.len(),
+            ok: rs.len() - unknown - failed,
+            failed,
+            unknown,
+            faults,
+            checkers,
+            nodes,
+            elapsed_s: elapsed.as_secs_f64(),
+            valid,
+            commit: commit(),
+        }
+    }
+
+    /// Writes every report file.
+    pub fn write(&self, history: &History) -> anyhow::Result<()> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(self.dir.join("history.jsonl"))?);
+        crate::jsonl::write_jsonl(&mut f, history.records())?;
+        let faults: String =
+            self.faults.iter().filter_map(|e| serde_json::to_string(e).ok()).map(|l| l + "\n").collect();
+        std::fs::write(self.dir.join("faults.jsonl"), faults)?;
+        std::fs::write(self.dir.join("verdict.json"), serde_json::to_string_pretty(self)?)?;
+        std::fs::write(self.dir.join("summary.txt"), self.summary())?;
+        std::fs::write(self.dir.join("timeline.html"), timeline_html(self, history))?;
+        Ok(())
+    }
+
+    /// The readable summary, with the command that replays the run.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "scenario {}  seed {}  commit {}  ({:.0} s)",
+            self.scenario, self.seed, self.commit, self.elapsed_s
+        );
+        let _ = writeln!(s, "replay:   mooncake-jepsen run --scenario {} --seed {}", self.scenario, self.seed);
+        let _ = writeln!(
+            s,
+            "ops {}  ok {}  failed {}  unknown {}  faults {}",
+            self.ops,
+            self.ok,
+            self.failed,
+            self.unknown,
+            self.faults.len() / 2
+        );
+        for c in &self.checkers {
+            let _ = writeln!(
+                s,
+                "  {:<16} {}  ({} checked)",
+                c.checker,
+                if c.valid { "ok" } else { "VIOLATION" },
+                c.checked
+            );
+            for p in &c.problems {
+                let _ = writeln!(s, "      {p}");
+            }
+        }
+        let _ = writeln!(s, "verdict: {}", if self.valid { "PASS" } else { "FAIL" });
+        s
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A self-contained HTML page with the SVG timeline.
+fn timeline_html(r: &RunReport, h: &History) -> String {
+    let rs = h.records();
+    let end_ns = rs.iter().filter_map(|o| o.complete_ns).max().unwrap_or(1).max(1);
+    let procs: Vec<u64> = {
+        let mut p: Vec<u64> = rs.iter().map(|o| o.process.0).collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    };
+    let (w, lane, top) = (1200.0_f64, 18.0_f64, 30.0_f64);
+    let plot_h = lane * procs.len() as f64;
+    let thr_h = 80.0;
+    let height = top + plot_h + thr_h + 40.0;
+    let x = |ns: u64| 60.0 + (ns as f64 / end_ns as f64) * (w - 80.0);
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{height}' font-family='monospace' font-size='10'>"
+    );
+    // Fault bands.
+    let mut open: Option<(u64, String)> = None;
+    for e in &r.faults {
+        match (e.phase, open.take()) {
+            ("start", _) => open = Some((e.t_ns, format!("{}: {}", e.fault, e.detail))),
+            ("heal", Some((t0, label))) => {
+                let _ = write!(
+                    svg,
+                    "<rect x='{:.1}' y='{top}' width='{:.1}' height='{plot_h}' fill='#f5c6cb' opacity='0.5'><title>{}</title></rect>",
+                    x(t0),
+                    (x(e.t_ns) - x(t0)).max(1.0),
+                    escape(&label)
+                );
+            }
+            _ => {}
+        }
+    }
+    // Operations.
+    for o in rs {
+        let lane_i = procs.iter().position(|p| *p == o.process.0).unwrap_or(0) as f64;
+        let color = match (o.op, o.outcome) {
+            (_, Outcome::Unknown) => "#f0ad4e",
+            (_, Outcome::Fail) => "#d9534f",
+            (OpKind::Put { .. }, _) => "#5cb85c",
+            (OpKind::Remove, _) => "#8e44ad",
+            _ => "#337ab7",
+        };
+        let x0 = x(o.invoke_ns);
+        let x1 = x(o.complete_ns.unwrap_or(end_ns)).max(x0 + 0.8);
+        let _ = write!(
+            svg,
+            "<rect x='{x0:.1}' y='{:.1}' width='{:.1}' height='{:.1}' fill='{color}'><title>{} {:?} {:?}</title></rect>",
+            top + lane_i * lane + 2.0,
+            x1 - x0,
+            lane - 4.0,
+            escape(&o.key),
+            o.op,
+            o.outcome
+        );
+    }
+    for (i, p) in procs.iter().enumerate() {
+        let _ = write!(svg, "<text x='4' y='{:.1}'>client {p}</text>", top + i as f64 * lane + 12.0);
+    }
+    throughput(&mut svg, rs.iter().filter_map(|o| o.complete_ns), end_ns, top + plot_h + 20.0, thr_h, &x);
+    svg.push_str("</svg>");
+    let legend = "green put ok · blue read ok · purple remove · red failed · orange unknown · pink band: fault";
+    format!(
+        "<!doctype html><html><head><meta charset='utf-8'><title>{} seed {}</title></head><body>\
+         <h2>{} — seed {} — {}</h2><pre>{}</pre><p>{legend}</p>{svg}</body></html>",
+        r.scenario,
+        r.seed,
+        r.scenario,
+        r.seed,
+        if r.valid { "PASS" } else { "FAIL" },
+        escape(&r.summary())
+    )
+}
+
+/// Completed operations per second as a polyline under the lanes.
+fn throughput(svg: &mut String, done: impl Iterator<Item = u64>, end_ns: u64, y0: f64, h: f64, x: &dyn Fn(u64) -> f64) {
+    let buckets = (end_ns / 1_000_000_000 + 1) as usize;
+    let mut counts = vec![0u64; buckets];
+    for ns in done {
+        counts[(ns / 1_000_000_000) as usize] += 1;
+    }
+    let max = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let points: Vec<String> = counts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{:.1},{:.1}", x(i as u64 * 1_000_000_000 + 500_000_000), y0 + h - (*c as f64 / max) * h))
+        .collect();
+    let _ = write!(
+        svg,
+        "<polyline fill='none' stroke='#333' points='{}'/><text x='4' y='{:.1}'>ops/s (max {max})</text>",
+        points.join(" "),
+        y0 + 10.0
+    );
+}

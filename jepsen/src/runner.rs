@@ -1,0 +1,245 @@
+//! One chaos run: build the network, start the cluster, run the workload and
+//! the nemesis for the asked time, heal, wait for the cluster to converge,
+//! read every key back, run the checkers and write the report. Everything
+//! after the network exists runs on a thread inside the client namespace.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mooncake_client::{Client, ClientConfig, ClientError, MasterClient, MasterClientConfig};
+use tokio::sync::Mutex;
+
+use crate::chaos_cluster::{ChaosCluster, ClusterOptions};
+use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
+use crate::history::History;
+use crate::linearizability::{LinearizabilityConfig, check_linearizable};
+use crate::nemesis::{FaultEvent, Nemesis, find_leader};
+use crate::net::Network;
+use crate::report::{CheckerVerdict, RunReport};
+use crate::rng::Rng;
+use crate::scenario::Scenario;
+use crate::workload::{self, Shared, WorkloadOptions, decode_value};
+
+/// Hosts of every run: masters (m4 is the spare), two store nodes, clients.
+pub const HOSTS: &[&str] = &["m1", "m2", "m3", "m4", "s1", "s2", "c1"];
+/// How long the cluster may take to serve, and to converge after healing.
+const SETTLE: Duration = Duration::from_secs(45);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub scenario: Scenario,
+    pub seed: u64,
+    pub duration: Duration,
+    pub rate: u64,
+    pub clients: usize,
+    /// The `mooncake` binary.
+    pub bin: PathBuf,
+    pub results_root: PathBuf,
+    /// Extra master flags (deliberately broken builds).
+    pub master_flags: Vec<String>,
+    /// Namespace prefix (unique per concurrent harness).
+    pub prefix: String,
+}
+
+/// Runs one scenario and writes its report; `Ok` even when a checker finds a
+/// violation (that is in the report), `Err` when the run itself failed.
+pub fn run(opts: RunOptions) -> anyhow::Result<RunReport> {
+    crate::safety::require_root()?;
+    crate::safety::check_tools()?;
+    let dir = opts.results_root.join(format!("{}-{}", opts.scenario, opts.seed));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("run {} seed {} → {}", opts.scenario, opts.seed, dir.display());
+    let net = Arc::new(Network::create(&opts.prefix, HOSTS).context("building the test network")?);
+    let inner_net = net.clone();
+    let inner_dir = dir.clone();
+    let handle = net.spawn_in("c1", move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        rt.block_on(run_inside(opts, inner_net, inner_dir))
+    })?;
+    let report = handle.join().map_err(|_| anyhow::anyhow!("the run thread panicked"))??;
+    drop(net);
+    report
+}
+
+async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow::Result<RunReport> {
+    let started = Instant::now();
+    let cluster_opts = ClusterOptions {
+        bin: opts.bin.clone(),
+        dir: dir.join("nodes"),
+        power_loss: opts.scenario.needs_power_loss(),
+        fake_clock: opts.scenario.needs_fake_clock(),
+        master_flags: opts.master_flags.clone(),
+        segment_size: "256MiB".into(),
+    };
+    let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
+    let addrs = cluster.lock().await.master_addrs()?;
+    let voters3: Vec<String> = addrs[..3].to_vec();
+    wait_ready(&voters3).await?;
+
+    let shared = Shared::new(Instant::now());
+    let wl_opts = WorkloadOptions {
+        masters: voters3.clone(),
+        local_hostname: net.host_ip("c1")?.to_string(),
+        clients: opts.clients,
+        rate: opts.rate,
+        seed: opts.seed,
+    };
+    let workload = tokio::spawn(workload::run(wl_opts, shared.clone()));
+    let mut nemesis = Nemesis {
+        net: net.clone(),
+        cluster: cluster.clone(),
+        shared: shared.clone(),
+        faults: opts.scenario.faults(),
+        rng: Rng::new(opts.seed),
+        log: Vec::new(),
+        membership_done: false,
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nemesis_stop = stop.clone();
+    let nemesis_task = async {
+        let r = nemesis.run(nemesis_stop).await;
+        let healed = nemesis.heal_all().await;
+        r.and(healed)
+    };
+    let timer = async {
+        tokio::time::sleep(opts.duration).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let (nemesis_result, ()) = tokio::join!(nemesis_task, timer);
+    shared.stop.store(true, Ordering::Relaxed);
+    workload.await.context("workload task")?.context("workload")?;
+    nemesis_result.context("nemesis")?;
+    let faults = std::mem::take(&mut nemesis.log);
+    finish(&opts, &dir, &cluster, &shared, faults, started).await
+}
+
+/// Waits until a leader serves and both store nodes are mounted.
+async fn wait_ready(addrs: &[String]) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        if let Some(leader) = find_leader(addrs).await {
+            let c = MasterClient::new(MasterClientConfig::new(addrs.to_vec()))?;
+            let addr = &addrs[(leader - 1) as usize % addrs.len()];
+            if c.cluster_info_of(addr).await.is_ok_and(|i| i.segment_count >= 2) {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "cluster not ready within {SETTLE:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn finish(
+    opts: &RunOptions,
+    dir: &std::path::Path,
+    cluster: &Arc<Mutex<ChaosCluster>>,
+    shared: &Arc<Shared>,
+    faults: Vec<FaultEvent>,
+    started: Instant,
+) -> anyhow::Result<RunReport> {
+    let (voters, addrs) = {
+        let c = cluster.lock().await;
+        (c.voters.clone(), c.master_addrs()?)
+    };
+    let voter_addrs: Vec<String> = voters.iter().map(|v| addrs[(*v - 1) as usize].clone()).collect();
+    let nodes = converge(&voters, &voter_addrs).await;
+    let keys = shared.all_keys().await;
+    let (final_reads, corrupt_final) = final_reads(&voter_addrs, &keys).await?;
+    let records = std::mem::take(&mut *shared.records.lock().await);
+    let history = History::new(records).context("the recorded history is malformed")?;
+    let lin = check_linearizable(&history, &LinearizabilityConfig::default());
+    let lost = no_lost_acked_puts(&history, &final_reads);
+    let health = cluster_health(&nodes);
+    let corrupt = shared.corrupt_reads.load(Ordering::Relaxed) + corrupt_final;
+    let checkers = vec![
+        CheckerVerdict::from_linearizability(&lin),
+        CheckerVerdict::from_check(&lost),
+        CheckerVerdict::from_check(&health),
+        CheckerVerdict::data_integrity(corrupt),
+    ];
+    let report = RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
+    report.write(&history)?;
+    Ok(report)
+}
+
+/// Waits (bounded) until every voter agrees on a leader and has applied the
+/// same state; returns what each reports (the health checker judges it).
+async fn converge(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let reports = node_reports(voters, addrs).await;
+        let agreed = reports.len() == voters.len()
+            && reports.windows(2).all(|w| {
+                w[0].leader_id == w[1].leader_id
+                    && w[0].commit_index == w[1].commit_index
+                    && w[0].applied_index == w[1].applied_index
+                    && w[0].state_hash == w[1].state_hash
+            })
+            && reports.first().is_some_and(|r| r.leader_id.is_some());
+        if agreed || Instant::now() > deadline {
+            return reports;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn node_reports(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
+    let mut out = Vec::new();
+    for (id, addr) in voters.iter().zip(addrs) {
+        let Ok(c) = MasterClient::new(MasterClientConfig::new(vec![addr.clone()])) else { continue };
+        if let Ok(info) = c.cluster_info_of(addr).await {
+            out.push(NodeReport {
+                id: NodeId(*id),
+                leader_id: (info.leader_id != 0).then_some(NodeId(info.leader_id)),
+                commit_index: info.commit_index,
+                applied_index: info.applied_index,
+                state_hash: format!("{:016x}", info.state_hash),
+            });
+        }
+    }
+    out
+}
+
+/// Reads every key after healing: its value, or `None` if absent. Bytes that
+/// match no put count as corrupt.
+async fn final_reads(addrs: &[String], keys: &[String]) -> anyhow::Result<(BTreeMap<String, Option<u64>>, u64)> {
+    let client = Client::connect(ClientConfig::new(addrs.to_vec())).await.context("final-read client")?;
+    let mut out = BTreeMap::new();
+    let mut corrupt = 0;
+    for key in keys {
+        let value = read_settled(&client, key).await.with_context(|| format!("final read of {key}"))?;
+        match value {
+            Ok(v) => {
+                out.insert(key.clone(), v);
+            }
+            Err(()) => corrupt += 1,
+        }
+    }
+    client.close().await;
+    Ok((out, corrupt))
+}
+
+/// One key's final value, retrying while a put of it is still settling.
+async fn read_settled(client: &Client, key: &str) -> anyhow::Result<Result<Option<u64>, ()>> {
+    let mut last = String::new();
+    for _ in 0..50 {
+        match client.get(key).await {
+            Ok(bytes) => return Ok(decode_value(&bytes).map(Some).ok_or(())),
+            Err(ClientError::NotFound(_)) => return Ok(Ok(None)),
+            // A put that never completed (its client gave up): not readable,
+            // and never acknowledged, so for the checkers the key is absent.
+            Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ReplicaIsNotReady) => return Ok(Ok(None)),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("no stable answer: {last}")
+}
