@@ -1,4 +1,4 @@
-//! The pure core of the chaos harness: operation histories of a concurrent KV
+//! The chaos harness. Its core: operation histories of a concurrent KV
 //! workload, and the checkers run over them after a chaos run.
 //!
 //! Key types: [`OpRecord`] and [`History`] (written as `history.jsonl` by
@@ -6,9 +6,11 @@
 //! Wing–Gong/Lowe linearizability checker returning a [`Verdict`]; and the
 //! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`].
 //!
-//! This crate starts no processes and touches no network: the orchestration
-//! that runs masters in network namespaces, injects faults and records
-//! histories builds on it. It depends on no other mooncake crate.
+//! That core (`history`, `jsonl`, `model`, `wgl`, `memo`, `explain`,
+//! `linearizability`, `checkers`) is pure: it starts no processes, touches no
+//! network and uses no other mooncake crate. The orchestration modules that
+//! run masters in network namespaces, inject faults and record histories
+//! build on it, never the other way round.
 
 mod checkers;
 mod error;

@@ -176,7 +176,7 @@ fn timeline_html(r: &RunReport, h: &History) -> String {
         p.dedup();
         p
     };
-    let (w, lane, top) = (1200.0_f64, 18.0_f64, 30.0_f64);
+    let (w, lane, top) = (1200.0_f64, 18.0_f64, 40.0_f64);
     let plot_h = lane * procs.len() as f64;
     let thr_h = 80.0;
     let height = top + plot_h + thr_h + 40.0;
@@ -184,23 +184,6 @@ fn timeline_html(r: &RunReport, h: &History) -> String {
     let mut svg = format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{height}' font-family='monospace' font-size='10'>"
     );
-    // Fault bands.
-    let mut open: Option<(u64, String)> = None;
-    for e in &r.faults {
-        match (e.phase, open.take()) {
-            ("start", _) => open = Some((e.t_ns, format!("{}: {}", e.fault, e.detail))),
-            ("heal", Some((t0, label))) => {
-                let _ = write!(
-                    svg,
-                    "<rect x='{:.1}' y='{top}' width='{:.1}' height='{plot_h}' fill='#f5c6cb' opacity='0.5'><title>{}</title></rect>",
-                    x(t0),
-                    (x(e.t_ns) - x(t0)).max(1.0),
-                    escape(&label)
-                );
-            }
-            _ => {}
-        }
-    }
     // Operations.
     for o in rs {
         let lane_i = procs.iter().position(|p| *p == o.process.0).unwrap_or(0) as f64;
@@ -223,6 +206,29 @@ fn timeline_html(r: &RunReport, h: &History) -> String {
             o.op,
             o.outcome
         );
+    }
+    // Fault bands on top, translucent, over lanes and throughput.
+    let mut open: Option<(u64, String)> = None;
+    for e in &r.faults {
+        match (e.phase, open.take()) {
+            ("start", _) => open = Some((e.t_ns, format!("{}: {}", e.fault, e.detail))),
+            ("heal", Some((t0, label))) => {
+                let _ = write!(
+                    svg,
+                    "<rect x='{:.1}' y='{:.1}' width='{:.1}' height='{:.1}' fill='#e83e8c' opacity='0.25'><title>{}</title></rect>\
+                     <text x='{:.1}' y='{:.1}' fill='#a01050'>{}</text>",
+                    x(t0),
+                    top - 12.0,
+                    (x(e.t_ns) - x(t0)).max(1.0),
+                    plot_h + thr_h + 32.0,
+                    escape(&label),
+                    x(t0) + 2.0,
+                    top - 3.0,
+                    escape(label.split(':').next().unwrap_or(""))
+                );
+            }
+            _ => {}
+        }
     }
     for (i, p) in procs.iter().enumerate() {
         let _ = write!(svg, "<text x='4' y='{:.1}'>client {p}</text>", top + i as f64 * lane + 12.0);
