@@ -8,6 +8,7 @@ mod demo;
 mod members;
 mod objects;
 mod store;
+mod store_http;
 mod up;
 
 use std::time::Duration;

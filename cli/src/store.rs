@@ -35,6 +35,9 @@ pub struct StoreArgs {
     /// Use anonymous memory instead of a /dev/shm file (no same-host shm transfers).
     #[arg(long)]
     pub anonymous: bool,
+    /// HTTP address for /health and /metrics (Prometheus text).
+    #[arg(long)]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
@@ -62,9 +65,20 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
         seg.endpoint,
         if seg.shm_path.is_empty() { "off" } else { &seg.shm_path }
     );
+    let client = std::sync::Arc::new(client);
+    let http = match a.http {
+        Some(addr) => Some(crate::store_http::serve(addr, client.clone()).await?),
+        None => None,
+    };
     wait_for_signal().await;
     eprintln!("store node stopping: unmounting its segment");
-    client.close().await;
+    if let Some(h) = http {
+        h.abort();
+    }
+    match std::sync::Arc::try_unwrap(client) {
+        Ok(c) => c.close().await,
+        Err(_) => eprintln!("store node: HTTP server still holds the client; segment left to expire"),
+    }
     Ok(())
 }
 

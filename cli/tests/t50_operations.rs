@@ -34,7 +34,14 @@ async fn leader_hash(cluster: &Cluster) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_prometheus_text_and_move_with_operations() {
-    let cluster = Cluster::builder().masters(1).stores(1).segment_size("64MiB").binary(BIN).start();
+    let store_http = format!("127.0.0.1:{}", free_port().unwrap());
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .store_arg(format!("--http={store_http}"))
+        .binary(BIN)
+        .start();
     cluster.wait_for_segments(1, T).await;
     let http = cluster.inner.node(Role::Master, 1).expect("master").http.clone();
     let scrape = || {
@@ -69,6 +76,12 @@ async fn metrics_are_prometheus_text_and_move_with_operations() {
     assert_eq!(sample_value(&after, "mooncake_raft_is_leader", &[]), Some(1.0));
     assert!(sample_value(&after, "mooncake_fsync_duration_seconds_count", &[]).unwrap() > fsyncs_before);
     assert!(sample_value(&after, "mooncake_used_bytes", &[]).unwrap() >= 5000.0);
+    // The store node counts the bytes written into its segment.
+    let (code, body) = http_get(&store_http, "/metrics").expect("store metrics");
+    assert_eq!(code, 200);
+    let store = parse_prometheus(&body).unwrap_or_else(|e| panic!("malformed store metrics: {e}\n{body}"));
+    assert!(sample_value(&store, "mooncake_store_written_bytes_total", &[]).unwrap() >= 5000.0, "{body}");
+    assert!(sample_value(&store, "mooncake_store_read_bytes_total", &[]).unwrap() >= 1000.0, "{body}");
     let (code, _) = http_get(&http, "/health").expect("health");
     assert_eq!(code, 200);
     let (code, body) = http_get(&http, "/ready").expect("ready");

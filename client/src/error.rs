@@ -27,6 +27,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// True when the failed call certainly changed nothing (see
+    /// [`MasterError::is_definite`]); transfer errors and timeouts are not.
+    pub fn is_definite(&self) -> bool {
+        match self {
+            ClientError::Master(m) => m.is_definite(),
+            ClientError::NotFound(_) | ClientError::Config(_) | ClientError::BufferTooSmall { .. } => true,
+            ClientError::Transfer(_)
+            | ClientError::AllReplicasFailed { .. }
+            | ClientError::Memory(_)
+            | ClientError::Io(_) => false,
+        }
+    }
+
     /// The master's stable error code, when the master refused the call.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {

@@ -19,5 +19,5 @@ pub use config::{ClientConfig, parse_size};
 pub use error::ClientError;
 pub use local_cluster::{LocalCluster, LocalClusterBuilder, Role};
 pub use local_segment::LocalSegment;
-pub use master_client::{MasterClient, MasterClientConfig, MasterError, check};
-pub use store_client::{Client, PutOptions, remote};
+pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
+pub use store_client::{Client, ClientStats, PutOptions, remote};

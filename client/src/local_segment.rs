@@ -62,6 +62,11 @@ impl LocalSegment {
         self.addr
     }
 
+    /// Counters of the transfer server (None once stopped).
+    pub async fn server_stats(&self) -> Option<mooncake_transfer::ServerStats> {
+        self.server.lock().await.as_ref().map(|s| s.stats())
+    }
+
     pub async fn stop(&self) {
         if let Some(s) = self.server.lock().await.take() {
             s.shutdown().await;

@@ -5,13 +5,13 @@ use mooncake_proto::admin::*;
 use mooncake_proto::master::master_service_client::MasterServiceClient;
 use mooncake_proto::master::*;
 
-use crate::master_client::{MasterClient, MasterError, check};
+use crate::master_client::{Attempted, MasterClient, MasterError, check};
 
 impl MasterClient {
     /// Heartbeat. `Ok(false)` means the master wants the client's segments remounted.
     pub async fn ping(&self, client_id: u64) -> Result<bool, MasterError> {
         let r = self.call(|mut c| async move { c.ping(PingRequest { client_id }).await }).await?;
-        match r.status.as_ref().map(|s| s.error_code()) {
+        match r.reply.status.as_ref().map(|s| s.error_code()) {
             Some(mooncake_proto::ErrorCode::NeedRemount) => Ok(false),
             _ => check(r).map(|_| true),
         }
@@ -150,7 +150,7 @@ impl MasterClient {
         let ch = self.channel(addr)?;
         let call = async move { MasterServiceClient::new(ch).get_cluster_info(GetClusterInfoRequest {}).await };
         match tokio::time::timeout(self.config().rpc_timeout, call).await {
-            Ok(Ok(r)) => check(r.into_inner()),
+            Ok(Ok(r)) => check(Attempted::from(r.into_inner())),
             Ok(Err(s)) => Err(MasterError::Unavailable {
                 deadline: self.config().rpc_timeout,
                 attempts: 1,
@@ -214,7 +214,7 @@ impl MasterClient {
             match export_from(self, &target).await {
                 Ok(Export::Done(header, data)) => return Ok((header, data)),
                 Ok(Export::Redirect(leader)) => target = leader,
-                Ok(Export::Refused(code, message)) => return Err(MasterError::Rejected { code, message }),
+                Ok(Export::Refused(code, message)) => return Err(MasterError::Rejected { code, message, attempts: 1 }),
                 Err(e) => {
                     last = e;
                     target = self.config().masters.iter().find(|m| **m != target).cloned().unwrap_or(target);

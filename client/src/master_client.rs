@@ -55,8 +55,12 @@ pub enum MasterError {
     Config(String),
     #[error("no master answered within {deadline:?} ({attempts} attempts); last error: {last}")]
     Unavailable { deadline: Duration, attempts: u32, last: String },
+    /// The master answered `code`. `attempts > 1` means earlier attempts
+    /// ended without an answer (timeout, broken connection, a leader change
+    /// mid-proposal): one of them may have taken effect, so the code alone
+    /// does not prove the call changed nothing.
     #[error("{code:?}: {message}")]
-    Rejected { code: ErrorCode, message: String },
+    Rejected { code: ErrorCode, message: String, attempts: u32 },
 }
 
 impl MasterError {
@@ -66,6 +70,29 @@ impl MasterError {
             MasterError::Rejected { code, .. } => Some(*code),
             MasterError::Config(_) | MasterError::Unavailable { .. } => None,
         }
+    }
+
+    /// True when the call certainly had no effect: refused on its only
+    /// attempt, or never sent. Retried calls and timeouts are not certain.
+    pub fn is_definite(&self) -> bool {
+        match self {
+            MasterError::Rejected { attempts, .. } => *attempts <= 1,
+            MasterError::Config(_) => true,
+            MasterError::Unavailable { .. } => false,
+        }
+    }
+}
+
+/// A response and how many attempts it took.
+#[derive(Debug)]
+pub struct Attempted<R> {
+    pub reply: R,
+    pub attempts: u32,
+}
+
+impl<R> From<R> for Attempted<R> {
+    fn from(reply: R) -> Self {
+        Attempted { reply, attempts: 1 }
     }
 }
 
@@ -129,7 +156,7 @@ impl MasterClient {
     /// Calls the leader's client API with retries; `f` makes one attempt.
     /// Answers with a status other than NOT_LEADER/UNAVAILABLE are returned
     /// as they are (the caller decides what a domain error means).
-    pub async fn call<R, F, Fut>(&self, f: F) -> Result<R, MasterError>
+    pub async fn call<R, F, Fut>(&self, f: F) -> Result<Attempted<R>, MasterError>
     where
         R: HasStatus,
         F: Fn(MasterServiceClient<Channel>) -> Fut,
@@ -145,7 +172,7 @@ impl MasterClient {
     }
 
     /// Like [`call`](Self::call) for the admin API.
-    pub async fn call_admin<R, F, Fut>(&self, f: F) -> Result<R, MasterError>
+    pub async fn call_admin<R, F, Fut>(&self, f: F) -> Result<Attempted<R>, MasterError>
     where
         R: HasStatus,
         F: Fn(AdminServiceClient<Channel>) -> Fut,
@@ -154,7 +181,7 @@ impl MasterClient {
         self.retrying(|ch| f(AdminServiceClient::new(ch))).await
     }
 
-    async fn retrying<R, F, Fut>(&self, f: F) -> Result<R, MasterError>
+    async fn retrying<R, F, Fut>(&self, f: F) -> Result<Attempted<R>, MasterError>
     where
         R: HasStatus,
         F: Fn(Channel) -> Fut,
@@ -168,9 +195,9 @@ impl MasterClient {
         loop {
             attempts += 1;
             let last = match self.attempt(&target, &f).await {
-                Attempt::Done(r) => {
+                Attempt::Done(reply) => {
                     self.set_preferred(&target);
-                    return Ok(r);
+                    return Ok(Attempted { reply, attempts });
                 }
                 Attempt::Redirect(leader) if redirects < REDIRECTS_MAX => {
                     redirects += 1;
@@ -222,11 +249,12 @@ fn endpoint(addr: &str, cfg: &MasterClientConfig) -> Result<Endpoint, MasterErro
 }
 
 /// Turns a response's status into `Ok(response)` or `Err(Rejected)`.
-pub fn check<R: HasStatus>(r: R) -> Result<R, MasterError> {
-    match r.status() {
+pub fn check<R: HasStatus>(r: Attempted<R>) -> Result<R, MasterError> {
+    let Attempted { reply, attempts } = r;
+    match reply.status() {
         Some(s) if s.error_code() != ErrorCode::Ok => {
-            Err(MasterError::Rejected { code: s.error_code(), message: s.message.clone() })
+            Err(MasterError::Rejected { code: s.error_code(), message: s.message.clone(), attempts })
         }
-        _ => Ok(r),
+        _ => Ok(reply),
     }
 }

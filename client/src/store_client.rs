@@ -6,6 +6,7 @@
 //! keeps it registered through heartbeats.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::join_all;
 use mooncake_proto::master::{GetReplicaListResponse, PutStartRequest, Replica};
@@ -31,6 +32,16 @@ pub struct PutOptions {
     pub pin: i32,
 }
 
+/// Counters of one client: cache hits and misses of gets, put outcomes.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    pub gets_found: AtomicU64,
+    pub gets_not_found: AtomicU64,
+    pub gets_failed: AtomicU64,
+    pub puts_ok: AtomicU64,
+    pub puts_failed: AtomicU64,
+}
+
 /// A connected store client.
 pub struct Client {
     cfg: ClientConfig,
@@ -40,6 +51,7 @@ pub struct Client {
     local: Option<Arc<LocalSegment>>,
     stop: watch::Sender<bool>,
     heartbeat: Option<JoinHandle<()>>,
+    stats: ClientStats,
 }
 
 impl Client {
@@ -70,7 +82,17 @@ impl Client {
             stop_rx,
         )));
         tracing::info!(client = format!("{client_id:016x}"), segment = ?local.as_ref().map(|l| l.spec().id), "client connected");
-        Ok(Client { cfg, client_id, master, engine, local, stop, heartbeat })
+        Ok(Client { cfg, client_id, master, engine, local, stop, heartbeat, stats: ClientStats::default() })
+    }
+
+    /// Hit/miss and outcome counters of this client.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// The transfer engine (per-transport, per-peer counters).
+    pub fn engine(&self) -> &TransferEngine {
+        &self.engine
     }
 
     pub fn client_id(&self) -> u64 {
@@ -95,11 +117,13 @@ impl Client {
             Err(e) => Err(e),
         };
         if let Err(e) = result {
+            self.stats.puts_failed.fetch_add(1, Ordering::Relaxed);
             if let Err(revoke) = self.master.put_revoke(self.client_id, key).await {
                 tracing::warn!(key, error = %revoke, "put revoke after a failed put");
             }
             return Err(e);
         }
+        self.stats.puts_ok.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -147,9 +171,17 @@ impl Client {
     async fn replica_list(&self, key: &str) -> Result<GetReplicaListResponse, ClientError> {
         match self.master.get_replica_list(self.client_id, key).await {
             Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ObjectNotFound) => {
+                self.stats.gets_not_found.fetch_add(1, Ordering::Relaxed);
                 Err(ClientError::NotFound(key.to_string()))
             }
-            other => Ok(other?),
+            Err(e) => {
+                self.stats.gets_failed.fetch_add(1, Ordering::Relaxed);
+                Err(e.into())
+            }
+            Ok(list) => {
+                self.stats.gets_found.fetch_add(1, Ordering::Relaxed);
+                Ok(list)
+            }
         }
     }
 

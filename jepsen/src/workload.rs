@@ -194,17 +194,21 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
     writer.close().await;
 }
 
-/// Codes that prove an operation had no effect.
+/// Codes that prove an operation had no effect — when the call was not
+/// retried after an attempt that may have taken effect (a remove retried
+/// after a timeout can see REPLICA_IS_NOT_READY from a newer put although
+/// its first attempt did remove the key).
 fn definitely_failed(e: &ClientError) -> bool {
-    matches!(
-        e.code(),
-        Some(
-            ErrorCode::ObjectAlreadyExists
-                | ErrorCode::ObjectHasLease
-                | ErrorCode::ReplicaIsNotReady
-                | ErrorCode::InvalidParams
+    e.is_definite()
+        && matches!(
+            e.code(),
+            Some(
+                ErrorCode::ObjectAlreadyExists
+                    | ErrorCode::ObjectHasLease
+                    | ErrorCode::ReplicaIsNotReady
+                    | ErrorCode::InvalidParams
+            )
         )
-    )
 }
 
 async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared: &Shared) -> Outcome {
@@ -212,7 +216,7 @@ async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared
         OpKind::Put { value } => match writer.put(key, &object_bytes(value), &TWO_REPLICAS).await {
             Ok(()) => Outcome::Ok,
             Err(e) if definitely_failed(&e) => Outcome::Fail,
-            Err(e) if e.code() == Some(ErrorCode::NoAvailableHandle) => Outcome::Fail,
+            Err(e) if e.is_definite() && e.code() == Some(ErrorCode::NoAvailableHandle) => Outcome::Fail,
             Err(_) => Outcome::Unknown,
         },
         OpKind::Get => match reader.get(key).await {

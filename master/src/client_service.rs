@@ -183,6 +183,10 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = validate_segment(&spec) {
             return ok(MountSegmentResponse { status: Some(invalid(e)) });
         }
+        // Registering is hearing from the client: without this, a client that
+        // registers more than client_ttl after the election counts as silent
+        // since the election and is expired before its first Ping.
+        self.shared.leader.heartbeat(ClientId(r.client_id), self.shared.now());
         let status = self.write(Command::MountSegment { client: ClientId(r.client_id), segment: spec }).await;
         ok(MountSegmentResponse { status: Some(status) })
     }
@@ -199,6 +203,7 @@ impl MasterService for MasterServiceImpl {
         if let Some(e) = segments.iter().find_map(|s| validate_segment(s).err()) {
             return ok(RemountSegmentResponse { status: Some(invalid(e)) });
         }
+        self.shared.leader.heartbeat(ClientId(r.client_id), self.shared.now());
         let cmd = Command::RemountSegments { client: ClientId(r.client_id), segments };
         ok(RemountSegmentResponse { status: Some(self.write(cmd).await) })
     }

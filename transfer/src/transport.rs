@@ -11,6 +11,7 @@ use mooncake_segment::{SegmentId, SegmentMemory};
 
 use crate::error::TransferError;
 use crate::shm::ShmTransport;
+use crate::stats::{EngineStats, TransportKind};
 use crate::tcp::{TcpConfig, TcpTransport};
 
 /// A segment on some store node, as the master describes it.
@@ -102,6 +103,7 @@ pub struct TransferEngine {
     protocol: Protocol,
     tcp: TcpTransport,
     shm: ShmTransport,
+    stats: EngineStats,
 }
 
 impl TransferEngine {
@@ -111,7 +113,18 @@ impl TransferEngine {
         if protocol == Protocol::Rdma {
             tracing::warn!(reason = %crate::rdma::unavailable_reason(), "rdma unavailable; falling back to tcp");
         }
-        Ok(Self { local_host_id, protocol, tcp: TcpTransport::new(tcp)?, shm: ShmTransport::new() })
+        Ok(Self {
+            local_host_id,
+            protocol,
+            tcp: TcpTransport::new(tcp)?,
+            shm: ShmTransport::new(),
+            stats: EngineStats::default(),
+        })
+    }
+
+    /// Bytes, operations and errors per transport and peer.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
     }
 
     /// The protocol asked for.
@@ -126,18 +139,22 @@ impl TransferEngine {
 
     /// Writes `data` to `[offset, offset + data.len())` of `target`.
     pub async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
-        match self.shm_route(target) {
-            Some(memory) => Ok(memory.write_at(offset, data)?),
-            None => self.tcp.write(target, offset, data).await,
-        }
+        let (kind, result) = match self.shm_route(target) {
+            Some(memory) => (TransportKind::Shm, memory.write_at(offset, data).map_err(TransferError::from)),
+            None => (TransportKind::Tcp, self.tcp.write(target, offset, data).await),
+        };
+        self.stats.record(kind, &target.endpoint, true, data.len() as u64, result.is_ok());
+        result
     }
 
     /// Fills `buf` from `[offset, offset + buf.len())` of `target`.
     pub async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
-        match self.shm_route(target) {
-            Some(memory) => Ok(memory.read_at(offset, buf)?),
-            None => self.tcp.read(target, offset, buf).await,
-        }
+        let (kind, result) = match self.shm_route(target) {
+            Some(memory) => (TransportKind::Shm, memory.read_at(offset, buf).map_err(TransferError::from)),
+            None => (TransportKind::Tcp, self.tcp.read(target, offset, buf).await),
+        };
+        self.stats.record(kind, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        result
     }
 
     /// The target's mapping if shared memory applies and works, else `None`

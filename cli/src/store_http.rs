@@ -1,0 +1,100 @@
+//! HTTP of a store node: `/health` and `/metrics` (Prometheus text) with the
+//! transfer server's counters, the segment's size and use, and the client's
+//! per-transport, per-peer transfer counters and get hit/miss counts.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use mooncake_client::Client;
+use tokio::task::JoinHandle;
+
+pub async fn serve(addr: SocketAddr, client: Arc<Client>) -> anyhow::Result<JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let app =
+        Router::new().route("/health", get(|| async { "ok\n" })).route("/metrics", get(metrics)).with_state(client);
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "store node HTTP stopped");
+        }
+    }))
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+async fn metrics(State(client): State<Arc<Client>>) -> String {
+    let mut out = String::new();
+    if let Some(seg) = client.local_segment() {
+        family(&mut out, "mooncake_store_segment_bytes", "gauge", "Size of the segment this node serves.");
+        let _ = writeln!(out, "mooncake_store_segment_bytes {}", seg.spec().size);
+        if let Some(s) = seg.server_stats().await {
+            let rows = [
+                ("mooncake_store_read_bytes_total", "Bytes served to READ requests.", s.read_bytes),
+                ("mooncake_store_written_bytes_total", "Bytes written by WRITE requests.", s.written_bytes),
+                ("mooncake_store_requests_total", "Transfer requests received.", s.ops),
+                ("mooncake_store_errors_total", "Transfer requests refused or broken.", s.errors),
+                ("mooncake_store_connections_total", "Transfer connections accepted.", s.connections),
+            ];
+            for (name, help, v) in rows {
+                family(&mut out, name, "counter", help);
+                let _ = writeln!(out, "{name} {v}");
+            }
+        }
+    }
+    let st = client.stats();
+    family(&mut out, "mooncake_client_gets_total", "counter", "Gets by result (found = cache hit).");
+    for (result, v) in [("found", &st.gets_found), ("not_found", &st.gets_not_found), ("error", &st.gets_failed)] {
+        let _ = writeln!(out, "mooncake_client_gets_total{{result=\"{result}\"}} {}", v.load(Ordering::Relaxed));
+    }
+    family(&mut out, "mooncake_client_puts_total", "counter", "Puts by result.");
+    for (result, v) in [("ok", &st.puts_ok), ("error", &st.puts_failed)] {
+        let _ = writeln!(out, "mooncake_client_puts_total{{result=\"{result}\"}} {}", v.load(Ordering::Relaxed));
+    }
+    transfer_rows(&mut out, &client);
+    out
+}
+
+fn transfer_rows(out: &mut String, client: &Client) {
+    let snap = client.engine().stats().snapshot();
+    family(
+        out,
+        "mooncake_transfer_bytes_total",
+        "counter",
+        "Bytes moved by this client, per transport, peer and direction.",
+    );
+    for (kind, peer, s) in &snap {
+        let (k, p) = (kind.as_str(), peer);
+        let _ = writeln!(
+            out,
+            "mooncake_transfer_bytes_total{{transport=\"{k}\",peer=\"{p}\",dir=\"read\"}} {}",
+            s.read_bytes
+        );
+        let _ = writeln!(
+            out,
+            "mooncake_transfer_bytes_total{{transport=\"{k}\",peer=\"{p}\",dir=\"write\"}} {}",
+            s.written_bytes
+        );
+    }
+    family(out, "mooncake_transfer_ops_total", "counter", "Transfers per transport, peer and direction.");
+    for (kind, peer, s) in &snap {
+        let (k, p) = (kind.as_str(), peer);
+        let _ = writeln!(out, "mooncake_transfer_ops_total{{transport=\"{k}\",peer=\"{p}\",dir=\"read\"}} {}", s.reads);
+        let _ =
+            writeln!(out, "mooncake_transfer_ops_total{{transport=\"{k}\",peer=\"{p}\",dir=\"write\"}} {}", s.writes);
+    }
+    family(out, "mooncake_transfer_errors_total", "counter", "Failed transfers per transport and peer.");
+    for (kind, peer, s) in &snap {
+        let _ = writeln!(
+            out,
+            "mooncake_transfer_errors_total{{transport=\"{}\",peer=\"{peer}\"}} {}",
+            kind.as_str(),
+            s.errors
+        );
+    }
+}
