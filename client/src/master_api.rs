@@ -145,6 +145,70 @@ impl MasterClient {
         .objects)
     }
 
+    /// PutStart of many objects in one RPC (and one log entry): the batch
+    /// answer and each item's answer.
+    pub async fn batch_put_start(
+        &self,
+        requests: Vec<PutStartRequest>,
+    ) -> Result<Attempted<Vec<PutStartResponse>>, MasterError> {
+        let req = BatchPutStartRequest { requests };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.batch_put_start(req).await }
+            })
+            .await?;
+        let attempts = r.attempts;
+        Ok(Attempted { reply: check(r)?.responses, attempts })
+    }
+
+    pub async fn batch_put_end(
+        &self,
+        requests: Vec<PutEndRequest>,
+    ) -> Result<Attempted<Vec<PutEndResponse>>, MasterError> {
+        let req = BatchPutEndRequest { requests };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.batch_put_end(req).await }
+            })
+            .await?;
+        let attempts = r.attempts;
+        Ok(Attempted { reply: check(r)?.responses, attempts })
+    }
+
+    pub async fn batch_put_revoke(
+        &self,
+        requests: Vec<PutRevokeRequest>,
+    ) -> Result<Vec<PutRevokeResponse>, MasterError> {
+        let req = BatchPutRevokeRequest { requests };
+        Ok(check(
+            self.call(|mut c| {
+                let req = req.clone();
+                async move { c.batch_put_revoke(req).await }
+            })
+            .await?,
+        )?
+        .responses)
+    }
+
+    /// Replica lists of many keys after one leadership confirmation.
+    pub async fn batch_get_replica_list(
+        &self,
+        client_id: u64,
+        keys: Vec<String>,
+    ) -> Result<Attempted<Vec<GetReplicaListResponse>>, MasterError> {
+        let req = BatchGetReplicaListRequest { keys, client_id };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.batch_get_replica_list(req).await }
+            })
+            .await?;
+        let attempts = r.attempts;
+        Ok(Attempted { reply: check(r)?.responses, attempts })
+    }
+
     /// This one master's view of the cluster (no redirect, one attempt).
     pub async fn cluster_info_of(&self, addr: &str) -> Result<GetClusterInfoResponse, MasterError> {
         let ch = self.channel(addr)?;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::join_all;
-use mooncake_proto::master::{GetReplicaListResponse, PutStartRequest, Replica};
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::{GetReplicaListResponse, PutEndRequest, PutRevokeRequest, PutStartRequest, Replica};
 use mooncake_segment::SegmentId;
 use mooncake_transfer::{RemoteSegment, TransferEngine};
 use tokio::sync::watch;
@@ -18,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::local_segment::LocalSegment;
-use crate::master_client::{MasterClient, MasterClientConfig};
+use crate::master_client::{MasterClient, MasterClientConfig, MasterError};
 
 /// Options of one put.
 #[derive(Clone, Debug, Default)]
@@ -226,14 +227,129 @@ impl Client {
         v
     }
 
-    /// Puts several objects: one batch PutStart, parallel writes, one batch PutEnd.
+    /// Puts several objects: one batch PutStart, every write in parallel, one
+    /// batch PutEnd (and one batch PutRevoke for those that failed). One
+    /// result per item, in order.
     pub async fn put_batch(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
-        join_all(items.iter().map(|(k, d)| self.put(k, d, opts))).await
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(BATCH_ITEMS_MAX) {
+            out.extend(self.put_chunk(chunk, opts).await);
+        }
+        out
     }
 
-    /// Gets several objects in parallel.
+    async fn put_chunk(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
+        let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
+        let reqs = items
+            .iter()
+            .map(|(key, data)| PutStartRequest {
+                client_id: self.client_id,
+                key: key.to_string(),
+                size: data.len() as u64,
+                replica_num,
+                preferred_segments: opts.preferred_segments.clone(),
+                pin: opts.pin,
+            })
+            .collect();
+        let started = match self.master.batch_put_start(reqs).await {
+            Ok(r) => r,
+            Err(e) => return items.iter().map(|_| Err(ClientError::Master(e.clone()))).collect(),
+        };
+        let writes = items.iter().zip(&started.reply).map(|((_, data), resp)| async move {
+            item_status(resp.status.as_ref(), started.attempts)?;
+            self.write_replicas(&resp.replicas, data).await
+        });
+        let written: Vec<Result<(), ClientError>> = join_all(writes).await;
+        self.end_chunk(items, written).await
+    }
+
+    /// PutEnd of the written items, PutRevoke of the others.
+    async fn end_chunk(
+        &self,
+        items: &[(&str, &[u8])],
+        written: Vec<Result<(), ClientError>>,
+    ) -> Vec<Result<(), ClientError>> {
+        let ends: Vec<PutEndRequest> = items
+            .iter()
+            .zip(&written)
+            .filter(|(_, w)| w.is_ok())
+            .map(|((key, data), _)| PutEndRequest {
+                client_id: self.client_id,
+                key: key.to_string(),
+                checksum: crc32c::crc32c(data),
+            })
+            .collect();
+        let ended = match self.master.batch_put_end(ends).await {
+            Ok(r) => r.reply.into_iter().map(|e| item_status(e.status.as_ref(), r.attempts)).collect::<Vec<_>>(),
+            Err(e) => written.iter().filter(|w| w.is_ok()).map(|_| Err(ClientError::Master(e.clone()))).collect(),
+        };
+        let mut ended = ended.into_iter();
+        let results: Vec<Result<(), ClientError>> = written
+            .into_iter()
+            .map(|w| match w {
+                Ok(()) => ended.next().unwrap_or_else(|| Err(ClientError::Config("missing PutEnd answer".into()))),
+                Err(e) => Err(e),
+            })
+            .collect();
+        let revoke: Vec<PutRevokeRequest> = items
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| {
+                r.as_ref().is_err_and(|e| {
+                    !matches!(
+                        e,
+                        ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectAlreadyExists, .. })
+                    )
+                })
+            })
+            .map(|((key, _), _)| PutRevokeRequest { client_id: self.client_id, key: key.to_string() })
+            .collect();
+        if !revoke.is_empty()
+            && let Err(e) = self.master.batch_put_revoke(revoke).await
+        {
+            tracing::warn!(error = %e, "put revoke after failed batch puts");
+        }
+        for r in &results {
+            let c = if r.is_ok() { &self.stats.puts_ok } else { &self.stats.puts_failed };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        results
+    }
+
+    /// Gets several objects: one batch replica-list call (one leadership
+    /// confirmation), then every read in parallel. One result per key.
     pub async fn get_batch(&self, keys: &[&str]) -> Vec<Result<Vec<u8>, ClientError>> {
-        join_all(keys.iter().map(|k| self.get(k))).await
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_ITEMS_MAX) {
+            let lists = match self
+                .master
+                .batch_get_replica_list(self.client_id, chunk.iter().map(|k| k.to_string()).collect())
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    out.extend(chunk.iter().map(|_| Err(ClientError::Master(e.clone()))));
+                    continue;
+                }
+            };
+            let reads = chunk.iter().zip(&lists.reply).map(|(key, list)| async move {
+                match item_status(list.status.as_ref(), lists.attempts) {
+                    Err(ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectNotFound, .. })) => {
+                        self.stats.gets_not_found.fetch_add(1, Ordering::Relaxed);
+                        return Err(ClientError::NotFound(key.to_string()));
+                    }
+                    Err(e) => return Err(e),
+                    Ok(()) => {}
+                }
+                self.stats.gets_found.fetch_add(1, Ordering::Relaxed);
+                let mut buf = vec![0u8; list.size as usize];
+                let n = self.read_object(key, list, &mut buf).await?;
+                buf.truncate(n);
+                Ok(buf)
+            });
+            out.extend(join_all(reads).await);
+        }
+        out
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool, ClientError> {
@@ -269,6 +385,21 @@ impl Client {
             }
             local.stop().await;
         }
+    }
+}
+
+/// Items per batch RPC (the master's limit).
+const BATCH_ITEMS_MAX: usize = 1024;
+
+/// One batch item's status as a result.
+fn item_status(status: Option<&mooncake_proto::Status>, attempts: u32) -> Result<(), ClientError> {
+    match status {
+        Some(s) if s.error_code() != ErrorCode::Ok => Err(ClientError::Master(MasterError::Rejected {
+            code: s.error_code(),
+            message: s.message.clone(),
+            attempts,
+        })),
+        _ => Ok(()),
     }
 }
 

@@ -23,6 +23,7 @@ mod network;
 mod node;
 mod proposer;
 mod raft_service;
+mod read_barrier;
 mod run;
 mod shared;
 mod workers;

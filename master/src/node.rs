@@ -83,6 +83,7 @@ impl MasterNode {
             proposer: proposer.clone(),
             evict_now: evict_now.clone(),
             metrics: metrics.clone(),
+            reads: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         });
         let (stop, stop_rx) = watch::channel(false);

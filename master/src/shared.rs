@@ -10,7 +10,7 @@ use mooncake_raft_store::{NodeId, Raft, StateMachineStore, StateReader};
 use openraft::error::ForwardToLeader;
 use tokio::sync::Notify;
 
-use crate::errors::{forward_status, read_error_status};
+use crate::errors::forward_status;
 use crate::leader::LeaderState;
 use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
@@ -25,6 +25,8 @@ pub struct Shared {
     pub proposer: Proposer,
     pub evict_now: Arc<Notify>,
     pub metrics: Arc<MasterMetrics>,
+    /// Linearizable read barriers, one quorum round per batch of reads.
+    pub reads: crate::read_barrier::ReadBarrier,
     /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
     pub unsafe_stale_reads: bool,
 }
@@ -55,7 +57,7 @@ impl Shared {
     /// Confirms leadership with a quorum and waits until everything committed
     /// before the call is applied: a read after this sees every acknowledged write.
     pub async fn linearizable(&self) -> Result<(), Status> {
-        self.raft.ensure_linearizable().await.map(|_| ()).map_err(|e| read_error_status(&e))
+        self.reads.wait().await
     }
 
     pub fn now(&self) -> Instant {
