@@ -380,13 +380,21 @@ impl Client {
             h.abort();
         }
         if let Some(local) = self.local.take() {
-            if let Err(e) = self.master.unmount_segment(self.client_id, local.spec().id).await {
-                tracing::warn!(error = %e, "unmount on close");
+            // Bounded: a stopping node must not hang on unreachable masters
+            // (its segment then expires after client_ttl).
+            let unmount = self.master.unmount_segment(self.client_id, local.spec().id);
+            match tokio::time::timeout(CLOSE_UNMOUNT_TIMEOUT, unmount).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "unmount on close"),
+                Err(_) => tracing::warn!("unmount on close: no master answered; the segment will expire"),
             }
             local.stop().await;
         }
     }
 }
+
+/// How long `close` tries to unmount before giving up.
+const CLOSE_UNMOUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Items per batch RPC (the master's limit).
 const BATCH_ITEMS_MAX: usize = 1024;

@@ -64,6 +64,9 @@ pub struct ChaosCluster {
     clocks: BTreeMap<u64, FakeClock>,
     /// Masters that are voters now (membership faults change it).
     pub voters: Vec<u64>,
+    /// Processes started under libfaketime: it leaves /dev/shm files named
+    /// after the pid, removed at shutdown.
+    faked_pids: Vec<u32>,
 }
 
 /// Host name of master `id`.
@@ -90,6 +93,7 @@ impl ChaosCluster {
             loops: BTreeMap::new(),
             clocks: BTreeMap::new(),
             voters: vec![1, 2, 3],
+            faked_pids: Vec::new(),
         };
         for id in 1..=4 {
             c.prepare_master(id, &initial.join(","))?;
@@ -161,7 +165,11 @@ impl ChaosCluster {
             Target::Store | Target::SteadyStore => None,
         };
         let net = self.net.clone();
-        let p = self.proc_mut(t)?;
+        let p = match t {
+            Target::Master(id) => self.masters.get_mut(&id).with_context(|| format!("no master {id}"))?,
+            Target::Store => &mut self.store,
+            Target::SteadyStore => &mut self.steady_store,
+        };
         let mut cmd = net.command(&p.host, &bin)?;
         cmd.args(&p.args);
         if let Some(c) = &clock {
@@ -171,6 +179,9 @@ impl ChaosCluster {
         cmd.env("RUST_LOG", "info,openraft=warn").stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let child = cmd.spawn().with_context(|| format!("starting {t:?}"))?;
         crate::registry::track(child.id());
+        if clock.is_some() {
+            self.faked_pids.push(child.id());
+        }
         p.child = Some(child);
         p.paused = false;
         Ok(())
@@ -298,6 +309,10 @@ impl ChaosCluster {
             if let Err(e) = fs.destroy() {
                 tracing::warn!(error = %e, "removing a loop filesystem");
             }
+        }
+        for pid in self.faked_pids.drain(..) {
+            let _ = std::fs::remove_file(format!("/dev/shm/faketime_shm_{pid}"));
+            let _ = std::fs::remove_file(format!("/dev/shm/sem.faketime_sem_{pid}"));
         }
     }
 }
