@@ -117,7 +117,8 @@ impl MasterClient {
     }
 
     pub async fn remove(&self, key: &str, force: bool) -> Result<(), MasterError> {
-        let req = RemoveRequest { key: key.to_string(), force };
+        // One id for every retry of this remove: the master applies it once.
+        let req = RemoveRequest { key: key.to_string(), force, request_id: rand::random::<u64>().max(1) };
         check(
             self.call(|mut c| {
                 let req = req.clone();

@@ -5,8 +5,8 @@
 //!
 //! Retries after an unknown outcome (a timeout) are safe for PutStart (same
 //! writer, same size: the master returns the same placement), PutEnd (same
-//! checksum: OK), mounts and remounts; a retried Remove may answer
-//! OBJECT_NOT_FOUND when its first attempt succeeded.
+//! checksum: OK), mounts and remounts, and Remove (it carries a request id
+//! the master applies at most once).
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -129,7 +129,7 @@ impl MasterServiceImpl {
     }
 
     /// Edge check for Remove: the key is sane and, unless forced, not leased.
-    fn remove_cmd(&self, key: &str, force: bool) -> Result<Command, Status> {
+    fn remove_cmd(&self, key: &str, force: bool, request_id: u64) -> Result<Command, Status> {
         validate_key(key).map_err(invalid)?;
         self.shared.require_leader()?;
         // A key this leader does not know answers OBJECT_NOT_FOUND through the
@@ -138,7 +138,11 @@ impl MasterServiceImpl {
         if known && !force && self.shared.leader.is_leased(key, self.shared.now()) {
             return Err(meta_status(&MetaError::ObjectHasLease(key.to_string())));
         }
-        Ok(Command::Remove { key: key.to_string() })
+        let remove = Command::Remove { key: key.to_string() };
+        Ok(match request_id {
+            0 => remove,
+            id => Command::Once { request_id: id, cmd: Box::new(remove) },
+        })
     }
 
     async fn read_barrier(&self) -> Result<(), Status> {
@@ -276,7 +280,7 @@ impl MasterService for MasterServiceImpl {
 
     async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
         let r = req.into_inner();
-        let status = match self.remove_cmd(&r.key, r.force) {
+        let status = match self.remove_cmd(&r.key, r.force, r.request_id) {
             Ok(cmd) => self.write(cmd).await,
             Err(s) => s,
         };
@@ -426,7 +430,12 @@ impl MasterService for MasterServiceImpl {
         if r.keys.len() > BATCH_RPC_MAX {
             return ok(BatchRemoveResponse { status: Some(too_many(r.keys.len())), responses: vec![] });
         }
-        let items = r.keys.iter().map(|k| self.remove_cmd(k, r.force)).collect();
+        let items = r
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| self.remove_cmd(k, r.force, r.request_ids.get(i).copied().unwrap_or(0)))
+            .collect();
         match self.write_many(items).await {
             Ok(results) => ok(BatchRemoveResponse {
                 status: Some(Status::ok()),

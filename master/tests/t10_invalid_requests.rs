@@ -65,7 +65,7 @@ async fn malformed_requests_are_refused_and_change_nothing() {
     }
     let r = raw.get_replica_list(GetReplicaListRequest { key: String::new(), client_id: 9 }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "get with empty key");
-    let r = raw.remove(RemoveRequest { key: String::new(), force: true }).await.unwrap();
+    let r = raw.remove(RemoveRequest { key: String::new(), force: true, request_id: 0 }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "remove with empty key");
     let too_many = BatchPutStartRequest { requests: vec![put("k", 10, 1); 1025] };
     let r = raw.batch_put_start(too_many).await.unwrap().into_inner();

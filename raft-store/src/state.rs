@@ -26,6 +26,11 @@ pub const BATCH_MAX: usize = 4096;
 pub const SEGMENT_SIZE_MAX_BYTES: u64 = 1 << 44;
 /// Longest endpoint, host id, zone label or shm path.
 pub const LABEL_MAX_BYTES: usize = 512;
+/// How long (state-machine time) a request id is remembered for
+/// deduplication: far longer than any client retries one call (15 s).
+pub const REQUEST_DEDUP_WINDOW_MS: u64 = 120_000;
+/// Most request ids remembered; the oldest go first beyond this.
+pub const REQUEST_DEDUP_MAX: usize = 1_000_000;
 
 /// Whether an object can be read yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +104,10 @@ pub struct MetaState {
     objects: BTreeMap<String, ObjectMeta>,
     clients: BTreeMap<ClientId, ClientEntry>,
     discarded: BTreeMap<ObjectVersion, DiscardedPut>,
+    /// Answers of `Command::Once` by request id, with the time they were applied.
+    requests: BTreeMap<u64, (u64, Response)>,
+    /// The same ids ordered by time, for pruning.
+    request_times: BTreeSet<(u64, u64)>,
 }
 
 /// The serialisable form of [`MetaState`]; allocators are rebuilt from the
@@ -114,6 +123,8 @@ pub struct StateImage {
     pub objects: Vec<ObjectMeta>,
     pub clients: Vec<ClientEntry>,
     pub discarded: Vec<DiscardedPut>,
+    /// Remembered request ids: (id, applied at ms, answer).
+    pub requests: Vec<(u64, u64, Response)>,
 }
 
 // ---------------------------------------------------------------- reads
@@ -171,6 +182,7 @@ impl MetaState {
             objects: self.objects.values().cloned().collect(),
             clients: self.clients.values().cloned().collect(),
             discarded: self.discarded.values().cloned().collect(),
+            requests: self.requests.iter().map(|(id, (ms, r))| (*id, *ms, r.clone())).collect(),
         }
     }
 
@@ -201,6 +213,8 @@ impl MetaState {
             objects: image.objects.into_iter().map(|o| (o.key.clone(), o)).collect(),
             clients: image.clients.into_iter().map(|c| (c.id, c)).collect(),
             discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
+            request_times: image.requests.iter().map(|(id, ms, _)| (*ms, *id)).collect(),
+            requests: image.requests.into_iter().map(|(id, ms, r)| (id, (ms, r))).collect(),
         })
     }
 
@@ -295,6 +309,7 @@ impl MetaState {
             Command::DiscardPuts { victims } => return self.discard_puts(victims),
             Command::ReleaseDiscarded { versions } => return self.release_discarded(versions),
             Command::Batch(cmds) => return self.apply_batch(cmds),
+            Command::Once { request_id, cmd } => return self.apply_once(*request_id, cmd),
             Command::Noop => Ok(()),
         };
         match result {
@@ -311,6 +326,34 @@ impl MetaState {
             return Response::Err(invalid("nested batch"));
         }
         Response::Batch(cmds.iter().map(|c| self.apply_cmd(c)).collect())
+    }
+
+    /// Applies `cmd` unless `request_id` was applied already, in which case
+    /// the first answer is returned and nothing changes.
+    fn apply_once(&mut self, request_id: u64, cmd: &Command) -> Response {
+        if matches!(cmd, Command::Batch(_) | Command::Once { .. }) {
+            return Response::Err(invalid("Once wraps a single command"));
+        }
+        if let Some((_, answer)) = self.requests.get(&request_id) {
+            return answer.clone();
+        }
+        let answer = self.apply_cmd(cmd);
+        self.remember(request_id, answer.clone());
+        answer
+    }
+
+    fn remember(&mut self, request_id: u64, answer: Response) {
+        let now = self.now_ms;
+        while let Some(&(ms, id)) = self.request_times.first() {
+            let expired = now.saturating_sub(ms) > REQUEST_DEDUP_WINDOW_MS;
+            if !expired && self.requests.len() < REQUEST_DEDUP_MAX {
+                break;
+            }
+            self.request_times.pop_first();
+            self.requests.remove(&id);
+        }
+        self.requests.insert(request_id, (now, answer));
+        self.request_times.insert((now, request_id));
     }
 
     fn register_client(&mut self, client: ClientId) {

@@ -157,6 +157,14 @@ pub enum Command {
     },
     /// Several commands in one log entry (batch RPCs, group commit).
     Batch(Vec<Command>),
+    /// Apply `cmd` at most once per `request_id`: a client retrying after an
+    /// answer was lost (timeout, leader change) gets the first answer back
+    /// instead of a second effect (a retried remove must not delete an object
+    /// put in between). Ids are kept for `REQUEST_DEDUP_WINDOW_MS`.
+    Once {
+        request_id: u64,
+        cmd: Box<Command>,
+    },
     /// Does nothing; used by tests and to stamp time.
     Noop,
 }
