@@ -24,6 +24,9 @@ pub enum ClientError {
     Memory(#[from] mooncake_segment::MemoryError),
     #[error("transfer server: {0}")]
     Io(#[from] std::io::Error),
+    /// The put failed after PutStart and was revoked: it had no effect.
+    #[error("put failed and was revoked (no effect): {0}")]
+    PutRevoked(Box<ClientError>),
 }
 
 impl ClientError {
@@ -32,7 +35,10 @@ impl ClientError {
     pub fn is_definite(&self) -> bool {
         match self {
             ClientError::Master(m) => m.is_definite(),
-            ClientError::NotFound(_) | ClientError::Config(_) | ClientError::BufferTooSmall { .. } => true,
+            ClientError::NotFound(_)
+            | ClientError::Config(_)
+            | ClientError::BufferTooSmall { .. }
+            | ClientError::PutRevoked(_) => true,
             ClientError::Transfer(_)
             | ClientError::AllReplicasFailed { .. }
             | ClientError::Memory(_)
@@ -45,6 +51,7 @@ impl ClientError {
         match self {
             ClientError::Master(m) => m.code(),
             ClientError::NotFound(_) => Some(ErrorCode::ObjectNotFound),
+            ClientError::PutRevoked(inner) => inner.code(),
             _ => None,
         }
     }

@@ -119,10 +119,15 @@ impl Client {
         };
         if let Err(e) = result {
             self.stats.puts_failed.fetch_add(1, Ordering::Relaxed);
-            if let Err(revoke) = self.master.put_revoke(self.client_id, key).await {
-                tracing::warn!(key, error = %revoke, "put revoke after a failed put");
-            }
-            return Err(e);
+            return match self.master.put_revoke(self.client_id, key).await {
+                // The object was still PROCESSING and is now gone: the put
+                // certainly had no effect a reader could see.
+                Ok(()) => Err(ClientError::PutRevoked(Box::new(e))),
+                Err(revoke) => {
+                    tracing::warn!(key, error = %revoke, "put revoke after a failed put");
+                    Err(e)
+                }
+            };
         }
         self.stats.puts_ok.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -217,6 +217,7 @@ async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared
             Ok(()) => Outcome::Ok,
             Err(e) if definitely_failed(&e) => Outcome::Fail,
             Err(e) if e.is_definite() && e.code() == Some(ErrorCode::NoAvailableHandle) => Outcome::Fail,
+            Err(ClientError::PutRevoked(_)) => Outcome::Fail,
             Err(_) => Outcome::Unknown,
         },
         OpKind::Get => match reader.get(key).await {
