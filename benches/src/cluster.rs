@@ -34,7 +34,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts the cluster and waits for a leader and every segment.
-    pub async fn start(exe: &Path, spec: Spec) -> anyhow::Result<Cluster> {
+    pub async fn start(exe: &Path, spec: Spec, master_args: &[String]) -> anyhow::Result<Cluster> {
         let mut b = LocalCluster::builder()
             .master_command(exe, &["master"])
             .store_command(exe, &["store"])
@@ -43,6 +43,9 @@ impl Cluster {
             .segment_size(spec.segment_size);
         if spec.prefault {
             b = b.store_arg("--prefault");
+        }
+        for a in master_args {
+            b = b.master_arg(a);
         }
         let cluster = Cluster { inner: b.start().map_err(anyhow::Error::msg).context("starting a local cluster")? };
         let ready = async {

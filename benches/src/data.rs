@@ -103,7 +103,9 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let plan = Plan::new(ctx.quick);
     ctx.progress.step("data: starting 3 masters and 2 store nodes (pre-faulted segments)");
     let segment_size = if ctx.quick { "768MiB" } else { "1GiB" };
-    let cluster = Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }).await?;
+    let cluster =
+        Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }, &ctx.master_args)
+            .await?;
     let congestion = TcpConfig::default().congestion;
     let server = RawServer::start(congestion.clone())?;
     let mut tables = Tables { results: results_table(), baselines: baselines_table() };

@@ -114,15 +114,22 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     section.note(format!(
         "{WORKERS} workers: put {VALUE_BYTES} B + get + remove in a loop; gap = longest time without a successful op around each kill"
     ));
-    section
-        .note("Mooncake masters: heartbeat 50 ms, election timeout 150-300 ms (defaults); etcd: defaults 100/1000 ms");
+    let flags = match ctx.master_args.is_empty() {
+        true => "defaults: heartbeat 40 ms, election timeout 120-240 ms".to_string(),
+        false => format!("flags: {}", ctx.master_args.join(" ")),
+    };
+    section.note(format!("Mooncake masters ({flags}); etcd: defaults 100/1000 ms"));
     Ok(section)
 }
 
 async fn mooncake_side(ctx: &mut Ctx, kills: usize) -> anyhow::Result<Outcome> {
     ctx.progress.step("failover: starting 3 masters and 2 store nodes");
-    let mut cluster =
-        Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size: "256MiB", prefault: false }).await?;
+    let mut cluster = Cluster::start(
+        &ctx.exe,
+        Spec { masters: 3, stores: 2, segment_size: "256MiB", prefault: false },
+        &ctx.master_args,
+    )
+    .await?;
     let mut clients = Vec::new();
     for _ in 0..WORKERS {
         clients.push(Arc::new(cluster.client(Protocol::Tcp).await?));

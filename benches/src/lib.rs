@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// An extra flag for every master the bench starts (repeatable), e.g.
+    /// `--master-arg=--election-timeout-min-ms=300` to compare settings.
+    #[arg(long = "master-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub master_args: Vec<String>,
 }
 
 /// What every scenario gets: the run's mode, the binary that runs the
@@ -78,6 +82,8 @@ pub struct Ctx {
     pub quick: bool,
     /// The `mooncake` binary (`mooncake master`, `mooncake store`).
     pub exe: PathBuf,
+    /// Extra flags for every master (`--master-arg`).
+    pub master_args: Vec<String>,
     pub progress: Progress,
 }
 
@@ -89,7 +95,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 /// Runs the bench with `exe` as the binary that runs every cluster role.
 pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
-    let mut ctx = Ctx { quick: args.quick, exe, progress: Progress::new() };
+    let mut ctx = Ctx { quick: args.quick, exe, master_args: args.master_args.clone(), progress: Progress::new() };
     let started = std::time::SystemTime::now();
     let mut sections = Vec::new();
     let mut failures = Vec::new();

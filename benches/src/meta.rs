@@ -138,8 +138,12 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let time = if ctx.quick { QUICK_PHASE_TIME } else { PHASE_TIME };
     let mut section = Section::new("meta");
     ctx.progress.step("meta: starting 3 masters (fsync on) and 1 store node");
-    let cluster =
-        Cluster::start(&ctx.exe, Spec { masters: 3, stores: 1, segment_size: "256MiB", prefault: false }).await?;
+    let cluster = Cluster::start(
+        &ctx.exe,
+        Spec { masters: 3, stores: 1, segment_size: "256MiB", prefault: false },
+        &ctx.master_args,
+    )
+    .await?;
     // A registered client: PutStart needs a known writer (its heartbeats keep it alive).
     let registered = cluster.client(mooncake_transfer::Protocol::Tcp).await?;
     let etcd = start_etcd(ctx, &mut section).await;

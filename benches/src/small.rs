@@ -46,7 +46,9 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let mut section = Section::new("small");
     ctx.progress.step("small: starting 3 masters and 2 store nodes");
     let segment_size = if ctx.quick { "768MiB" } else { "1GiB" };
-    let cluster = Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }).await?;
+    let cluster =
+        Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }, &ctx.master_args)
+            .await?;
     let redis = start_redis(ctx, &mut section).await;
     let mut table = results_table();
     for &conc in levels {

@@ -42,8 +42,8 @@ impl MasterClientConfig {
             masters,
             rpc_timeout: Duration::from_secs(2),
             deadline: Duration::from_secs(15),
-            backoff_initial: Duration::from_millis(20),
-            backoff_max: Duration::from_millis(100),
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(50),
         }
     }
 }

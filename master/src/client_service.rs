@@ -144,14 +144,6 @@ impl MasterServiceImpl {
             id => Command::Once { request_id: id, cmd: Box::new(remove) },
         })
     }
-
-    async fn read_barrier(&self) -> Result<(), Status> {
-        if self.shared.unsafe_stale_reads {
-            return Ok(()); // deliberately broken build for the chaos harness
-        }
-        self.shared.require_leader()?;
-        self.shared.linearizable().await
-    }
 }
 
 #[tonic::async_trait]
@@ -244,10 +236,10 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = validate_key(&r.key) {
             return ok(GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() });
         }
-        if let Err(s) = self.read_barrier().await {
-            return ok(GetReplicaListResponse { status: Some(s), ..Default::default() });
+        match self.shared.read(|s| self.replica_list(s, &r.key)).await {
+            Ok(v) => ok(v),
+            Err(s) => ok(GetReplicaListResponse { status: Some(s), ..Default::default() }),
         }
-        ok(self.shared.reader.read(|s| self.replica_list(s, &r.key)))
     }
 
     async fn exist_key(&self, req: Request<ExistKeyRequest>) -> RpcResult<ExistKeyResponse> {
@@ -255,10 +247,10 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = validate_key(&key) {
             return ok(ExistKeyResponse { status: Some(invalid(e)), exists: false });
         }
-        if let Err(s) = self.read_barrier().await {
-            return ok(ExistKeyResponse { status: Some(s), exists: false });
+        match self.shared.read(|s| self.exist_key(s, &key)).await {
+            Ok(v) => ok(v),
+            Err(s) => ok(ExistKeyResponse { status: Some(s), exists: false }),
         }
-        ok(self.shared.reader.read(|s| self.exist_key(s, &key)))
     }
 
     async fn get_size(&self, req: Request<GetSizeRequest>) -> RpcResult<GetSizeResponse> {
@@ -266,16 +258,17 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = validate_key(&key) {
             return ok(GetSizeResponse { status: Some(invalid(e)), size: 0 });
         }
-        if let Err(s) = self.read_barrier().await {
-            return ok(GetSizeResponse { status: Some(s), size: 0 });
-        }
-        ok(self.shared.reader.read(|s| match s.object(&key) {
+        let read = self.shared.read(|s| match s.object(&key) {
             None => GetSizeResponse { status: Some(meta_status(&MetaError::ObjectNotFound(key.clone()))), size: 0 },
             Some(o) if o.status != ObjectStatus::Complete => {
                 GetSizeResponse { status: Some(meta_status(&MetaError::ReplicaNotReady(key.clone()))), size: 0 }
             }
             Some(o) => GetSizeResponse { status: Some(Status::ok()), size: o.size_bytes },
-        }))
+        });
+        match read.await {
+            Ok(v) => ok(v),
+            Err(s) => ok(GetSizeResponse { status: Some(s), size: 0 }),
+        }
     }
 
     async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
@@ -289,17 +282,18 @@ impl MasterService for MasterServiceImpl {
 
     async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
         let force = req.into_inner().force;
-        if let Err(s) = self.read_barrier().await {
-            return ok(RemoveAllResponse { status: Some(s), removed: 0 });
-        }
         let now = self.shared.now();
-        let victims: Vec<VersionedKey> = self.shared.reader.read(|s| {
+        let victims = self.shared.read(|s| {
             s.objects()
                 .filter(|o| o.status == ObjectStatus::Complete)
                 .filter(|o| force || !self.shared.leader.is_leased(&o.key, now))
                 .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
-                .collect()
+                .collect::<Vec<VersionedKey>>()
         });
+        let victims = match victims.await {
+            Ok(v) => v,
+            Err(s) => return ok(RemoveAllResponse { status: Some(s), removed: 0 }),
+        };
         let mut removed = 0;
         for chunk in victims.chunks(mooncake_raft_store::state::BATCH_MAX) {
             let cmd = Command::RemoveObjects { victims: chunk.to_vec(), reason: RemoveReason::RemoveAll };
@@ -314,18 +308,18 @@ impl MasterService for MasterServiceImpl {
 
     async fn list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
         let r = req.into_inner();
-        if let Err(s) = self.read_barrier().await {
-            return ok(ListObjectsResponse { status: Some(s), objects: vec![] });
-        }
         let limit = match r.limit as usize {
             0 => LIST_DEFAULT,
             n => n.min(LIST_MAX),
         };
         let objects = self
             .shared
-            .reader
-            .read(|s| s.objects_with_prefix(&r.prefix).take(limit).map(|o| convert::object_pb(s, o)).collect());
-        ok(ListObjectsResponse { status: Some(Status::ok()), objects })
+            .read(|s| s.objects_with_prefix(&r.prefix).take(limit).map(|o| convert::object_pb(s, o)).collect())
+            .await;
+        match objects {
+            Ok(objects) => ok(ListObjectsResponse { status: Some(Status::ok()), objects }),
+            Err(s) => ok(ListObjectsResponse { status: Some(s), objects: vec![] }),
+        }
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
@@ -392,10 +386,7 @@ impl MasterService for MasterServiceImpl {
         if keys.len() > BATCH_RPC_MAX {
             return ok(BatchGetReplicaListResponse { status: Some(too_many(keys.len())), responses: vec![] });
         }
-        if let Err(s) = self.read_barrier().await {
-            return ok(BatchGetReplicaListResponse { status: Some(s), responses: vec![] });
-        }
-        let responses = self.shared.reader.read(|s| {
+        let responses = self.shared.read(|s| {
             keys.iter()
                 .map(|k| match validate_key(k) {
                     Ok(()) => self.replica_list(s, k),
@@ -403,7 +394,10 @@ impl MasterService for MasterServiceImpl {
                 })
                 .collect()
         });
-        ok(BatchGetReplicaListResponse { status: Some(Status::ok()), responses })
+        match responses.await {
+            Ok(responses) => ok(BatchGetReplicaListResponse { status: Some(Status::ok()), responses }),
+            Err(s) => ok(BatchGetReplicaListResponse { status: Some(s), responses: vec![] }),
+        }
     }
 
     async fn batch_exist_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
@@ -411,10 +405,7 @@ impl MasterService for MasterServiceImpl {
         if keys.len() > BATCH_RPC_MAX {
             return ok(BatchExistKeyResponse { status: Some(too_many(keys.len())), responses: vec![] });
         }
-        if let Err(s) = self.read_barrier().await {
-            return ok(BatchExistKeyResponse { status: Some(s), responses: vec![] });
-        }
-        let responses = self.shared.reader.read(|s| {
+        let responses = self.shared.read(|s| {
             keys.iter()
                 .map(|k| match validate_key(k) {
                     Ok(()) => self.exist_key(s, k),
@@ -422,7 +413,10 @@ impl MasterService for MasterServiceImpl {
                 })
                 .collect()
         });
-        ok(BatchExistKeyResponse { status: Some(Status::ok()), responses })
+        match responses.await {
+            Ok(responses) => ok(BatchExistKeyResponse { status: Some(Status::ok()), responses }),
+            Err(s) => ok(BatchExistKeyResponse { status: Some(s), responses: vec![] }),
+        }
     }
 
     async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {

@@ -15,13 +15,14 @@ pub const DEFAULT_PUT_START_DISCARD_TIMEOUT_SEC: u64 = 30;
 pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
 /// Leader heartbeat; well under the election timeout so one lost heartbeat
 /// does not start an election.
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 50;
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 40;
 /// Election timeout range. openraft makes a follower that knew a leader
 /// wait `max` (the leader lease) plus a random timeout in `min..max` after
 /// the last heartbeat before it campaigns, so a dead leader is replaced
-/// after 450–600 ms plus one vote round: failover stays under a second.
-pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 150;
-pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 300;
+/// after 360–480 ms plus one vote round (`mooncake bench failover`: median
+/// ≈ 0.45 s end to end). The default read lease is a third of `max`.
+pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 120;
+pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 240;
 /// Build a snapshot (and allow log purge) after this many applied entries.
 pub const DEFAULT_SNAPSHOT_LOGS: u64 = 20_000;
 
@@ -82,6 +83,13 @@ pub struct MasterConfig {
     pub election_timeout_min_ms: u64,
     #[arg(long = "election-timeout-max-ms", default_value_t = DEFAULT_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
+    /// Read lease: how long after a majority of the other masters
+    /// acknowledged a heartbeat the leader answers reads without a new
+    /// quorum round. Default: a third of --election-timeout-max-ms (followers
+    /// refuse other candidates for that whole timeout); at most half of it;
+    /// 0 = a quorum round for every batch of reads.
+    #[arg(long = "read-lease-ms")]
+    pub read_lease_ms: Option<u64>,
     /// Applied entries between snapshots.
     #[arg(long = "snapshot-logs", default_value_t = DEFAULT_SNAPSHOT_LOGS)]
     pub snapshot_logs: u64,
@@ -166,6 +174,15 @@ impl MasterConfig {
                 self.heartbeat_interval_ms, self.election_timeout_min_ms, self.election_timeout_max_ms
             ));
         }
+        if let Some(ms) = self.read_lease_ms
+            && ms * 2 > self.election_timeout_max_ms
+        {
+            return Err(format!(
+                "--read-lease-ms {ms} must be at most half of --election-timeout-max-ms ({} ms), the time followers \
+                 refuse other candidates; lower it or use 0 to disable lease reads",
+                self.election_timeout_max_ms
+            ));
+        }
         self.validate_membership()
     }
 
@@ -188,6 +205,14 @@ impl MasterConfig {
     }
 
     /// The openraft configuration these flags describe.
+    /// The read lease window, `None` when lease reads are off.
+    pub fn read_lease(&self) -> Option<std::time::Duration> {
+        match self.read_lease_ms.unwrap_or(self.election_timeout_max_ms / 3) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+
     pub fn raft_config(&self) -> openraft::Config {
         openraft::Config {
             cluster_name: "mooncake".into(),
@@ -223,6 +248,15 @@ mod tests {
         assert_eq!(cfg.client_ttl_sec, 10);
         assert_eq!(cfg.put_start_discard_timeout_sec, 30);
         assert_eq!(cfg.put_start_release_timeout_sec, 600);
+        assert_eq!(cfg.read_lease(), Some(std::time::Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MAX_MS / 3)));
+    }
+
+    #[test]
+    fn read_lease_zero_turns_lease_reads_off() {
+        let base = ["--id", "1", "--data-dir", "/tmp/x", "--initial-cluster", "1=127.0.0.1:1"];
+        let mut args = base.to_vec();
+        args.extend(["--read-lease-ms", "0"]);
+        assert_eq!(parse(&args).unwrap().read_lease(), None);
     }
 
     #[test]
@@ -234,6 +268,7 @@ mod tests {
             (vec!["--eviction_ratio", "0"], "eviction_ratio 0"),
             (vec!["--election-timeout-min-ms", "50"], "election-timeout-min (50 ms)"),
             (vec!["--put_start_release_timeout_sec", "5"], "release_timeout_sec 5"),
+            (vec!["--read-lease-ms", "200"], "--read-lease-ms 200 must be at most half"),
         ] {
             let mut args = base.to_vec();
             args.extend(extra);

@@ -18,6 +18,7 @@ mod errors;
 mod http;
 mod instrumented;
 pub mod leader;
+pub mod lease;
 pub mod metrics;
 mod network;
 mod node;

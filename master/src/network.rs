@@ -3,7 +3,7 @@
 //! that cannot be reached is reported `Unreachable` so openraft backs off.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mooncake_proto::raft::RaftMessage;
 use mooncake_proto::raft::raft_service_client::RaftServiceClient;
@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster_id::ClusterId;
+use crate::lease::AckClock;
 
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -28,13 +29,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub cluster: Arc<ClusterId>,
+    /// Where accepted AppendEntries are recorded for the read lease.
+    pub acks: Arc<AckClock>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient::new(target, &node.addr, self.cluster.clone())
+        PeerClient::new(target, &node.addr, self.cluster.clone(), self.acks.clone())
     }
 }
 
@@ -44,6 +47,7 @@ pub struct PeerClient {
     client: Option<RaftServiceClient<Channel>>,
     addr: String,
     cluster: Arc<ClusterId>,
+    acks: Arc<AckClock>,
 }
 
 #[derive(Clone, Copy)]
@@ -56,7 +60,7 @@ enum Rpc {
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
-    fn new(target: NodeId, addr: &str, cluster: Arc<ClusterId>) -> Self {
+    fn new(target: NodeId, addr: &str, cluster: Arc<ClusterId>, acks: Arc<AckClock>) -> Self {
         let client = Endpoint::from_shared(format!("http://{addr}"))
             .ok()
             .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
@@ -65,7 +69,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string(), cluster }
+        PeerClient { target, client, addr: addr.to_string(), cluster, acks }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -113,7 +117,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
-        self.call(Rpc::Append, &rpc, &option).await
+        let sent = Instant::now();
+        let reply = self.call(Rpc::Append, &rpc, &option).await;
+        // Only an acceptance refreshes the follower's lease; a conflict or a
+        // higher vote proves nothing.
+        if let Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) = &reply {
+            self.acks.record(self.target, &rpc.vote, sent);
+        }
+        reply
     }
 
     async fn install_snapshot(

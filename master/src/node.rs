@@ -25,6 +25,7 @@ use crate::config::MasterConfig;
 use crate::decisions::EvictionPolicy;
 use crate::instrumented::Instrumented;
 use crate::leader::LeaderState;
+use crate::lease::AckClock;
 use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::network::NetworkFactory;
 use crate::proposer::Proposer;
@@ -69,7 +70,8 @@ impl MasterNode {
             let id = cluster.adopt(&founding_id(&cfg.cluster_name, &c.0)).context("recording the cluster id")?;
             tracing::info!(cluster_id = %id, "cluster id");
         }
-        let network = NetworkFactory { cluster: cluster.clone() };
+        let acks = Arc::new(AckClock::default());
+        let network = NetworkFactory { cluster: cluster.clone(), acks: acks.clone() };
         let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
         let leader = Arc::new(LeaderState::new(Duration::from_millis(cfg.default_kv_lease_ttl_ms)));
         let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone());
@@ -84,6 +86,8 @@ impl MasterNode {
             evict_now: evict_now.clone(),
             metrics: metrics.clone(),
             reads: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
+            acks,
+            read_lease: cfg.read_lease(),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         });
         let (stop, stop_rx) = watch::channel(false);

@@ -3,15 +3,17 @@
 //! checks the services use before they act.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mooncake_proto::Status;
-use mooncake_raft_store::{NodeId, Raft, StateMachineStore, StateReader};
+use mooncake_raft_store::{MetaState, NodeId, Raft, StateMachineStore, StateReader};
+use openraft::ServerState;
 use openraft::error::ForwardToLeader;
 use tokio::sync::Notify;
 
 use crate::errors::forward_status;
 use crate::leader::LeaderState;
+use crate::lease::{AckClock, LeaseQuery};
 use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 
@@ -27,6 +29,11 @@ pub struct Shared {
     pub metrics: Arc<MasterMetrics>,
     /// Linearizable read barriers, one quorum round per batch of reads.
     pub reads: crate::read_barrier::ReadBarrier,
+    /// Accepted AppendEntries per peer, for the read lease.
+    pub acks: Arc<AckClock>,
+    /// How long an acknowledged heartbeat lets reads skip the quorum round
+    /// (`--read-lease-ms`); `None`: every read batch runs one.
+    pub read_lease: Option<Duration>,
     /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
     pub unsafe_stale_reads: bool,
 }
@@ -58,6 +65,45 @@ impl Shared {
     /// before the call is applied: a read after this sees every acknowledged write.
     pub async fn linearizable(&self) -> Result<(), Status> {
         self.reads.wait().await
+    }
+
+    /// Runs `f` on the applied state as a linearizable read: under the
+    /// leader lease when it holds at the moment after the state was read
+    /// ([`crate::lease`]), else after a quorum round ([`Shared::linearizable`]).
+    /// `f` may run twice (once before and once after the round).
+    pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Status> {
+        if self.unsafe_stale_reads {
+            return Ok(self.reader.read(f)); // deliberately broken build for the chaos harness
+        }
+        self.require_leader()?;
+        if let Some(window) = self.read_lease {
+            let (value, applied_term) = self.reader.read(|s| (f(s), s.last_applied.map(|l| l.leader_id.term)));
+            if self.lease_holds(applied_term, window) {
+                self.metrics.lease_reads.inc();
+                return Ok(value);
+            }
+        }
+        self.linearizable().await?;
+        Ok(self.reader.read(f))
+    }
+
+    /// The lease check of [`Shared::read`], taken after the state was read:
+    /// this node leads, has applied an entry of its own term (so everything
+    /// committed by earlier leaders), and a majority of the other voters
+    /// acknowledged its vote within `window`.
+    fn lease_holds(&self, applied_term: Option<u64>, window: Duration) -> bool {
+        let now = Instant::now();
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        if m.state != ServerState::Leader || !m.vote.is_committed() || m.vote.leader_id().voted_for() != Some(self.id) {
+            return false;
+        }
+        if applied_term != Some(m.vote.leader_id().get_term()) {
+            return false;
+        }
+        let joint = m.membership_config.membership().get_joint_config();
+        let [voters] = joint.as_slice() else { return false };
+        self.acks.holds(&LeaseQuery { me: self.id, vote: &m.vote, voters, now, window })
     }
 
     pub fn now(&self) -> Instant {

@@ -116,6 +116,17 @@ impl Cluster {
             panic!("{e}");
         }
     }
+    /// Master `id`'s Prometheus metrics, parsed.
+    pub fn metrics(&self, id: u64) -> Vec<crate::http::Sample> {
+        let node = self.inner.node(Role::Master, id).unwrap_or_else(|| panic!("no master {id}"));
+        let (code, body) = crate::http::http_get(&node.http, "/metrics").unwrap_or_else(|e| panic!("scrape {id}: {e}"));
+        assert_eq!(code, 200, "metrics of master {id}: {body}");
+        crate::http::parse_prometheus(&body).unwrap_or_else(|e| panic!("malformed metrics of master {id}: {e}"))
+    }
+    /// One metric of master `id` (no labels), 0 when absent.
+    pub fn metric(&self, id: u64, name: &str) -> f64 {
+        crate::http::sample_value(&self.metrics(id), name, &[]).unwrap_or(0.0)
+    }
     pub fn dump_logs(&self) {
         eprintln!("{}", self.inner.log_tails(40));
     }
