@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use mooncake_client::{Client, ClientConfig, LocalCluster};
-use mooncake_transfer::Protocol;
+use mooncake_transfer::{Protocol, TcpConfig};
 
 /// How long a new cluster may take to elect a leader and mount its segments.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,9 +59,10 @@ impl Cluster {
     }
 
     /// A connected workload client (contributes no memory).
-    pub async fn client(&self, protocol: Protocol) -> anyhow::Result<Client> {
+    pub async fn client(&self, protocol: Protocol, tcp: &TcpConfig) -> anyhow::Result<Client> {
         let mut cfg = ClientConfig::new(self.master_addrs());
         cfg.protocol = protocol;
+        cfg.tcp = tcp.clone();
         Client::connect(cfg).await.context("connecting a workload client")
     }
 }

@@ -144,7 +144,7 @@ async fn protocol_cells(
 ) -> anyhow::Result<u64> {
     let mut clients = Vec::new();
     for _ in 0..n {
-        clients.push(Arc::new(cluster.client(proto).await?));
+        clients.push(Arc::new(cluster.client(proto, &ctx.tcp).await?));
     }
     let mut failed = 0;
     for &replicas in &plan.replicas {
@@ -176,7 +176,7 @@ async fn cell(
     budget: Budget,
     tag: &str,
 ) -> anyhow::Result<(Samples, Samples)> {
-    let slots = (WORKING_SET_MAX_BYTES / (size * clients.len())).max(1) as u64;
+    let slots = objects_per_client(size, clients.len());
     let put_budget = Budget { ops_max: budget.ops_max.min(slots), ..budget };
     let start = Instant::now();
     let handles: Vec<JoinHandle<(Samples, Vec<String>)>> = clients
@@ -202,6 +202,12 @@ async fn cell(
     get.wall = start.elapsed();
     clients[0].remove_all(true).await.context("removing the cell's objects")?;
     Ok((put, get))
+}
+
+/// Objects one of `clients` clients keeps stored in a cell (its get phase
+/// cycles over them).
+fn objects_per_client(size: usize, clients: usize) -> u64 {
+    (WORKING_SET_MAX_BYTES / (size * clients)).max(1) as u64
 }
 
 async fn put_worker(
@@ -278,7 +284,10 @@ async fn baselines(
     tokio::task::spawn_blocking(move || {
         let get = raw_tcp::measure(addr, congestion.as_deref(), Dir::Get, size, n, budget)?;
         let put = raw_tcp::measure(addr, congestion.as_deref(), Dir::Put, size, n, budget)?;
-        let copy = memcpy::measure(size, n, budget);
+        // Each copy thread cycles over as many source objects as one client
+        // reads in its get phase, so both read their source from RAM.
+        let sources = objects_per_client(size, n).min(budget.ops_max) as usize;
+        let copy = memcpy::measure(size, n, budget, sources);
         Ok(Base { get, put, copy })
     })
     .await

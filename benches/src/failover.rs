@@ -132,7 +132,7 @@ async fn mooncake_side(ctx: &mut Ctx, kills: usize) -> anyhow::Result<Outcome> {
     .await?;
     let mut clients = Vec::new();
     for _ in 0..WORKERS {
-        clients.push(Arc::new(cluster.client(Protocol::Tcp).await?));
+        clients.push(Arc::new(cluster.client(Protocol::Tcp, &ctx.tcp).await?));
     }
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<JoinHandle<Seen>> =

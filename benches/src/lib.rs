@@ -74,6 +74,14 @@ pub struct BenchArgs {
     /// `--master-arg=--election-timeout-min-ms=300` to compare settings.
     #[arg(long = "master-arg", value_name = "FLAG", allow_hyphen_values = true)]
     pub master_args: Vec<String>,
+    /// TCP lanes per store node of every workload client (default: the
+    /// client library's, 4), to compare transport settings.
+    #[arg(long = "tcp-lanes", value_name = "N")]
+    pub tcp_lanes: Option<usize>,
+    /// Split transfers above this many bytes across lanes (default: the
+    /// client library's, 1 MiB).
+    #[arg(long = "tcp-split-bytes", value_name = "BYTES")]
+    pub tcp_split_bytes: Option<u64>,
 }
 
 /// What every scenario gets: the run's mode, the binary that runs the
@@ -84,6 +92,8 @@ pub struct Ctx {
     pub exe: PathBuf,
     /// Extra flags for every master (`--master-arg`).
     pub master_args: Vec<String>,
+    /// TCP settings of every workload client.
+    pub tcp: mooncake_transfer::TcpConfig,
     pub progress: Progress,
 }
 
@@ -95,7 +105,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 /// Runs the bench with `exe` as the binary that runs every cluster role.
 pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
-    let mut ctx = Ctx { quick: args.quick, exe, master_args: args.master_args.clone(), progress: Progress::new() };
+    let mut tcp = mooncake_transfer::TcpConfig::default();
+    tcp.lanes = args.tcp_lanes.unwrap_or(tcp.lanes);
+    tcp.split_bytes = args.tcp_split_bytes.unwrap_or(tcp.split_bytes);
+    tcp.validate().map_err(|e| anyhow::anyhow!("--tcp-lanes / --tcp-split-bytes: {e}"))?;
+    let mut ctx = Ctx { quick: args.quick, exe, master_args: args.master_args.clone(), tcp, progress: Progress::new() };
     let started = std::time::SystemTime::now();
     let mut sections = Vec::new();
     let mut failures = Vec::new();

@@ -145,7 +145,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     )
     .await?;
     // A registered client: PutStart needs a known writer (its heartbeats keep it alive).
-    let registered = cluster.client(mooncake_transfer::Protocol::Tcp).await?;
+    let registered = cluster.client(mooncake_transfer::Protocol::Tcp, &ctx.tcp).await?;
     let etcd = start_etcd(ctx, &mut section).await;
     let mut table = results_table();
     for &conc in levels {

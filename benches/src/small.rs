@@ -55,7 +55,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
         let slots = (WORKING_SET_MAX_BYTES / (conc * BATCH_KEYS * VALUE_BYTES)) as u64;
         let budget = Budget { ops_min: 1, ops_max: CLIENT_BATCHES_MAX.min(slots.max(1)), time };
         ctx.progress.step(&format!("small: mooncake put_batch/get_batch x{conc}"));
-        let mc = mooncake(&cluster, conc, budget).await?;
+        let mc = mooncake(&cluster, &ctx.tcp, conc, budget).await?;
         for (op, s) in [("put_batch", &mc.put), ("get_batch", &mc.get)] {
             if let Some(e) = s.error_texts.first() {
                 ctx.progress.say(&format!("small: {op} x{conc}: {} keys failed, first: {e}", s.errors));
@@ -102,10 +102,15 @@ fn batch_keys(conc: usize, worker: usize, batch: u64) -> Vec<String> {
 }
 
 /// Mooncake: `conc` clients put batches, then get what they put, then remove all.
-async fn mooncake(cluster: &Cluster, conc: usize, budget: Budget) -> anyhow::Result<PutGet> {
+async fn mooncake(
+    cluster: &Cluster,
+    tcp: &mooncake_transfer::TcpConfig,
+    conc: usize,
+    budget: Budget,
+) -> anyhow::Result<PutGet> {
     let mut clients = Vec::new();
     for _ in 0..conc {
-        clients.push(Arc::new(cluster.client(Protocol::Tcp).await?));
+        clients.push(Arc::new(cluster.client(Protocol::Tcp, tcp).await?));
     }
     let start = Instant::now();
     let handles: Vec<JoinHandle<(Samples, u64)>> =

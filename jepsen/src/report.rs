@@ -43,13 +43,19 @@ impl CheckerVerdict {
         CheckerVerdict { checker: c.checker.to_string(), valid: c.is_valid(), checked: c.checked, problems }
     }
 
-    pub fn data_integrity(corrupt_reads: u64) -> Self {
+    /// `verified` reads returned bytes some put wrote; `corrupt_reads` did not.
+    pub fn data_integrity(corrupt_reads: u64, verified: u64) -> Self {
         let problems = if corrupt_reads == 0 {
             vec![]
         } else {
             vec![format!("{corrupt_reads} reads returned bytes no put wrote")]
         };
-        CheckerVerdict { checker: "bytes-verified".into(), valid: corrupt_reads == 0, checked: 0, problems }
+        CheckerVerdict {
+            checker: "bytes-verified".into(),
+            valid: corrupt_reads == 0,
+            checked: usize::try_from(verified + corrupt_reads).unwrap_or(usize::MAX),
+            problems,
+        }
     }
 }
 

@@ -163,7 +163,7 @@ async fn finish(
         CheckerVerdict::from_linearizability(&lin),
         CheckerVerdict::from_check(&lost),
         CheckerVerdict::from_check(&health),
-        CheckerVerdict::data_integrity(corrupt),
+        CheckerVerdict::data_integrity(corrupt, shared.verified_reads.load(Ordering::Relaxed)),
     ];
     let report = RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
     report.write(&history)?;

@@ -51,6 +51,8 @@ pub struct Shared {
     pub records: Mutex<Vec<OpRecord>>,
     /// Bytes read back that did not match any put's content.
     pub corrupt_reads: AtomicU64,
+    /// Reads whose bytes decoded to a value some put wrote.
+    pub verified_reads: AtomicU64,
     pub stop: AtomicBool,
 }
 
@@ -72,6 +74,7 @@ impl Shared {
             next_value: AtomicU64::new(1),
             records: Mutex::new(Vec::new()),
             corrupt_reads: AtomicU64::new(0),
+            verified_reads: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         })
     }
@@ -222,7 +225,10 @@ async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared
         },
         OpKind::Get => match reader.get(key).await {
             Ok(bytes) => match decode_value(&bytes) {
-                Some(v) => Outcome::GetOk { value: Some(v) },
+                Some(v) => {
+                    shared.verified_reads.fetch_add(1, Ordering::Relaxed);
+                    Outcome::GetOk { value: Some(v) }
+                }
                 None => {
                     shared.corrupt_reads.fetch_add(1, Ordering::Relaxed);
                     Outcome::Unknown

@@ -163,15 +163,44 @@ impl TcpTransport {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(), TransferError> {
+        self.read_chunks(endpoint, segment, offset, buf, false).await.map(drop)
+    }
+
+    /// [`read_from`](Self::read_from) that also returns the crc32c of the
+    /// bytes read. Each chunk is checksummed as soon as it has landed, while
+    /// the other chunks are still on the wire, and the parts are combined.
+    pub async fn read_from_checksummed(
+        &self,
+        endpoint: &str,
+        segment: SegmentId,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<u32, TransferError> {
+        self.read_chunks(endpoint, segment, offset, buf, true).await
+    }
+
+    async fn read_chunks(
+        &self,
+        endpoint: &str,
+        segment: SegmentId,
+        offset: u64,
+        buf: &mut [u8],
+        checksum: bool,
+    ) -> Result<u32, TransferError> {
         let pool = self.pool(endpoint);
         let chunk = self.chunk_bytes(buf.len());
         let offsets = chunk_offsets(offset, buf.len(), chunk)?;
         let start = pool.next_lane.fetch_add(1, Ordering::Relaxed);
+        let pool = &pool;
         let requests = buf.chunks_mut(chunk).zip(offsets).enumerate().map(|(index, (part, part_offset))| {
             let lane = &pool.lanes[(start + index) % pool.lanes.len()];
-            self.request(&pool, lane, Op::Read, segment, part_offset, Payload::Read(part))
+            async move {
+                self.request(pool, lane, Op::Read, segment, part_offset, Payload::Read(&mut *part)).await?;
+                Ok::<_, TransferError>(if checksum { (crc32c::crc32c(part), part.len()) } else { (0, part.len()) })
+            }
         });
-        try_join_all(requests).await.map(drop)
+        let parts = try_join_all(requests).await?;
+        Ok(parts.into_iter().fold(0, |crc, (part_crc, len)| crc32c::crc32c_combine(crc, part_crc, len)))
     }
 
     /// Chunk size for a transfer of `total` bytes: spread over the lanes,
@@ -283,6 +312,19 @@ impl Transport for TcpTransport {
     async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
         check_target_range(target, offset, buf.len())?;
         self.read_from(&target.endpoint, target.id, offset, buf).await
+    }
+}
+
+impl TcpTransport {
+    /// [`Transport::read`] that also returns the crc32c of the bytes read.
+    pub async fn read_checksummed(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<u32, TransferError> {
+        check_target_range(target, offset, buf.len())?;
+        self.read_from_checksummed(&target.endpoint, target.id, offset, buf).await
     }
 }
 

@@ -157,6 +157,25 @@ impl TransferEngine {
         result
     }
 
+    /// [`read`](Self::read) that also returns the crc32c of `buf` (over TCP
+    /// computed per chunk as chunks land, overlapping the transfer).
+    pub async fn read_checksummed(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<u32, TransferError> {
+        let (kind, result) = match self.shm_route(target) {
+            Some(memory) => (
+                TransportKind::Shm,
+                memory.read_at(offset, buf).map(|()| crc32c::crc32c(buf)).map_err(TransferError::from),
+            ),
+            None => (TransportKind::Tcp, self.tcp.read_checksummed(target, offset, buf).await),
+        };
+        self.stats.record(kind, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        result
+    }
+
     /// The target's mapping if shared memory applies and works, else `None`
     /// (use TCP). A mapping that fails is not an error: TCP still reaches it.
     fn shm_route(&self, target: &RemoteSegment) -> Option<Arc<SegmentMemory>> {

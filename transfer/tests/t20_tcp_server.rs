@@ -59,6 +59,23 @@ async fn a_4_mib_object_round_trips_across_lanes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checksummed_read_returns_the_crc32c_of_all_chunks_combined() {
+    let node = Node::anonymous(SEGMENT_BYTES).await;
+    // Why: chunk crcs are combined in order; an uneven last chunk, a single
+    // chunk and an empty read must all give the crc of the whole.
+    let config = TcpConfig { lanes: 3, split_bytes: 4096, ..TcpConfig::default() };
+    let tcp = TcpTransport::new(config).unwrap();
+    let data = pattern(7, (1 << 20) + 4097);
+    tcp.write_to(&node.target.endpoint, node.target.id, 0, &data).await.unwrap();
+    for len in [data.len(), 4096, 1, 0] {
+        let mut back = vec![0u8; len];
+        let crc = tcp.read_from_checksummed(&node.target.endpoint, node.target.id, 0, &mut back).await.unwrap();
+        assert_eq!(back[..], data[..len]);
+        assert_eq!(crc, crc32c::crc32c(&data[..len]), "crc of a {len}-byte read");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transfers_from_several_tasks_stay_apart() {
     let node = Node::anonymous(SEGMENT_BYTES).await;
     let tcp = Arc::new(TcpTransport::new(TcpConfig::default()).unwrap());
