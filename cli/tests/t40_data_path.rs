@@ -469,6 +469,9 @@ async fn corrupt_replica_story(story: &mut Story) {
     let mut buf = vec![0u8; data.len()];
     assert_eq!(client.get_into(key, &mut buf).await.expect("get_into"), data.len());
     assert!(buf == data, "get_into served corrupt bytes");
+    // A batch reads the nearest replica pipelined, then falls back per item.
+    let batch = client.get_batch(&[key, key]).await;
+    assert!(batch.iter().all(|r| r.as_ref().is_ok_and(|got| *got == data)), "get_batch served corrupt bytes");
 
     // Phase 3: the second replica is corrupted too: every read fails, none
     // returns bytes.
@@ -487,6 +490,10 @@ async fn corrupt_replica_story(story: &mut Story) {
     match client.get_into(key, &mut buf).await {
         Err(ClientError::AllReplicasFailed { tried: 2, .. }) => {}
         other => panic!("get_into: want AllReplicasFailed, got {other:?}"),
+    }
+    match &client.get_batch(&[key]).await[..] {
+        [Err(ClientError::AllReplicasFailed { tried: 2, .. })] => {}
+        other => panic!("get_batch: want AllReplicasFailed, got {other:?}"),
     }
 }
 

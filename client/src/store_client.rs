@@ -12,14 +12,14 @@ use futures::future::join_all;
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{GetReplicaListResponse, PutEndRequest, PutRevokeRequest, PutStartRequest, Replica};
 use mooncake_segment::SegmentId;
-use mooncake_transfer::{RemoteSegment, TransferEngine};
+use mooncake_transfer::{BatchRead, RemoteSegment, TransferEngine};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::local_segment::LocalSegment;
-use crate::master_client::{MasterClient, MasterClientConfig, MasterError};
+use crate::master_client::{Attempted, MasterClient, MasterClientConfig, MasterError};
 
 /// Options of one put.
 #[derive(Clone, Debug, Default)]
@@ -330,34 +330,71 @@ impl Client {
     pub async fn get_batch(&self, keys: &[&str]) -> Vec<Result<Vec<u8>, ClientError>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(BATCH_ITEMS_MAX) {
-            let lists = match self
-                .master
-                .batch_get_replica_list(self.client_id, chunk.iter().map(|k| k.to_string()).collect())
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    out.extend(chunk.iter().map(|_| Err(ClientError::Master(e.clone()))));
-                    continue;
-                }
-            };
-            let reads = chunk.iter().zip(&lists.reply).map(|(key, list)| async move {
-                match item_status(list.status.as_ref(), lists.attempts) {
-                    Err(ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectNotFound, .. })) => {
-                        self.stats.gets_not_found.fetch_add(1, Ordering::Relaxed);
-                        return Err(ClientError::NotFound(key.to_string()));
-                    }
-                    Err(e) => return Err(e),
-                    Ok(()) => {}
-                }
-                self.stats.gets_found.fetch_add(1, Ordering::Relaxed);
-                let mut buf = vec![0u8; list.size as usize];
-                let n = self.read_object(key, list, &mut buf).await?;
-                buf.truncate(n);
-                Ok(buf)
-            });
-            out.extend(join_all(reads).await);
+            let names = chunk.iter().map(|k| k.to_string()).collect();
+            match self.master.batch_get_replica_list(self.client_id, names).await {
+                Ok(lists) => out.extend(self.read_batch(chunk, &lists).await),
+                Err(e) => out.extend(chunk.iter().map(|_| Err(ClientError::Master(e.clone())))),
+            }
         }
+        out
+    }
+
+    /// Reads the objects of one batch: all found objects from their nearest
+    /// replicas in one batched transfer (small reads from one store node
+    /// share a pipelined connection), then each object that failed there or
+    /// did not match its checksum on its own, over every replica.
+    async fn read_batch(
+        &self,
+        keys: &[&str],
+        lists: &Attempted<Vec<GetReplicaListResponse>>,
+    ) -> Vec<Result<Vec<u8>, ClientError>> {
+        let mut out: Vec<Result<Vec<u8>, ClientError>> = keys
+            .iter()
+            .zip(&lists.reply)
+            .map(|(key, list)| match item_status(list.status.as_ref(), lists.attempts) {
+                Err(ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectNotFound, .. })) => {
+                    self.stats.gets_not_found.fetch_add(1, Ordering::Relaxed);
+                    Err(ClientError::NotFound(key.to_string()))
+                }
+                Err(e) => Err(e),
+                Ok(()) => {
+                    self.stats.gets_found.fetch_add(1, Ordering::Relaxed);
+                    Ok(vec![0u8; list.size as usize])
+                }
+            })
+            .collect();
+        let nearest: Vec<Option<(RemoteSegment, u64)>> = lists
+            .reply
+            .iter()
+            .map(|list| self.nearest_first(&list.replicas).first().map(|r| (remote(r), r.offset)))
+            .collect();
+        let mut pending: Vec<bool> = out.iter().map(Result::is_ok).collect();
+        let mut reads = Vec::new();
+        let mut read_index = Vec::new();
+        for (index, (slot, nearest)) in out.iter_mut().zip(&nearest).enumerate() {
+            if let (Ok(buf), Some((target, offset))) = (slot, nearest) {
+                reads.push(BatchRead { target, offset: *offset, buf: buf.as_mut_slice() });
+                read_index.push(index);
+            }
+        }
+        let crcs = self.engine.read_batch_checksummed(reads).await;
+        for (index, crc) in read_index.into_iter().zip(crcs) {
+            match crc {
+                Ok(crc) if crc == lists.reply[index].checksum => pending[index] = false,
+                Ok(_) => tracing::warn!(key = keys[index], "checksum mismatch on the nearest replica; trying each"),
+                Err(e) => tracing::warn!(key = keys[index], error = %e, "batched replica read failed; trying each"),
+            }
+        }
+        let slow = out.iter_mut().enumerate().filter(|(index, _)| pending[*index]).map(|(index, slot)| async move {
+            let failed = match slot.as_mut() {
+                Ok(buf) => self.read_object(keys[index], &lists.reply[index], buf).await.err(),
+                Err(_) => None,
+            };
+            if let Some(e) = failed {
+                *slot = Err(e);
+            }
+        });
+        join_all(slow).await;
         out
     }
 

@@ -1,7 +1,9 @@
 //! The binary wire protocol of the data path, as pure encode/decode functions.
 //!
-//! A client sends requests on a TCP connection one at a time and reads one
-//! response per request. All integers are little-endian.
+//! A client sends requests on a TCP connection and reads one response per
+//! request; the server serves a connection's requests one at a time, in
+//! order, so a client may pipeline READs (send several headers, then read
+//! the responses in the same order). All integers are little-endian.
 //!
 //! Request header, [`REQUEST_HEADER_BYTES`] = 40 bytes:
 //!

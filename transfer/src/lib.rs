@@ -25,5 +25,5 @@ pub use server::{ServerConfig, ServerStats, TransferServer};
 pub use shm::{SHM_MAPPINGS_MAX, ShmTransport};
 pub use sockopt::{CONGESTION_NAME_MAX_BYTES, set_congestion, tune, validate_congestion};
 pub use stats::{EngineStats, PeerStats, STATS_PEERS_MAX, TransportKind};
-pub use tcp::{TcpConfig, TcpTransport};
-pub use transport::{ParseProtocolError, Protocol, RemoteSegment, TransferEngine, Transport};
+pub use tcp::{ItemResult, PIPELINE_ITEMS_MAX, ReadItem, TcpConfig, TcpTransport};
+pub use transport::{BatchRead, ParseProtocolError, Protocol, RemoteSegment, TransferEngine, Transport};

@@ -3,7 +3,8 @@
 //! [`crate::frame`] protocol, straight between the caller's buffer and the
 //! socket.
 //!
-//! A lane carries one request at a time. A transfer larger than
+//! A lane carries one request at a time, or one pipeline of small READs
+//! ([`TcpTransport::read_pipelined`]). A transfer larger than
 //! [`TcpConfig::split_bytes`] is cut into chunks that run at once on
 //! different lanes. A lane whose request failed drops its connection (the
 //! stream may be mid-frame) and connects afresh on its next use; a request
@@ -25,6 +26,9 @@ use crate::error::TransferError;
 use crate::frame::{self, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader};
 use crate::sockopt;
 use crate::transport::{RemoteSegment, Transport};
+
+mod pipeline;
+pub use pipeline::{ItemResult, PIPELINE_ITEMS_MAX, ReadItem};
 
 /// Most lanes per endpoint: beyond a few dozen, more connections only add
 /// context switches (the data path is bound by memory bandwidth).
@@ -295,7 +299,7 @@ impl TcpTransport {
 /// Checks the whole transfer against the segment's size before any chunk
 /// leaves: the server checks each chunk on its own, so a transfer that
 /// crosses the end would otherwise land its leading chunks.
-fn check_target_range(target: &RemoteSegment, offset: u64, len: usize) -> Result<(), TransferError> {
+pub(crate) fn check_target_range(target: &RemoteSegment, offset: u64, len: usize) -> Result<(), TransferError> {
     let len = len as u64;
     match offset.checked_add(len) {
         Some(end) if end <= target.size_bytes => Ok(()),

@@ -14,6 +14,9 @@ use crate::shm::ShmTransport;
 use crate::stats::{EngineStats, TransportKind};
 use crate::tcp::{TcpConfig, TcpTransport};
 
+mod batch;
+pub use batch::BatchRead;
+
 /// A segment on some store node, as the master describes it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RemoteSegment {

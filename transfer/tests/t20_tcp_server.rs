@@ -240,14 +240,7 @@ async fn a_dead_peer_gives_peer_gone_quickly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_peer_gives_timeout() {
     // Why: a peer that accepts but never answers must cost one timeout, not forever.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = listener.local_addr().unwrap().to_string();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = listener.accept().await {
-            held.push(stream);
-        }
-    });
+    let (endpoint, hold) = common::hung_peer().await;
     let config = TcpConfig { request_timeout: Duration::from_millis(300), ..TcpConfig::default() };
     let tcp = TcpTransport::new(config).unwrap();
     let started = Instant::now();

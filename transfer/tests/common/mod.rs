@@ -63,3 +63,17 @@ impl Node {
         }
     }
 }
+
+/// A peer that accepts connections and never answers: its address and the
+/// task holding the connections (abort it to let them go).
+pub async fn hung_peer() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (endpoint, hold)
+}
