@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mooncake_segment::SegmentMemory;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -30,8 +30,19 @@ use crate::sockopt;
 pub const SERVER_CONNECTIONS_MAX: usize = 1024;
 
 /// Largest READ payload that is copied next to its header to leave in one
-/// send (64 KiB): below it a second packet costs more than the copy.
-const COALESCE_MAX_BYTES: u64 = 64 * 1024;
+/// send (64 KiB): below it a second packet costs more than the copy. It is
+/// the size of a connection's send buffer, which also gathers the responses
+/// of pipelined requests into one send.
+const COALESCE_MAX_BYTES: usize = 64 * 1024;
+
+/// A connection's receive buffer: room for the headers of a whole pipeline
+/// of READs (40 bytes each), read with one call.
+const RECEIVE_BUFFER_BYTES: usize = 8 * 1024;
+
+/// A connection's socket, buffered both ways. Responses are flushed when no
+/// further whole request is already buffered, so a pipeline of small READs
+/// is answered with a few sends instead of one per request.
+type Buffered = BufReader<BufWriter<TcpStream>>;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) so the loop
 /// does not spin.
@@ -193,6 +204,10 @@ impl Acceptor {
         }
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
         sockopt::tune(&stream, self.config.congestion.as_deref());
+        let stream = BufReader::with_capacity(
+            RECEIVE_BUFFER_BYTES,
+            BufWriter::with_capacity(RESPONSE_HEADER_BYTES + COALESCE_MAX_BYTES, stream),
+        );
         let connection = Connection {
             stream,
             peer,
@@ -218,7 +233,7 @@ enum After {
 
 /// One accepted connection: requests one at a time, in order.
 struct Connection {
-    stream: TcpStream,
+    stream: Buffered,
     peer: SocketAddr,
     registry: Arc<SegmentRegistry>,
     counters: Arc<Counters>,
@@ -236,7 +251,13 @@ impl Connection {
                 return;
             }
             self.counters.ops.fetch_add(1, Ordering::Relaxed);
-            match self.serve(&raw).await {
+            let after = self.serve(&raw).await;
+            let flushed = match after {
+                Ok(After::KeepOpen) if self.stream.buffer().len() >= REQUEST_HEADER_BYTES => Ok(()),
+                Ok(_) => with_timeout(self.payload_timeout, self.stream.flush()).await,
+                Err(_) => Ok(()),
+            };
+            match after.and_then(|after| flushed.map(|()| after)) {
                 Ok(After::KeepOpen) => {}
                 Ok(After::Close) => return,
                 Err(err) => {
@@ -292,16 +313,12 @@ impl Connection {
             request_id: request.request_id,
             length: request.length,
         });
+        // Up to COALESCE_MAX_BYTES, header and payload are copied into the
+        // send buffer together; a larger payload goes from the segment
+        // straight to the socket after the buffered bytes.
         let send = async {
-            if request.length <= COALESCE_MAX_BYTES {
-                let mut out = Vec::with_capacity(RESPONSE_HEADER_BYTES + src.len());
-                out.extend_from_slice(&header);
-                out.extend_from_slice(src);
-                self.stream.write_all(&out).await
-            } else {
-                self.stream.write_all(&header).await?;
-                self.stream.write_all(src).await
-            }
+            self.stream.write_all(&header).await?;
+            self.stream.write_all(src).await
         };
         with_timeout(self.payload_timeout, send).await?;
         self.counters.read_bytes.fetch_add(request.length, Ordering::Relaxed);
