@@ -110,6 +110,12 @@ async fn status_cmd(masters: MastersArg, json: bool, watch: Option<u64>) -> anyh
     }
 }
 
+/// mimalloc instead of glibc malloc: the masters and the data path allocate
+/// many small, short-lived buffers (gRPC frames, log entries) from several
+/// threads; see docs/PERFORMANCE.md for the measured effect.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // A master sets up its own logging (text or JSON, per its flags).
