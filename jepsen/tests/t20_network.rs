@@ -3,9 +3,12 @@
 //! ([`LoopFs`]) and clock skew ([`FakeClock`]).
 //!
 //! They need root and the tools of `safety::check_tools` (iproute2, nftables,
-//! xfsprogs, mount); without them each test prints why and passes as skipped.
+//! xfsprogs, mount); without them each test prints why and passes as skipped,
+//! except where `MOONCAKE_CHAOS_REQUIRED` is set (CI), where it fails.
 //! Every probe runs in a thread that entered a host namespace: nothing is
 //! ever sent from the root namespace to the harness subnet.
+
+mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
@@ -42,7 +45,7 @@ fn skip_reason() -> Option<String> {
 macro_rules! require_host {
     () => {
         if let Some(reason) = skip_reason() {
-            eprintln!("SKIPPED (host primitives): {reason}");
+            common::skip_or_fail("host primitives", reason);
             return;
         }
     };
@@ -422,7 +425,7 @@ fn fake_clock_skews_the_wall_clock() {
     let clock = match FakeClock::new(&scratch.0) {
         Ok(clock) => clock,
         Err(e @ HostError::FaketimeMissing { .. }) => {
-            eprintln!("SKIPPED (clock skew): {e}");
+            common::skip_or_fail("clock skew", e);
             return;
         }
         Err(e) => panic!("fake clock: {e}"),

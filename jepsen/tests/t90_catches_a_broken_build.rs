@@ -4,6 +4,8 @@
 //! rejects when the leader is cut off from the other masters. Needs root and
 //! the `mooncake` binary; otherwise it says so and skips.
 
+mod common;
+
 use std::time::Duration;
 
 use mooncake_jepsen::runner::{RunOptions, run};
@@ -12,13 +14,13 @@ use mooncake_jepsen::scenario::Scenario;
 #[test]
 fn stale_reads_from_a_deliberately_broken_master_are_caught() {
     if let Err(e) = mooncake_jepsen::safety::require_root().and_then(|()| mooncake_jepsen::safety::check_tools()) {
-        eprintln!("SKIPPED: {e}");
+        common::skip_or_fail("chaos host", e);
         return;
     }
     let bin = match mooncake_client::local_cluster::find_binary("mooncake") {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("SKIPPED: {e}");
+            common::skip_or_fail("mooncake binary", e);
             return;
         }
     };

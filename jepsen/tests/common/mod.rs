@@ -421,3 +421,19 @@ fn arbitrary_outcome(rng: &mut Rng, op: OpKind, ops: u64) -> Outcome {
         (_, OpKind::Remove) => Outcome::RemoveOk { existed: rng.chance_per_mille(500) },
     }
 }
+
+// ---------------------------------------------------------------- host tests
+
+/// Set (by `.ci/run`) where root and the chaos tools must be present: a
+/// host test then fails instead of skipping, so CI cannot pass without
+/// running it.
+pub const CHAOS_REQUIRED_ENV: &str = "MOONCAKE_CHAOS_REQUIRED";
+
+/// Reports why a host test cannot run here: skips it (prints `SKIPPED`) on
+/// a developer machine, panics where [`CHAOS_REQUIRED_ENV`] is set.
+pub fn skip_or_fail(what: &str, reason: impl std::fmt::Display) {
+    if std::env::var_os(CHAOS_REQUIRED_ENV).is_some() {
+        panic!("{what}: {reason} ({CHAOS_REQUIRED_ENV} is set, so this test must run)");
+    }
+    eprintln!("SKIPPED ({what}): {reason}");
+}
