@@ -96,7 +96,7 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     let result = client.put(&a.key, &data, &opts).await;
     client.close().await;
     result.with_context(|| format!("put {}", a.key))?;
-    eprintln!("stored {} ({} bytes, crc32c {:08x})", a.key, data.len(), crc32c::crc32c(&data));
+    eprintln!("stored {} ({} bytes, crc32c {:08x})", a.key, data.len(), mooncake_client::checksum::crc32c(&data));
     Ok(())
 }
 

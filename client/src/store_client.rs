@@ -113,8 +113,9 @@ impl Client {
     pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
         // The checksum is computed while PutStart is in flight (the RPC is
         // polled, and so sent, first): its round trip hides the CPU time.
-        let (replicas, checksum) =
-            tokio::join!(self.put_start(key, data.len() as u64, opts), async { crc32c::crc32c(data) });
+        let (replicas, checksum) = tokio::join!(self.put_start(key, data.len() as u64, opts), async {
+            mooncake_segment::checksum::crc32c(data)
+        });
         let replicas = replicas?;
         let result = self.write_replicas(&replicas, data).await;
         let result = match result {
@@ -285,7 +286,7 @@ impl Client {
             .map(|((key, data), _)| PutEndRequest {
                 client_id: self.client_id,
                 key: key.to_string(),
-                checksum: crc32c::crc32c(data),
+                checksum: mooncake_segment::checksum::crc32c(data),
             })
             .collect();
         let ended = match self.master.batch_put_end(ends).await {

@@ -86,7 +86,7 @@ pub fn load_snapshot_file(bytes: &[u8]) -> Result<(SnapshotFileInfo, MetaState),
 }
 
 fn crc32c_of(body: &[u8]) -> u32 {
-    crc32c::crc32c(body)
+    mooncake_segment::checksum::crc32c(body)
 }
 
 #[cfg(test)]

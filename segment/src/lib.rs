@@ -1,11 +1,13 @@
 //! Memory that holds object bytes, and the offset allocator the master uses
 //! to place objects inside segments.
 //!
-//! Key types: [`SegmentId`], [`ClientId`], [`RangeAllocator`], [`Range`].
+//! Key types: [`SegmentId`], [`ClientId`], [`RangeAllocator`], [`Range`]; the
+//! object checksum is [`checksum::crc32c`].
 //! This crate sits at the bottom of the workspace: it knows nothing of Raft,
 //! gRPC or the transfer engine.
 
 mod allocator;
+pub mod checksum;
 mod ids;
 mod memory;
 

@@ -200,11 +200,17 @@ impl TcpTransport {
             let lane = &pool.lanes[(start + index) % pool.lanes.len()];
             async move {
                 self.request(pool, lane, Op::Read, segment, part_offset, Payload::Read(&mut *part)).await?;
-                Ok::<_, TransferError>(if checksum { (crc32c::crc32c(part), part.len()) } else { (0, part.len()) })
+                Ok::<_, TransferError>(if checksum {
+                    (mooncake_segment::checksum::crc32c(part), part.len())
+                } else {
+                    (0, part.len())
+                })
             }
         });
         let parts = try_join_all(requests).await?;
-        Ok(parts.into_iter().fold(0, |crc, (part_crc, len)| crc32c::crc32c_combine(crc, part_crc, len)))
+        Ok(parts
+            .into_iter()
+            .fold(0, |crc, (part_crc, len)| mooncake_segment::checksum::crc32c_combine(crc, part_crc, len)))
     }
 
     /// Chunk size for a transfer of `total` bytes: spread over the lanes,

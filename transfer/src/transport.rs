@@ -171,7 +171,10 @@ impl TransferEngine {
         let (kind, result) = match self.shm_route(target) {
             Some(memory) => (
                 TransportKind::Shm,
-                memory.read_at(offset, buf).map(|()| crc32c::crc32c(buf)).map_err(TransferError::from),
+                memory
+                    .read_at(offset, buf)
+                    .map(|()| mooncake_segment::checksum::crc32c(buf))
+                    .map_err(TransferError::from),
             ),
             None => (TransportKind::Tcp, self.tcp.read_checksummed(target, offset, buf).await),
         };

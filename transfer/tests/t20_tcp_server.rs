@@ -223,8 +223,7 @@ async fn a_dead_peer_gives_peer_gone_quickly() {
     tcp.write_to(&target.endpoint, target.id, 0, &data).await.unwrap();
 
     // Why: the pooled lanes now point at a dead process; no call may hang.
-    drop(node);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    node.server.shutdown().await;
     for _ in 0..2 {
         let started = Instant::now();
         let err = tcp.write_to(&target.endpoint, target.id, 0, &data).await.unwrap_err();

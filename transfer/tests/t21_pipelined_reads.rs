@@ -91,8 +91,9 @@ async fn a_pipeline_to_a_dead_or_hung_peer_fails_every_item_without_hanging() {
     let mut items: Vec<ReadItem<'_>> = bufs.iter_mut().map(|buf| ReadItem { segment, offset: 0, buf }).collect();
     assert!(tcp.read_pipelined(&endpoint, &mut items).await.iter().all(Result::is_ok));
 
-    // Why: the pooled connection now points at a dead process.
-    drop(node);
+    // Why: the pooled connection now points at a server that is gone
+    // (shutdown returns once every connection is closed).
+    node.server.shutdown().await;
     let started = Instant::now();
     let results = tcp.read_pipelined(&endpoint, &mut items).await;
     assert!(results.iter().all(|r| matches!(r, Err(TransferError::PeerGone { .. }))), "{results:?}");

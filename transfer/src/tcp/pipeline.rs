@@ -156,7 +156,7 @@ impl TcpTransport {
                     ));
                 }
                 reader.read_exact(item.buf).await.map_err(|e| peer_gone(endpoint, e))?;
-                *slot = Some(Ok(crc32c::crc32c(item.buf)));
+                *slot = Some(Ok(mooncake_segment::checksum::crc32c(item.buf)));
             }
             Ok(())
         };

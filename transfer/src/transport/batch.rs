@@ -32,7 +32,10 @@ impl TransferEngine {
         let mut large = Vec::new();
         for (index, BatchRead { target, offset, buf }) in items.into_iter().enumerate() {
             if let Some(memory) = self.shm_route(target) {
-                let result = memory.read_at(offset, buf).map(|()| crc32c::crc32c(buf)).map_err(TransferError::from);
+                let result = memory
+                    .read_at(offset, buf)
+                    .map(|()| mooncake_segment::checksum::crc32c(buf))
+                    .map_err(TransferError::from);
                 self.stats.record(TransportKind::Shm, &target.endpoint, false, buf.len() as u64, result.is_ok());
                 results[index] = Some(result);
             } else if let Err(err) = check_target_range(target, offset, buf.len()) {
