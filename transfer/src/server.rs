@@ -331,6 +331,9 @@ impl Connection {
         // is not reused while a read lease may be in flight), which is the
         // exclusivity `slice_mut` requires.
         let dst = unsafe { memory.slice_mut(request.offset, request.length) }.map_err(io::Error::other)?;
+        // Answers held back for pipelined READs leave before the payload is
+        // awaited: a client may wait for them before it sends the payload.
+        with_timeout(self.payload_timeout, self.stream.flush()).await?;
         with_timeout(self.payload_timeout, self.stream.read_exact(dst)).await?;
         self.counters.written_bytes.fetch_add(request.length, Ordering::Relaxed);
         self.send_header(Status::Ok, request.request_id, request.length).await?;

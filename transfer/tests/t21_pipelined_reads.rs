@@ -149,3 +149,35 @@ async fn an_engine_batch_mixes_pipelined_chunked_and_refused_reads() {
     assert!(matches!(results[67], Err(TransferError::Memory(_))), "{:?}", results[67]);
     assert_eq!(a.server.stats().read_bytes, 64 * ITEM_BYTES as u64, "the range past the end never left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_answer_is_not_held_back_behind_a_pipelined_write() {
+    use mooncake_transfer::frame::{self, Op, RESPONSE_HEADER_BYTES, RequestHeader};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let node = Node::anonymous(SEGMENT_BYTES).await;
+    node.memory.write_at(0, b"before").unwrap();
+    let header = |op, request_id, offset, length| {
+        frame::encode_request(&RequestHeader { op, request_id, segment_id: node.target.id, offset, length })
+    };
+    let mut stream = tokio::net::TcpStream::connect(node.server.local_addr()).await.unwrap();
+    // Why: the server holds READ answers back while further requests are
+    // buffered; a client that sends a WRITE header and waits for the READ's
+    // answer before the payload must still get it, not a deadlock.
+    let mut both = header(Op::Read, 1, 0, 6).to_vec();
+    both.extend_from_slice(&header(Op::Write, 2, 4096, 5));
+    stream.write_all(&both).await.unwrap();
+    let mut answer = [0u8; RESPONSE_HEADER_BYTES + 6];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut answer))
+        .await
+        .expect("the READ's answer was held back behind the WRITE")
+        .unwrap();
+    assert_eq!(&answer[RESPONSE_HEADER_BYTES..], b"before");
+    stream.write_all(b"after").await.unwrap();
+    let mut ack = [0u8; RESPONSE_HEADER_BYTES];
+    stream.read_exact(&mut ack).await.unwrap();
+    assert_eq!(frame::decode_response(&ack).unwrap().request_id, 2);
+    let mut landed = [0u8; 5];
+    node.memory.read_at(4096, &mut landed).unwrap();
+    assert_eq!(&landed, b"after");
+}
