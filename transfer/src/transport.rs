@@ -168,17 +168,26 @@ impl TransferEngine {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<u32, TransferError> {
-        let (kind, result) = match self.shm_route(target) {
-            Some(memory) => (
-                TransportKind::Shm,
-                memory
-                    .read_at(offset, buf)
-                    .map(|()| mooncake_segment::checksum::crc32c(buf))
-                    .map_err(TransferError::from),
-            ),
-            None => (TransportKind::Tcp, self.tcp.read_checksummed(target, offset, buf).await),
-        };
-        self.stats.record(kind, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        if let Some(memory) = self.shm_route(target) {
+            return self.read_shm_checksummed(&memory, target, offset, buf);
+        }
+        let result = self.tcp.read_checksummed(target, offset, buf).await;
+        self.stats.record(TransportKind::Tcp, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        result
+    }
+
+    /// The shared-memory half of [`read_checksummed`](Self::read_checksummed):
+    /// copies from `memory`, the mapping of `target`, and checksums the copy.
+    fn read_shm_checksummed(
+        &self,
+        memory: &SegmentMemory,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<u32, TransferError> {
+        let result =
+            memory.read_at(offset, buf).map(|()| mooncake_segment::checksum::crc32c(buf)).map_err(TransferError::from);
+        self.stats.record(TransportKind::Shm, &target.endpoint, false, buf.len() as u64, result.is_ok());
         result
     }
 

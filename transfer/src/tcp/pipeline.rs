@@ -13,6 +13,7 @@
 //! fails every item not yet read and drops the connection.
 
 use std::io;
+use std::sync::atomic::Ordering;
 
 use futures::future::join_all;
 use mooncake_segment::{MemoryError, SegmentId};
@@ -50,7 +51,7 @@ impl TcpTransport {
             items.iter_mut().enumerate().filter(|(i, _)| results[*i].is_none()).collect();
         let pool = self.pool(endpoint);
         let pipelines = sendable.chunks_mut(PIPELINE_ITEMS_MAX).map(|part| {
-            let lane = pool.next_lane.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % pool.lanes.len();
+            let lane = pool.next_lane.fetch_add(1, Ordering::Relaxed) % pool.lanes.len();
             let pool = &pool;
             async move {
                 let mut outcome: Vec<Option<ItemResult>> = part.iter().map(|_| None).collect();
@@ -124,7 +125,7 @@ impl TcpTransport {
         let mut headers = Vec::with_capacity(items.len() * REQUEST_HEADER_BYTES);
         let mut ids = Vec::with_capacity(items.len());
         for (_, item) in items.iter() {
-            let request_id = self.next_request_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
             let header = RequestHeader {
                 op: Op::Read,
                 request_id,

@@ -1,8 +1,8 @@
 //! Batched reads: [`TransferEngine::read_batch_checksummed`] reads many
 //! objects at once, each by the cheapest route. Same-host targets are copied
 //! over shared memory; small reads from one store node share a pipeline on
-//! one connection ([`TcpTransport::read_pipelined`]); reads larger than the
-//! split size keep the chunked, multi-lane path of a single read.
+//! one connection ([`TcpTransport::read_pipelined`]); every other read (larger
+//! than the split size, or out of range) takes the path of a single read.
 
 use std::collections::HashMap;
 
@@ -29,23 +29,16 @@ impl TransferEngine {
         let mut results: Vec<Option<Result<u32, TransferError>>> = items.iter().map(|_| None).collect();
         let split_bytes = self.tcp.config().split_bytes;
         let mut pipelined: HashMap<&str, Vec<(usize, ReadItem<'_>)>> = HashMap::new();
-        let mut large = Vec::new();
+        let mut singles = Vec::new();
         for (index, BatchRead { target, offset, buf }) in items.into_iter().enumerate() {
             if let Some(memory) = self.shm_route(target) {
-                let result = memory
-                    .read_at(offset, buf)
-                    .map(|()| mooncake_segment::checksum::crc32c(buf))
-                    .map_err(TransferError::from);
-                self.stats.record(TransportKind::Shm, &target.endpoint, false, buf.len() as u64, result.is_ok());
-                results[index] = Some(result);
-            } else if let Err(err) = check_target_range(target, offset, buf.len()) {
-                self.stats.record(TransportKind::Tcp, &target.endpoint, false, buf.len() as u64, false);
-                results[index] = Some(Err(err));
-            } else if buf.len() as u64 > split_bytes {
-                large.push((index, target, offset, buf));
-            } else {
+                results[index] = Some(self.read_shm_checksummed(&memory, target, offset, buf));
+            } else if buf.len() as u64 <= split_bytes && check_target_range(target, offset, buf.len()).is_ok() {
                 let item = ReadItem { segment: target.id, offset, buf };
                 pipelined.entry(target.endpoint.as_str()).or_default().push((index, item));
+            } else {
+                // Large (chunked over lanes) or refused before any byte moves.
+                singles.push((index, target, offset, buf));
             }
         }
         let pipelines = pipelined.into_iter().map(|(endpoint, batch)| async move {
@@ -56,7 +49,7 @@ impl TransferEngine {
             }
             indices.into_iter().zip(outcome).collect::<Vec<_>>()
         });
-        let singles = large.into_iter().map(|(index, target, offset, buf)| async move {
+        let singles = singles.into_iter().map(|(index, target, offset, buf)| async move {
             (index, self.read_checksummed(target, offset, buf).await)
         });
         let (pipelined, singles) = tokio::join!(join_all(pipelines), join_all(singles));
