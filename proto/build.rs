@@ -11,6 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
-    tonic_prost_build::configure().compile_protos(&protos, &["proto"])?;
+    // Every service decodes with StrictCodec: a malformed request is
+    // INVALID_ARGUMENT, not INTERNAL.
+    tonic_prost_build::configure().codec_path("crate::codec::StrictCodec").compile_protos(&protos, &["proto"])?;
     Ok(())
 }

@@ -210,10 +210,21 @@ impl MasterClient {
         Ok(Attempted { reply: check(r)?.responses, attempts })
     }
 
-    /// This one master's view of the cluster (no redirect, one attempt).
+    /// The leader's view of the cluster (following redirects).
+    pub async fn cluster_info(&self) -> Result<GetClusterInfoResponse, MasterError> {
+        let r = self
+            .call(|mut c| async move { c.get_cluster_info(GetClusterInfoRequest { local_view: false }).await })
+            .await?;
+        check(r)
+    }
+
+    /// This one master's own view of the cluster, leader or not (no
+    /// redirect, one attempt); `leader_view` says which it was.
     pub async fn cluster_info_of(&self, addr: &str) -> Result<GetClusterInfoResponse, MasterError> {
         let ch = self.channel(addr)?;
-        let call = async move { MasterServiceClient::new(ch).get_cluster_info(GetClusterInfoRequest {}).await };
+        let call = async move {
+            MasterServiceClient::new(ch).get_cluster_info(GetClusterInfoRequest { local_view: true }).await
+        };
         match tokio::time::timeout(self.config().rpc_timeout, call).await {
             Ok(Ok(r)) => check(Attempted::from(r.into_inner())),
             Ok(Err(s)) => Err(MasterError::Unavailable {

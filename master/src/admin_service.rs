@@ -115,23 +115,27 @@ impl AdminService for AdminServiceImpl {
             return Ok(Response::new(ListClientsResponse { status: Some(s), clients: vec![] }));
         }
         let now = std::time::Instant::now();
-        let clients = self.shared.reader.read(|st| {
+        let mut clients: Vec<ClientInfo> = self.shared.reader.read(|st| {
             st.clients()
                 .map(|c| {
                     let segs: Vec<_> = st.client_segments(c.id).collect();
-                    let heard = self.shared.leader.with(|t| t.last_heartbeat(c.id));
                     ClientInfo {
                         id: c.id.0,
                         registered_ms: c.registered_ms,
-                        last_heartbeat_ms_ago: heard
-                            .map(|h| now.saturating_duration_since(h).as_millis() as u64)
-                            .unwrap_or(0),
+                        last_heartbeat_ms_ago: 0,
                         segments: segs.iter().map(|s| s.spec.id.0).collect(),
                         segment_bytes: segs.iter().map(|s| s.capacity_bytes()).sum(),
                         used_bytes: segs.iter().map(|s| s.used_bytes()).sum(),
                     }
                 })
                 .collect()
+        });
+        // Heartbeats are soft state: read after the state read (lock order, leader.rs).
+        self.shared.leader.with(|t| {
+            for c in &mut clients {
+                let heard = t.last_heartbeat(mooncake_segment::ClientId(c.id));
+                c.last_heartbeat_ms_ago = now.saturating_duration_since(heard).as_millis() as u64;
+            }
         });
         Ok(Response::new(ListClientsResponse { status: Some(Status::ok()), clients }))
     }

@@ -1,7 +1,8 @@
 //! The client API (`MasterService`): object and segment metadata with
 //! Mooncake's semantics. Writes become proposed commands; reads run on the
 //! leader after a linearizable barrier, once per RPC (a batch RPC confirms
-//! leadership once for all its keys). Read leases are granted here.
+//! leadership once for all its keys). Object reads carry KV leases
+//! ([`Shared::read_leased`]); removals go through [`crate::removal`].
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_put_start, validate_segment};
-use mooncake_raft_store::{Command, MetaError, MetaState, RemoveReason, Response as SmResponse, VersionedKey};
+use mooncake_raft_store::{Command, MetaError, MetaState, ObjectVersion, Response as SmResponse};
 use mooncake_segment::{ClientId, SegmentId};
 use tonic::{Request, Response};
 
@@ -84,30 +85,58 @@ impl MasterServiceImpl {
 
     fn put_start_response(&self, r: Result<SmResponse, Status>) -> PutStartResponse {
         match r {
-            Ok(SmResponse::Placed { replicas, .. }) => self.shared.reader.read(|s| PutStartResponse {
-                status: Some(Status::ok()),
-                replicas: replicas.iter().map(|p| convert::replica_pb(s, p, ObjectStatus::Processing)).collect(),
-            }),
-            Ok(other) => {
-                if matches!(other, SmResponse::Err(MetaError::NoAvailableHandle(_))) {
-                    self.shared.evict_now.notify_one();
-                }
-                PutStartResponse { status: Some(status_of(&other)), replicas: vec![] }
+            Ok(SmResponse::Placed { version, replicas }) => {
+                let response = self.shared.reader.read(|s| PutStartResponse {
+                    status: Some(Status::ok()),
+                    replicas: replicas.iter().map(|p| convert::replica_pb(s, p, ObjectStatus::Processing)).collect(),
+                });
+                self.started(version);
+                response
             }
+            Ok(other) => PutStartResponse { status: Some(status_of(&other)), replicas: vec![] },
             Err(s) => PutStartResponse { status: Some(s), replicas: vec![] },
         }
     }
 
-    /// GetReplicaList of one key on the applied state; grants a lease.
+    /// The discard and release timeouts of a put count from its start as
+    /// this leader saw it.
+    fn started(&self, version: ObjectVersion) {
+        let now = self.shared.now();
+        self.shared.leader.with(|t| t.first_seen(version, now));
+    }
+
+    /// Proposes PutStarts; those that found no room run an eviction round
+    /// for what they need and are proposed again, with a growing round each
+    /// time, until they are placed or a round finds nothing left to evict.
+    async fn place(&self, cmds: Vec<Result<Command, Status>>) -> Result<Vec<Result<SmResponse, Status>>, Status> {
+        let mut results = self.write_many(cmds.clone()).await?;
+        for round in 0..EVICT_FOR_PUT_ROUNDS_MAX {
+            let full: Vec<usize> = (0..results.len()).filter(|i| no_room(&results[*i])).collect();
+            if full.is_empty() {
+                break;
+            }
+            let need: u64 = full.iter().filter_map(|i| cmds[*i].as_ref().ok()).map(bytes_asked).sum();
+            if self.shared.evictor.round(need.saturating_mul(1 << (2 * round))).await == 0 {
+                break; // nothing (more) is evictable: the answer stands
+            }
+            let again = self.write_many(full.iter().map(|i| cmds[*i].clone()).collect()).await?;
+            for (i, r) in full.into_iter().zip(again) {
+                results[i] = r;
+            }
+        }
+        Ok(results)
+    }
+
+    /// GetReplicaList of one key on the applied state (its KV lease was
+    /// granted before the read).
     fn replica_list(&self, s: &MetaState, key: &str) -> GetReplicaListResponse {
-        let lease_ttl_ms = self.shared.leader.lease_ttl().as_millis() as u64;
+        let lease_ttl_ms = self.shared.leader.kv_lease_ttl().as_millis() as u64;
         let status = match s.object(key) {
             None => Status::with(ErrorCode::ObjectNotFound, format!("object {key:?} not found")),
             Some(o) if o.status != ObjectStatus::Complete => {
                 Status::with(ErrorCode::ReplicaIsNotReady, format!("object {key:?} is still being written"))
             }
             Some(o) => {
-                self.shared.leader.grant_lease(key, self.shared.now());
                 return GetReplicaListResponse {
                     status: Some(Status::ok()),
                     replicas: o.replicas.iter().map(|r| convert::replica_pb(s, r, o.status)).collect(),
@@ -122,27 +151,53 @@ impl MasterServiceImpl {
 
     fn exist_key(&self, s: &MetaState, key: &str) -> ExistKeyResponse {
         let exists = s.object(key).is_some_and(|o| o.status == ObjectStatus::Complete);
-        if exists {
-            self.shared.leader.grant_lease(key, self.shared.now());
-        }
         ExistKeyResponse { status: Some(Status::ok()), exists }
     }
 
-    /// Edge check for Remove: the key is sane and, unless forced, not leased.
-    fn remove_cmd(&self, key: &str, force: bool, request_id: u64) -> Result<Command, Status> {
-        validate_key(key).map_err(invalid)?;
-        self.shared.require_leader()?;
-        // A key this leader does not know answers OBJECT_NOT_FOUND through the
-        // state machine, not OBJECT_HAS_LEASE from the post-election grace.
-        let known = self.shared.reader.read(|s| s.object(key).is_some());
-        if known && !force && self.shared.leader.is_leased(key, self.shared.now()) {
-            return Err(meta_status(&MetaError::ObjectHasLease(key.to_string())));
-        }
-        let remove = Command::Remove { key: key.to_string() };
-        Ok(match request_id {
-            0 => remove,
-            id => Command::Once { request_id: id, cmd: Box::new(remove) },
-        })
+    /// GetReplicaList of each key, leased; invalid keys answered without a lease.
+    async fn replica_lists(&self, keys: &[String]) -> Result<Vec<GetReplicaListResponse>, Status> {
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let answer = |s: &MetaState| -> Vec<GetReplicaListResponse> {
+            keys.iter()
+                .map(|k| match validate_key(k) {
+                    Ok(()) => self.replica_list(s, k),
+                    Err(e) => GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() },
+                })
+                .collect()
+        };
+        let is_ok = |r: &GetReplicaListResponse| r.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::Ok);
+        self.shared.read_leased(&names, answer, is_ok).await
+    }
+
+    /// ExistKey of each key, leased when it exists (as Mooncake's).
+    async fn exist_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let answer = |s: &MetaState| -> Vec<ExistKeyResponse> {
+            keys.iter()
+                .map(|k| match validate_key(k) {
+                    Ok(()) => self.exist_key(s, k),
+                    Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
+                })
+                .collect()
+        };
+        self.shared.read_leased(&names, answer, |r| r.exists).await
+    }
+}
+
+/// Eviction rounds one put (or batch) may run before NO_AVAILABLE_HANDLE:
+/// each frees 4x the previous round's target (need, 4 need, 16 need, 64
+/// need), and a round that finds nothing to evict ends the retries early.
+const EVICT_FOR_PUT_ROUNDS_MAX: u32 = 4;
+
+fn no_room(r: &Result<SmResponse, Status>) -> bool {
+    matches!(r, Ok(SmResponse::Err(MetaError::NoAvailableHandle(_))))
+}
+
+/// Bytes a PutStart asks for across its replicas.
+fn bytes_asked(cmd: &Command) -> u64 {
+    match cmd {
+        Command::PutStart(p) => p.size_bytes.saturating_mul(u64::from(p.replica_num)),
+        _ => 0,
     }
 }
 
@@ -164,8 +219,8 @@ impl MasterService for MasterServiceImpl {
         ok(PingResponse { status: Some(status), view_version: applied })
     }
 
-    async fn get_cluster_info(&self, _req: Request<GetClusterInfoRequest>) -> RpcResult<GetClusterInfoResponse> {
-        ok(crate::cluster_info::cluster_info(&self.shared).await)
+    async fn get_cluster_info(&self, req: Request<GetClusterInfoRequest>) -> RpcResult<GetClusterInfoResponse> {
+        ok(crate::cluster_info::cluster_info(&self.shared, req.into_inner().local_view).await)
     }
 
     async fn mount_segment(&self, req: Request<MountSegmentRequest>) -> RpcResult<MountSegmentResponse> {
@@ -206,8 +261,8 @@ impl MasterService for MasterServiceImpl {
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
         let r = req.into_inner();
-        let resp = match Self::put_start_cmd(&r) {
-            Ok(cmd) => self.shared.proposer.propose(cmd).await,
+        let resp = match self.place(vec![Self::put_start_cmd(&r)]).await {
+            Ok(mut results) => results.pop().unwrap_or_else(|| Err(internal("missing PutStart answer"))),
             Err(s) => Err(s),
         };
         ok(self.put_start_response(resp))
@@ -232,12 +287,13 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
-        let r = req.into_inner();
-        if let Err(e) = validate_key(&r.key) {
+        let key = req.into_inner().key;
+        if let Err(e) = validate_key(&key) {
             return ok(GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() });
         }
-        match self.shared.read(|s| self.replica_list(s, &r.key)).await {
-            Ok(v) => ok(v),
+        match self.replica_lists(std::slice::from_ref(&key)).await.map(|mut v| v.pop()) {
+            Ok(Some(v)) => ok(v),
+            Ok(None) => ok(GetReplicaListResponse { status: Some(internal("no answer")), ..Default::default() }),
             Err(s) => ok(GetReplicaListResponse { status: Some(s), ..Default::default() }),
         }
     }
@@ -247,8 +303,9 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = validate_key(&key) {
             return ok(ExistKeyResponse { status: Some(invalid(e)), exists: false });
         }
-        match self.shared.read(|s| self.exist_key(s, &key)).await {
-            Ok(v) => ok(v),
+        match self.exist_keys(std::slice::from_ref(&key)).await.map(|mut v| v.pop()) {
+            Ok(Some(v)) => ok(v),
+            Ok(None) => ok(ExistKeyResponse { status: Some(internal("no answer")), exists: false }),
             Err(s) => ok(ExistKeyResponse { status: Some(s), exists: false }),
         }
     }
@@ -273,37 +330,19 @@ impl MasterService for MasterServiceImpl {
 
     async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
         let r = req.into_inner();
-        let status = match self.remove_cmd(&r.key, r.force, r.request_id) {
-            Ok(cmd) => self.write(cmd).await,
-            Err(s) => s,
-        };
-        ok(RemoveResponse { status: Some(status) })
+        if let Err(e) = validate_key(&r.key) {
+            return ok(RemoveResponse { status: Some(invalid(e)) });
+        }
+        let mut statuses = crate::removal::remove_keys(&self.shared, &[r.key], &[r.request_id], r.force).await;
+        ok(RemoveResponse { status: statuses.pop() })
     }
 
     async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
         let force = req.into_inner().force;
-        let now = self.shared.now();
-        let victims = self.shared.read(|s| {
-            s.objects()
-                .filter(|o| o.status == ObjectStatus::Complete)
-                .filter(|o| force || !self.shared.leader.is_leased(&o.key, now))
-                .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
-                .collect::<Vec<VersionedKey>>()
-        });
-        let victims = match victims.await {
-            Ok(v) => v,
-            Err(s) => return ok(RemoveAllResponse { status: Some(s), removed: 0 }),
-        };
-        let mut removed = 0;
-        for chunk in victims.chunks(mooncake_raft_store::state::BATCH_MAX) {
-            let cmd = Command::RemoveObjects { victims: chunk.to_vec(), reason: RemoveReason::RemoveAll };
-            match self.shared.proposer.propose(cmd).await {
-                Ok(SmResponse::Removed { count }) => removed += count,
-                Ok(other) => return ok(RemoveAllResponse { status: Some(status_of(&other)), removed }),
-                Err(s) => return ok(RemoveAllResponse { status: Some(s), removed }),
-            }
+        match crate::removal::remove_all(&self.shared, force).await {
+            Ok(removed) => ok(RemoveAllResponse { status: Some(Status::ok()), removed }),
+            Err(s) => ok(RemoveAllResponse { status: Some(s), removed: 0 }),
         }
-        ok(RemoveAllResponse { status: Some(Status::ok()), removed })
     }
 
     async fn list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
@@ -327,7 +366,7 @@ impl MasterService for MasterServiceImpl {
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutStartResponse { status: Some(too_many(reqs.len())), responses: vec![] });
         }
-        match self.write_many(reqs.iter().map(Self::put_start_cmd).collect()).await {
+        match self.place(reqs.iter().map(Self::put_start_cmd).collect()).await {
             Ok(results) => ok(BatchPutStartResponse {
                 status: Some(Status::ok()),
                 responses: results.into_iter().map(|r| self.put_start_response(r)).collect(),
@@ -386,15 +425,7 @@ impl MasterService for MasterServiceImpl {
         if keys.len() > BATCH_RPC_MAX {
             return ok(BatchGetReplicaListResponse { status: Some(too_many(keys.len())), responses: vec![] });
         }
-        let responses = self.shared.read(|s| {
-            keys.iter()
-                .map(|k| match validate_key(k) {
-                    Ok(()) => self.replica_list(s, k),
-                    Err(e) => GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() },
-                })
-                .collect()
-        });
-        match responses.await {
+        match self.replica_lists(&keys).await {
             Ok(responses) => ok(BatchGetReplicaListResponse { status: Some(Status::ok()), responses }),
             Err(s) => ok(BatchGetReplicaListResponse { status: Some(s), responses: vec![] }),
         }
@@ -405,15 +436,7 @@ impl MasterService for MasterServiceImpl {
         if keys.len() > BATCH_RPC_MAX {
             return ok(BatchExistKeyResponse { status: Some(too_many(keys.len())), responses: vec![] });
         }
-        let responses = self.shared.read(|s| {
-            keys.iter()
-                .map(|k| match validate_key(k) {
-                    Ok(()) => self.exist_key(s, k),
-                    Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
-                })
-                .collect()
-        });
-        match responses.await {
+        match self.exist_keys(&keys).await {
             Ok(responses) => ok(BatchExistKeyResponse { status: Some(Status::ok()), responses }),
             Err(s) => ok(BatchExistKeyResponse { status: Some(s), responses: vec![] }),
         }
@@ -424,19 +447,20 @@ impl MasterService for MasterServiceImpl {
         if r.keys.len() > BATCH_RPC_MAX {
             return ok(BatchRemoveResponse { status: Some(too_many(r.keys.len())), responses: vec![] });
         }
-        let items = r
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| self.remove_cmd(k, r.force, r.request_ids.get(i).copied().unwrap_or(0)))
-            .collect();
-        match self.write_many(items).await {
-            Ok(results) => ok(BatchRemoveResponse {
-                status: Some(Status::ok()),
-                responses: results.into_iter().map(|r| RemoveResponse { status: Some(result_status(r)) }).collect(),
-            }),
-            Err(s) => ok(BatchRemoveResponse { status: Some(s), responses: vec![] }),
+        // Invalid keys are answered here; the others go through one removal.
+        let mut out: Vec<Option<Status>> = r.keys.iter().map(|k| validate_key(k).err().map(invalid)).collect();
+        let valid: Vec<usize> = (0..r.keys.len()).filter(|i| out[*i].is_none()).collect();
+        let keys: Vec<String> = valid.iter().map(|i| r.keys[*i].clone()).collect();
+        let ids: Vec<u64> = valid.iter().map(|i| r.request_ids.get(*i).copied().unwrap_or(0)).collect();
+        let statuses = crate::removal::remove_keys(&self.shared, &keys, &ids, r.force).await;
+        for (i, s) in valid.into_iter().zip(statuses) {
+            out[i] = Some(s);
         }
+        let responses = out
+            .into_iter()
+            .map(|s| RemoveResponse { status: Some(s.unwrap_or_else(|| internal("no answer"))) })
+            .collect();
+        ok(BatchRemoveResponse { status: Some(Status::ok()), responses })
     }
 }
 

@@ -1,6 +1,8 @@
 //! This master's view of the cluster: Raft role and progress, members, and a
-//! summary of the applied state. Served by every master without a barrier;
-//! it is a status view, not a linearizable read.
+//! summary of the applied state. The leader answers it (without a barrier:
+//! a status view, not a linearizable read); a follower redirects with
+//! NOT_LEADER unless asked for its `local_view`, which is labelled as such
+//! (`leader_view` false).
 
 use mooncake_proto::Status;
 use mooncake_proto::master::{GetClusterInfoResponse, Member, SegmentUsage};
@@ -9,7 +11,11 @@ use openraft::ServerState;
 use crate::convert;
 use crate::shared::Shared;
 
-pub async fn cluster_info(shared: &Shared) -> GetClusterInfoResponse {
+pub async fn cluster_info(shared: &Shared, local_view: bool) -> GetClusterInfoResponse {
+    let leads = shared.require_leader().is_ok();
+    if !leads && !local_view {
+        return GetClusterInfoResponse { status: Some(shared.not_leader()), ..Default::default() };
+    }
     let m = shared.raft.metrics().borrow().clone();
     let committed = shared.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten().unwrap_or(0);
     let membership = m.membership_config.membership();
@@ -58,6 +64,7 @@ pub async fn cluster_info(shared: &Shared) -> GetClusterInfoResponse {
         ..Default::default()
     });
     info.status = Some(Status::ok());
+    info.leader_view = leads;
     info.node_id = m.id;
     info.leader_id = m.current_leader.unwrap_or(0);
     info.leader_addr = leader_addr;

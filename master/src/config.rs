@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Read lease granted by GetReplicaList/ExistKey (Mooncake default 5000 ms).
-pub const DEFAULT_KV_LEASE_TTL_MS: u64 = 5_000;
+/// KV lease granted by GetReplicaList/ExistKey (Mooncake 0.3.13: 10000 ms).
+pub const DEFAULT_KV_LEASE_TTL_MS: u64 = 10_000;
 pub const DEFAULT_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.9;
-pub const DEFAULT_EVICTION_RATIO: f64 = 0.2;
+/// Share of used bytes one eviction round frees (Mooncake 0.3.13: 0.05).
+pub const DEFAULT_EVICTION_RATIO: f64 = 0.05;
 pub const DEFAULT_CLIENT_TTL_SEC: u64 = 10;
 pub const DEFAULT_PUT_START_DISCARD_TIMEOUT_SEC: u64 = 30;
 pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
@@ -17,10 +18,10 @@ pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
 /// does not start an election.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 40;
 /// Election timeout range. openraft makes a follower that knew a leader
-/// wait `max` (the leader lease) plus a random timeout in `min..max` after
+/// wait `max` (openraft's vote lease) plus a random timeout in `min..max` after
 /// the last heartbeat before it campaigns, so a dead leader is replaced
 /// after 360–480 ms plus one vote round (`mooncake bench failover`: median
-/// ≈ 0.45 s end to end). The default read lease is a third of `max`.
+/// ≈ 0.45 s end to end). The default leader lease is a third of `max`.
 pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 120;
 pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 240;
 /// Build a snapshot (and allow log purge) after this many applied entries.
@@ -58,7 +59,8 @@ pub struct MasterConfig {
     /// HTTP address for /health, /ready, /leader and /metrics.
     #[arg(long)]
     pub http: Option<SocketAddr>,
-    /// Read lease in milliseconds (Mooncake: default_kv_lease_ttl).
+    /// KV lease in milliseconds: how long an object read (GetReplicaList,
+    /// ExistKey) is protected from Remove, RemoveAll and eviction.
     #[arg(long = "default_kv_lease_ttl", default_value_t = DEFAULT_KV_LEASE_TTL_MS)]
     pub default_kv_lease_ttl_ms: u64,
     /// Usage ratio of all segments above which eviction starts.
@@ -83,13 +85,13 @@ pub struct MasterConfig {
     pub election_timeout_min_ms: u64,
     #[arg(long = "election-timeout-max-ms", default_value_t = DEFAULT_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
-    /// Read lease: how long after a majority of the other masters
+    /// Leader lease: how long after a majority of the other masters
     /// acknowledged a heartbeat the leader answers reads without a new
     /// quorum round. Default: a third of --election-timeout-max-ms (followers
     /// refuse other candidates for that whole timeout); at most half of it;
     /// 0 = a quorum round for every batch of reads.
-    #[arg(long = "read-lease-ms")]
-    pub read_lease_ms: Option<u64>,
+    #[arg(long = "leader-lease-ms", alias = "read-lease-ms")]
+    pub leader_lease_ms: Option<u64>,
     /// Applied entries between snapshots.
     #[arg(long = "snapshot-logs", default_value_t = DEFAULT_SNAPSHOT_LOGS)]
     pub snapshot_logs: u64,
@@ -174,11 +176,11 @@ impl MasterConfig {
                 self.heartbeat_interval_ms, self.election_timeout_min_ms, self.election_timeout_max_ms
             ));
         }
-        if let Some(ms) = self.read_lease_ms
+        if let Some(ms) = self.leader_lease_ms
             && ms * 2 > self.election_timeout_max_ms
         {
             return Err(format!(
-                "--read-lease-ms {ms} must be at most half of --election-timeout-max-ms ({} ms), the time followers \
+                "--leader-lease-ms {ms} must be at most half of --election-timeout-max-ms ({} ms), the time followers \
                  refuse other candidates; lower it or use 0 to disable lease reads",
                 self.election_timeout_max_ms
             ));
@@ -205,9 +207,9 @@ impl MasterConfig {
     }
 
     /// The openraft configuration these flags describe.
-    /// The read lease window, `None` when lease reads are off.
-    pub fn read_lease(&self) -> Option<std::time::Duration> {
-        match self.read_lease_ms.unwrap_or(self.election_timeout_max_ms / 3) {
+    /// The leader lease window, `None` when lease reads are off.
+    pub fn leader_lease(&self) -> Option<std::time::Duration> {
+        match self.leader_lease_ms.unwrap_or(self.election_timeout_max_ms / 3) {
             0 => None,
             ms => Some(std::time::Duration::from_millis(ms)),
         }
@@ -242,21 +244,25 @@ mod tests {
     #[test]
     fn defaults_match_mooncake() {
         let cfg = parse(&["--id", "1", "--data-dir", "/tmp/x", "--initial-cluster", "1=127.0.0.1:1"]).unwrap();
-        assert_eq!(cfg.default_kv_lease_ttl_ms, 5000);
+        assert_eq!(cfg.default_kv_lease_ttl_ms, 10_000);
         assert_eq!(cfg.eviction_high_watermark_ratio, 0.9);
-        assert_eq!(cfg.eviction_ratio, 0.2);
+        assert_eq!(cfg.eviction_ratio, 0.05);
         assert_eq!(cfg.client_ttl_sec, 10);
         assert_eq!(cfg.put_start_discard_timeout_sec, 30);
         assert_eq!(cfg.put_start_release_timeout_sec, 600);
-        assert_eq!(cfg.read_lease(), Some(std::time::Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MAX_MS / 3)));
+        assert_eq!(cfg.leader_lease(), Some(std::time::Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MAX_MS / 3)));
     }
 
     #[test]
-    fn read_lease_zero_turns_lease_reads_off() {
+    fn leader_lease_zero_turns_lease_reads_off() {
         let base = ["--id", "1", "--data-dir", "/tmp/x", "--initial-cluster", "1=127.0.0.1:1"];
         let mut args = base.to_vec();
+        args.extend(["--leader-lease-ms", "0"]);
+        assert_eq!(parse(&args).unwrap().leader_lease(), None);
+        // The flag's earlier name still works.
+        let mut args = base.to_vec();
         args.extend(["--read-lease-ms", "0"]);
-        assert_eq!(parse(&args).unwrap().read_lease(), None);
+        assert_eq!(parse(&args).unwrap().leader_lease(), None);
     }
 
     #[test]
@@ -268,7 +274,7 @@ mod tests {
             (vec!["--eviction_ratio", "0"], "eviction_ratio 0"),
             (vec!["--election-timeout-min-ms", "50"], "election-timeout-min (50 ms)"),
             (vec!["--put_start_release_timeout_sec", "5"], "release_timeout_sec 5"),
-            (vec!["--read-lease-ms", "200"], "--read-lease-ms 200 must be at most half"),
+            (vec!["--leader-lease-ms", "200"], "--leader-lease-ms 200 must be at most half"),
         ] {
             let mut args = base.to_vec();
             args.extend(extra);

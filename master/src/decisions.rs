@@ -1,7 +1,9 @@
-//! Leader decisions as pure functions of the replicated state and the
-//! leader's soft state: which clients expire, which objects to evict, which
-//! abandoned puts to discard or release. No I/O here; the workers turn the
-//! answers into proposed commands.
+//! Leader decisions as pure functions: which clients expire, which objects
+//! to evict, which abandoned puts to discard or release. Their inputs are
+//! lists taken from the replicated state (under its read lock) and the
+//! leader's soft state (under its own lock, after the state read — see the
+//! lock order in `leader.rs`). No I/O here; the workers turn the answers into
+//! proposed commands.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +11,7 @@ use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{MetaState, ObjectVersion, Pin, VersionedKey};
 use mooncake_segment::ClientId;
 
+use crate::kv_lease::KeyHash;
 use crate::leader::TermState;
 
 /// Eviction knobs.
@@ -16,91 +19,110 @@ use crate::leader::TermState;
 pub struct EvictionPolicy {
     pub high_watermark_ratio: f64,
     pub eviction_ratio: f64,
-    pub lease_ttl: Duration,
+    pub kv_lease_ttl: Duration,
 }
 
-/// Clients not heard from for longer than `ttl`.
-pub fn expired_clients(state: &MetaState, term: &TermState, now: Instant, ttl: Duration) -> Vec<ClientId> {
-    state.clients().filter(|c| now.saturating_duration_since(term.last_heartbeat(c.id)) > ttl).map(|c| c.id).collect()
+/// Clients (of `clients`) not heard from for longer than `ttl`.
+pub fn expired_clients(clients: &[ClientId], term: &TermState, now: Instant, ttl: Duration) -> Vec<ClientId> {
+    clients.iter().copied().filter(|c| now.saturating_duration_since(term.last_heartbeat(*c)) > ttl).collect()
 }
 
-/// Whether usage is above the high watermark.
-pub fn over_watermark(state: &MetaState, policy: &EvictionPolicy) -> bool {
-    let capacity = state.capacity_bytes();
-    capacity > 0 && state.used_bytes() as f64 > capacity as f64 * policy.high_watermark_ratio
+/// An object that may be evicted, as read from the state.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub object: VersionedKey,
+    pub hash: KeyHash,
+    pub pin: Pin,
+    pub completed_ms: u64,
+    /// Bytes freed by evicting it (all replicas).
+    pub bytes: u64,
 }
 
-/// Objects to evict so that about `eviction_ratio` of the used bytes are
-/// freed: complete objects whose lease has expired, never hard-pinned;
-/// unpinned before soft-pinned; least recently read (or, unread by this
-/// leader, oldest completed) first.
-pub fn eviction_victims(
-    state: &MetaState,
-    term: &TermState,
-    now: Instant,
-    policy: &EvictionPolicy,
-) -> Vec<VersionedKey> {
-    if !over_watermark(state, policy) {
-        return Vec::new();
-    }
-    let target = (state.used_bytes() as f64 * policy.eviction_ratio).ceil() as u64;
-    let mut candidates: Vec<_> = state
+/// How many bytes a round must free: above the high watermark, enough to get
+/// back under it and at least `eviction_ratio` of the used bytes; and at
+/// least `need_bytes` (a put that found no room).
+pub fn eviction_target(used: u64, capacity: u64, policy: &EvictionPolicy, need_bytes: u64) -> u64 {
+    let watermark = (capacity as f64 * policy.high_watermark_ratio) as u64;
+    let over = if capacity > 0 && used > watermark {
+        (used - watermark).max((used as f64 * policy.eviction_ratio).ceil() as u64)
+    } else {
+        0
+    };
+    over.max(need_bytes)
+}
+
+/// Complete objects that are not hard-pinned: everything eviction may
+/// consider, before leases are known. Taken under the state's read lock.
+pub fn eviction_candidates(state: &MetaState) -> Vec<Candidate> {
+    state
         .objects()
         .filter(|o| o.status == ObjectStatus::Complete && o.pin != Pin::Hard)
-        .filter(|o| !term.is_leased(&o.key, now, policy.lease_ttl))
-        .map(|o| {
-            // Objects this leader saw read sort after those it never saw read.
-            let rank = (o.pin == Pin::Soft, term.last_access(&o.key), o.completed_ms.unwrap_or(o.created_ms));
-            (rank, o)
+        .map(|o| Candidate {
+            object: VersionedKey { key: o.key.clone(), version: o.version },
+            hash: KeyHash::of(&o.key),
+            pin: o.pin,
+            completed_ms: o.completed_ms.unwrap_or(o.created_ms),
+            bytes: o.replicas.iter().map(|r| r.range.len).sum(),
         })
-        .collect();
-    candidates.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        .collect()
+}
+
+/// The candidates to evict to free about `target` bytes: neither leased nor
+/// being removed; unpinned before soft-pinned; never read (by this leader,
+/// within the access horizon) before least recently read; oldest first.
+pub fn choose_victims(
+    mut candidates: Vec<Candidate>,
+    term: &TermState,
+    now: Instant,
+    ttl: Duration,
+    target: u64,
+) -> Vec<Candidate> {
+    if target == 0 {
+        return Vec::new();
+    }
+    candidates.retain(|c| !term.is_kv_leased(c.hash, now, ttl) && !term.kv.is_fenced(c.hash));
+    candidates.sort_by(|a, b| {
+        let rank = |c: &Candidate| (c.pin == Pin::Soft, term.kv.last_read(c.hash, ttl), c.completed_ms);
+        rank(a).cmp(&rank(b)).then_with(|| a.object.key.cmp(&b.object.key))
+    });
     let mut freed = 0u64;
     let mut victims = Vec::new();
-    for (_, o) in candidates {
+    for c in candidates {
         if freed >= target {
             break;
         }
-        freed += o.replicas.iter().map(|r| r.range.len).sum::<u64>();
-        victims.push(VersionedKey { key: o.key.clone(), version: o.version });
+        freed += c.bytes;
+        victims.push(c);
     }
     victims
 }
 
-/// Unfinished puts older than `discard_after` (as seen by this leader).
+/// Unfinished puts (of `unfinished`) started longer than `discard_after` ago.
 pub fn puts_to_discard(
-    state: &MetaState,
+    unfinished: &[VersionedKey],
     term: &mut TermState,
     now: Instant,
     discard_after: Duration,
 ) -> Vec<VersionedKey> {
-    let mut out = Vec::new();
-    for o in state.objects().filter(|o| o.status == ObjectStatus::Processing) {
-        if now.saturating_duration_since(term.first_seen(o.version, now)) > discard_after {
-            out.push(VersionedKey { key: o.key.clone(), version: o.version });
-        }
-    }
-    out
+    unfinished
+        .iter()
+        .filter(|v| now.saturating_duration_since(term.first_seen(v.version, now)) > discard_after)
+        .cloned()
+        .collect()
 }
 
-/// Discarded puts whose writer can no longer be writing (`release_after`).
+/// Discarded puts (of `discarded`) started longer than `release_after` ago:
+/// their writer can no longer be writing. Counted from the put's start (as
+/// Mooncake does), not from the discard.
 pub fn discards_to_release(
-    state: &MetaState,
+    discarded: &[ObjectVersion],
     term: &mut TermState,
     now: Instant,
     release_after: Duration,
 ) -> Vec<ObjectVersion> {
-    let mut out = Vec::new();
-    for d in state.discarded() {
-        // A discarded put keeps its version; offset the key so the discard
-        // clock starts when the leader sees it discarded, not when it was put.
-        let seen = term.first_seen(ObjectVersion(d.version.0 | DISCARDED_BIT), now);
-        if now.saturating_duration_since(seen) > release_after {
-            out.push(d.version);
-        }
-    }
-    out
+    discarded
+        .iter()
+        .copied()
+        .filter(|v| now.saturating_duration_since(term.first_seen(*v, now)) > release_after)
+        .collect()
 }
-
-/// Marks the "discarded" condition of a version in the first-seen map.
-pub const DISCARDED_BIT: u64 = 1 << 63;

@@ -69,5 +69,7 @@ async fn refresh_gauges(s: &Shared) {
         let held: u64 = st.discarded().flat_map(|d| d.replicas.iter()).map(|r| r.range.len).sum();
         g.discarded_bytes.set(held as i64);
     });
-    g.leases.set(s.leader.with(|t| t.lease_count()).unwrap_or(0) as i64);
+    let now = std::time::Instant::now();
+    g.kv_leases.set(s.leader.with(|t| t.kv.lease_count(now)).unwrap_or(0) as i64);
+    g.kv_fences.set(s.leader.with(|t| t.kv.fence_count()).unwrap_or(0) as i64);
 }

@@ -1,24 +1,33 @@
-//! Leader-local soft state: read leases, client heartbeats, access recency,
-//! and when this leader first saw each unfinished or discarded put. None of it
-//! is replicated. A new leader starts empty and is conservative instead: for
-//! one lease TTL after its election every object counts as leased, and every
-//! known client counts as seen at the election.
+//! Leader-local soft state: KV leases and removal fences ([`KvLeases`]),
+//! client heartbeats, and when this leader first saw each unfinished or
+//! discarded put. None of it is replicated. A new leader starts empty and is
+//! conservative instead: for one KV-lease TTL after its election every object
+//! counts as leased, and every known client counts as seen at the election.
+//!
+//! **Lock order.** The soft state is one mutex, and it is never locked while
+//! the applied state is being read: callers read the state (`StateReader`),
+//! let go of it, and only then act on the soft state ("compute under the
+//! read, act after"). Apply takes the state's write lock, and a waiting
+//! writer blocks new readers, so a soft-state lock taken inside a state read
+//! could deadlock with a duty holding the soft state and waiting to read.
+//! [`LeaderState`] asserts the rule on every lock, so a violation fails the
+//! tests at once instead of hanging one run in a thousand.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mooncake_raft_store::ObjectVersion;
 use mooncake_segment::ClientId;
 
+use crate::kv_lease::{FenceWait, KeyHash, KvLeases};
+
 /// Soft state of one leadership term.
-#[derive(Debug)]
 pub struct TermState {
     pub term: u64,
     pub elected_at: Instant,
-    leases: HashMap<String, Instant>,
+    pub kv: KvLeases,
     heartbeats: HashMap<ClientId, Instant>,
-    access: HashMap<String, Instant>,
     first_seen: HashMap<ObjectVersion, Instant>,
 }
 
@@ -27,16 +36,17 @@ impl TermState {
         TermState {
             term,
             elected_at: now,
-            leases: HashMap::new(),
+            kv: KvLeases::default(),
             heartbeats: HashMap::new(),
-            access: HashMap::new(),
             first_seen: HashMap::new(),
         }
     }
 
-    /// Whether `key` may have a reader in flight at `now`.
-    pub fn is_leased(&self, key: &str, now: Instant, lease_ttl: Duration) -> bool {
-        now < self.elected_at + lease_ttl || self.leases.get(key).is_some_and(|exp| now < *exp)
+    /// Whether a reader may hold a KV lease on `key` at `now`: one this
+    /// leader granted, or — within one TTL of its election — one an earlier
+    /// leader may have granted.
+    pub fn is_kv_leased(&self, key: KeyHash, now: Instant, ttl: Duration) -> bool {
+        now < self.elected_at + ttl || self.kv.is_leased(key, now)
     }
 
     /// When `client` was last heard from (the election counts as a heartbeat).
@@ -44,46 +54,55 @@ impl TermState {
         self.heartbeats.get(&client).copied().unwrap_or(self.elected_at).max(self.elected_at)
     }
 
-    /// Last read of `key` seen by this leader, if any.
-    pub fn last_access(&self, key: &str) -> Option<Instant> {
-        self.access.get(key).copied()
-    }
-
-    /// When this leader first saw `version` in its current condition; records `now` on first call.
+    /// When this leader first saw the put `version` (its PutStart, or — for
+    /// a put an earlier leader started — the first time it looked); records
+    /// `now` on first call. Discard and release timeouts both count from here.
     pub fn first_seen(&mut self, version: ObjectVersion, now: Instant) -> Instant {
         *self.first_seen.entry(version).or_insert(now)
     }
 
-    /// Read leases currently recorded (some may have expired since the last prune).
-    pub fn lease_count(&self) -> usize {
-        self.leases.len()
-    }
-
-    /// Drops entries that can no longer matter: expired leases, first-seen
-    /// times of versions that are gone, access times of keys that are gone.
-    pub fn prune(&mut self, now: Instant, live: impl Fn(ObjectVersion) -> bool, live_key: impl Fn(&str) -> bool) {
-        self.leases.retain(|_, exp| *exp > now);
-        self.first_seen.retain(|v, _| live(*v));
-        self.access.retain(|k, _| live_key(k));
+    /// Drops what can no longer matter: start times of puts that are neither
+    /// unfinished nor discarded any more, and reads older than the horizon.
+    pub fn prune(&mut self, now: Instant, unfinished_or_discarded: &HashSet<ObjectVersion>) {
+        self.first_seen.retain(|v, _| unfinished_or_discarded.contains(v));
+        self.kv.prune(now);
     }
 }
 
+/// Why readers could not be admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AdmitError {
+    /// This master does not lead (any more).
+    NotLeading,
+    /// Removals of these keys kept fencing them for the whole wait.
+    Fenced,
+}
+
+/// How long a read waits for removals of its keys to finish before it gives
+/// up with UNAVAILABLE. A removal fences for one commit (milliseconds); this
+/// only bounds a read against a stream of removals of the same key.
+pub const FENCE_WAIT_MAX: Duration = Duration::from_secs(5);
+
 /// The soft state of the current term, if this master leads.
 pub struct LeaderState {
-    lease_ttl: Duration,
+    kv_lease_ttl: Duration,
     inner: Mutex<Option<TermState>>,
 }
 
 impl LeaderState {
-    pub fn new(lease_ttl: Duration) -> Self {
-        LeaderState { lease_ttl, inner: Mutex::new(None) }
+    pub fn new(kv_lease_ttl: Duration) -> Self {
+        LeaderState { kv_lease_ttl, inner: Mutex::new(None) }
     }
 
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease_ttl
+    pub fn kv_lease_ttl(&self) -> Duration {
+        self.kv_lease_ttl
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<TermState>> {
+        assert!(
+            !mooncake_raft_store::in_state_read(),
+            "lock order violated: the leader's soft state was locked inside a state read (see master/src/leader.rs)"
+        );
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -105,27 +124,119 @@ impl LeaderState {
         self.lock().as_mut().map(f)
     }
 
-    /// Grants or extends the read lease on `key` and records the access.
-    pub fn grant_lease(&self, key: &str, now: Instant) {
-        let ttl = self.lease_ttl;
-        self.with(|t| {
-            t.leases.insert(key.to_string(), now + ttl);
-            t.access.insert(key.to_string(), now);
-        });
-    }
-
-    /// Whether `key` is (or may be) leased. Not leading counts as leased: a
-    /// master that is not sure must not free what a reader may hold.
-    pub fn is_leased(&self, key: &str, now: Instant) -> bool {
-        let ttl = self.lease_ttl;
-        self.with(|t| t.is_leased(key, now, ttl)).unwrap_or(true)
-    }
-
     /// Records a client heartbeat.
     pub fn heartbeat(&self, client: ClientId, now: Instant) {
         self.with(|t| {
             t.heartbeats.insert(client, now);
         });
+    }
+
+    /// Leases `keys` to a reader about to read them, waiting while removals
+    /// of any of them are in flight. Called *before* the linearizable read,
+    /// so the read sees every removal that fenced first.
+    pub async fn admit_readers(&self, keys: &[KeyHash]) -> Result<(), AdmitError> {
+        let ttl = self.kv_lease_ttl;
+        let deadline = tokio::time::Instant::now() + FENCE_WAIT_MAX;
+        loop {
+            let wait: FenceWait = match self.with(|t| t.kv.admit_readers(keys, Instant::now(), ttl)) {
+                None => return Err(AdmitError::NotLeading),
+                Some(Ok(())) => return Ok(()),
+                Some(Err(wait)) => wait,
+            };
+            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                return Err(AdmitError::Fenced);
+            }
+        }
+    }
+
+    /// Fences the keys of a removal. Unless `force`, a key that may be
+    /// leased is refused instead (its index is in the answer's `refused`).
+    /// `None` when not leading. The fences lift when the guard is finished
+    /// or dropped.
+    pub fn fence_removals(self: &Arc<Self>, keys: &[KeyHash], force: bool) -> Option<Fenced> {
+        let now = Instant::now();
+        let ttl = self.kv_lease_ttl;
+        let (term, refused) = self.with(|t| {
+            let refused: Vec<bool> = keys
+                .iter()
+                .map(|k| {
+                    let leased = !force && t.is_kv_leased(*k, now, ttl);
+                    if !leased {
+                        t.kv.fence(*k);
+                    }
+                    leased
+                })
+                .collect();
+            (t.term, refused)
+        })?;
+        let fenced = keys.iter().zip(&refused).filter(|(_, r)| !**r).map(|(k, _)| *k).collect();
+        Some(Fenced { guard: FenceGuard { leader: self.clone(), term, keys: fenced, lifted: false }, refused })
+    }
+
+    /// Fences `keys` chosen under one hold of the lock (eviction victims:
+    /// picked as unleased and fenced in the same [`LeaderState::with`]);
+    /// the guard lifts them.
+    pub fn fenced_by(self: &Arc<Self>, term: u64, keys: Vec<KeyHash>) -> FenceGuard {
+        FenceGuard { leader: self.clone(), term, keys, lifted: false }
+    }
+}
+
+/// The answer of [`LeaderState::fence_removals`].
+pub struct Fenced {
+    pub guard: FenceGuard,
+    /// Per key asked: refused because a reader may hold its lease.
+    pub refused: Vec<bool>,
+}
+
+/// Keys fenced for one removal. Lift it with [`FenceGuard::lift`] once the
+/// removal was applied or failed; dropping it lifts too (nothing removed).
+/// Must outlive the proposal: a removal that commits after its fence lifted
+/// could free an object a reader was just admitted to.
+pub struct FenceGuard {
+    leader: Arc<LeaderState>,
+    term: u64,
+    keys: Vec<KeyHash>,
+    lifted: bool,
+}
+
+impl FenceGuard {
+    /// The fenced keys, in the order given.
+    pub fn keys(&self) -> &[KeyHash] {
+        &self.keys
+    }
+
+    /// Lifts every fence; `removed(i)` says whether key `i` is now gone.
+    pub fn lift(mut self, removed: impl Fn(usize) -> bool) {
+        self.lift_all(removed);
+    }
+
+    /// Leaves the fences up until this term ends: for a removal whose
+    /// outcome is unknown (it may still commit under the next leader).
+    pub fn keep_for_the_term(mut self) {
+        self.lifted = true;
+    }
+
+    fn lift_all(&mut self, removed: impl Fn(usize) -> bool) {
+        if self.lifted {
+            return;
+        }
+        self.lifted = true;
+        let (term, keys) = (self.term, std::mem::take(&mut self.keys));
+        // Another term's soft state never held these fences (and waking its
+        // readers happened when this term's state was dropped).
+        self.leader.with(|t| {
+            if t.term == term {
+                for (i, k) in keys.iter().enumerate() {
+                    t.kv.lift(*k, removed(i));
+                }
+            }
+        });
+    }
+}
+
+impl Drop for FenceGuard {
+    fn drop(&mut self) {
+        self.lift_all(|_| false);
     }
 }
 
@@ -135,17 +246,19 @@ mod tests {
 
     const TTL: Duration = Duration::from_millis(100);
 
+    fn k(s: &str) -> KeyHash {
+        KeyHash::of(s)
+    }
+
     #[test]
     fn a_new_leader_treats_everything_as_leased_for_one_ttl() {
         let t0 = Instant::now();
-        let s = LeaderState::new(TTL);
-        assert!(s.is_leased("k", t0), "not leading counts as leased");
-        s.observe(Some(3), t0);
-        assert!(s.is_leased("k", t0 + TTL / 2));
-        assert!(!s.is_leased("k", t0 + TTL * 2));
-        s.grant_lease("k", t0 + TTL * 2);
-        assert!(s.is_leased("k", t0 + TTL * 2 + TTL / 2));
-        assert!(!s.is_leased("k", t0 + TTL * 4));
+        let mut t = TermState::new(3, t0);
+        assert!(t.is_kv_leased(k("k"), t0 + TTL / 2, TTL));
+        assert!(!t.is_kv_leased(k("k"), t0 + TTL * 2, TTL));
+        assert!(t.kv.admit_readers(&[k("k")], t0 + TTL * 2, TTL).is_ok());
+        assert!(t.is_kv_leased(k("k"), t0 + TTL * 2 + TTL / 2, TTL));
+        assert!(!t.is_kv_leased(k("k"), t0 + TTL * 4, TTL));
     }
 
     #[test]
@@ -162,5 +275,56 @@ mod tests {
         assert!(s.with(|_| ()).is_none());
         s.observe(Some(2), t0 + TTL * 6);
         assert_eq!(s.with(|t| t.last_heartbeat(ClientId(7))).unwrap(), t0 + TTL * 6, "election counts as seen");
+    }
+
+    #[test]
+    fn a_removal_is_refused_on_a_leased_key_unless_forced_and_fences_the_others() {
+        let s = Arc::new(LeaderState::new(TTL));
+        // Elected long enough ago that the post-election grace is over.
+        s.observe(Some(1), Instant::now() - TTL * 2);
+        assert_eq!(s.with(|t| t.kv.admit_readers(&[k("leased")], Instant::now(), TTL).is_ok()), Some(true));
+        let f = s.fence_removals(&[k("free"), k("leased")], false).unwrap();
+        assert_eq!(f.refused, vec![false, true]);
+        assert_eq!(f.guard.keys(), &[k("free")]);
+        assert!(s.with(|t| t.kv.is_fenced(k("free"))).unwrap());
+        f.guard.lift(|_| true);
+        assert!(!s.with(|t| t.kv.is_fenced(k("free"))).unwrap());
+        let forced = s.fence_removals(&[k("leased")], true).unwrap();
+        assert_eq!(forced.refused, vec![false]);
+        drop(forced);
+        assert!(!s.with(|t| t.kv.is_fenced(k("leased"))).unwrap(), "dropping the guard lifts the fence");
+    }
+
+    /// A leader past its election grace with a removal of "a" in flight,
+    /// and a reader of "a" that has started waiting.
+    async fn reader_behind_a_fence() -> (Arc<LeaderState>, Fenced, tokio::task::JoinHandle<Result<(), AdmitError>>) {
+        let s = Arc::new(LeaderState::new(TTL));
+        s.observe(Some(1), Instant::now() - TTL * 2);
+        let fenced = s.fence_removals(&[k("a")], false).unwrap();
+        let reader = {
+            let s = s.clone();
+            tokio::spawn(async move { s.admit_readers(&[k("a")]).await })
+        };
+        tokio::task::yield_now().await;
+        (s, fenced, reader)
+    }
+
+    #[tokio::test]
+    async fn a_reader_waits_for_a_removal_in_flight_and_is_admitted_after_it() {
+        let (s, fenced, reader) = reader_behind_a_fence().await;
+        assert!(!reader.is_finished(), "admitted while the removal was in flight");
+        fenced.guard.lift(|_| true);
+        assert_eq!(reader.await.unwrap(), Ok(()));
+        assert!(s.with(|t| t.kv.is_leased(k("a"), Instant::now())).unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_reader_waiting_on_a_fence_learns_when_the_term_ends() {
+        let (s, fenced, reader) = reader_behind_a_fence().await;
+        s.observe(None, Instant::now());
+        assert_eq!(reader.await.unwrap(), Err(AdmitError::NotLeading));
+        drop(fenced); // lifting into a term that is gone changes nothing
+        s.observe(Some(2), Instant::now());
+        assert!(!s.with(|t| t.kv.is_fenced(k("a"))).unwrap());
     }
 }

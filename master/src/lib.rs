@@ -4,6 +4,11 @@
 //! leader's duties (client expiry, eviction, reclaim of abandoned puts) as
 //! proposed commands.
 //!
+//! Two leases live here and are never called by each other's name: the
+//! *KV lease* (`kv_lease`) is Mooncake's per-object promise to a reader that
+//! the object stays until it expires; the *leader lease* (`leader_lease`)
+//! lets the Raft leader answer reads without a quorum round.
+//!
 //! Depends on `raft-store` (state machine and storage), `proto` and
 //! `segment`; nothing but tests and tools depends on this crate.
 
@@ -15,16 +20,19 @@ pub mod config;
 mod convert;
 pub mod decisions;
 mod errors;
+pub mod eviction;
 mod http;
 mod instrumented;
+pub mod kv_lease;
 pub mod leader;
-pub mod lease;
+pub mod leader_lease;
 pub mod metrics;
 mod network;
 mod node;
 mod proposer;
 mod raft_service;
 mod read_barrier;
+pub mod removal;
 mod run;
 mod shared;
 mod workers;

@@ -27,7 +27,7 @@ pub struct MasterMetrics {
     pub snapshot_install: Histogram,
     pub batch_commands: Histogram,
     pub read_batch: Histogram,
-    pub lease_reads: IntCounter,
+    pub leader_lease_reads: IntCounter,
     pub evicted_objects: IntCounter,
     pub eviction_rounds: IntCounter,
     pub expired_clients: IntCounter,
@@ -55,7 +55,8 @@ pub struct Gauges {
     pub objects: IntGauge,
     pub objects_processing: IntGauge,
     pub clients: IntGauge,
-    pub leases: IntGauge,
+    pub kv_leases: IntGauge,
+    pub kv_fences: IntGauge,
     pub discarded_bytes: IntGauge,
 }
 
@@ -95,7 +96,12 @@ impl Gauges {
             objects: gauge(r, "mooncake_objects", "Objects (complete and being written).")?,
             objects_processing: gauge(r, "mooncake_objects_processing", "Objects being written.")?,
             clients: gauge(r, "mooncake_clients", "Registered clients.")?,
-            leases: gauge(r, "mooncake_read_leases", "Read leases held on this leader.")?,
+            kv_leases: gauge(r, "mooncake_kv_leases", "Objects under an unexpired KV lease on this leader.")?,
+            kv_fences: gauge(
+                r,
+                "mooncake_kv_fences",
+                "Keys with a removal in flight on this leader (their readers wait).",
+            )?,
             discarded_bytes: gauge(r, "mooncake_discarded_bytes", "Bytes held by discarded puts.")?,
         })
     }
@@ -138,9 +144,9 @@ impl MasterMetrics {
                 "Reads served per leadership confirmation.",
                 &batch,
             )?,
-            lease_reads: counter(
+            leader_lease_reads: counter(
                 &r,
-                "mooncake_lease_reads_total",
+                "mooncake_leader_lease_reads_total",
                 "Reads served under the leader lease, without a quorum round.",
             )?,
             evicted_objects: counter(&r, "mooncake_evicted_objects_total", "Objects evicted.")?,

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster_id::ClusterId;
-use crate::lease::AckClock;
+use crate::leader_lease::AckClock;
 
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -29,7 +29,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub cluster: Arc<ClusterId>,
-    /// Where accepted AppendEntries are recorded for the read lease.
+    /// Where accepted AppendEntries are recorded for the leader lease.
     pub acks: Arc<AckClock>,
 }
 

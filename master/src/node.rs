@@ -14,7 +14,7 @@ use mooncake_proto::master::master_service_server::MasterServiceServer;
 use mooncake_proto::raft::raft_service_server::RaftServiceServer;
 use mooncake_raft_store::{Raft, StoreOptions, open_store};
 use openraft::BasicNode;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
@@ -23,9 +23,10 @@ use crate::client_service::MasterServiceImpl;
 use crate::cluster_id::{ClusterId, founding_id};
 use crate::config::MasterConfig;
 use crate::decisions::EvictionPolicy;
+use crate::eviction::Evictor;
 use crate::instrumented::Instrumented;
 use crate::leader::LeaderState;
-use crate::lease::AckClock;
+use crate::leader_lease::AckClock;
 use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::network::NetworkFactory;
 use crate::proposer::Proposer;
@@ -73,9 +74,15 @@ impl MasterNode {
         let acks = Arc::new(AckClock::default());
         let network = NetworkFactory { cluster: cluster.clone(), acks: acks.clone() };
         let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
-        let leader = Arc::new(LeaderState::new(Duration::from_millis(cfg.default_kv_lease_ttl_ms)));
+        let kv_lease_ttl = Duration::from_millis(cfg.default_kv_lease_ttl_ms);
+        let leader = Arc::new(LeaderState::new(kv_lease_ttl));
         let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone());
-        let evict_now = Arc::new(Notify::new());
+        let policy = EvictionPolicy {
+            high_watermark_ratio: cfg.eviction_high_watermark_ratio,
+            eviction_ratio: cfg.eviction_ratio,
+            kv_lease_ttl,
+        };
+        let evictor = Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, metrics.clone()));
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),
@@ -83,11 +90,11 @@ impl MasterNode {
             sm: sm_handle,
             leader: leader.clone(),
             proposer: proposer.clone(),
-            evict_now: evict_now.clone(),
             metrics: metrics.clone(),
             reads: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
             acks,
-            read_lease: cfg.read_lease(),
+            leader_lease: cfg.leader_lease(),
+            evictor: evictor.clone(),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -110,12 +117,7 @@ impl MasterNode {
             client_ttl: Duration::from_secs(cfg.client_ttl_sec),
             discard_after: Duration::from_secs(cfg.put_start_discard_timeout_sec),
             release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
-            eviction: EvictionPolicy {
-                high_watermark_ratio: cfg.eviction_high_watermark_ratio,
-                eviction_ratio: cfg.eviction_ratio,
-                lease_ttl: Duration::from_millis(cfg.default_kv_lease_ttl_ms),
-            },
-            evict_now,
+            evictor,
             metrics,
         })));
         if let Some(cluster) = &cfg.initial_cluster {

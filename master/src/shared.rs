@@ -9,11 +9,12 @@ use mooncake_proto::Status;
 use mooncake_raft_store::{MetaState, NodeId, Raft, StateMachineStore, StateReader};
 use openraft::ServerState;
 use openraft::error::ForwardToLeader;
-use tokio::sync::Notify;
 
 use crate::errors::forward_status;
+use crate::kv_lease::KeyHash;
+use crate::leader::AdmitError;
 use crate::leader::LeaderState;
-use crate::lease::{AckClock, LeaseQuery};
+use crate::leader_lease::{AckClock, LeaseQuery};
 use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 
@@ -25,15 +26,16 @@ pub struct Shared {
     pub sm: StateMachineStore,
     pub leader: Arc<LeaderState>,
     pub proposer: Proposer,
-    pub evict_now: Arc<Notify>,
     pub metrics: Arc<MasterMetrics>,
     /// Linearizable read barriers, one quorum round per batch of reads.
     pub reads: crate::read_barrier::ReadBarrier,
-    /// Accepted AppendEntries per peer, for the read lease.
+    /// Accepted AppendEntries per peer, for the leader lease.
     pub acks: Arc<AckClock>,
     /// How long an acknowledged heartbeat lets reads skip the quorum round
-    /// (`--read-lease-ms`); `None`: every read batch runs one.
-    pub read_lease: Option<Duration>,
+    /// (`--leader-lease-ms`); `None`: every read batch runs one.
+    pub leader_lease: Option<Duration>,
+    /// Eviction rounds (the duty's and those of puts that found no room).
+    pub evictor: Arc<crate::eviction::Evictor>,
     /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
     pub unsafe_stale_reads: bool,
 }
@@ -69,17 +71,17 @@ impl Shared {
 
     /// Runs `f` on the applied state as a linearizable read: under the
     /// leader lease when it holds at the moment after the state was read
-    /// ([`crate::lease`]), else after a quorum round ([`Shared::linearizable`]).
+    /// ([`crate::leader_lease`]), else after a quorum round ([`Shared::linearizable`]).
     /// `f` may run twice (once before and once after the round).
     pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Status> {
         if self.unsafe_stale_reads {
             return Ok(self.reader.read(f)); // deliberately broken build for the chaos harness
         }
         self.require_leader()?;
-        if let Some(window) = self.read_lease {
+        if let Some(window) = self.leader_lease {
             let (value, applied_term) = self.reader.read(|s| (f(s), s.last_applied.map(|l| l.leader_id.term)));
-            if self.lease_holds(applied_term, window) {
-                self.metrics.lease_reads.inc();
+            if self.leader_lease_holds(applied_term, window) {
+                self.metrics.leader_lease_reads.inc();
                 return Ok(value);
             }
         }
@@ -91,7 +93,7 @@ impl Shared {
     /// this node leads, has applied an entry of its own term (so everything
     /// committed by earlier leaders), and a majority of the other voters
     /// acknowledged its vote within `window`.
-    fn lease_holds(&self, applied_term: Option<u64>, window: Duration) -> bool {
+    fn leader_lease_holds(&self, applied_term: Option<u64>, window: Duration) -> bool {
         let now = Instant::now();
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
@@ -109,4 +111,45 @@ impl Shared {
     pub fn now(&self) -> Instant {
         Instant::now()
     }
+
+    /// A linearizable read of `keys` ([`Shared::read`]) whose OK answers
+    /// (`ok`) carry KV leases. Every key that may be answered OK is leased
+    /// *before* the read, waiting out removals of it in flight
+    /// ([`crate::kv_lease`]): so the read sees every removal that won the
+    /// race, and every later removal sees the lease. A key that became
+    /// readable between the first look and the read is leased and read
+    /// again; the last round leases every key, so the loop ends.
+    pub async fn read_leased<T>(
+        &self,
+        keys: &[&str],
+        f: impl Fn(&MetaState) -> Vec<T>,
+        ok: impl Fn(&T) -> bool,
+    ) -> Result<Vec<T>, Status> {
+        let hashes: Vec<KeyHash> = keys.iter().map(|k| KeyHash::of(k)).collect();
+        let mut leased = vec![false; keys.len()];
+        for round in 0..LEASED_READ_ROUNDS_MAX {
+            let last = round + 1 == LEASED_READ_ROUNDS_MAX;
+            let want: Vec<usize> = self
+                .reader
+                .read(|s| (0..keys.len()).filter(|i| !leased[*i] && (last || s.object(keys[*i]).is_some())).collect());
+            let want_hashes: Vec<KeyHash> = want.iter().map(|i| hashes[*i]).collect();
+            match self.leader.admit_readers(&want_hashes).await {
+                Ok(()) => want.iter().for_each(|i| leased[*i] = true),
+                Err(AdmitError::NotLeading) => return Err(self.not_leader()),
+                Err(AdmitError::Fenced) => {
+                    return Err(crate::errors::unavailable("removals of these keys kept them fenced; retry the read"));
+                }
+            }
+            let answers = self.read(&f).await?;
+            if answers.iter().enumerate().all(|(i, a)| leased[i] || !ok(a)) {
+                return Ok(answers);
+            }
+        }
+        Err(crate::errors::internal("a leased read did not settle (every key was leased in the last round)"))
+    }
 }
+
+/// Rounds of [`Shared::read_leased`]: a key becomes readable between the
+/// first look and the read only when a put completes in that window; the
+/// last round leases every key asked.
+const LEASED_READ_ROUNDS_MAX: usize = 3;

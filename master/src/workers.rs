@@ -3,25 +3,26 @@
 //! eviction, reclaim of abandoned puts), each decision proposed as a command.
 //! Every loop has a name, bounded units of work, and stops with the node.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mooncake_raft_store::{Command, ObjectVersion, RemoveReason, Response, StateReader};
+use mooncake_raft_store::state::ObjectStatus;
+use mooncake_raft_store::{Command, ObjectVersion, Response, StateReader, VersionedKey};
+use mooncake_segment::ClientId;
 use openraft::ServerState;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
-use crate::decisions::{self, DISCARDED_BIT, EvictionPolicy};
+use crate::decisions;
+use crate::eviction::Evictor;
 use crate::leader::LeaderState;
 use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 
-/// Leader duties run this often; eviction also runs at once when a put finds no room.
+/// Leader duties run this often.
 const DUTY_TICK: Duration = Duration::from_millis(100);
-/// Scanning every object for abandoned puts is O(objects): do it less often.
+/// Listing unfinished and discarded puts is O(objects): do it less often.
 const RECLAIM_EVERY_TICKS: u32 = 10;
-/// Most victims proposed in one eviction command (bounds the entry size).
-const EVICTION_BATCH_MAX: usize = 1_024;
 
 /// What the leader duties need.
 #[derive(Clone)]
@@ -32,8 +33,7 @@ pub struct DutyContext {
     pub client_ttl: Duration,
     pub discard_after: Duration,
     pub release_after: Duration,
-    pub eviction: EvictionPolicy,
-    pub evict_now: Arc<Notify>,
+    pub evictor: Arc<Evictor>,
     pub metrics: Arc<MasterMetrics>,
 }
 
@@ -73,22 +73,21 @@ pub async fn follow_leadership(
     }
 }
 
-/// The leader's periodic duties; idle on followers.
+/// The leader's periodic duties; idle on followers. Each reads what it
+/// needs from the state first and consults the soft state after (lock
+/// order, `leader.rs`).
 pub async fn leader_duties(ctx: DutyContext) {
     let mut tick = tokio::time::interval(DUTY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut n: u32 = 0;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = ctx.evict_now.notified() => {}
-        }
+        tick.tick().await;
         n = n.wrapping_add(1);
         if ctx.leader.with(|_| ()).is_none() {
             continue;
         }
         expire_clients(&ctx).await;
-        evict(&ctx).await;
+        ctx.evictor.round(0).await;
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
             reclaim_puts(&ctx).await;
         }
@@ -107,10 +106,8 @@ async fn propose_logged(ctx: &DutyContext, what: &str, cmd: Command) -> Option<R
 
 async fn expire_clients(ctx: &DutyContext) {
     let now = Instant::now();
-    let expired = ctx
-        .leader
-        .with(|t| ctx.reader.read(|s| decisions::expired_clients(s, t, now, ctx.client_ttl)))
-        .unwrap_or_default();
+    let clients: Vec<ClientId> = ctx.reader.read(|s| s.clients().map(|c| c.id).collect());
+    let expired = ctx.leader.with(|t| decisions::expired_clients(&clients, t, now, ctx.client_ttl)).unwrap_or_default();
     for client in expired {
         let r = propose_logged(ctx, "client expiry", Command::ExpireClient { client }).await;
         if r.is_some_and(|r| r.err().is_none()) {
@@ -120,40 +117,23 @@ async fn expire_clients(ctx: &DutyContext) {
     }
 }
 
-async fn evict(ctx: &DutyContext) {
-    let now = Instant::now();
-    let mut victims = ctx
-        .leader
-        .with(|t| ctx.reader.read(|s| decisions::eviction_victims(s, t, now, &ctx.eviction)))
-        .unwrap_or_default();
-    if victims.is_empty() {
-        return;
-    }
-    victims.truncate(EVICTION_BATCH_MAX);
-    let asked = victims.len();
-    let cmd = Command::RemoveObjects { victims, reason: RemoveReason::Evict };
-    if let Some(Response::Removed { count }) = propose_logged(ctx, "eviction", cmd).await {
-        ctx.metrics.eviction_rounds.inc();
-        ctx.metrics.evicted_objects.inc_by(count);
-        let used = ctx.reader.read(|s| (s.used_bytes(), s.capacity_bytes()));
-        tracing::info!(asked, evicted = count, used_bytes = used.0, capacity_bytes = used.1, "eviction round");
-    }
-}
-
 async fn reclaim_puts(ctx: &DutyContext) {
     let now = Instant::now();
+    let (unfinished, discarded): (Vec<VersionedKey>, Vec<ObjectVersion>) = ctx.reader.read(|s| {
+        let unfinished = s
+            .objects()
+            .filter(|o| o.status == ObjectStatus::Processing)
+            .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
+            .collect();
+        (unfinished, s.discarded().map(|d| d.version).collect())
+    });
     let decided = ctx.leader.with(|t| {
-        ctx.reader.read(|s| {
-            let discard = decisions::puts_to_discard(s, t, now, ctx.discard_after);
-            let release = decisions::discards_to_release(s, t, now, ctx.release_after);
-            let live: BTreeSet<ObjectVersion> = s
-                .objects()
-                .map(|o| o.version)
-                .chain(s.discarded().map(|d| ObjectVersion(d.version.0 | DISCARDED_BIT)))
-                .collect();
-            t.prune(now, |v| live.contains(&v), |k| s.object(k).is_some());
-            (discard, release)
-        })
+        let discard = decisions::puts_to_discard(&unfinished, t, now, ctx.discard_after);
+        let release = decisions::discards_to_release(&discarded, t, now, ctx.release_after);
+        let live: HashSet<ObjectVersion> =
+            unfinished.iter().map(|v| v.version).chain(discarded.iter().copied()).collect();
+        t.prune(now, &live);
+        (discard, release)
     });
     let Some((discard, release)) = decided else { return };
     if !discard.is_empty() {

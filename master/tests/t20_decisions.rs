@@ -5,9 +5,12 @@
 use std::time::{Duration, Instant};
 
 use mooncake_master::decisions::{
-    EvictionPolicy, discards_to_release, eviction_victims, expired_clients, over_watermark, puts_to_discard,
+    EvictionPolicy, choose_victims, discards_to_release, eviction_candidates, eviction_target, expired_clients,
+    puts_to_discard,
 };
-use mooncake_master::leader::{LeaderState, TermState};
+use mooncake_master::kv_lease::KeyHash;
+use mooncake_master::leader::LeaderState;
+use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{
     Command, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, Request, Response, SegmentSpec, Tier, VersionedKey,
 };
@@ -24,9 +27,9 @@ const W1: ClientId = ClientId(1);
 const NODE_A: ClientId = ClientId(101);
 const NODE_B: ClientId = ClientId(102);
 
-/// 64-byte allocation units: object sizes below are whole units so used
-/// bytes are exact.
-const UNIT: u64 = 64;
+/// Page-sized units (segments are whole pages; allocations 64-byte aligned):
+/// object sizes below are whole units so used bytes are exact.
+const UNIT: u64 = 4096;
 
 fn seg(id: u64, size: u64, host: &str) -> SegmentSpec {
     SegmentSpec {
@@ -96,28 +99,50 @@ fn leader_elected_at(at: Instant) -> LeaderState {
 }
 
 fn policy(high_watermark_ratio: f64, eviction_ratio: f64) -> EvictionPolicy {
-    EvictionPolicy { high_watermark_ratio, eviction_ratio, lease_ttl: LEASE_TTL }
+    EvictionPolicy { high_watermark_ratio, eviction_ratio, kv_lease_ttl: LEASE_TTL }
 }
 
 fn keys(victims: &[VersionedKey]) -> Vec<&str> {
     victims.iter().map(|v| v.key.as_str()).collect()
 }
 
-/// Eviction victims as the leader would decide them at `now`.
+/// A KV lease on `key` granted at `at` (a reader admitted then).
+fn grant(leader: &LeaderState, key: &str, at: Instant) {
+    let admitted = leader.with(|t| t.kv.admit_readers(&[KeyHash::of(key)], at, LEASE_TTL).is_ok());
+    assert_eq!(admitted, Some(true), "leading, and no removal of {key} in flight");
+}
+
+/// Whether usage is above the watermark: a round has something to free.
+fn over_watermark(state: &MetaState, p: &EvictionPolicy) -> bool {
+    eviction_target(state.used_bytes(), state.capacity_bytes(), p, 0) > 0
+}
+
+/// Eviction victims as the leader would decide them at `now`: candidates
+/// read from the state first, then filtered and ranked on the soft state.
 fn victims(state: &MetaState, leader: &LeaderState, now: Instant, p: &EvictionPolicy) -> Vec<VersionedKey> {
-    leader.with(|t: &mut TermState| eviction_victims(state, t, now, p)).expect("leading")
+    let target = eviction_target(state.used_bytes(), state.capacity_bytes(), p, 0);
+    let candidates = eviction_candidates(state);
+    let chosen = leader.with(|t| choose_victims(candidates, t, now, LEASE_TTL, target)).expect("leading");
+    chosen.into_iter().map(|c| c.object).collect()
 }
 
 fn expired(state: &MetaState, leader: &LeaderState, now: Instant, ttl: Duration) -> Vec<ClientId> {
-    leader.with(|t| expired_clients(state, t, now, ttl)).expect("leading")
+    let clients: Vec<ClientId> = state.clients().map(|c| c.id).collect();
+    leader.with(|t| expired_clients(&clients, t, now, ttl)).expect("leading")
 }
 
 fn to_discard(state: &MetaState, leader: &LeaderState, now: Instant, after: Duration) -> Vec<VersionedKey> {
-    leader.with(|t| puts_to_discard(state, t, now, after)).expect("leading")
+    let unfinished: Vec<VersionedKey> = state
+        .objects()
+        .filter(|o| o.status == ObjectStatus::Processing)
+        .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
+        .collect();
+    leader.with(|t| puts_to_discard(&unfinished, t, now, after)).expect("leading")
 }
 
 fn to_release(state: &MetaState, leader: &LeaderState, now: Instant, after: Duration) -> Vec<ObjectVersion> {
-    leader.with(|t| discards_to_release(state, t, now, after)).expect("leading")
+    let discarded: Vec<ObjectVersion> = state.discarded().map(|d| d.version).collect();
+    leader.with(|t| discards_to_release(&discarded, t, now, after)).expect("leading")
 }
 
 /// Bytes an object's replicas hold.
@@ -140,6 +165,18 @@ fn over_watermark_is_false_without_capacity_and_true_only_strictly_above_the_rat
 }
 
 // ================================================================ eviction
+
+#[test]
+fn a_round_frees_enough_to_get_under_the_watermark_and_at_least_the_ratio_or_what_a_put_needs() {
+    let p = policy(0.9, 0.05);
+    let cap = 1000 * UNIT;
+    assert_eq!(eviction_target(900 * UNIT, cap, &p, 0), 0, "at the watermark nothing is due");
+    assert_eq!(eviction_target(901 * UNIT, cap, &p, 0), (901 * UNIT * 5).div_ceil(100), "the ratio of used bytes");
+    assert_eq!(eviction_target(990 * UNIT, cap, &p, 0), 90 * UNIT, "back under the watermark");
+    assert_eq!(eviction_target(100 * UNIT, cap, &p, 7 * UNIT), 7 * UNIT, "a put that found no room");
+    assert_eq!(eviction_target(990 * UNIT, cap, &p, 7 * UNIT), 90 * UNIT);
+    assert_eq!(eviction_target(0, 0, &p, 0), 0);
+}
 
 #[test]
 fn nothing_is_evicted_under_the_high_watermark() {
@@ -165,8 +202,8 @@ fn only_complete_objects_whose_lease_has_expired_are_evicted() {
     complete(&mut s, "expired-lease", 20, 1, Pin::None);
     complete(&mut s, "never-leased", 10, 1, Pin::None);
     let now = t0 + 10 * SEC;
-    leader.grant_lease("expired-lease", now - 2 * LEASE_TTL);
-    leader.grant_lease("leased", now - LEASE_TTL / 2);
+    grant(&leader, "expired-lease", now - 2 * LEASE_TTL);
+    grant(&leader, "leased", now - LEASE_TTL / 2);
     let chosen = victims(&s, &leader, now, &policy(0.5, 1.0));
     let mut chosen = keys(&chosen);
     chosen.sort();
@@ -204,7 +241,7 @@ fn unpinned_objects_go_before_soft_pinned_ones_even_when_newer() {
     complete(&mut s, "none-newest", 20, 1, Pin::None);
     let now = t0 + 10 * SEC;
     // One small eviction: the first unpinned object, not the oldest soft one.
-    let chosen = victims(&s, &leader, now, &policy(0.5, 0.01));
+    let chosen = victims(&s, &leader, now, &policy(0.89, 0.01));
     assert_eq!(keys(&chosen), vec!["none-new"]);
     let chosen = victims(&s, &leader, now, &policy(0.5, 1.0));
     assert_eq!(keys(&chosen), vec!["none-new", "none-newest", "soft-old", "soft-older-read"]);
@@ -219,8 +256,8 @@ fn never_read_objects_go_before_read_ones_and_the_least_recently_read_first() {
         complete(&mut s, key, 20, 1, Pin::None);
     }
     // a (the oldest) and c were read, c before a; both leases are long over.
-    leader.grant_lease("c", t0 + 2 * SEC);
-    leader.grant_lease("a", t0 + 3 * SEC);
+    grant(&leader, "c", t0 + 2 * SEC);
+    grant(&leader, "a", t0 + 3 * SEC);
     let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0));
     assert_eq!(keys(&chosen), vec!["b", "d", "c", "a"]);
 }
@@ -249,7 +286,7 @@ fn completion_time_not_creation_time_decides_age() {
     complete(&mut s, "finished-first", 30, 1, Pin::None);
     ok(&mut s, Command::PutEnd { client: W1, key: "started-first".into(), checksum: 1 });
     complete(&mut s, "filler", 30, 1, Pin::None);
-    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 0.01));
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.89, 0.01));
     assert_eq!(keys(&chosen), vec!["finished-first"]);
 }
 
@@ -285,8 +322,9 @@ fn eviction_counts_the_bytes_of_every_replica() {
     complete(&mut s, "x", 10, 2, Pin::None);
     complete(&mut s, "y", 10, 2, Pin::None);
     assert_eq!(held(&s, "x"), 20 * UNIT);
-    // Half of the 40 used units is exactly x's two replicas.
-    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.1, 0.5));
+    // Half of the 40 used units is exactly x's two replicas (and more than
+    // the 4 units above the watermark).
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.45, 0.5));
     assert_eq!(keys(&chosen), vec!["x"]);
 }
 
@@ -310,7 +348,7 @@ fn a_new_leader_evicts_nothing_within_one_lease_ttl_of_its_election() {
     assert!(victims(&s, &leader, reelected + LEASE_TTL / 2, &p).is_empty());
     // And a master that does not lead decides nothing.
     leader.observe(None, reelected + 20 * SEC);
-    assert!(leader.with(|t| eviction_victims(&s, t, reelected + 20 * SEC, &p)).is_none());
+    assert!(leader.with(|_| ()).is_none());
 }
 
 #[test]
@@ -321,7 +359,7 @@ fn a_lease_granted_by_this_leader_protects_the_object_until_it_expires() {
     complete(&mut s, "read", 45, 1, Pin::None);
     complete(&mut s, "other", 45, 1, Pin::None);
     let granted = t0 + 5 * SEC;
-    leader.grant_lease("read", granted);
+    grant(&leader, "read", granted);
     let p = policy(0.5, 1.0);
     assert_eq!(keys(&victims(&s, &leader, granted + LEASE_TTL / 2, &p)), vec!["other"]);
     assert_eq!(keys(&victims(&s, &leader, granted + LEASE_TTL, &p)), vec!["other", "read"]);
@@ -478,7 +516,7 @@ fn a_new_leader_starts_the_discard_clock_again() {
 }
 
 #[test]
-fn a_discarded_put_is_released_only_after_the_release_timeout_from_when_this_leader_saw_it_discarded() {
+fn a_discarded_put_is_released_after_the_release_timeout_counted_from_its_start() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = one_segment(100);
@@ -487,23 +525,23 @@ fn a_discarded_put_is_released_only_after_the_release_timeout_from_when_this_lea
     let discard_after = 30 * SEC;
     let release_after = 60 * SEC;
     start(&mut s, put(W1, "k", 10 * UNIT, 1));
+    // The leader sees the put start at t0 (its PutStart, or its first look).
     assert!(to_release(&s, &leader, t0, release_after).is_empty(), "a live put is not a discarded one");
     assert!(to_discard(&s, &leader, t0, discard_after).is_empty());
     let t1 = t0 + discard_after + MS;
     let out = to_discard(&s, &leader, t1, discard_after);
     apply(&mut s, Command::DiscardPuts { victims: out.clone() });
-    // The version was first seen (processing) long before; the release clock
-    // still starts when the leader first sees it discarded.
-    let t2 = t1 + 2 * release_after;
-    assert!(to_release(&s, &leader, t2, release_after).is_empty());
-    assert!(to_release(&s, &leader, t2 + release_after, release_after).is_empty());
-    let released = to_release(&s, &leader, t2 + release_after + MS, release_after);
+    // Mooncake counts both timeouts from PutStart: the space comes back
+    // release_after after the start, not after the discard.
+    assert!(to_release(&s, &leader, t1, release_after).is_empty());
+    assert!(to_release(&s, &leader, t0 + release_after, release_after).is_empty());
+    let released = to_release(&s, &leader, t0 + release_after + MS, release_after);
     assert_eq!(released, vec![out[0].version]);
     assert_eq!(s.used_bytes(), base + 10 * UNIT, "held until released");
     let resp = apply(&mut s, Command::ReleaseDiscarded { versions: released });
     assert_eq!(resp, Response::Removed { count: 1 });
     assert_eq!(s.used_bytes(), base);
-    assert!(to_release(&s, &leader, t2 + 10 * release_after, release_after).is_empty());
+    assert!(to_release(&s, &leader, t0 + 10 * release_after, release_after).is_empty());
 }
 
 #[test]

@@ -5,17 +5,21 @@
 //! This crate knows nothing of Raft, storage or segments: domain crates
 //! convert to and from these types at their edges.
 
-#![allow(clippy::all, missing_docs)]
+pub mod codec;
 
+#[allow(clippy::all, missing_docs)]
 pub mod common {
     tonic::include_proto!("mooncake.common");
 }
+#[allow(clippy::all, missing_docs)]
 pub mod master {
     tonic::include_proto!("mooncake.master");
 }
+#[allow(clippy::all, missing_docs)]
 pub mod raft {
     tonic::include_proto!("mooncake.raft");
 }
+#[allow(clippy::all, missing_docs)]
 pub mod admin {
     tonic::include_proto!("mooncake.admin");
 }

@@ -14,7 +14,9 @@ pub enum MetaError {
     ObjectNotFound(String),
     #[error("object {0:?} already exists")]
     ObjectAlreadyExists(String),
-    #[error("object {0:?} has a read lease; retry after it expires or use force")]
+    #[error(
+        "object {0:?} has a KV lease (a reader may be copying it); retry after the lease expires (default_kv_lease_ttl) or use force"
+    )]
     ObjectHasLease(String),
     #[error("object {0:?} is still being written")]
     ReplicaNotReady(String),

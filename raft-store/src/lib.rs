@@ -22,7 +22,9 @@ pub use durable::DataSync;
 pub use error::{MetaError, StoreError};
 pub use log_store::LogStore;
 pub use observer::{NoopObserver, StoreObserver};
-pub use sm_store::{SNAPSHOT_SCHEMA_VERSION, StateMachineStore, StateReader, decode_image, encode_image};
+pub use sm_store::{
+    SNAPSHOT_SCHEMA_VERSION, StateMachineStore, StateReader, decode_image, encode_image, in_state_read,
+};
 pub use snapshot_file::{SnapshotFileInfo, decode_snapshot_file, encode_snapshot_file, load_snapshot_file};
 pub use state::MetaState;
 pub use store::{DATA_DIR_SCHEMA_VERSION, StoreOptions, open_store};

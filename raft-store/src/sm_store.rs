@@ -48,9 +48,38 @@ pub struct StateReader(Arc<RwLock<MetaState>>);
 
 impl StateReader {
     /// Runs `f` on the current applied state. Keep `f` short: apply waits.
+    /// While `f` runs, [`in_state_read`] is true on this thread.
     pub fn read<R>(&self, f: impl FnOnce(&MetaState) -> R) -> R {
         let guard = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _depth = ReadDepth::enter();
         f(&guard)
+    }
+}
+
+thread_local! {
+    static STATE_READ_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread is inside [`StateReader::read`]. Lets other locks
+/// enforce their place in the lock order (the master's soft state must never
+/// be locked inside a state read).
+pub fn in_state_read() -> bool {
+    STATE_READ_DEPTH.with(|d| d.get() > 0)
+}
+
+/// Marks a state read on this thread for as long as it lives (unwinding too).
+struct ReadDepth;
+
+impl ReadDepth {
+    fn enter() -> ReadDepth {
+        STATE_READ_DEPTH.with(|d| d.set(d.get() + 1));
+        ReadDepth
+    }
+}
+
+impl Drop for ReadDepth {
+    fn drop(&mut self) {
+        STATE_READ_DEPTH.with(|d| d.set(d.get() - 1));
     }
 }
 

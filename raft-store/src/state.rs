@@ -24,6 +24,10 @@ pub const REPLICA_NUM_MAX: u32 = 16;
 pub const BATCH_MAX: usize = 4096;
 /// Largest segment accepted (16 TiB).
 pub const SEGMENT_SIZE_MAX_BYTES: u64 = 1 << 44;
+/// Segment sizes are whole pages: a segment is mapped (shared memory) or
+/// opened for direct I/O (SSD), and both want page-sized extents. A segment
+/// starts at offset 0 of its own mapping, so its base is page-aligned too.
+pub const SEGMENT_ALIGN_BYTES: u64 = 4096;
 /// Longest endpoint, host id, zone label or shm path.
 pub const LABEL_MAX_BYTES: usize = 512;
 /// How long (state-machine time) a request id is remembered for
@@ -164,6 +168,11 @@ impl MetaState {
     pub fn discarded(&self) -> impl Iterator<Item = &DiscardedPut> {
         self.discarded.values()
     }
+    /// The first answer of `request_id` if a `Once` command with it was
+    /// applied within the deduplication window.
+    pub fn request_answer(&self, request_id: u64) -> Option<&Response> {
+        self.requests.get(&request_id).map(|(_, answer)| answer)
+    }
     pub fn capacity_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.capacity_bytes()).sum()
     }
@@ -251,14 +260,23 @@ pub fn validate_key(key: &str) -> Result<(), MetaError> {
     Ok(())
 }
 
-/// Checks a segment declaration.
+/// Checks a segment declaration on its own (not against other segments).
 pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
-    if spec.size_bytes < mooncake_segment::ALLOC_ALIGN_BYTES || spec.size_bytes > SEGMENT_SIZE_MAX_BYTES {
+    if spec.id.0 == 0 {
+        return Err(invalid("segment id 0 is reserved; use a random non-zero id"));
+    }
+    if spec.size_bytes < SEGMENT_ALIGN_BYTES || spec.size_bytes > SEGMENT_SIZE_MAX_BYTES {
         return Err(invalid(format!(
-            "segment {} size {} bytes is outside {}..={SEGMENT_SIZE_MAX_BYTES}",
+            "segment {} size {} bytes is outside {SEGMENT_ALIGN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}",
+            spec.id, spec.size_bytes,
+        )));
+    }
+    if !spec.size_bytes.is_multiple_of(SEGMENT_ALIGN_BYTES) {
+        return Err(invalid(format!(
+            "segment {} size {} bytes is not a multiple of {SEGMENT_ALIGN_BYTES} (a page); round it down to {}",
             spec.id,
             spec.size_bytes,
-            mooncake_segment::ALLOC_ALIGN_BYTES
+            spec.size_bytes / SEGMENT_ALIGN_BYTES * SEGMENT_ALIGN_BYTES
         )));
     }
     if spec.endpoint.is_empty() {
@@ -269,6 +287,13 @@ pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
         return Err(invalid(format!("segment {} has a label longer than {LABEL_MAX_BYTES} bytes", spec.id)));
     }
     Ok(())
+}
+
+fn same_memory_error(spec: &SegmentSpec, other: &SegmentEntry) -> MetaError {
+    MetaError::SegmentAlreadyExists(format!(
+        "segment {} would map {} on {}, which is already segment {} (owned by {}); one memory region is one segment",
+        spec.id, spec.shm_path, spec.host_id, other.spec.id, other.owner
+    ))
 }
 
 /// Checks the shape of a PutStart (not whether there is room).
@@ -311,6 +336,7 @@ impl MetaState {
             Command::Batch(cmds) => return self.apply_batch(cmds),
             Command::Once { request_id, cmd } => return self.apply_once(*request_id, cmd),
             Command::Noop => Ok(()),
+            Command::RemoveVersion { key, version } => self.remove_version(key, *version),
         };
         match result {
             Ok(()) => Response::Ok,
@@ -361,8 +387,22 @@ impl MetaState {
         self.clients.entry(client).or_insert(ClientEntry { id: client, registered_ms: now });
     }
 
+    /// The segment (other than `spec.id` and those `ignore` accepts) that
+    /// already maps the same shared memory as `spec`: same host, same file.
+    fn same_memory(&self, spec: &SegmentSpec, ignore: impl Fn(&SegmentEntry) -> bool) -> Option<&SegmentEntry> {
+        if spec.shm_path.is_empty() {
+            return None; // private memory of its store node: nothing to share
+        }
+        self.segments.values().find(|s| {
+            s.spec.id != spec.id && s.spec.host_id == spec.host_id && s.spec.shm_path == spec.shm_path && !ignore(s)
+        })
+    }
+
     fn mount(&mut self, client: ClientId, spec: &SegmentSpec) -> Result<(), MetaError> {
         validate_segment(spec)?;
+        if let Some(other) = self.same_memory(spec, |_| false) {
+            return Err(same_memory_error(spec, other));
+        }
         if let Some(existing) = self.segments.get(&spec.id) {
             if existing.owner == client && existing.spec.size_bytes == spec.size_bytes {
                 self.register_client(client);
@@ -380,8 +420,10 @@ impl MetaState {
     }
 
     fn unmount(&mut self, client: ClientId, id: SegmentId) -> Result<(), MetaError> {
+        // Idempotent, as Mooncake's: a client retrying an unmount whose
+        // answer it lost (or unmounting twice) is told OK.
         let Some(seg) = self.segments.get(&id) else {
-            return Err(MetaError::SegmentNotFound(id.to_string()));
+            return Ok(());
         };
         if seg.owner != client {
             return Err(MetaError::IllegalClient(format!("{id} is owned by {}, not {client}", seg.owner)));
@@ -393,10 +435,21 @@ impl MetaState {
     fn remount(&mut self, client: ClientId, specs: &[SegmentSpec]) -> Result<(), MetaError> {
         // Check everything first: a refused remount changes nothing.
         let mut ids = BTreeSet::new();
+        let mut memories = BTreeSet::new();
         for spec in specs {
             validate_segment(spec)?;
             if !ids.insert(spec.id) {
                 return Err(invalid(format!("segment {} listed twice", spec.id)));
+            }
+            if !spec.shm_path.is_empty() && !memories.insert((&spec.host_id, &spec.shm_path)) {
+                return Err(invalid(format!("two segments map {} on {}", spec.shm_path, spec.host_id)));
+            }
+        }
+        // The client's segments that this remount replaces may share memory
+        // with the new ones (a restarted store node reusing its file).
+        for spec in specs {
+            if let Some(other) = self.same_memory(spec, |s| s.owner == client && !ids.contains(&s.spec.id)) {
+                return Err(same_memory_error(spec, other));
             }
             if let Some(existing) = self.segments.get(&spec.id)
                 && (existing.owner != client || existing.spec.size_bytes != spec.size_bytes)
@@ -571,6 +624,18 @@ impl MetaState {
         }
         self.free_object(key);
         Ok(())
+    }
+
+    fn remove_version(&mut self, key: &str, version: ObjectVersion) -> Result<(), MetaError> {
+        match self.objects.get(key) {
+            Some(o) if o.version == version && o.status == ObjectStatus::Complete => {
+                self.free_object(key);
+                Ok(())
+            }
+            // The incarnation the leader checked is gone (removed, evicted,
+            // or lost with its segments); a newer one is not ours to remove.
+            _ => Err(MetaError::ObjectNotFound(key.to_string())),
+        }
     }
 
     fn remove_objects(&mut self, victims: &[VersionedKey]) -> Response {

@@ -133,7 +133,9 @@ pub enum Command {
         client: ClientId,
         key: String,
     },
-    /// Remove one complete object (the leader has already checked leases).
+    /// Legacy (logs written before removals were pinned to a version):
+    /// removes whatever complete object `key` names. Never proposed any more;
+    /// kept so older logs replay identically.
     Remove {
         key: String,
     },
@@ -167,6 +169,14 @@ pub enum Command {
     },
     /// Does nothing; used by tests and to stamp time.
     Noop,
+    /// Removes the object `key` only if its current incarnation is
+    /// `version` and complete (the leader checked that incarnation's KV
+    /// lease and fenced its readers before proposing). A newer incarnation
+    /// put in between is never touched: the answer is `OBJECT_NOT_FOUND`.
+    RemoveVersion {
+        key: String,
+        version: ObjectVersion,
+    },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

@@ -262,7 +262,15 @@ fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
             Some(o) => Command::PutRevoke { client: o.writer, key: o.key.clone() },
             None => Command::PutRevoke { client, key: "nothing".into() },
         },
-        71..=80 => match rng.pick(&objects) {
+        71..=76 => match rng.pick(&objects) {
+            // Sometimes a stale (wrong) version.
+            Some(o) => Command::RemoveVersion {
+                key: o.key.clone(),
+                version: ObjectVersion(o.version.0 + u64::from(rng.below(4) == 0)),
+            },
+            None => Command::RemoveVersion { key: "nothing".into(), version: ObjectVersion(1) },
+        },
+        77..=80 => match rng.pick(&objects) {
             Some(o) => Command::Remove { key: o.key.clone() },
             None => Command::Remove { key: "nothing".into() },
         },
@@ -476,6 +484,35 @@ fn remove_of_a_complete_object_frees_its_space() {
 fn remove_of_an_unknown_key_is_object_not_found() {
     let mut s = three_node_cluster(1 << 20);
     assert_eq!(refused(&mut s, Command::Remove { key: "ghost".into() }), MetaError::ObjectNotFound("ghost".into()));
+}
+
+#[test]
+fn remove_version_frees_only_the_incarnation_it_names() {
+    let mut s = three_node_cluster(1 << 20);
+    let v1 = put_complete(&mut s, W1, "k", 1000, 1);
+    ok(&mut s, Command::RemoveVersion { key: "k".into(), version: v1 });
+    assert!(s.object("k").is_none());
+    // The key is put again: a removal decided for the old incarnation (its
+    // lease checked on the old one) must not remove the new one.
+    let v2 = put_complete(&mut s, W1, "k", 1000, 1);
+    assert_ne!(v1, v2);
+    let e = refused(&mut s, Command::RemoveVersion { key: "k".into(), version: v1 });
+    assert_eq!(e, MetaError::ObjectNotFound("k".into()));
+    assert_eq!(s.object("k").map(|o| o.version), Some(v2));
+    let e = refused(&mut s, Command::RemoveVersion { key: "ghost".into(), version: v2 });
+    assert_eq!(e, MetaError::ObjectNotFound("ghost".into()));
+    ok(&mut s, Command::RemoveVersion { key: "k".into(), version: v2 });
+    assert_eq!(s.used_bytes(), 0);
+    assert_no_shared_bytes(&s);
+}
+
+#[test]
+fn remove_version_of_a_processing_object_changes_nothing() {
+    let mut s = three_node_cluster(1 << 20);
+    let (v, _) = placed(&mut s, put(W1, "k", 1000, 1));
+    let e = refused(&mut s, Command::RemoveVersion { key: "k".into(), version: v });
+    assert_eq!(e, MetaError::ObjectNotFound("k".into()));
+    assert_eq!(s.object("k").map(|o| o.status), Some(ObjectStatus::Processing));
 }
 
 #[test]
@@ -718,6 +755,54 @@ fn mounting_a_taken_segment_id_by_another_client_or_with_another_size_is_segment
 }
 
 #[test]
+fn a_segment_with_id_zero_or_a_size_that_is_not_whole_pages_is_invalid_params() {
+    let mut s = MetaState::default();
+    let e = refused(&mut s, mount_cmd(NODE_A, seg(0, 1 << 20, "host-a")));
+    assert!(is_invalid(&e) && e.to_string().contains("id 0"), "{e}");
+    let e = refused(&mut s, mount_cmd(NODE_A, seg(1, (1 << 20) + 64, "host-a")));
+    assert!(is_invalid(&e) && e.to_string().contains("multiple of 4096"), "{e}");
+    assert!(e.to_string().contains(&(1u64 << 20).to_string()), "names the size to use: {e}");
+    let e = refused(&mut s, mount_cmd(NODE_A, seg(1, 2048, "host-a")));
+    assert!(is_invalid(&e), "{e}");
+    let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![seg(1, 6000, "host-a")] });
+    assert!(is_invalid(&e), "{e}");
+    assert_eq!(s.segments().count(), 0);
+}
+
+/// A segment backed by the shared-memory file `path` on `host`.
+fn shm_seg(id: u64, host: &str, path: &str) -> SegmentSpec {
+    SegmentSpec { shm_path: path.to_string(), ..seg(id, 1 << 20, host) }
+}
+
+#[test]
+fn two_segment_ids_over_the_same_shared_memory_are_refused() {
+    let mut s = MetaState::default();
+    mount(&mut s, NODE_A, shm_seg(1, "host-a", "/dev/shm/seg-a"));
+    let e = refused(&mut s, mount_cmd(NODE_B, shm_seg(2, "host-a", "/dev/shm/seg-a")));
+    assert!(matches!(e, MetaError::SegmentAlreadyExists(_)) && e.to_string().contains("/dev/shm/seg-a"), "{e}");
+    let e = refused(&mut s, mount_cmd(NODE_A, shm_seg(2, "host-a", "/dev/shm/seg-a")));
+    assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "same owner, still one memory: {e}");
+    // The same path on another host is other memory; a retried mount is fine.
+    mount(&mut s, NODE_B, shm_seg(2, "host-b", "/dev/shm/seg-a"));
+    mount(&mut s, NODE_A, shm_seg(1, "host-a", "/dev/shm/seg-a"));
+    // A remount listing the same memory twice is refused as a whole.
+    let twice = vec![shm_seg(3, "host-c", "/dev/shm/x"), shm_seg(4, "host-c", "/dev/shm/x")];
+    let e = refused(&mut s, Command::RemountSegments { client: NODE_C, segments: twice });
+    assert!(is_invalid(&e), "{e}");
+    // A remount that replaces the client's own segment over the same file
+    // (a restarted store node with a new segment id) is accepted.
+    ok(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![shm_seg(5, "host-a", "/dev/shm/seg-a")] });
+    assert!(s.segment(SegmentId(1)).is_none());
+    assert_eq!(s.segment(SegmentId(5)).map(|g| g.owner), Some(NODE_A));
+    // ...but not over another client's.
+    let e = refused(
+        &mut s,
+        Command::RemountSegments { client: NODE_C, segments: vec![shm_seg(6, "host-b", "/dev/shm/seg-a")] },
+    );
+    assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "{e}");
+}
+
+#[test]
 fn mount_registers_the_client() {
     let mut s = MetaState::default();
     mount(&mut s, NODE_A, seg(1, 1 << 20, "host-a"));
@@ -735,13 +820,16 @@ fn unmount_by_a_client_that_does_not_own_the_segment_is_illegal_client() {
 }
 
 #[test]
-fn unmount_of_an_unknown_segment_is_segment_not_found() {
+fn unmount_is_idempotent_an_unknown_or_already_unmounted_segment_is_ok_and_changes_nothing() {
     let mut s = three_node_cluster(1 << 20);
-    let e = refused(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(99) });
-    assert!(matches!(e, MetaError::SegmentNotFound(_)), "{e:?}");
+    let before = s.state_hash();
+    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(99) });
+    assert_eq!(s.state_hash(), before, "unmounting an unknown segment changed the state");
     ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
-    let e = refused(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
-    assert!(matches!(e, MetaError::SegmentNotFound(_)), "a second unmount finds nothing: {e:?}");
+    let after_first = s.state_hash();
+    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
+    assert_eq!(s.state_hash(), after_first, "a second unmount changed the state");
+    assert!(s.segment(SegmentId(1)).is_none());
 }
 
 #[test]
@@ -1220,7 +1308,7 @@ fn a_state_rebuilt_from_its_image_hashes_the_same_and_answers_the_next_commands_
 #[test]
 fn a_fragmented_segment_rebuilt_from_its_image_places_the_next_put_in_the_same_hole() {
     let mut s = MetaState::default();
-    mount(&mut s, NODE_A, seg(1, 64 * 100, "host-a"));
+    mount(&mut s, NODE_A, seg(1, 8192, "host-a"));
     for i in 0..10 {
         put_complete(&mut s, W1, &format!("k{i}"), 64 * (1 + i % 4), 1);
     }

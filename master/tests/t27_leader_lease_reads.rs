@@ -11,7 +11,7 @@ use mooncake_proto::master::{PutStartRequest, Segment};
 use mooncake_testkit::{Cluster, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake-master");
-const LEASE_READS: &str = "mooncake_lease_reads_total";
+const LEASE_READS: &str = "mooncake_leader_lease_reads_total";
 const QUORUM_ROUNDS: &str = "mooncake_read_barrier_batch_count";
 const CLIENT: u64 = 7;
 

@@ -1,0 +1,175 @@
+//! Removals that must respect KV leases: Remove, BatchRemove, RemoveAll and
+//! eviction. Each one is pinned to the object incarnation the leader looked
+//! at (`RemoveVersion`, `RemoveObjects` with versions), and fences its keys
+//! against readers from before its lease check until after it was applied
+//! (`kv_lease.rs`): a reader admitted before the fence holds a lease the
+//! removal sees and refuses; a reader arriving after waits, then reads a
+//! state without the object.
+
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_raft_store::state::ObjectStatus;
+use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response};
+
+use crate::errors::{internal, meta_status};
+use crate::kv_lease::KeyHash;
+use crate::leader::FenceGuard;
+use crate::proposer::Proposer;
+use crate::shared::Shared;
+
+/// Commands per log entry when a removal proposes many (RemoveAll of a
+/// large cache): bounds one entry's size and apply time.
+const PROPOSE_SLICE_MAX: usize = 256;
+
+/// Proposes `cmds` while `guard` fences their keys, and lifts the fences
+/// only once the proposal was applied — in a task of its own, so a caller
+/// that goes away (a cancelled RPC) cannot lift them early. `removed(answers,
+/// i)` says whether fenced key `i` is gone.
+///
+/// A proposal that fails without an answer (leadership lost, shutdown) may
+/// still commit under the next leader, so its fences stay up for the rest of
+/// this term: readers of those keys wait rather than be leased an object a
+/// later commit frees. (The term is ending anyway; its end wakes them.)
+pub async fn propose_fenced(
+    proposer: &Proposer,
+    cmds: Vec<Command>,
+    guard: FenceGuard,
+    removed: impl Fn(&[Response], usize) -> bool + Send + 'static,
+) -> Result<Vec<Response>, Status> {
+    let proposer = proposer.clone();
+    let task = tokio::spawn(async move {
+        let mut answers = Vec::with_capacity(cmds.len());
+        for slice in cmds.chunks(PROPOSE_SLICE_MAX) {
+            match proposer.propose_many(slice.to_vec()).await {
+                Ok(r) => answers.extend(r),
+                Err(status) => {
+                    guard.keep_for_the_term();
+                    return Err(status);
+                }
+            }
+        }
+        guard.lift(|i| removed(&answers, i));
+        Ok(answers)
+    });
+    task.await.map_err(|e| internal(format!("removal task ended abnormally: {e}")))?
+}
+
+/// What the leader found for one key a client asks to remove.
+enum Found {
+    /// A retry of a request id already applied: its first answer.
+    Answered(Response),
+    Missing,
+    NotReady,
+    Complete(ObjectVersion),
+}
+
+fn find(s: &MetaState, key: &str, request_id: u64) -> Found {
+    if request_id != 0
+        && let Some(answer) = s.request_answer(request_id)
+    {
+        return Found::Answered(answer.clone());
+    }
+    match s.object(key) {
+        None => Found::Missing,
+        Some(o) if o.status != ObjectStatus::Complete => Found::NotReady,
+        Some(o) => Found::Complete(o.version),
+    }
+}
+
+fn answer_status(r: &Response) -> Status {
+    match r {
+        Response::Err(e) => meta_status(e),
+        _ => Status::ok(),
+    }
+}
+
+/// Removes the listed keys (Remove is a batch of one). One linearizable
+/// read finds each key's incarnation; keys that are missing or not ready
+/// are answered from it; the rest are fenced (refused with
+/// OBJECT_HAS_LEASE while leased, unless `force`) and removed by version.
+/// `request_ids[i]` (0 = none) makes key `i`'s removal apply at most once.
+pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], force: bool) -> Vec<Status> {
+    let id_of = |i: usize| request_ids.get(i).copied().unwrap_or(0);
+    let found = match shared.read(|s| (0..keys.len()).map(|i| find(s, &keys[i], id_of(i))).collect::<Vec<_>>()).await {
+        Ok(f) => f,
+        Err(status) => return vec![status; keys.len()],
+    };
+    let mut out: Vec<Option<Status>> = vec![None; keys.len()];
+    let mut todo: Vec<(usize, ObjectVersion)> = Vec::new();
+    for (i, f) in found.into_iter().enumerate() {
+        out[i] = match f {
+            Found::Answered(r) => Some(answer_status(&r)),
+            Found::Missing => Some(Status::with(ErrorCode::ObjectNotFound, format!("object {:?} not found", keys[i]))),
+            Found::NotReady => Some(meta_status(&mooncake_raft_store::MetaError::ReplicaNotReady(keys[i].clone()))),
+            Found::Complete(v) => {
+                todo.push((i, v));
+                None
+            }
+        };
+    }
+    if !todo.is_empty() {
+        let hashes: Vec<KeyHash> = todo.iter().map(|(i, _)| KeyHash::of(&keys[*i])).collect();
+        let Some(fenced) = shared.leader.fence_removals(&hashes, force) else {
+            return vec![shared.not_leader(); keys.len()];
+        };
+        let mut go: Vec<(usize, ObjectVersion)> = Vec::with_capacity(todo.len());
+        for ((i, version), refused) in todo.iter().zip(&fenced.refused) {
+            if *refused {
+                out[*i] = Some(meta_status(&mooncake_raft_store::MetaError::ObjectHasLease(keys[*i].clone())));
+            } else {
+                go.push((*i, *version));
+            }
+        }
+        let cmds: Vec<Command> = go
+            .iter()
+            .map(|(i, version)| {
+                let remove = Command::RemoveVersion { key: keys[*i].clone(), version: *version };
+                match id_of(*i) {
+                    0 => remove,
+                    id => Command::Once { request_id: id, cmd: Box::new(remove) },
+                }
+            })
+            .collect();
+        let removed = |answers: &[Response], j: usize| answers.get(j).is_some_and(|a| a.err().is_none());
+        match propose_fenced(&shared.proposer, cmds, fenced.guard, removed).await {
+            Ok(answers) => {
+                for ((i, _), a) in go.iter().zip(&answers) {
+                    out[*i] = Some(answer_status(a));
+                }
+            }
+            Err(status) => {
+                for (i, _) in &go {
+                    out[*i] = Some(status.clone());
+                }
+            }
+        }
+    }
+    out.into_iter().map(|s| s.unwrap_or_else(|| internal("removal left a key unanswered"))).collect()
+}
+
+/// RemoveAll: every complete object not leased (all of them with `force`).
+/// Returns how many were removed.
+pub async fn remove_all(shared: &Shared, force: bool) -> Result<u64, Status> {
+    let victims = shared
+        .read(|s| {
+            s.objects()
+                .filter(|o| o.status == ObjectStatus::Complete)
+                .map(|o| mooncake_raft_store::VersionedKey { key: o.key.clone(), version: o.version })
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    if victims.is_empty() {
+        return Ok(0);
+    }
+    let hashes: Vec<KeyHash> = victims.iter().map(|v| KeyHash::of(&v.key)).collect();
+    let fenced = shared.leader.fence_removals(&hashes, force).ok_or_else(|| shared.not_leader())?;
+    let go: Vec<_> = victims.into_iter().zip(&fenced.refused).filter(|(_, r)| !**r).map(|(v, _)| v).collect();
+    let cmds: Vec<Command> = go
+        .chunks(mooncake_raft_store::state::BATCH_MAX)
+        .map(|chunk| Command::RemoveObjects {
+            victims: chunk.to_vec(),
+            reason: mooncake_raft_store::RemoveReason::RemoveAll,
+        })
+        .collect();
+    let answers = propose_fenced(&shared.proposer, cmds, fenced.guard, |_, _| true).await?;
+    Ok(answers.iter().map(|a| if let Response::Removed { count } = a { *count } else { 0 }).sum())
+}
