@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, PutOptions};
+use mooncake_client::{Client, PutOptions, PutOutcome};
 use mooncake_transfer::{Protocol, TcpConfig};
 use tokio::task::JoinHandle;
 
@@ -227,10 +227,11 @@ async fn put_worker(
         let key = format!("{prefix}/{i}");
         let t = Instant::now();
         match client.put(&key, &data, &opts).await {
-            Ok(()) => {
+            Ok(PutOutcome::Stored) => {
                 s.ok(t.elapsed(), size as u64, 1);
                 stored.push(key);
             }
+            Ok(PutOutcome::KeptExisting) => s.failed(format!("put {key}: the key already existed")),
             Err(e) => s.failed(format!("put {key}: {e}")),
         }
         i += 1;

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, PutOptions, Role};
+use mooncake_client::{Client, PutOptions, PutOutcome, Role};
 use mooncake_proto::ErrorCode;
 use mooncake_transfer::Protocol;
 use tokio::task::JoinHandle;
@@ -175,7 +175,11 @@ async fn mooncake_worker(client: Arc<Client>, w: usize, stop: Arc<AtomicBool>) -
     let mut i = 0u64;
     while !stop.load(Ordering::SeqCst) && i < WORKER_OPS_MAX && start.elapsed() < LOAD_TIME_MAX {
         let key = format!("bench/failover/{w}/{i}");
-        seen.result(client.put(&key, &value, &opts).await.map_err(Into::into));
+        let put = client.put(&key, &value, &opts).await.map_err(anyhow::Error::from);
+        seen.result(put.and_then(|o| {
+            anyhow::ensure!(o == PutOutcome::Stored, "put {key}: the key already existed");
+            Ok(())
+        }));
         let got = client.get_into(&key, &mut buf).await;
         seen.result(got.map_err(Into::into).and_then(|n| {
             anyhow::ensure!(n == VALUE_BYTES, "get {key}: {n} bytes");

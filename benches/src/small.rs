@@ -156,7 +156,7 @@ async fn put_worker(client: Arc<Client>, conc: usize, w: usize, budget: Budget) 
         let t = Instant::now();
         let results = client.put_batch(&items, &opts).await;
         let latency = t.elapsed();
-        record_batch(&mut s, latency, results.into_iter().map(|r| r.map(|()| VALUE_BYTES)));
+        record_batch(&mut s, latency, results.into_iter().map(|r| r.map(|_| VALUE_BYTES)));
         b += 1;
     }
     (s, b)

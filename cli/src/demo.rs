@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, PutOptions, Role, parse_size};
+use mooncake_client::{Client, ClientConfig, PutOptions, PutOutcome, Role, parse_size};
 use mooncake_transfer::Protocol;
 
 #[derive(clap::Args)]
@@ -138,7 +138,11 @@ async fn workload(
         fill(&key, &mut data);
         let t = Instant::now();
         match client.put(&key, &data, &opts).await {
-            Ok(()) => put.record(t.elapsed(), size as u64),
+            Ok(PutOutcome::Stored) => put.record(t.elapsed(), size as u64),
+            Ok(PutOutcome::KeptExisting) => {
+                put.errors += 1;
+                eprintln!("\nput {key}: the key already existed (a fresh cluster should not have it)");
+            }
             Err(e) => {
                 put.errors += 1;
                 eprintln!("\nput {key}: {e}");

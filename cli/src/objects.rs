@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, PutOptions};
+use mooncake_client::{Client, ClientConfig, PutOptions, PutOutcome};
 use mooncake_transfer::Protocol;
 
 use crate::MastersArg;
@@ -95,8 +95,14 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     let opts = PutOptions { replicas: a.replicas, pin: pin_code(&a.pin)?, ..Default::default() };
     let result = client.put(&a.key, &data, &opts).await;
     client.close().await;
-    result.with_context(|| format!("put {}", a.key))?;
-    eprintln!("stored {} ({} bytes, crc32c {:08x})", a.key, data.len(), mooncake_client::checksum::crc32c(&data));
+    match result.with_context(|| format!("put {}", a.key))? {
+        PutOutcome::Stored => {
+            let crc = mooncake_client::checksum::crc32c(&data);
+            eprintln!("stored {} ({} bytes, crc32c {crc:08x})", a.key, data.len());
+        }
+        // Mooncake's put: the first writer wins and the put succeeds.
+        PutOutcome::KeptExisting => eprintln!("{} already exists; kept the existing object (nothing written)", a.key),
+    }
     Ok(())
 }
 

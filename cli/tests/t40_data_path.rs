@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, Role, remote};
+use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome, Role, remote};
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{GetClusterInfoResponse, ObjectInfo, Replica, ReplicaStatus, Segment};
 use mooncake_testkit::{Cluster, wait_until};
@@ -154,7 +154,7 @@ async fn assert_get(client: &Client, key: &str, want: &[u8]) {
     assert!(got == want, "get {key:?}: bytes differ from what was put");
 }
 
-/// The replica list a reader gets (this grants it a read lease).
+/// The replica list a reader gets (this grants it a KV lease).
 async fn replica_list(client: &Client, key: &str) -> Vec<Replica> {
     let list = client.master().get_replica_list(client.client_id(), key).await;
     list.unwrap_or_else(|e| panic!("replica list of {key:?}: {e}")).replicas
@@ -557,7 +557,7 @@ async fn restart_story(story: &mut Story) {
 /// Why: removing an object a reader may be copying would let its range be
 /// reused under the reader; a lease blocks that unless the caller forces it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn remove_respects_read_leases_unless_forced() {
+async fn remove_respects_kv_leases_unless_forced() {
     let mut story = Story::start(2, &[]);
     within("remove and lease story", remove_story(&mut story)).await;
 }
@@ -575,6 +575,11 @@ async fn remove_story(story: &mut Story) {
     assert!(writer.exists(key).await.expect("exists"));
     assert_eq!(writer.get_size(key).await.expect("get_size"), data.len() as u64);
     assert_get(&writer, key, &data).await;
+    // Putting the key again succeeds and keeps the first object (Mooncake's
+    // put: the first writer wins; upsert replaces).
+    let again = writer.put(key, &payload(499, 77), &replicas(1, &[])).await.expect("put of an existing key");
+    assert_eq!(again, PutOutcome::KeptExisting);
+    assert_get(&writer, key, &data).await;
     let unread = "t40-remove/unread";
     put(&writer, unread, &payload(501, 5_000), &replicas(2, &[])).await;
     let missing = "t40-remove/never-put";
@@ -582,7 +587,7 @@ async fn remove_story(story: &mut Story) {
     assert_not_found("get_size of a missing key", writer.get_size(missing).await);
     assert_not_found("get of a missing key", writer.get(missing).await);
 
-    // Phase 2: another client reads the object (a 5 s lease); a plain remove
+    // Phase 2: another client reads the object (a KV lease); a plain remove
     // is refused with OBJECT_HAS_LEASE and changes nothing.
     assert_get(&reader, key, &data).await;
     let err = writer.remove(key, false).await.expect_err("remove of a leased object");

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use mooncake_client::{Client, ClientConfig, ClientError, PutOptions};
-use mooncake_proto::ErrorCode;
+use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome};
 use mooncake_testkit::Cluster;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
@@ -16,14 +15,19 @@ async fn batch_items_succeed_and_fail_independently() {
     let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
     client.put("b/taken", b"first", &PutOptions::default()).await.expect("put");
 
-    // Phase 1: 40 puts in one batch, one of them on a key that exists.
+    // Phase 1: 40 puts in one batch, one of them on a key that exists (as in
+    // Mooncake, that put succeeds and keeps the existing object).
     let values: Vec<(String, Vec<u8>)> = (0..40).map(|i| (format!("b/{i}"), vec![i as u8; 4096 + i])).collect();
     let mut items: Vec<(&str, &[u8])> = values.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
     items.push(("b/taken", b"second"));
     let results = client.put_batch(&items, &PutOptions { replicas: 2, ..Default::default() }).await;
     assert_eq!(results.len(), 41);
-    assert!(results[..40].iter().all(|r| r.is_ok()), "{:?}", results.iter().filter(|r| r.is_err()).collect::<Vec<_>>());
-    assert_eq!(results[40].as_ref().err().and_then(|e| e.code()), Some(ErrorCode::ObjectAlreadyExists));
+    assert!(
+        results[..40].iter().all(|r| matches!(r, Ok(PutOutcome::Stored))),
+        "{:?}",
+        results.iter().filter(|r| r.is_err()).collect::<Vec<_>>()
+    );
+    assert!(matches!(results[40], Ok(PutOutcome::KeptExisting)), "{:?}", results[40]);
 
     // Phase 2: one batch get, with a missing key in the middle.
     let mut keys: Vec<&str> = values.iter().map(|(k, _)| k.as_str()).collect();

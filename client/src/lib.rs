@@ -22,4 +22,4 @@ pub use local_segment::LocalSegment;
 pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
 /// The object checksum (CRC-32C) a client computes at put and verifies at get.
 pub use mooncake_segment::checksum;
-pub use store_client::{Client, ClientStats, PutOptions, remote};
+pub use store_client::{Client, ClientStats, PutOptions, PutOutcome, remote};

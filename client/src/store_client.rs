@@ -33,6 +33,18 @@ pub struct PutOptions {
     pub pin: i32,
 }
 
+/// What a successful put did. As in Mooncake, putting a key that exists
+/// (or that another client is writing) succeeds and keeps the existing
+/// object: the first writer wins. Replace a value with `upsert`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The bytes were stored under the key.
+    Stored,
+    /// The key already held an object (or one was being written); it is
+    /// kept and nothing was written.
+    KeptExisting,
+}
+
 /// Counters of one client: cache hits and misses of gets, put outcomes.
 #[derive(Debug, Default)]
 pub struct ClientStats {
@@ -41,6 +53,8 @@ pub struct ClientStats {
     pub gets_failed: AtomicU64,
     pub puts_ok: AtomicU64,
     pub puts_failed: AtomicU64,
+    /// Puts of a key that existed: nothing written, the object kept.
+    pub puts_kept_existing: AtomicU64,
 }
 
 /// A connected store client.
@@ -109,14 +123,21 @@ impl Client {
         self.local.as_deref()
     }
 
-    /// Stores `data` under `key`.
-    pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
+    /// Stores `data` under `key`; a key that exists is kept as it is
+    /// ([`PutOutcome::KeptExisting`]).
+    pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
         // The checksum is computed while PutStart is in flight (the RPC is
         // polled, and so sent, first): its round trip hides the CPU time.
         let (replicas, checksum) = tokio::join!(self.put_start(key, data.len() as u64, opts), async {
             mooncake_segment::checksum::crc32c(data)
         });
-        let replicas = replicas?;
+        let replicas = match replicas {
+            Err(e) if is_already_exists(&e) => {
+                self.stats.puts_kept_existing.fetch_add(1, Ordering::Relaxed);
+                return Ok(PutOutcome::KeptExisting);
+            }
+            other => other?,
+        };
         let result = self.write_replicas(&replicas, data).await;
         let result = match result {
             Ok(()) => self.master.put_end(self.client_id, key, checksum).await.map_err(ClientError::from),
@@ -135,11 +156,11 @@ impl Client {
             };
         }
         self.stats.puts_ok.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(PutOutcome::Stored)
     }
 
     /// Same as [`put`](Self::put); the name of Mooncake's zero-copy variant.
-    pub async fn put_from(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
+    pub async fn put_from(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
         self.put(key, data, opts).await
     }
 
@@ -239,8 +260,8 @@ impl Client {
 
     /// Puts several objects: one batch PutStart, every write in parallel, one
     /// batch PutEnd (and one batch PutRevoke for those that failed). One
-    /// result per item, in order.
-    pub async fn put_batch(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
+    /// result per item, in order; an existing key is kept, as in [`put`](Self::put).
+    pub async fn put_batch(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<PutOutcome, ClientError>> {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(BATCH_ITEMS_MAX) {
             out.extend(self.put_chunk(chunk, opts).await);
@@ -248,7 +269,7 @@ impl Client {
         out
     }
 
-    async fn put_chunk(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
+    async fn put_chunk(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<PutOutcome, ClientError>> {
         let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
         let reqs = items
             .iter()
@@ -270,7 +291,26 @@ impl Client {
             self.write_replicas(&resp.replicas, data).await
         });
         let written: Vec<Result<(), ClientError>> = join_all(writes).await;
-        self.end_chunk(items, written).await
+        // Items whose key existed wrote nothing and end nothing: they are kept.
+        let kept: Vec<bool> = written.iter().map(|w| w.as_ref().err().is_some_and(is_already_exists)).collect();
+        let ended = self.end_chunk(items, written).await;
+        let results: Vec<Result<PutOutcome, ClientError>> = ended
+            .into_iter()
+            .zip(kept)
+            .map(|(r, kept)| match (r, kept) {
+                (Err(_), true) => Ok(PutOutcome::KeptExisting),
+                (r, _) => r.map(|()| PutOutcome::Stored),
+            })
+            .collect();
+        for r in &results {
+            let c = match r {
+                Ok(PutOutcome::Stored) => &self.stats.puts_ok,
+                Ok(PutOutcome::KeptExisting) => &self.stats.puts_kept_existing,
+                Err(_) => &self.stats.puts_failed,
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        results
     }
 
     /// PutEnd of the written items, PutRevoke of the others.
@@ -304,24 +344,13 @@ impl Client {
         let revoke: Vec<PutRevokeRequest> = items
             .iter()
             .zip(&results)
-            .filter(|(_, r)| {
-                r.as_ref().is_err_and(|e| {
-                    !matches!(
-                        e,
-                        ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectAlreadyExists, .. })
-                    )
-                })
-            })
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| !is_already_exists(e)))
             .map(|((key, _), _)| PutRevokeRequest { client_id: self.client_id, key: key.to_string() })
             .collect();
         if !revoke.is_empty()
             && let Err(e) = self.master.batch_put_revoke(revoke).await
         {
             tracing::warn!(error = %e, "put revoke after failed batch puts");
-        }
-        for r in &results {
-            let c = if r.is_ok() { &self.stats.puts_ok } else { &self.stats.puts_failed };
-            c.fetch_add(1, Ordering::Relaxed);
         }
         results
     }
@@ -445,6 +474,12 @@ const CLOSE_UNMOUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// Items per batch RPC (the master's limit).
 const BATCH_ITEMS_MAX: usize = 1024;
+
+/// The master refused a PutStart because the key exists (or is being
+/// written by another client): the put keeps that object.
+fn is_already_exists(e: &ClientError) -> bool {
+    matches!(e, ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectAlreadyExists, .. }))
+}
 
 /// One batch item's status as a result.
 fn item_status(status: Option<&mooncake_proto::Status>, attempts: u32) -> Result<(), ClientError> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, ClientError, PutOptions};
+use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome};
 use mooncake_proto::ErrorCode;
 use tokio::sync::Mutex;
 
@@ -217,7 +217,9 @@ fn definitely_failed(e: &ClientError) -> bool {
 async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared: &Shared) -> Outcome {
     match op {
         OpKind::Put { value } => match writer.put(key, &object_bytes(value), &TWO_REPLICAS).await {
-            Ok(()) => Outcome::Ok,
+            Ok(PutOutcome::Stored) => Outcome::Ok,
+            // The key existed: Mooncake's put keeps it and writes nothing.
+            Ok(PutOutcome::KeptExisting) => Outcome::Fail,
             Err(e) if definitely_failed(&e) => Outcome::Fail,
             Err(e) if e.is_definite() && e.code() == Some(ErrorCode::NoAvailableHandle) => Outcome::Fail,
             Err(ClientError::PutRevoked(_)) => Outcome::Fail,

@@ -110,6 +110,13 @@ pub struct MasterConfig {
     /// catches lost writes; never use it in production.
     #[arg(long = "dev-unsafe-no-fsync", hide_short_help = true)]
     pub dev_unsafe_no_fsync: bool,
+    /// DEVELOPMENT ONLY — BREAKS KV LEASES. Removals and evictions check
+    /// leases before they propose but do not fence readers, so a read
+    /// answered during a removal's commit gets an object that is then freed.
+    /// Exists so the stress test and chaos harness can prove they catch it;
+    /// never use it in production.
+    #[arg(long = "dev-unsafe-unfenced-removals", hide_short_help = true)]
+    pub dev_unsafe_unfenced_removals: bool,
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,

@@ -63,6 +63,10 @@ pub type FenceWait = Pin<Box<OwnedNotified>>;
 /// The KV leases and removal fences of one leadership term.
 #[derive(Default)]
 pub struct KvLeases {
+    /// `--dev-unsafe-unfenced-removals`: removals check leases but fence
+    /// nothing (the race this module closes, kept so the chaos harness and
+    /// the stress test can prove they catch it).
+    unsafe_unfenced: bool,
     /// Key → end of its latest lease. Kept after expiry (until
     /// [`ACCESS_HORIZON`]) as the key's last read, for eviction order.
     leased_until: HashMap<KeyHash, Instant>,
@@ -70,6 +74,12 @@ pub struct KvLeases {
 }
 
 impl KvLeases {
+    /// Leases and fences as described above; `unsafe_unfenced` only for the
+    /// deliberately broken build.
+    pub fn new(unsafe_unfenced: bool) -> Self {
+        KvLeases { unsafe_unfenced, leased_until: HashMap::new(), fences: HashMap::new() }
+    }
+
     /// Leases every key of `keys` until `now + ttl`, or — when a removal of
     /// one of them is in flight — leases none and returns what to wait for.
     pub fn admit_readers(&mut self, keys: &[KeyHash], now: Instant, ttl: Duration) -> Result<(), FenceWait> {
@@ -106,6 +116,9 @@ impl KvLeases {
     /// Fences `key`: readers wait until [`KvLeases::lift`] is called as
     /// often as `fence` was. The caller has checked the lease.
     pub fn fence(&mut self, key: KeyHash) {
+        if self.unsafe_unfenced {
+            return; // deliberately broken build: readers never wait
+        }
         self.fences.entry(key).or_insert_with(|| Fence { removals: 0, lifted: Arc::new(Notify::new()) }).removals += 1;
     }
 

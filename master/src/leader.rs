@@ -32,11 +32,11 @@ pub struct TermState {
 }
 
 impl TermState {
-    fn new(term: u64, now: Instant) -> Self {
+    fn new(term: u64, now: Instant, unsafe_unfenced: bool) -> Self {
         TermState {
             term,
             elected_at: now,
-            kv: KvLeases::default(),
+            kv: KvLeases::new(unsafe_unfenced),
             heartbeats: HashMap::new(),
             first_seen: HashMap::new(),
         }
@@ -86,12 +86,20 @@ pub const FENCE_WAIT_MAX: Duration = Duration::from_secs(5);
 /// The soft state of the current term, if this master leads.
 pub struct LeaderState {
     kv_lease_ttl: Duration,
+    unsafe_unfenced: bool,
     inner: Mutex<Option<TermState>>,
 }
 
 impl LeaderState {
     pub fn new(kv_lease_ttl: Duration) -> Self {
-        LeaderState { kv_lease_ttl, inner: Mutex::new(None) }
+        LeaderState { kv_lease_ttl, unsafe_unfenced: false, inner: Mutex::new(None) }
+    }
+
+    /// DEVELOPMENT ONLY (`--dev-unsafe-unfenced-removals`): removals check
+    /// KV leases before they propose but fence nothing, so a read admitted
+    /// while a removal is in flight is answered OK and then freed.
+    pub fn new_unfenced(kv_lease_ttl: Duration) -> Self {
+        LeaderState { kv_lease_ttl, unsafe_unfenced: true, inner: Mutex::new(None) }
     }
 
     pub fn kv_lease_ttl(&self) -> Duration {
@@ -112,7 +120,7 @@ impl LeaderState {
         let mut guard = self.lock();
         match leading_term {
             Some(term) if guard.as_ref().map(|t| t.term) != Some(term) => {
-                *guard = Some(TermState::new(term, now));
+                *guard = Some(TermState::new(term, now, self.unsafe_unfenced));
             }
             Some(_) => {}
             None => *guard = None,
@@ -253,7 +261,7 @@ mod tests {
     #[test]
     fn a_new_leader_treats_everything_as_leased_for_one_ttl() {
         let t0 = Instant::now();
-        let mut t = TermState::new(3, t0);
+        let mut t = TermState::new(3, t0, false);
         assert!(t.is_kv_leased(k("k"), t0 + TTL / 2, TTL));
         assert!(!t.is_kv_leased(k("k"), t0 + TTL * 2, TTL));
         assert!(t.kv.admit_readers(&[k("k")], t0 + TTL * 2, TTL).is_ok());

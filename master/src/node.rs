@@ -51,10 +51,11 @@ impl MasterNode {
         let observer = Arc::new(MetricsObserver(metrics.clone()));
         let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
         store_opts.fsync = !cfg.dev_unsafe_no_fsync;
-        if cfg.dev_unsafe_no_fsync || cfg.dev_unsafe_stale_reads {
+        if cfg.dev_unsafe_no_fsync || cfg.dev_unsafe_stale_reads || cfg.dev_unsafe_unfenced_removals {
             tracing::warn!(
                 no_fsync = cfg.dev_unsafe_no_fsync,
                 stale_reads = cfg.dev_unsafe_stale_reads,
+                unfenced_removals = cfg.dev_unsafe_unfenced_removals,
                 "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
             );
         }
@@ -75,7 +76,10 @@ impl MasterNode {
         let network = NetworkFactory { cluster: cluster.clone(), acks: acks.clone() };
         let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
         let kv_lease_ttl = Duration::from_millis(cfg.default_kv_lease_ttl_ms);
-        let leader = Arc::new(LeaderState::new(kv_lease_ttl));
+        let leader = Arc::new(match cfg.dev_unsafe_unfenced_removals {
+            false => LeaderState::new(kv_lease_ttl),
+            true => LeaderState::new_unfenced(kv_lease_ttl),
+        });
         let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone());
         let policy = EvictionPolicy {
             high_watermark_ratio: cfg.eviction_high_watermark_ratio,
