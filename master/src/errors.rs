@@ -19,6 +19,9 @@ pub fn meta_status(e: &MetaError) -> Status {
         MetaError::NoAvailableHandle(_) => ErrorCode::NoAvailableHandle,
         MetaError::SegmentNotFound(_) => ErrorCode::SegmentNotFound,
         MetaError::SegmentAlreadyExists(_) => ErrorCode::SegmentAlreadyExists,
+        // Mooncake answers a PutEnd whose put was discarded OBJECT_NOT_FOUND;
+        // the message says to put again.
+        MetaError::PutExpired(_) => ErrorCode::ObjectNotFound,
     };
     Status::with(code, e.to_string())
 }

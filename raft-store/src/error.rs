@@ -28,6 +28,10 @@ pub enum MetaError {
     SegmentNotFound(String),
     #[error("segment already exists: {0}")]
     SegmentAlreadyExists(String),
+    /// A put's reservation is gone (its arena returned, its segment lost,
+    /// its range taken): nothing was recorded; the writer should put again.
+    #[error("put expired: {0}")]
+    PutExpired(String),
 }
 
 /// A local storage failure: what failed and where.

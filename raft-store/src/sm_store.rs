@@ -22,12 +22,14 @@ use serde::{Deserialize, Serialize};
 use crate::codec;
 use crate::durable::DataSync;
 use crate::error::StoreError;
-use crate::state::MetaState;
+use crate::state::{MetaState, StateImage};
 use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
 
 /// Version of the snapshot format (the first 4 bytes of every snapshot, LE).
 /// A newer binary reads older versions or refuses with a clear message.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 1;
+/// 1: objects, segments, clients, discarded puts, request ids.
+/// 2: + allocation arenas and objects retired by upserts.
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 2;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 const CURRENT_KEY: &[u8] = b"current";
@@ -200,11 +202,12 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
     let Some((version, body)) = data.split_first_chunk::<4>() else {
         return Err(StoreError::Decode { what: "snapshot".into(), message: "shorter than its header".into() });
     };
-    let version = u32::from_le_bytes(*version);
-    if version != SNAPSHOT_SCHEMA_VERSION {
-        return Err(StoreError::SchemaVersion { found: version, supported: SNAPSHOT_SCHEMA_VERSION });
-    }
-    MetaState::from_image(codec::decode("state image", body)?)
+    let image = match u32::from_le_bytes(*version) {
+        1 => StateImage::from_v1(codec::decode("state image (schema 1)", body)?),
+        SNAPSHOT_SCHEMA_VERSION => codec::decode("state image", body)?,
+        found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
+    };
+    MetaState::from_image(image)
 }
 
 fn snapshot_err(e: StoreError) -> StorageError<NodeId> {

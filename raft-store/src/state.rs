@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{MetaError, StoreError};
 use crate::types::*;
 
+mod arenas;
+pub use arenas::validate_new_object;
+
 /// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
 /// and bounds the memory one entry can pin.
 pub const KEY_MAX_BYTES: usize = 4096;
@@ -97,6 +100,16 @@ pub struct DiscardedPut {
     pub discarded_ms: u64,
 }
 
+/// Ranges of an object replaced by an upsert, held until no KV lease on the
+/// old bytes can be left (the leader then releases them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredObject {
+    pub version: ObjectVersion,
+    pub key: String,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub retired_ms: u64,
+}
+
 /// The whole replicated state.
 #[derive(Clone, Debug, Default)]
 pub struct MetaState {
@@ -112,6 +125,11 @@ pub struct MetaState {
     requests: BTreeMap<u64, (u64, Response)>,
     /// The same ids ordered by time, for pruning.
     request_times: BTreeSet<(u64, u64)>,
+    arenas: BTreeMap<ArenaId, Arena>,
+    /// Arenas of each segment by offset (they never overlap).
+    arenas_by_offset: BTreeMap<(SegmentId, u64), ArenaId>,
+    next_arena: u64,
+    retired: BTreeMap<ObjectVersion, RetiredObject>,
 }
 
 /// The serialisable form of [`MetaState`]; allocators are rebuilt from the
@@ -129,6 +147,44 @@ pub struct StateImage {
     pub discarded: Vec<DiscardedPut>,
     /// Remembered request ids: (id, applied at ms, answer).
     pub requests: Vec<(u64, u64, Response)>,
+    pub arenas: Vec<Arena>,
+    pub next_arena: u64,
+    pub retired: Vec<RetiredObject>,
+}
+
+/// The image of schema version 1 (before arenas and upserts), read by
+/// [`StateImage::from_v1`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImageV1 {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+    pub requests: Vec<(u64, u64, Response)>,
+}
+
+impl StateImage {
+    /// Upgrades a version-1 image: no arenas, nothing retired.
+    pub fn from_v1(v1: StateImageV1) -> StateImage {
+        StateImage {
+            last_applied: v1.last_applied,
+            last_membership: v1.last_membership,
+            now_ms: v1.now_ms,
+            next_version: v1.next_version,
+            segments: v1.segments,
+            objects: v1.objects,
+            clients: v1.clients,
+            discarded: v1.discarded,
+            requests: v1.requests,
+            arenas: Vec::new(),
+            next_arena: 0,
+            retired: Vec::new(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------- reads
@@ -168,6 +224,16 @@ impl MetaState {
     pub fn discarded(&self) -> impl Iterator<Item = &DiscardedPut> {
         self.discarded.values()
     }
+    pub fn arenas(&self) -> impl Iterator<Item = &Arena> {
+        self.arenas.values()
+    }
+    pub fn arena(&self, id: ArenaId) -> Option<&Arena> {
+        self.arenas.get(&id)
+    }
+    /// Objects replaced by upserts whose ranges are still held.
+    pub fn retired(&self) -> impl Iterator<Item = &RetiredObject> {
+        self.retired.values()
+    }
     /// The first answer of `request_id` if a `Once` command with it was
     /// applied within the deduplication window.
     pub fn request_answer(&self, request_id: u64) -> Option<&Response> {
@@ -192,6 +258,9 @@ impl MetaState {
             clients: self.clients.values().cloned().collect(),
             discarded: self.discarded.values().cloned().collect(),
             requests: self.requests.iter().map(|(id, (ms, r))| (*id, *ms, r.clone())).collect(),
+            arenas: self.arenas.values().cloned().collect(),
+            next_arena: self.next_arena,
+            retired: self.retired.values().cloned().collect(),
         }
     }
 
@@ -200,7 +269,8 @@ impl MetaState {
         let corrupt = |message: String| StoreError::Decode { what: "state image".into(), message };
         let mut used: BTreeMap<SegmentId, Vec<mooncake_segment::Range>> = BTreeMap::new();
         let placed = image.objects.iter().flat_map(|o| o.replicas.iter());
-        for r in placed.chain(image.discarded.iter().flat_map(|d| d.replicas.iter())) {
+        let held = image.discarded.iter().flat_map(|d| d.replicas.iter());
+        for r in placed.chain(held).chain(image.retired.iter().flat_map(|d| d.replicas.iter())) {
             used.entry(r.segment).or_default().push(r.range);
         }
         let mut segments = BTreeMap::new();
@@ -213,6 +283,13 @@ impl MetaState {
         if let Some(seg) = used.keys().next() {
             return Err(corrupt(format!("replica on unknown segment {seg}")));
         }
+        let mut arenas_by_offset = BTreeMap::new();
+        for a in &image.arenas {
+            if !segments.contains_key(&a.segment) {
+                return Err(corrupt(format!("{} on unknown segment {}", a.id, a.segment)));
+            }
+            arenas_by_offset.insert((a.segment, a.range.offset), a.id);
+        }
         Ok(MetaState {
             last_applied: image.last_applied,
             last_membership: image.last_membership,
@@ -224,6 +301,10 @@ impl MetaState {
             discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
             request_times: image.requests.iter().map(|(id, ms, _)| (*ms, *id)).collect(),
             requests: image.requests.into_iter().map(|(id, ms, r)| (id, (ms, r))).collect(),
+            arenas: image.arenas.into_iter().map(|a| (a.id, a)).collect(),
+            arenas_by_offset,
+            next_arena: image.next_arena,
+            retired: image.retired.into_iter().map(|r| (r.version, r)).collect(),
         })
     }
 
@@ -337,6 +418,11 @@ impl MetaState {
             Command::Once { request_id, cmd } => return self.apply_once(*request_id, cmd),
             Command::Noop => Ok(()),
             Command::RemoveVersion { key, version } => self.remove_version(key, *version),
+            Command::ArenaGrant { segment, len_bytes, term } => return self.grant_arena(*segment, *len_bytes, *term),
+            Command::ArenaTrim { arena, keep_bytes } => self.trim_arena(*arena, *keep_bytes),
+            Command::ArenaReturn { arenas } => return self.return_arenas(arenas),
+            Command::PutCommit(new) => return self.put_commit(new),
+            Command::ReleaseRetired { versions } => return self.release_retired(versions),
         };
         match result {
             Ok(()) => Response::Ok,
@@ -484,6 +570,11 @@ impl MetaState {
             d.replicas.retain(|r| r.segment != id);
             !d.replicas.is_empty()
         });
+        self.retired.retain(|_, d| {
+            d.replicas.retain(|r| r.segment != id);
+            !d.replicas.is_empty()
+        });
+        self.drop_arenas_of(id);
     }
 
     fn put_start(&mut self, put: &PutStart) -> Response {

@@ -107,6 +107,53 @@ pub enum RemoveReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectVersion(pub u64);
 
+/// Unique id of one allocation arena (assigned at apply, never reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ArenaId(pub u64);
+
+impl std::fmt::Display for ArenaId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "arena-{}", self.0)
+    }
+}
+
+/// A contiguous range of a segment that one leader (of `term`) granted
+/// itself through the log: it places new objects inside its own arenas
+/// without a Raft round, and a later leader never reuses another term's
+/// arena until that term's writers can no longer be writing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Arena {
+    pub id: ArenaId,
+    pub segment: SegmentId,
+    pub range: Range,
+    /// The term of the leader that granted it.
+    pub term: u64,
+}
+
+/// One replica of a new object: where its writer wrote it, inside which arena.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedReplica {
+    pub segment: SegmentId,
+    pub arena: ArenaId,
+    pub range: Range,
+}
+
+/// A written object to record as complete: the one replicated command of a
+/// put (its ranges were reserved on the leader, outside the log).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewObject {
+    pub client: ClientId,
+    pub key: String,
+    pub size_bytes: u64,
+    /// crc32c of the bytes.
+    pub checksum: u32,
+    pub pin: Pin,
+    pub replicas: Vec<PlacedReplica>,
+    /// Replace an existing object (its ranges are held, not freed, until the
+    /// KV leases on it may have expired); otherwise an existing key refuses.
+    pub upsert: bool,
+}
+
 /// Everything the replicated state machine can be asked to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -177,6 +224,32 @@ pub enum Command {
         key: String,
         version: ObjectVersion,
     },
+    /// The leader of `term` grants itself an arena of `len_bytes` on
+    /// `segment`: a range free of objects and of other arenas (best fit).
+    ArenaGrant {
+        segment: SegmentId,
+        len_bytes: u64,
+        term: u64,
+    },
+    /// Shortens an arena to its first `keep_bytes` (its leader never handed
+    /// out the tail); 0 ends it.
+    ArenaTrim {
+        arena: ArenaId,
+        keep_bytes: u64,
+    },
+    /// Ends arenas: their leader has no reservation left in them, or (an
+    /// older term's) their writers can no longer be writing. Objects inside
+    /// stay; the free space returns to the segment.
+    ArenaReturn {
+        arenas: Vec<ArenaId>,
+    },
+    /// Records a written object as complete (the one commit of a put).
+    PutCommit(NewObject),
+    /// Frees the ranges of objects replaced by upserts, once no KV lease on
+    /// them can be left.
+    ReleaseRetired {
+        versions: Vec<ObjectVersion>,
+    },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.
@@ -198,6 +271,12 @@ pub enum Response {
     /// How many objects a bulk removal removed.
     Removed {
         count: u64,
+    },
+    /// ArenaGrant: the arena granted.
+    ArenaGranted(Arena),
+    /// PutCommit: the version the object got.
+    Committed {
+        version: ObjectVersion,
     },
     Err(MetaError),
     Batch(Vec<Response>),

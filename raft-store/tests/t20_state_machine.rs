@@ -4,38 +4,23 @@
 //! changing nothing, time, determinism across replicas and snapshot images,
 //! and batches.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::Rng;
+use common::*;
 
 use mooncake_raft_store::codec;
 use mooncake_raft_store::state::{KEY_MAX_BYTES, ObjectStatus, REPLICA_NUM_MAX};
 use mooncake_raft_store::{
     Command, MetaError, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, ReplicaPlacement, Request, Response,
-    SegmentSpec, Tier, VersionedKey,
+    SegmentSpec, VersionedKey,
 };
 use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- builders
-
-/// Writers (inference servers) and store nodes.
-const W1: ClientId = ClientId(1);
-const W2: ClientId = ClientId(2);
-const NODE_A: ClientId = ClientId(101);
-const NODE_B: ClientId = ClientId(102);
-const NODE_C: ClientId = ClientId(103);
-
-/// A DRAM segment declaration on `host`.
-fn seg(id: u64, size: u64, host: &str) -> SegmentSpec {
-    SegmentSpec {
-        id: SegmentId(id),
-        size_bytes: size,
-        endpoint: format!("{host}:7000"),
-        host_id: host.to_string(),
-        zone: "zone-1".to_string(),
-        tier: Tier::Dram,
-        shm_path: String::new(),
-    }
-}
 
 /// The PutStart parameters of `key` (no preferred segments, unpinned).
 fn put_spec(client: ClientId, key: &str, size: u64, replicas: u32) -> PutStart {
@@ -65,28 +50,6 @@ fn put_end(client: ClientId, key: &str, checksum: u32) -> Command {
     Command::PutEnd { client, key: key.to_string(), checksum }
 }
 
-fn mount_cmd(client: ClientId, spec: SegmentSpec) -> Command {
-    Command::MountSegment { client, segment: spec }
-}
-
-/// Applies `cmd` one millisecond after the state's current time.
-fn apply(state: &mut MetaState, cmd: Command) -> Response {
-    let ts_ms = state.now_ms() + 1;
-    state.apply(&Request { ts_ms, cmd })
-}
-
-/// Applies `cmd` and asserts it answered `Ok`.
-fn ok(state: &mut MetaState, cmd: Command) {
-    let shown = format!("{cmd:?}");
-    let resp = apply(state, cmd);
-    assert_eq!(resp, Response::Ok, "{shown}");
-}
-
-/// Mounts `spec` for `client`, asserting success.
-fn mount(state: &mut MetaState, client: ClientId, spec: SegmentSpec) {
-    ok(state, mount_cmd(client, spec));
-}
-
 /// Applies a PutStart and returns its placement.
 fn placed(state: &mut MetaState, cmd: Command) -> (ObjectVersion, Vec<ReplicaPlacement>) {
     let shown = format!("{cmd:?}");
@@ -103,124 +66,7 @@ fn put_complete(state: &mut MetaState, client: ClientId, key: &str, size: u64, r
     version
 }
 
-/// `n` rounded up to the allocation alignment: what a replica really holds.
-fn aligned(n: u64) -> u64 {
-    n.next_multiple_of(ALLOC_ALIGN_BYTES)
-}
-
-/// The snapshot bytes of a state.
-fn image_bytes(state: &MetaState) -> Vec<u8> {
-    codec::encode("state image", &state.to_image()).expect("encode image")
-}
-
-/// Three segments of `size` bytes on three hosts, owned by three store nodes.
-fn three_node_cluster(size: u64) -> MetaState {
-    let mut s = MetaState::default();
-    mount(&mut s, NODE_A, seg(1, size, "host-a"));
-    mount(&mut s, NODE_B, seg(2, size, "host-b"));
-    mount(&mut s, NODE_C, seg(3, size, "host-c"));
-    s
-}
-
-/// Asserts `cmd` is refused and changes nothing. Checked twice: at the
-/// state's own time the state hash and image are unchanged; at a later time
-/// the result is byte-identical to a `Noop` at that time (only the clock moved).
-fn refused(state: &mut MetaState, cmd: Command) -> MetaError {
-    let before_hash = state.state_hash();
-    let before_image = image_bytes(state);
-    let mut same_time = state.clone();
-    let first = same_time.apply(&Request { ts_ms: state.now_ms(), cmd: cmd.clone() });
-    assert!(first.err().is_some(), "{cmd:?} was not refused: {first:?}");
-    assert_eq!(same_time.state_hash(), before_hash, "refused {cmd:?} changed the state hash");
-    assert_eq!(image_bytes(&same_time), before_image, "refused {cmd:?} changed the state image");
-
-    let later = state.now_ms() + 5;
-    let mut control = state.clone();
-    control.apply(&Request { ts_ms: later, cmd: Command::Noop });
-    let resp = state.apply(&Request { ts_ms: later, cmd: cmd.clone() });
-    assert_eq!(resp, first, "the same refusal at another time answered differently");
-    assert_eq!(state.state_hash(), before_hash, "refused {cmd:?} changed the state hash");
-    assert_eq!(state.state_hash(), control.state_hash(), "refused {cmd:?} changed more than the clock");
-    assert_eq!(image_bytes(state), image_bytes(&control));
-    match resp {
-        Response::Err(e) => e,
-        other => panic!("{cmd:?} was not refused: {other:?}"),
-    }
-}
-
-fn is_invalid(e: &MetaError) -> bool {
-    matches!(e, MetaError::InvalidParams(_))
-}
-
-/// Checks invariant 4 and the accounting: every replica of every object and
-/// discarded put lies inside a mounted segment, replicas of one object are on
-/// distinct segments, no two ranges on a segment overlap, and each
-/// segment's used bytes are exactly the sum of the ranges it holds.
-fn assert_no_shared_bytes(state: &MetaState) {
-    let mut by_seg: BTreeMap<SegmentId, Vec<(Range, String)>> = BTreeMap::new();
-    for o in state.objects() {
-        assert!(!o.replicas.is_empty(), "object {:?} has no replica", o.key);
-        let segs: BTreeSet<SegmentId> = o.replicas.iter().map(|r| r.segment).collect();
-        assert_eq!(segs.len(), o.replicas.len(), "replicas of {:?} share a segment: {:?}", o.key, o.replicas);
-        assert_eq!(o.status == ObjectStatus::Complete, o.checksum.is_some(), "{o:?}");
-        for r in &o.replicas {
-            assert!(r.range.len >= o.size_bytes, "replica of {:?} is shorter than the object", o.key);
-            by_seg.entry(r.segment).or_default().push((r.range, o.key.clone()));
-        }
-    }
-    for d in state.discarded() {
-        assert!(!d.replicas.is_empty(), "discarded put {:?} holds nothing", d.version);
-        for r in &d.replicas {
-            by_seg.entry(r.segment).or_default().push((r.range, format!("discarded {:?}", d.version)));
-        }
-    }
-    let mut total = 0;
-    for s in state.segments() {
-        let mut ranges = by_seg.remove(&s.spec.id).unwrap_or_default();
-        ranges.sort();
-        for w in ranges.windows(2) {
-            assert!(
-                w[0].0.end() <= w[1].0.offset,
-                "{} and {} share bytes on {}: {} / {}",
-                w[0].1,
-                w[1].1,
-                s.spec.id,
-                w[0].0,
-                w[1].0
-            );
-        }
-        if let Some((last, _)) = ranges.last() {
-            assert!(last.end() <= s.capacity_bytes(), "{last} lies past the end of {}", s.spec.id);
-        }
-        let sum: u64 = ranges.iter().map(|(r, _)| r.len).sum();
-        assert_eq!(s.used_bytes(), sum, "used bytes of {} differ from the ranges it holds", s.spec.id);
-        assert_eq!(s.used_bytes() + s.free_bytes(), s.capacity_bytes());
-        total += sum;
-    }
-    assert!(by_seg.is_empty(), "replicas on segments that are not mounted: {:?}", by_seg.keys().collect::<Vec<_>>());
-    assert_eq!(state.used_bytes(), total);
-}
-
 // ---------------------------------------------------------------- random commands
-
-/// splitmix64: a tiny deterministic PRNG, so a failing run replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
-        if items.is_empty() { None } else { Some(&items[self.below(items.len() as u64) as usize]) }
-    }
-}
 
 /// A random (often valid, sometimes refused) command, aimed at what exists in
 /// `state` so that ends, removes and discards mostly hit real objects.

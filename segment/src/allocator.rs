@@ -250,6 +250,27 @@ impl RangeAllocator {
         self.by_offset.iter().map(|(&offset, &len)| Range::new(offset, len))
     }
 
+    /// Whether every byte of `range` is free (so [`reserve`](Self::reserve)
+    /// of it would succeed). An invalid range is not free. `O(log n)`.
+    pub fn is_free(&self, range: Range) -> bool {
+        let Ok(end) = self.validate(range) else { return false };
+        self.free_extent_at_or_before(range.offset).is_some_and(|(o, l)| o + l >= end)
+    }
+
+    /// The free extents clipped to `window`, in increasing offset order.
+    /// `O(log n + k)` for `k` extents in the window.
+    pub fn free_extents_within(&self, window: Range) -> impl Iterator<Item = Range> + '_ {
+        let (start, end) = (window.offset, window.end());
+        let first = self.free_extent_at_or_before(start).filter(|(o, l)| o + l > start).map(|(o, _)| o);
+        self.by_offset
+            .range(first.unwrap_or(start)..end)
+            .map(move |(&o, &l)| {
+                let from = o.max(start);
+                Range::new(from, (o + l).min(end) - from)
+            })
+            .filter(|r| r.len > 0)
+    }
+
     /// Checks that `range` is non-empty, aligned and inside the capacity, and
     /// returns its (non-overflowing) end.
     fn validate(&self, range: Range) -> Result<u64, AllocError> {
@@ -434,6 +455,21 @@ mod tests {
         a.free(h[2]).expect("free");
         assert_eq!(a.allocate(2 * A), Some(r(5 * A, 2 * A)));
         assert_eq!(a.allocate(3 * A), Some(r(0, 3 * A)));
+    }
+
+    #[test]
+    fn is_free_and_free_extents_within_see_exactly_the_free_bytes() {
+        let mut a = RangeAllocator::new(16 * A);
+        a.reserve(r(2 * A, 2 * A)).unwrap();
+        a.reserve(r(8 * A, A)).unwrap();
+        assert!(a.is_free(r(0, 2 * A)) && a.is_free(r(4 * A, 4 * A)) && a.is_free(r(9 * A, 7 * A)));
+        assert!(!a.is_free(r(A, 2 * A)), "overlaps a used range");
+        assert!(!a.is_free(r(7 * A, 2 * A)));
+        assert!(!a.is_free(r(0, 0)) && !a.is_free(r(1, A)) && !a.is_free(r(15 * A, 2 * A)), "invalid ranges");
+        let within: Vec<Range> = a.free_extents_within(r(A, 9 * A)).collect();
+        assert_eq!(within, vec![r(A, A), r(4 * A, 4 * A), r(9 * A, A)]);
+        assert_eq!(a.free_extents_within(r(2 * A, 2 * A)).count(), 0);
+        assert_eq!(a.free_extents_within(r(0, 16 * A)).collect::<Vec<_>>(), a.free_extents().collect::<Vec<_>>());
     }
 
     #[test]

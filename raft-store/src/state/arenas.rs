@@ -1,0 +1,231 @@
+//! Apply of the one-commit put: allocation arenas (granted, trimmed and
+//! returned through the log) and `PutCommit`, which records a written object
+//! whose ranges its leader reserved inside an arena without a Raft round.
+//!
+//! Arenas overlay the segment allocator: the allocator holds every object's
+//! ranges; an arena only says which leader term may place new objects in a
+//! region. Apply accepts a new object only inside a live arena it names, on
+//! bytes that are free — so a range is committed at most once, and once an
+//! arena is returned (its leader has no reservation left in it, or a later
+//! leader waited out the release timeout) no late writer of it can commit.
+
+use std::collections::BTreeSet;
+
+use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
+
+use super::{MetaState, ObjectMeta, ObjectStatus, RetiredObject, invalid, validate_key};
+use crate::error::MetaError;
+use crate::types::*;
+
+impl MetaState {
+    /// Grants an arena of `len_bytes` (rounded up to the allocation unit) on
+    /// `segment`: the smallest gap that fits among bytes free of objects and
+    /// outside other arenas, lowest offset first on ties.
+    pub(super) fn grant_arena(&mut self, segment: SegmentId, len_bytes: u64, term: u64) -> Response {
+        let Some(seg) = self.segments.get(&segment) else {
+            return Response::Err(MetaError::SegmentNotFound(segment.to_string()));
+        };
+        let len = len_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
+        if len == 0 || len > seg.capacity_bytes() {
+            return Response::Err(invalid(format!(
+                "arena of {len_bytes} bytes does not fit segment {segment} of {} bytes",
+                seg.capacity_bytes()
+            )));
+        }
+        let mut best: Option<Range> = None;
+        for extent in seg.alloc.free_extents() {
+            for gap in self.gaps_outside_arenas(segment, extent) {
+                if gap.len >= len && best.is_none_or(|b| gap.len < b.len) {
+                    best = Some(gap);
+                }
+            }
+        }
+        let Some(gap) = best else {
+            return Response::Err(MetaError::NoAvailableHandle(format!(
+                "segment {segment} has no {len} free contiguous bytes outside arenas"
+            )));
+        };
+        let arena = Arena { id: ArenaId(self.next_arena), segment, range: Range::new(gap.offset, len), term };
+        self.next_arena += 1;
+        self.arenas_by_offset.insert((segment, gap.offset), arena.id);
+        self.arenas.insert(arena.id, arena.clone());
+        Response::ArenaGranted(arena)
+    }
+
+    /// The parts of `extent` (of `segment`) not covered by any arena.
+    fn gaps_outside_arenas(&self, segment: SegmentId, extent: Range) -> Vec<Range> {
+        let mut gaps = Vec::new();
+        let mut at = extent.offset;
+        let before = self.arenas_by_offset.range(..(segment, extent.offset)).next_back();
+        let from = before.filter(|((s, _), _)| *s == segment).map(|((_, o), _)| *o).unwrap_or(extent.offset);
+        for (_, id) in self.arenas_by_offset.range((segment, from)..(segment, extent.end())) {
+            let a = &self.arenas[id].range;
+            if a.end() <= at {
+                continue;
+            }
+            if a.offset > at {
+                gaps.push(Range::new(at, a.offset - at));
+            }
+            at = at.max(a.end());
+        }
+        if at < extent.end() {
+            gaps.push(Range::new(at, extent.end() - at));
+        }
+        gaps
+    }
+
+    /// Shortens `arena` to its first `keep_bytes` (rounded up); 0 ends it.
+    /// Unknown arenas are fine (a retried trim).
+    pub(super) fn trim_arena(&mut self, id: ArenaId, keep_bytes: u64) -> Result<(), MetaError> {
+        let keep = keep_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
+        let Some(arena) = self.arenas.get_mut(&id) else { return Ok(()) };
+        if keep == 0 {
+            self.remove_arena(id);
+        } else if keep < arena.range.len {
+            arena.range.len = keep;
+        }
+        Ok(())
+    }
+
+    /// Ends the listed arenas (unknown ones are skipped); answers how many ended.
+    pub(super) fn return_arenas(&mut self, ids: &[ArenaId]) -> Response {
+        let count = ids.iter().filter(|id| self.remove_arena(**id)).count();
+        Response::Removed { count: count as u64 }
+    }
+
+    fn remove_arena(&mut self, id: ArenaId) -> bool {
+        match self.arenas.remove(&id) {
+            Some(a) => {
+                self.arenas_by_offset.remove(&(a.segment, a.range.offset));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops the arenas of a segment that is gone.
+    pub(super) fn drop_arenas_of(&mut self, segment: SegmentId) {
+        let gone: Vec<ArenaId> = self.arenas.values().filter(|a| a.segment == segment).map(|a| a.id).collect();
+        for id in gone {
+            self.remove_arena(id);
+        }
+    }
+
+    /// Records a written object as complete. A retry of a commit that was
+    /// applied (same writer, checksum and ranges) answers the same version.
+    pub(super) fn put_commit(&mut self, new: &NewObject) -> Response {
+        if let Err(e) = validate_new_object(new) {
+            return Response::Err(e);
+        }
+        let placements: Vec<ReplicaPlacement> =
+            new.replicas.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
+        if let Some(existing) = self.objects.get(&new.key) {
+            let same = existing.status == ObjectStatus::Complete
+                && existing.writer == new.client
+                && existing.checksum == Some(new.checksum)
+                && existing.replicas == placements;
+            if same {
+                return Response::Committed { version: existing.version };
+            }
+            if !new.upsert || existing.status != ObjectStatus::Complete {
+                return Response::Err(MetaError::ObjectAlreadyExists(new.key.clone()));
+            }
+        }
+        if let Err(e) = self.check_placement(new) {
+            return Response::Err(e);
+        }
+        if new.upsert
+            && let Some(old) = self.objects.remove(&new.key)
+        {
+            // Readers may hold KV leases on the old bytes: keep them until
+            // the leader releases them.
+            let retired =
+                RetiredObject { version: old.version, key: old.key, replicas: old.replicas, retired_ms: self.now_ms };
+            self.retired.insert(retired.version, retired);
+        }
+        for r in &placements {
+            let seg = self.segments.get_mut(&r.segment).expect("checked by check_placement");
+            if let Err(e) = seg.alloc.reserve(r.range) {
+                panic!("state machine corrupt: {:?} on {} was free a moment ago: {e}", r.range, r.segment);
+            }
+        }
+        let version = ObjectVersion(self.next_version);
+        self.next_version += 1;
+        let object = ObjectMeta {
+            key: new.key.clone(),
+            version,
+            size_bytes: new.size_bytes,
+            checksum: Some(new.checksum),
+            writer: new.client,
+            replicas: placements,
+            status: ObjectStatus::Complete,
+            pin: new.pin,
+            created_ms: self.now_ms,
+            completed_ms: Some(self.now_ms),
+        };
+        self.objects.insert(new.key.clone(), object);
+        Response::Committed { version }
+    }
+
+    /// Every replica lies inside the live arena it names, on its segment,
+    /// on bytes that are free.
+    fn check_placement(&self, new: &NewObject) -> Result<(), MetaError> {
+        for r in &new.replicas {
+            let expired = |why: String| MetaError::PutExpired(format!("{:?}: {why}; retry the put", new.key));
+            let seg = self.segments.get(&r.segment).ok_or_else(|| expired(format!("segment {} is gone", r.segment)))?;
+            let arena = self.arenas.get(&r.arena).ok_or_else(|| expired(format!("{} was returned", r.arena)))?;
+            let inside = arena.segment == r.segment
+                && r.range.offset >= arena.range.offset
+                && r.range.end() <= arena.range.end();
+            if !inside {
+                return Err(invalid(format!("{:?} on {} is not inside {}", r.range, r.segment, r.arena)));
+            }
+            if !seg.alloc.is_free(r.range) {
+                return Err(expired(format!("{:?} on {} holds another object", r.range, r.segment)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the ranges of the listed retired objects (unknown ones skipped).
+    pub(super) fn release_retired(&mut self, versions: &[ObjectVersion]) -> Response {
+        let mut count = 0;
+        for v in versions {
+            if let Some(old) = self.retired.remove(v) {
+                self.free_replicas(&old.replicas);
+                count += 1;
+            }
+        }
+        Response::Removed { count }
+    }
+}
+
+/// Checks the shape of a PutCommit (not the arenas or free space).
+pub fn validate_new_object(new: &NewObject) -> Result<(), MetaError> {
+    validate_key(&new.key)?;
+    if new.size_bytes == 0 {
+        return Err(invalid(format!("object {:?} has size 0", new.key)));
+    }
+    let n = new.replicas.len();
+    if n == 0 || n > super::REPLICA_NUM_MAX as usize {
+        return Err(invalid(format!("{n} replicas; give 1..={}", super::REPLICA_NUM_MAX)));
+    }
+    let segments: BTreeSet<SegmentId> = new.replicas.iter().map(|r| r.segment).collect();
+    if segments.len() != n {
+        return Err(invalid(format!("two replicas of {:?} on one segment", new.key)));
+    }
+    let len = new.size_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
+    if let Some(r) = new.replicas.iter().find(|r| r.range.len != len) {
+        return Err(invalid(format!(
+            "replica range {:?} is not {len} bytes long (the object's size, aligned)",
+            r.range
+        )));
+    }
+    if let Some(r) = new.replicas.iter().find(|r| !r.range.offset.is_multiple_of(ALLOC_ALIGN_BYTES)) {
+        return Err(invalid(format!(
+            "replica range {:?} does not start on a {ALLOC_ALIGN_BYTES}-byte boundary",
+            r.range
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! The one-commit put in the state machine: arenas granted, trimmed and
+//! returned through the log; `PutCommit` accepting an object only inside a
+//! live arena it names, on free bytes, once; upserts retiring the old bytes
+//! until released; snapshot images (and version-1 images) carrying it all.
+
+mod common;
+
+use common::*;
+use mooncake_raft_store::{
+    Arena, ArenaId, Command, MetaError, MetaState, NewObject, ObjectVersion, Pin, PlacedReplica, Response, codec,
+    decode_image, encode_image,
+};
+use mooncake_segment::{ClientId, Range, SegmentId};
+
+const UNIT: u64 = 4096;
+
+/// Grants an arena (must succeed).
+fn grant(s: &mut MetaState, segment: u64, len: u64, term: u64) -> Arena {
+    match apply(s, Command::ArenaGrant { segment: SegmentId(segment), len_bytes: len, term }) {
+        Response::ArenaGranted(a) => a,
+        other => panic!("arena of {len} on segment {segment} not granted: {other:?}"),
+    }
+}
+
+/// A new object of `size` bytes with one replica per (arena, offset in it).
+fn object(key: &str, size: u64, at: &[(&Arena, u64)]) -> NewObject {
+    NewObject {
+        client: W1,
+        key: key.to_string(),
+        size_bytes: size,
+        checksum: 0xC0FFEE,
+        pin: Pin::None,
+        replicas: at
+            .iter()
+            .map(|(a, off)| PlacedReplica {
+                segment: a.segment,
+                arena: a.id,
+                range: Range::new(a.range.offset + off, aligned(size)),
+            })
+            .collect(),
+        upsert: false,
+    }
+}
+
+fn commit(s: &mut MetaState, new: NewObject) -> ObjectVersion {
+    let shown = format!("{new:?}");
+    match apply(s, Command::PutCommit(new)) {
+        Response::Committed { version } => version,
+        other => panic!("{shown} not committed: {other:?}"),
+    }
+}
+
+/// Returns an arena (must exist).
+fn return_arena(s: &mut MetaState, a: &Arena) {
+    assert_eq!(apply(s, Command::ArenaReturn { arenas: vec![a.id] }), Response::Removed { count: 1 });
+}
+
+fn two_nodes() -> MetaState {
+    let mut s = MetaState::default();
+    mount(&mut s, NODE_A, seg(1, 64 * UNIT, "host-a"));
+    mount(&mut s, NODE_B, seg(2, 64 * UNIT, "host-b"));
+    s
+}
+
+// ================================================================ arenas
+
+#[test]
+fn an_arena_is_granted_on_free_bytes_outside_other_arenas_best_fit() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 8 * UNIT, 3);
+    assert_eq!((a.segment, a.range, a.term), (SegmentId(1), Range::new(0, 8 * UNIT), 3));
+    let b = grant(&mut s, 1, 8 * UNIT, 3);
+    assert_eq!(b.range, Range::new(8 * UNIT, 8 * UNIT), "never over another arena");
+    assert_ne!(a.id, b.id);
+    // Free a hole that exactly fits: best fit takes it over the big tail.
+    return_arena(&mut s, &a);
+    let c = grant(&mut s, 1, 8 * UNIT, 4);
+    assert_eq!(c.range, Range::new(0, 8 * UNIT));
+    assert!(c.id.0 > b.id.0, "arena ids are never reused");
+    assert_eq!(s.used_bytes(), 0, "arenas are not used bytes");
+}
+
+#[test]
+fn an_arena_never_covers_an_object_and_a_full_segment_grants_none() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    commit(&mut s, object("k", 4 * UNIT, &[(&a, 0)]));
+    return_arena(&mut s, &a);
+    // The object stays where it was; a new arena goes around it.
+    assert!(s.object("k").is_some());
+    let b = grant(&mut s, 1, 60 * UNIT, 1);
+    assert_eq!(b.range, Range::new(4 * UNIT, 60 * UNIT));
+    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 1 });
+    assert!(matches!(e, MetaError::NoAvailableHandle(_)), "{e}");
+    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(9), len_bytes: UNIT, term: 1 });
+    assert!(matches!(e, MetaError::SegmentNotFound(_)), "{e}");
+    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(2), len_bytes: 65 * UNIT, term: 1 });
+    assert!(is_invalid(&e), "larger than the segment: {e}");
+    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(2), len_bytes: 0, term: 1 });
+    assert!(is_invalid(&e), "{e}");
+}
+
+#[test]
+fn trimming_an_arena_gives_its_tail_back_and_zero_ends_it() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 64 * UNIT, 1);
+    assert!(matches!(
+        apply(&mut s, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 1 }),
+        Response::Err(MetaError::NoAvailableHandle(_))
+    ));
+    ok(&mut s, Command::ArenaTrim { arena: a.id, keep_bytes: 10 * UNIT });
+    assert_eq!(s.arena(a.id).map(|x| x.range), Some(Range::new(0, 10 * UNIT)));
+    let b = grant(&mut s, 1, 54 * UNIT, 1);
+    assert_eq!(b.range.offset, 10 * UNIT);
+    ok(&mut s, Command::ArenaTrim { arena: a.id, keep_bytes: 0 });
+    assert!(s.arena(a.id).is_none());
+    ok(&mut s, Command::ArenaTrim { arena: a.id, keep_bytes: 5 }); // a retried trim of a gone arena
+}
+
+#[test]
+fn a_segment_that_goes_takes_its_arenas_with_it() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 8 * UNIT, 1);
+    let b = grant(&mut s, 2, 8 * UNIT, 1);
+    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
+    assert!(s.arena(a.id).is_none());
+    assert!(s.arena(b.id).is_some());
+    let late = object("late", UNIT, &[(&a, 0)]);
+    let e = refused(&mut s, Command::PutCommit(late));
+    assert!(matches!(e, MetaError::PutExpired(_)), "{e}");
+}
+
+// ================================================================ put commit
+
+#[test]
+fn a_commit_inside_arenas_records_a_complete_object_with_every_replica() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    let b = grant(&mut s, 2, 16 * UNIT, 1);
+    let v = commit(&mut s, object("k", 3000, &[(&a, UNIT), (&b, 0)]));
+    let o = s.object("k").expect("committed");
+    assert_eq!(o.version, v);
+    assert_eq!(o.checksum, Some(0xC0FFEE));
+    assert_eq!(o.replicas.len(), 2);
+    assert_eq!(o.replicas[0].range, Range::new(UNIT, aligned(3000)));
+    assert_eq!(s.used_bytes(), 2 * aligned(3000));
+    assert_no_shared_bytes(&s);
+    // Versions keep increasing with every commit.
+    let v2 = commit(&mut s, object("k2", 64, &[(&a, 2 * UNIT)]));
+    assert!(v2 > v);
+}
+
+#[test]
+fn a_retried_commit_answers_the_same_version_and_allocates_nothing() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    let new = object("k", 1000, &[(&a, 0)]);
+    let v = commit(&mut s, new.clone());
+    let used = s.used_bytes();
+    assert_eq!(commit(&mut s, new.clone()), v);
+    assert_eq!(s.used_bytes(), used);
+    // A different checksum or another writer is another put of an existing key.
+    let e = refused(&mut s, Command::PutCommit(NewObject { checksum: 1, ..new.clone() }));
+    assert_eq!(e, MetaError::ObjectAlreadyExists("k".into()));
+    let e = refused(&mut s, Command::PutCommit(NewObject { client: W2, ..new }));
+    assert_eq!(e, MetaError::ObjectAlreadyExists("k".into()));
+}
+
+#[test]
+fn a_range_is_committed_at_most_once() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    commit(&mut s, object("first", 2 * UNIT, &[(&a, 0)]));
+    // Overlapping the first object by one unit: refused, nothing changes.
+    let e = refused(&mut s, Command::PutCommit(object("second", 2 * UNIT, &[(&a, UNIT)])));
+    assert!(matches!(e, MetaError::PutExpired(_)), "{e}");
+    assert!(s.object("second").is_none());
+    assert_no_shared_bytes(&s);
+}
+
+#[test]
+fn a_commit_outside_its_arena_or_in_a_returned_one_is_refused_and_changes_nothing() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 4 * UNIT, 1);
+    let b = grant(&mut s, 2, 4 * UNIT, 1);
+    let e = refused(&mut s, Command::PutCommit(object("past-end", 2 * UNIT, &[(&a, 3 * UNIT)])));
+    assert!(is_invalid(&e), "{e}");
+    let mut wrong_segment = object("wrong", UNIT, &[(&a, 0)]);
+    wrong_segment.replicas[0].segment = SegmentId(2);
+    let e = refused(&mut s, Command::PutCommit(wrong_segment));
+    assert!(is_invalid(&e), "the arena is on another segment: {e}");
+    return_arena(&mut s, &b);
+    let e = refused(&mut s, Command::PutCommit(object("late", UNIT, &[(&a, 0), (&b, 0)])));
+    assert!(matches!(e, MetaError::PutExpired(_)) && e.to_string().contains("retry"), "{e}");
+    assert!(s.object("late").is_none(), "all or nothing: no replica was recorded");
+}
+
+#[test]
+fn malformed_commits_are_invalid_params() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    let b = grant(&mut s, 2, 16 * UNIT, 1);
+    let good = object("k", 1000, &[(&a, 0), (&b, 0)]);
+    let cases = [
+        ("size 0", NewObject { size_bytes: 0, ..good.clone() }),
+        ("empty key", NewObject { key: String::new(), ..good.clone() }),
+        ("no replica", NewObject { replicas: vec![], ..good.clone() }),
+        ("range length differs from the size", NewObject { size_bytes: 5000, ..good.clone() }),
+        ("two replicas on one segment", object("k", 1000, &[(&a, 0), (&a, UNIT)])),
+    ];
+    for (what, new) in cases {
+        let e = refused(&mut s, Command::PutCommit(new));
+        assert!(is_invalid(&e), "{what}: {e}");
+    }
+    let mut unaligned = good;
+    unaligned.replicas[0].range.offset += 1;
+    assert!(is_invalid(&refused(&mut s, Command::PutCommit(unaligned))));
+}
+
+// ================================================================ upsert
+
+#[test]
+fn an_upsert_replaces_the_object_and_holds_the_old_bytes_until_released() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    let v1 = commit(&mut s, object("k", UNIT, &[(&a, 0)]));
+    let e = refused(&mut s, Command::PutCommit(object("k", UNIT, &[(&a, UNIT)])));
+    assert_eq!(e, MetaError::ObjectAlreadyExists("k".into()), "without upsert the first writer wins");
+    let v2 = commit(&mut s, NewObject { upsert: true, checksum: 2, ..object("k", UNIT, &[(&a, UNIT)]) });
+    assert!(v2 > v1);
+    let o = s.object("k").unwrap();
+    assert_eq!((o.version, o.checksum), (v2, Some(2)));
+    let retired: Vec<_> = s.retired().map(|r| (r.version, r.key.clone())).collect();
+    assert_eq!(retired, vec![(v1, "k".to_string())]);
+    assert_eq!(s.used_bytes(), 2 * UNIT, "the old bytes are held: a reader may still copy them");
+    assert_no_shared_bytes(&s);
+    let released = apply(&mut s, Command::ReleaseRetired { versions: vec![v1, ObjectVersion(999)] });
+    assert_eq!(released, Response::Removed { count: 1 });
+    assert_eq!(s.used_bytes(), UNIT);
+    // An upsert of a key that does not exist is a plain put.
+    commit(&mut s, NewObject { upsert: true, ..object("fresh", UNIT, &[(&a, 4 * UNIT)]) });
+    assert_eq!(s.retired().count(), 0);
+}
+
+#[test]
+fn an_upsert_retried_after_it_was_applied_changes_nothing() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    commit(&mut s, object("k", UNIT, &[(&a, 0)]));
+    let up = NewObject { upsert: true, checksum: 2, ..object("k", UNIT, &[(&a, UNIT)]) };
+    let v2 = commit(&mut s, up.clone());
+    let hash = s.state_hash();
+    assert_eq!(commit(&mut s, up), v2);
+    assert_eq!(s.state_hash(), hash);
+}
+
+// ================================================================ images
+
+#[test]
+fn arenas_and_retired_objects_survive_a_snapshot_image() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 7);
+    commit(&mut s, object("k", UNIT, &[(&a, 0)]));
+    commit(&mut s, NewObject { upsert: true, ..object("k", UNIT, &[(&a, UNIT)]) });
+    let data = encode_image(&s).expect("encode");
+    let mut back = decode_image(&data).expect("decode");
+    assert_eq!(back.state_hash(), s.state_hash());
+    assert_eq!(back.arena(a.id), s.arena(a.id));
+    // The rebuilt state behaves the same: the next grant and commit match.
+    let g1 = apply(&mut s, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 8 });
+    let g2 = apply(&mut back, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 8 });
+    assert_eq!(g1, g2);
+    let e = refused(&mut back, Command::PutCommit(object("x", UNIT, &[(&a, UNIT)])));
+    assert!(matches!(e, MetaError::PutExpired(_)), "the retired bytes are still held after a rebuild: {e}");
+}
+
+#[test]
+fn a_version_1_image_is_read_and_upgraded() {
+    let mut s = MetaState::default();
+    mount(&mut s, NODE_A, seg(1, 64 * UNIT, "host-a"));
+    ok(&mut s, Command::RemountSegments { client: ClientId(5), segments: vec![] });
+    let v2 = s.to_image();
+    let v1 = mooncake_raft_store::state::StateImageV1 {
+        last_applied: v2.last_applied,
+        last_membership: v2.last_membership.clone(),
+        now_ms: v2.now_ms,
+        next_version: v2.next_version,
+        segments: v2.segments.clone(),
+        objects: v2.objects.clone(),
+        clients: v2.clients.clone(),
+        discarded: v2.discarded.clone(),
+        requests: v2.requests.clone(),
+    };
+    let mut data = 1u32.to_le_bytes().to_vec();
+    data.extend(codec::encode("v1 image", &v1).unwrap());
+    let back = decode_image(&data).expect("a version-1 image is read");
+    assert_eq!(back.state_hash(), s.state_hash());
+    assert_eq!(back.arenas().count(), 0);
+    let mut newer = data.clone();
+    newer[..4].copy_from_slice(&99u32.to_le_bytes());
+    let e = decode_image(&newer).expect_err("an unknown version is refused");
+    assert!(e.to_string().contains("99"), "{e}");
+}
+
+// ================================================================ random runs
+
+/// Random grants, commits (good and bad), returns, trims, upserts, removes
+/// and releases: two objects never share a byte, accounting stays exact.
+#[test]
+fn random_arena_runs_never_let_two_objects_share_a_byte() {
+    for seed in 1..40u64 {
+        let mut rng = Rng(seed);
+        let mut s = two_nodes();
+        let mut arenas: Vec<Arena> = Vec::new();
+        for i in 0..400 {
+            let cmd = match rng.below(10) {
+                0 => Command::ArenaGrant {
+                    segment: SegmentId(1 + rng.below(2)),
+                    len_bytes: (1 + rng.below(8)) * UNIT,
+                    term: 1,
+                },
+                1 => match rng.pick(&arenas) {
+                    Some(a) => Command::ArenaReturn { arenas: vec![a.id] },
+                    None => Command::Noop,
+                },
+                2 => match rng.pick(&arenas) {
+                    Some(a) => Command::ArenaTrim { arena: a.id, keep_bytes: rng.below(a.range.len + 1) },
+                    None => Command::Noop,
+                },
+                3 => match s.objects().next().map(|o| (o.key.clone(), o.version)) {
+                    Some((key, version)) => Command::RemoveVersion { key, version },
+                    None => Command::Noop,
+                },
+                4 => Command::ReleaseRetired { versions: s.retired().map(|r| r.version).collect() },
+                _ => match rng.pick(&arenas) {
+                    Some(a) => {
+                        let size = 1 + rng.below(3 * UNIT);
+                        let off = rng.below(a.range.len / 64 + 1) * 64;
+                        let key = format!("k{}", rng.below(30));
+                        NewObject { upsert: rng.below(3) == 0, ..object(&key, size, &[(a, off)]) }.into_commit(i)
+                    }
+                    None => Command::Noop,
+                },
+            };
+            if let Response::ArenaGranted(a) = apply(&mut s, cmd) {
+                arenas.push(a);
+            }
+            arenas.retain(|a| s.arena(a.id).is_some());
+            assert_no_shared_bytes(&s);
+        }
+        let rebuilt = MetaState::from_image(s.to_image()).expect("rebuild");
+        assert_eq!(rebuilt.state_hash(), s.state_hash(), "seed {seed}");
+    }
+}
+
+trait IntoCommit {
+    fn into_commit(self, salt: u64) -> Command;
+}
+
+impl IntoCommit for NewObject {
+    /// A commit with a checksum that differs per attempt.
+    fn into_commit(mut self, salt: u64) -> Command {
+        self.checksum = salt as u32;
+        Command::PutCommit(self)
+    }
+}
+
+#[test]
+fn arena_ids_display_for_operators() {
+    assert_eq!(ArenaId(7).to_string(), "arena-7");
+}
