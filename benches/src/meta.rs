@@ -107,8 +107,7 @@ async fn mooncake_op(mc: &MasterClient, client_id: u64, op: Op, key: &str) -> an
                 key: key.to_string(),
                 size: OBJECT_BYTES,
                 replica_num: 1,
-                preferred_segments: Vec::new(),
-                pin: 0,
+                ..Default::default()
             };
             mc.put_start(req).await?;
             mc.put_end(client_id, key, 0).await?;

@@ -24,6 +24,10 @@ pub struct PutArgs {
     /// Transport: tcp, shm, rdma or auto.
     #[arg(long, default_value = "auto")]
     pub protocol: String,
+    /// Replace the object if the key exists (readers see the old bytes or
+    /// the new, never a mix). Without it, an existing key is kept.
+    #[arg(long)]
+    pub upsert: bool,
 }
 
 #[derive(clap::Args)]
@@ -93,7 +97,10 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     }
     let client = connect(&a.masters, &a.protocol).await?;
     let opts = PutOptions { replicas: a.replicas, pin: pin_code(&a.pin)?, ..Default::default() };
-    let result = client.put(&a.key, &data, &opts).await;
+    let result = match a.upsert {
+        true => client.upsert(&a.key, &data, &opts).await.map(|()| PutOutcome::Stored),
+        false => client.put(&a.key, &data, &opts).await,
+    };
     client.close().await;
     match result.with_context(|| format!("put {}", a.key))? {
         PutOutcome::Stored => {

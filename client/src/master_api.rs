@@ -57,8 +57,18 @@ impl MasterClient {
         Ok(r.replicas)
     }
 
+    /// PutEnd naming only the key: the leader that answered the PutStart
+    /// knows the rest. (The client library sends [`put_end_with`] so a new
+    /// leader can record the object too.)
+    ///
+    /// [`put_end_with`]: Self::put_end_with
     pub async fn put_end(&self, client_id: u64, key: &str, checksum: u32) -> Result<(), MasterError> {
-        let req = PutEndRequest { client_id, key: key.to_string(), checksum };
+        let req = PutEndRequest { client_id, key: key.to_string(), checksum, ..Default::default() };
+        self.put_end_with(req).await
+    }
+
+    /// PutEnd with the placement and parameters of its PutStart echoed back.
+    pub async fn put_end_with(&self, req: PutEndRequest) -> Result<(), MasterError> {
         check(
             self.call(|mut c| {
                 let req = req.clone();

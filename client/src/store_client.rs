@@ -126,37 +126,15 @@ impl Client {
     /// Stores `data` under `key`; a key that exists is kept as it is
     /// ([`PutOutcome::KeptExisting`]).
     pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
-        // The checksum is computed while PutStart is in flight (the RPC is
-        // polled, and so sent, first): its round trip hides the CPU time.
-        let (replicas, checksum) = tokio::join!(self.put_start(key, data.len() as u64, opts), async {
-            mooncake_segment::checksum::crc32c(data)
-        });
-        let replicas = match replicas {
-            Err(e) if is_already_exists(&e) => {
-                self.stats.puts_kept_existing.fetch_add(1, Ordering::Relaxed);
-                return Ok(PutOutcome::KeptExisting);
-            }
-            other => other?,
-        };
-        let result = self.write_replicas(&replicas, data).await;
-        let result = match result {
-            Ok(()) => self.master.put_end(self.client_id, key, checksum).await.map_err(ClientError::from),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
-            self.stats.puts_failed.fetch_add(1, Ordering::Relaxed);
-            return match self.master.put_revoke(self.client_id, key).await {
-                // The object was still PROCESSING and is now gone: the put
-                // certainly had no effect a reader could see.
-                Ok(()) => Err(ClientError::PutRevoked(Box::new(e))),
-                Err(revoke) => {
-                    tracing::warn!(key, error = %revoke, "put revoke after a failed put");
-                    Err(e)
-                }
-            };
-        }
-        self.stats.puts_ok.fetch_add(1, Ordering::Relaxed);
-        Ok(PutOutcome::Stored)
+        self.put_object(key, data, opts, false).await
+    }
+
+    /// Stores `data` under `key`, replacing the object if the key exists.
+    /// Readers see the old bytes or the new, never a mix: the new value is
+    /// written to new ranges, and the old ones stay until no reader can
+    /// still hold a KV lease on them.
+    pub async fn upsert(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
+        self.put_object(key, data, opts, true).await.map(drop)
     }
 
     /// Same as [`put`](Self::put); the name of Mooncake's zero-copy variant.
@@ -164,7 +142,106 @@ impl Client {
         self.put(key, data, opts).await
     }
 
-    async fn put_start(&self, key: &str, size: u64, opts: &PutOptions) -> Result<Vec<Replica>, ClientError> {
+    /// PutStart → write every replica → PutEnd (the one commit); PutRevoke
+    /// on failure. A put whose reservation expired on the way (a leader
+    /// change reclaimed its arena) is put again, once: the caller sees one
+    /// stored object or one error.
+    async fn put_object(
+        &self,
+        key: &str,
+        data: &[u8],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Result<PutOutcome, ClientError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.put_once(key, data, opts, upsert).await {
+                Err(PutFailure::Expired(e)) if attempt < PUT_ATTEMPTS_MAX => {
+                    tracing::info!(key, error = %e, "put expired on the way (leader change?); putting again");
+                }
+                Err(PutFailure::Expired(e) | PutFailure::Other(e)) => {
+                    self.stats.puts_failed.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+                Ok(outcome) => {
+                    let counter = match outcome {
+                        PutOutcome::Stored => &self.stats.puts_ok,
+                        PutOutcome::KeptExisting => &self.stats.puts_kept_existing,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Ok(outcome);
+                }
+            }
+        }
+    }
+
+    async fn put_once(
+        &self,
+        key: &str,
+        data: &[u8],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Result<PutOutcome, PutFailure> {
+        // The checksum is computed while PutStart is in flight (the RPC is
+        // polled, and so sent, first): its round trip hides the CPU time.
+        let (replicas, checksum) = tokio::join!(self.put_start(key, data.len() as u64, opts, upsert), async {
+            mooncake_segment::checksum::crc32c(data)
+        });
+        let replicas = match replicas {
+            Err(e) if !upsert && is_already_exists(&e) => return Ok(PutOutcome::KeptExisting),
+            other => other.map_err(PutFailure::Other)?,
+        };
+        let result = self.write_replicas(&replicas, data).await;
+        let result = match result {
+            Ok(()) => {
+                let end = self.put_end_request(key, data.len() as u64, checksum, &replicas, opts, upsert);
+                self.master.put_end_with(end).await.map_err(ClientError::from)
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => Ok(PutOutcome::Stored),
+            Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) => Err(PutFailure::Expired(e)),
+            Err(e) => match self.master.put_revoke(self.client_id, key).await {
+                // The reservation is gone: the put certainly had no effect a
+                // reader could see.
+                Ok(()) => Err(PutFailure::Other(ClientError::PutRevoked(Box::new(e)))),
+                Err(revoke) => {
+                    tracing::warn!(key, error = %revoke, "put revoke after a failed put");
+                    Err(PutFailure::Other(e))
+                }
+            },
+        }
+    }
+
+    fn put_end_request(
+        &self,
+        key: &str,
+        size: u64,
+        checksum: u32,
+        replicas: &[Replica],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> PutEndRequest {
+        PutEndRequest {
+            client_id: self.client_id,
+            key: key.to_string(),
+            checksum,
+            size,
+            replicas: replicas.to_vec(),
+            pin: opts.pin,
+            upsert,
+        }
+    }
+
+    async fn put_start(
+        &self,
+        key: &str,
+        size: u64,
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Result<Vec<Replica>, ClientError> {
         let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
         let req = PutStartRequest {
             client_id: self.client_id,
@@ -173,6 +250,7 @@ impl Client {
             replica_num,
             preferred_segments: opts.preferred_segments.clone(),
             pin: opts.pin,
+            upsert,
         };
         Ok(self.master.put_start(req).await?)
     }
@@ -280,6 +358,7 @@ impl Client {
                 replica_num,
                 preferred_segments: opts.preferred_segments.clone(),
                 pin: opts.pin,
+                upsert: false,
             })
             .collect();
         let started = match self.master.batch_put_start(reqs).await {
@@ -293,8 +372,9 @@ impl Client {
         let written: Vec<Result<(), ClientError>> = join_all(writes).await;
         // Items whose key existed wrote nothing and end nothing: they are kept.
         let kept: Vec<bool> = written.iter().map(|w| w.as_ref().err().is_some_and(is_already_exists)).collect();
-        let ended = self.end_chunk(items, written).await;
-        let results: Vec<Result<PutOutcome, ClientError>> = ended
+        let placements: Vec<&[Replica]> = started.reply.iter().map(|r| r.replicas.as_slice()).collect();
+        let ended = self.end_chunk(items, written, &placements, opts).await;
+        let mut results: Vec<Result<PutOutcome, ClientError>> = ended
             .into_iter()
             .zip(kept)
             .map(|(r, kept)| match (r, kept) {
@@ -302,6 +382,16 @@ impl Client {
                 (r, _) => r.map(|()| PutOutcome::Stored),
             })
             .collect();
+        // A put whose reservation expired on the way (a leader change) is
+        // put again on its own, like `put` does.
+        for (i, r) in results.iter_mut().enumerate() {
+            if matches!(r, Err(e) if e.code() == Some(ErrorCode::ObjectNotFound)) {
+                let (key, data) = items[i];
+                tracing::info!(key, "batch put expired on the way (leader change?); putting it again");
+                *r = self.put_object(key, data, opts, false).await;
+                continue;
+            }
+        }
         for r in &results {
             let c = match r {
                 Ok(PutOutcome::Stored) => &self.stats.puts_ok,
@@ -318,15 +408,17 @@ impl Client {
         &self,
         items: &[(&str, &[u8])],
         written: Vec<Result<(), ClientError>>,
+        placements: &[&[Replica]],
+        opts: &PutOptions,
     ) -> Vec<Result<(), ClientError>> {
         let ends: Vec<PutEndRequest> = items
             .iter()
             .zip(&written)
-            .filter(|(_, w)| w.is_ok())
-            .map(|((key, data), _)| PutEndRequest {
-                client_id: self.client_id,
-                key: key.to_string(),
-                checksum: mooncake_segment::checksum::crc32c(data),
+            .zip(placements)
+            .filter(|((_, w), _)| w.is_ok())
+            .map(|(((key, data), _), replicas)| {
+                let crc = mooncake_segment::checksum::crc32c(data);
+                self.put_end_request(key, data.len() as u64, crc, replicas, opts, false)
             })
             .collect();
         let ended = match self.master.batch_put_end(ends).await {
@@ -344,7 +436,9 @@ impl Client {
         let revoke: Vec<PutRevokeRequest> = items
             .iter()
             .zip(&results)
-            .filter(|(_, r)| r.as_ref().is_err_and(|e| !is_already_exists(e)))
+            .filter(|(_, r)| {
+                r.as_ref().is_err_and(|e| !is_already_exists(e) && e.code() != Some(ErrorCode::ObjectNotFound))
+            })
             .map(|((key, _), _)| PutRevokeRequest { client_id: self.client_id, key: key.to_string() })
             .collect();
         if !revoke.is_empty()
@@ -471,6 +565,18 @@ impl Client {
 
 /// How long `close` tries to unmount before giving up.
 const CLOSE_UNMOUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A put is tried this often when its reservation expires on the way (a
+/// leader change reclaimed its arena): once more is enough, since a fresh
+/// PutStart lands in the new leader's own arenas.
+const PUT_ATTEMPTS_MAX: u32 = 2;
+
+/// Why one attempt of a put failed.
+enum PutFailure {
+    /// The master no longer knew the reservation: put again.
+    Expired(ClientError),
+    Other(ClientError),
+}
 
 /// Items per batch RPC (the master's limit).
 const BATCH_ITEMS_MAX: usize = 1024;

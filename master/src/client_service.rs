@@ -9,8 +9,8 @@ use std::sync::Arc;
 use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_put_start, validate_segment};
-use mooncake_raft_store::{Command, MetaError, MetaState, ObjectVersion, Response as SmResponse};
+use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_segment};
+use mooncake_raft_store::{Command, MetaError, MetaState, Response as SmResponse};
 use mooncake_segment::{ClientId, SegmentId};
 use tonic::{Request, Response};
 
@@ -62,69 +62,6 @@ impl MasterServiceImpl {
             Ok(r) => status_of(&r),
             Err(s) => s,
         }
-    }
-
-    /// Proposes the commands that passed edge checks, keeping the others' errors.
-    async fn write_many(&self, items: Vec<Result<Command, Status>>) -> Result<Vec<Result<SmResponse, Status>>, Status> {
-        let cmds: Vec<Command> = items.iter().filter_map(|i| i.as_ref().ok().cloned()).collect();
-        let mut responses = self.shared.proposer.propose_many(cmds).await?.into_iter();
-        Ok(items
-            .into_iter()
-            .map(|i| match i {
-                Ok(_) => responses.next().ok_or_else(|| internal("missing response in batch")),
-                Err(s) => Err(s),
-            })
-            .collect())
-    }
-
-    fn put_start_cmd(r: &PutStartRequest) -> Result<Command, Status> {
-        let put = convert::put_start(r);
-        validate_put_start(&put).map_err(invalid)?;
-        Ok(Command::PutStart(put))
-    }
-
-    fn put_start_response(&self, r: Result<SmResponse, Status>) -> PutStartResponse {
-        match r {
-            Ok(SmResponse::Placed { version, replicas }) => {
-                let response = self.shared.reader.read(|s| PutStartResponse {
-                    status: Some(Status::ok()),
-                    replicas: replicas.iter().map(|p| convert::replica_pb(s, p, ObjectStatus::Processing)).collect(),
-                });
-                self.started(version);
-                response
-            }
-            Ok(other) => PutStartResponse { status: Some(status_of(&other)), replicas: vec![] },
-            Err(s) => PutStartResponse { status: Some(s), replicas: vec![] },
-        }
-    }
-
-    /// The discard and release timeouts of a put count from its start as
-    /// this leader saw it.
-    fn started(&self, version: ObjectVersion) {
-        let now = self.shared.now();
-        self.shared.leader.with(|t| t.first_seen(version, now));
-    }
-
-    /// Proposes PutStarts; those that found no room run an eviction round
-    /// for what they need and are proposed again, with a growing round each
-    /// time, until they are placed or a round finds nothing left to evict.
-    async fn place(&self, cmds: Vec<Result<Command, Status>>) -> Result<Vec<Result<SmResponse, Status>>, Status> {
-        let mut results = self.write_many(cmds.clone()).await?;
-        for round in 0..EVICT_FOR_PUT_ROUNDS_MAX {
-            let full: Vec<usize> = (0..results.len()).filter(|i| no_room(&results[*i])).collect();
-            if full.is_empty() {
-                break;
-            }
-            let need: u64 = full.iter().filter_map(|i| cmds[*i].as_ref().ok()).map(bytes_asked).sum();
-            if self.shared.evictor.round(need.saturating_mul(1 << (2 * round))).await == 0 {
-                break; // nothing (more) is evictable: the answer stands
-            }
-            let again = self.write_many(full.iter().map(|i| cmds[*i].clone()).collect()).await?;
-            for (i, r) in full.into_iter().zip(again) {
-                results[i] = r;
-            }
-        }
-        Ok(results)
     }
 
     /// GetReplicaList of one key on the applied state (its KV lease was
@@ -181,23 +118,6 @@ impl MasterServiceImpl {
                 .collect()
         };
         self.shared.read_leased(&names, answer, |r| r.exists).await
-    }
-}
-
-/// Eviction rounds one put (or batch) may run before NO_AVAILABLE_HANDLE:
-/// each frees 4x the previous round's target (need, 4 need, 16 need, 64
-/// need), and a round that finds nothing to evict ends the retries early.
-const EVICT_FOR_PUT_ROUNDS_MAX: u32 = 4;
-
-fn no_room(r: &Result<SmResponse, Status>) -> bool {
-    matches!(r, Ok(SmResponse::Err(MetaError::NoAvailableHandle(_))))
-}
-
-/// Bytes a PutStart asks for across its replicas.
-fn bytes_asked(cmd: &Command) -> u64 {
-    match cmd {
-        Command::PutStart(p) => p.size_bytes.saturating_mul(u64::from(p.replica_num)),
-        _ => 0,
     }
 }
 
@@ -260,21 +180,13 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
-        let r = req.into_inner();
-        let resp = match self.place(vec![Self::put_start_cmd(&r)]).await {
-            Ok(mut results) => results.pop().unwrap_or_else(|| Err(internal("missing PutStart answer"))),
-            Err(s) => Err(s),
-        };
-        ok(self.put_start_response(resp))
+        ok(crate::puts::put_start(&self.shared, &req.into_inner()).await)
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
         let r = req.into_inner();
-        if let Err(e) = validate_key(&r.key) {
-            return ok(PutEndResponse { status: Some(invalid(e)) });
-        }
-        let cmd = Command::PutEnd { client: ClientId(r.client_id), key: r.key, checksum: r.checksum };
-        ok(PutEndResponse { status: Some(self.write(cmd).await) })
+        let mut statuses = crate::puts::put_end(&self.shared, std::slice::from_ref(&r)).await;
+        ok(PutEndResponse { status: statuses.pop() })
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
@@ -282,8 +194,7 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = validate_key(&r.key) {
             return ok(PutRevokeResponse { status: Some(invalid(e)) });
         }
-        let cmd = Command::PutRevoke { client: ClientId(r.client_id), key: r.key };
-        ok(PutRevokeResponse { status: Some(self.write(cmd).await) })
+        ok(PutRevokeResponse { status: Some(crate::puts::put_revoke(&self.shared, &r)) })
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
@@ -366,13 +277,11 @@ impl MasterService for MasterServiceImpl {
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutStartResponse { status: Some(too_many(reqs.len())), responses: vec![] });
         }
-        match self.place(reqs.iter().map(Self::put_start_cmd).collect()).await {
-            Ok(results) => ok(BatchPutStartResponse {
-                status: Some(Status::ok()),
-                responses: results.into_iter().map(|r| self.put_start_response(r)).collect(),
-            }),
-            Err(s) => ok(BatchPutStartResponse { status: Some(s), responses: vec![] }),
+        let mut responses = Vec::with_capacity(reqs.len());
+        for r in &reqs {
+            responses.push(crate::puts::put_start(&self.shared, r).await);
         }
+        ok(BatchPutStartResponse { status: Some(Status::ok()), responses })
     }
 
     async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
@@ -380,20 +289,9 @@ impl MasterService for MasterServiceImpl {
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutEndResponse { status: Some(too_many(reqs.len())), responses: vec![] });
         }
-        let items = reqs
-            .into_iter()
-            .map(|r| {
-                validate_key(&r.key).map_err(invalid)?;
-                Ok(Command::PutEnd { client: ClientId(r.client_id), key: r.key, checksum: r.checksum })
-            })
-            .collect();
-        match self.write_many(items).await {
-            Ok(results) => ok(BatchPutEndResponse {
-                status: Some(Status::ok()),
-                responses: results.into_iter().map(|r| PutEndResponse { status: Some(result_status(r)) }).collect(),
-            }),
-            Err(s) => ok(BatchPutEndResponse { status: Some(s), responses: vec![] }),
-        }
+        let statuses = crate::puts::put_end(&self.shared, &reqs).await;
+        let responses = statuses.into_iter().map(|s| PutEndResponse { status: Some(s) }).collect();
+        ok(BatchPutEndResponse { status: Some(Status::ok()), responses })
     }
 
     async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
@@ -401,20 +299,17 @@ impl MasterService for MasterServiceImpl {
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutRevokeResponse { status: Some(too_many(reqs.len())), responses: vec![] });
         }
-        let items = reqs
-            .into_iter()
+        let responses = reqs
+            .iter()
             .map(|r| {
-                validate_key(&r.key).map_err(invalid)?;
-                Ok(Command::PutRevoke { client: ClientId(r.client_id), key: r.key })
+                let status = match validate_key(&r.key) {
+                    Ok(()) => crate::puts::put_revoke(&self.shared, r),
+                    Err(e) => invalid(e),
+                };
+                PutRevokeResponse { status: Some(status) }
             })
             .collect();
-        match self.write_many(items).await {
-            Ok(results) => ok(BatchPutRevokeResponse {
-                status: Some(Status::ok()),
-                responses: results.into_iter().map(|r| PutRevokeResponse { status: Some(result_status(r)) }).collect(),
-            }),
-            Err(s) => ok(BatchPutRevokeResponse { status: Some(s), responses: vec![] }),
-        }
+        ok(BatchPutRevokeResponse { status: Some(Status::ok()), responses })
     }
 
     async fn batch_get_replica_list(
@@ -461,12 +356,5 @@ impl MasterService for MasterServiceImpl {
             .map(|s| RemoveResponse { status: Some(s.unwrap_or_else(|| internal("no answer"))) })
             .collect();
         ok(BatchRemoveResponse { status: Some(Status::ok()), responses })
-    }
-}
-
-fn result_status(r: Result<SmResponse, Status>) -> Status {
-    match r {
-        Ok(resp) => status_of(&resp),
-        Err(s) => s,
     }
 }

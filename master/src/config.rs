@@ -117,6 +117,13 @@ pub struct MasterConfig {
     /// never use it in production.
     #[arg(long = "dev-unsafe-unfenced-removals", hide_short_help = true)]
     pub dev_unsafe_unfenced_removals: bool,
+    /// DEVELOPMENT ONLY — CORRUPTS OBJECTS. A new leader returns the arenas
+    /// of earlier terms at once instead of after the release timeout, so a
+    /// range a deposed leader handed to a stalled writer can be given to
+    /// another writer while the first still writes. Exists so the chaos
+    /// harness can prove it catches that; never use it in production.
+    #[arg(long = "dev-unsafe-arena-reuse", hide_short_help = true)]
+    pub dev_unsafe_arena_reuse: bool,
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,

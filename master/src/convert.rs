@@ -78,6 +78,7 @@ pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ObjectStatus)
         zone: spec.map(|s| s.zone.clone()).unwrap_or_default(),
         shm_path: spec.map(|s| s.shm_path.clone()).unwrap_or_default(),
         segment_size: spec.map(|s| s.size_bytes).unwrap_or_default(),
+        arena_id: 0,
     }
 }
 

@@ -8,7 +8,6 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use mooncake_raft_store::state::ObjectStatus;
 use openraft::ServerState;
 
 use crate::shared::Shared;
@@ -63,13 +62,14 @@ async fn refresh_gauges(s: &Shared) {
         g.capacity_bytes.set(st.capacity_bytes() as i64);
         g.used_bytes.set(st.used_bytes() as i64);
         g.objects.set(st.object_count() as i64);
-        let processing = st.objects().filter(|o| o.status == ObjectStatus::Processing).count();
-        g.objects_processing.set(processing as i64);
         g.clients.set(st.clients().count() as i64);
-        let held: u64 = st.discarded().flat_map(|d| d.replicas.iter()).map(|r| r.range.len).sum();
-        g.discarded_bytes.set(held as i64);
+        let held = st.discarded().flat_map(|d| d.replicas.iter()).chain(st.retired().flat_map(|d| d.replicas.iter()));
+        g.discarded_bytes.set(held.map(|r| r.range.len).sum::<u64>() as i64);
+        g.arenas.set(st.arenas().count() as i64);
+        g.arena_bytes.set(st.arenas().map(|a| a.len_bytes()).sum::<u64>() as i64);
     });
     let now = std::time::Instant::now();
     g.kv_leases.set(s.leader.with(|t| t.kv.lease_count(now)).unwrap_or(0) as i64);
     g.kv_fences.set(s.leader.with(|t| t.kv.fence_count()).unwrap_or(0) as i64);
+    g.objects_processing.set(s.leader.with(|t| t.puts.active_count()).unwrap_or(0) as i64);
 }

@@ -1,6 +1,6 @@
 //! Leader-local soft state: KV leases and removal fences ([`KvLeases`]),
-//! client heartbeats, and when this leader first saw each unfinished or
-//! discarded put. None of it is replicated. A new leader starts empty and is
+//! puts in flight and this term's arenas ([`PutTable`]), client heartbeats,
+//! and when this leader first saw each unfinished, discarded or retired put. None of it is replicated. A new leader starts empty and is
 //! conservative instead: for one KV-lease TTL after its election every object
 //! counts as leased, and every known client counts as seen at the election.
 //!
@@ -21,12 +21,15 @@ use mooncake_raft_store::ObjectVersion;
 use mooncake_segment::ClientId;
 
 use crate::kv_lease::{FenceWait, KeyHash, KvLeases};
+use crate::reservations::PutTable;
 
 /// Soft state of one leadership term.
 pub struct TermState {
     pub term: u64,
     pub elected_at: Instant,
     pub kv: KvLeases,
+    /// Puts in flight and this term's arenas.
+    pub puts: PutTable,
     heartbeats: HashMap<ClientId, Instant>,
     first_seen: HashMap<ObjectVersion, Instant>,
 }
@@ -37,6 +40,7 @@ impl TermState {
             term,
             elected_at: now,
             kv: KvLeases::new(unsafe_unfenced),
+            puts: PutTable::default(),
             heartbeats: HashMap::new(),
             first_seen: HashMap::new(),
         }
@@ -61,10 +65,11 @@ impl TermState {
         *self.first_seen.entry(version).or_insert(now)
     }
 
-    /// Drops what can no longer matter: start times of puts that are neither
-    /// unfinished nor discarded any more, and reads older than the horizon.
-    pub fn prune(&mut self, now: Instant, unfinished_or_discarded: &HashSet<ObjectVersion>) {
-        self.first_seen.retain(|v, _| unfinished_or_discarded.contains(v));
+    /// Drops what can no longer matter: start times of versions that are
+    /// neither unfinished, discarded nor retired any more, and reads older
+    /// than the horizon.
+    pub fn prune(&mut self, now: Instant, still_held: &HashSet<ObjectVersion>) {
+        self.first_seen.retain(|v, _| still_held.contains(v));
         self.kv.prune(now);
     }
 }

@@ -54,6 +54,8 @@ pub struct Gauges {
     pub used_bytes: IntGauge,
     pub objects: IntGauge,
     pub objects_processing: IntGauge,
+    pub arenas: IntGauge,
+    pub arena_bytes: IntGauge,
     pub clients: IntGauge,
     pub kv_leases: IntGauge,
     pub kv_fences: IntGauge,
@@ -94,7 +96,13 @@ impl Gauges {
             capacity_bytes: gauge(r, "mooncake_capacity_bytes", "Capacity of all mounted segments.")?,
             used_bytes: gauge(r, "mooncake_used_bytes", "Allocated bytes in all segments.")?,
             objects: gauge(r, "mooncake_objects", "Objects (complete and being written).")?,
-            objects_processing: gauge(r, "mooncake_objects_processing", "Objects being written.")?,
+            objects_processing: gauge(
+                r,
+                "mooncake_objects_processing",
+                "Puts in flight on this leader (reserved, not yet committed).",
+            )?,
+            arenas: gauge(r, "mooncake_arenas", "Allocation arenas in the applied state (every leader term's).")?,
+            arena_bytes: gauge(r, "mooncake_arena_bytes", "Bytes covered by allocation arenas.")?,
             clients: gauge(r, "mooncake_clients", "Registered clients.")?,
             kv_leases: gauge(r, "mooncake_kv_leases", "Objects under an unexpired KV lease on this leader.")?,
             kv_fences: gauge(

@@ -51,11 +51,18 @@ impl MasterNode {
         let observer = Arc::new(MetricsObserver(metrics.clone()));
         let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
         store_opts.fsync = !cfg.dev_unsafe_no_fsync;
-        if cfg.dev_unsafe_no_fsync || cfg.dev_unsafe_stale_reads || cfg.dev_unsafe_unfenced_removals {
+        let unsafe_modes = [
+            cfg.dev_unsafe_no_fsync,
+            cfg.dev_unsafe_stale_reads,
+            cfg.dev_unsafe_unfenced_removals,
+            cfg.dev_unsafe_arena_reuse,
+        ];
+        if unsafe_modes.contains(&true) {
             tracing::warn!(
                 no_fsync = cfg.dev_unsafe_no_fsync,
                 stale_reads = cfg.dev_unsafe_stale_reads,
                 unfenced_removals = cfg.dev_unsafe_unfenced_removals,
+                arena_reuse = cfg.dev_unsafe_arena_reuse,
                 "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
             );
         }
@@ -99,6 +106,7 @@ impl MasterNode {
             acks,
             leader_lease: cfg.leader_lease(),
             evictor: evictor.clone(),
+            arena_grants: tokio::sync::Mutex::new(()),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -121,6 +129,8 @@ impl MasterNode {
             client_ttl: Duration::from_secs(cfg.client_ttl_sec),
             discard_after: Duration::from_secs(cfg.put_start_discard_timeout_sec),
             release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
+            kv_lease_ttl,
+            unsafe_arena_reuse: cfg.dev_unsafe_arena_reuse,
             evictor,
             metrics,
         })));

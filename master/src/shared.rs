@@ -36,6 +36,9 @@ pub struct Shared {
     pub leader_lease: Option<Duration>,
     /// Eviction rounds (the duty's and those of puts that found no room).
     pub evictor: Arc<crate::eviction::Evictor>,
+    /// One arena grant at a time: concurrent puts that need an arena on the
+    /// same segment share the first one's.
+    pub arena_grants: tokio::sync::Mutex<()>,
     /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
     pub unsafe_stale_reads: bool,
 }

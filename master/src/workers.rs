@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{Command, ObjectVersion, Response, StateReader, VersionedKey};
+use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, VersionedKey};
 use mooncake_segment::ClientId;
 use openraft::ServerState;
 use tokio::sync::watch;
@@ -33,6 +33,11 @@ pub struct DutyContext {
     pub client_ttl: Duration,
     pub discard_after: Duration,
     pub release_after: Duration,
+    /// Objects replaced by upserts are released this long after this leader
+    /// first saw them retired (no KV lease on them can be left).
+    pub kv_lease_ttl: Duration,
+    /// `--dev-unsafe-arena-reuse`: other terms' arenas returned at once.
+    pub unsafe_arena_reuse: bool,
     pub evictor: Arc<Evictor>,
     pub metrics: Arc<MasterMetrics>,
 }
@@ -111,31 +116,71 @@ async fn expire_clients(ctx: &DutyContext) {
     for client in expired {
         let r = propose_logged(ctx, "client expiry", Command::ExpireClient { client }).await;
         if r.is_some_and(|r| r.err().is_none()) {
+            ctx.leader.with(|t| t.puts.expire_client(client, ctx.release_after));
             ctx.metrics.expired_clients.inc();
             tracing::info!(%client, ttl_s = ctx.client_ttl.as_secs(), "client expired: no heartbeat; its segments are unmounted");
         }
     }
 }
 
+/// What the state holds that the reclaim duty looks after.
+struct Held {
+    /// Legacy two-commit puts (logs of older versions): unfinished, discarded.
+    unfinished: Vec<VersionedKey>,
+    discarded: Vec<ObjectVersion>,
+    retired: Vec<ObjectVersion>,
+    arenas: Vec<ArenaId>,
+}
+
+/// Every second: expires puts in flight, returns arenas nothing is written
+/// to any more (own sealed ones at once, other terms' after the release
+/// timeout), releases objects retired by upserts once no KV lease on them
+/// can be left, and (logs of older versions) discards and releases
+/// two-commit puts.
 async fn reclaim_puts(ctx: &DutyContext) {
     let now = Instant::now();
-    let (unfinished, discarded): (Vec<VersionedKey>, Vec<ObjectVersion>) = ctx.reader.read(|s| {
-        let unfinished = s
+    let held: Held = ctx.reader.read(|s| Held {
+        unfinished: s
             .objects()
             .filter(|o| o.status == ObjectStatus::Processing)
             .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
-            .collect();
-        (unfinished, s.discarded().map(|d| d.version).collect())
+            .collect(),
+        discarded: s.discarded().map(|d| d.version).collect(),
+        retired: s.retired().map(|r| r.version).collect(),
+        arenas: s.arenas().map(|a| a.id).collect(),
     });
+    let foreign_after = if ctx.unsafe_arena_reuse { Duration::ZERO } else { ctx.release_after };
     let decided = ctx.leader.with(|t| {
-        let discard = decisions::puts_to_discard(&unfinished, t, now, ctx.discard_after);
-        let release = decisions::discards_to_release(&discarded, t, now, ctx.release_after);
-        let live: HashSet<ObjectVersion> =
-            unfinished.iter().map(|v| v.version).chain(discarded.iter().copied()).collect();
+        let expired = t.puts.expire(now, ctx.discard_after, ctx.release_after);
+        let (gone, foreign) = t.puts.sweep(&held.arenas, now, foreign_after);
+        t.puts.forget(&gone);
+        let mut arenas = t.puts.returnable();
+        arenas.extend(foreign);
+        let discard = decisions::puts_to_discard(&held.unfinished, t, now, ctx.discard_after);
+        let release = decisions::discards_to_release(&held.discarded, t, now, ctx.release_after);
+        let retired = decisions::discards_to_release(&held.retired, t, now, ctx.kv_lease_ttl);
+        let live: HashSet<ObjectVersion> = held
+            .unfinished
+            .iter()
+            .map(|v| v.version)
+            .chain(held.discarded.iter().copied())
+            .chain(held.retired.iter().copied())
+            .collect();
         t.prune(now, &live);
-        (discard, release)
+        (expired.len(), arenas, discard, release, retired)
     });
-    let Some((discard, release)) = decided else { return };
+    let Some((expired, arenas, discard, release, retired)) = decided else { return };
+    if expired > 0 {
+        ctx.metrics.discarded_puts.inc_by(expired as u64);
+        tracing::info!(count = expired, "puts unfinished past the discard timeout: keys freed, ranges held");
+    }
+    return_arenas(&ctx.proposer, &ctx.leader, arenas).await;
+    if !retired.is_empty()
+        && let Some(Response::Removed { count }) =
+            propose_logged(ctx, "release retired objects", Command::ReleaseRetired { versions: retired }).await
+    {
+        tracing::debug!(count, "released the bytes of objects replaced by upserts");
+    }
     if !discard.is_empty() {
         let n = discard.len();
         if let Some(Response::Removed { count }) =
@@ -153,5 +198,19 @@ async fn reclaim_puts(ctx: &DutyContext) {
             ctx.metrics.released_puts.inc_by(count);
         }
         tracing::info!(count = n, "released the space of discarded puts");
+    }
+}
+
+/// Returns `arenas` through the log and forgets them once returned.
+pub async fn return_arenas(proposer: &Proposer, leader: &LeaderState, arenas: Vec<ArenaId>) {
+    if arenas.is_empty() {
+        return;
+    }
+    match proposer.propose(Command::ArenaReturn { arenas: arenas.clone() }).await {
+        Ok(_) => {
+            leader.with(|t| t.puts.forget(&arenas));
+            tracing::debug!(count = arenas.len(), "arenas returned");
+        }
+        Err(s) => tracing::warn!(message = %s.message, "arena return failed"),
     }
 }

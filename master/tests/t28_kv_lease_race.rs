@@ -143,7 +143,10 @@ async fn put_all(client: &MasterClient, keys: &[String]) -> Vec<String> {
         .filter(|(_, r)| r.status.as_ref().is_none_or(|s| s.error_code() == ErrorCode::Ok))
         .map(|(k, _)| k.clone())
         .collect();
-    let ends = placed.iter().map(|k| PutEndRequest { client_id: WRITER, key: k.clone(), checksum: 7 }).collect();
+    let ends = placed
+        .iter()
+        .map(|k| PutEndRequest { client_id: WRITER, key: k.clone(), checksum: 7, ..Default::default() })
+        .collect();
     let ended = timed(client.batch_put_end(ends)).await.expect("batch PutEnd hung").expect("batch PutEnd");
     placed
         .into_iter()

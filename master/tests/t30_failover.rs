@@ -113,7 +113,8 @@ async fn scenario(cluster: &mut Cluster) -> bool {
     let probe = cluster.client();
     wait_until("a write to succeed after the leader was killed", Duration::from_secs(10), || async {
         let req = PutStartRequest { client_id: 1, key: "probe".into(), size: 64, replica_num: 1, ..Default::default() };
-        probe.put_start(req).await.ok()
+        probe.put_start(req).await.ok()?;
+        probe.put_end(1, "probe", 1).await.ok()
     })
     .await;
     let gap = killed_at.elapsed();
@@ -187,5 +188,6 @@ async fn scenario(cluster: &mut Cluster) -> bool {
         ..Default::default()
     };
     client.put_start(req).await.expect("write after membership changes");
+    client.put_end(1, "after-membership", 1).await.expect("commit after membership changes");
     true
 }

@@ -16,7 +16,7 @@ use crate::error::{MetaError, StoreError};
 use crate::types::*;
 
 mod arenas;
-pub use arenas::validate_new_object;
+pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
 
 /// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
 /// and bounds the memory one entry can pin.
@@ -288,7 +288,9 @@ impl MetaState {
             if !segments.contains_key(&a.segment) {
                 return Err(corrupt(format!("{} on unknown segment {}", a.id, a.segment)));
             }
-            arenas_by_offset.insert((a.segment, a.range.offset), a.id);
+            for e in &a.extents {
+                arenas_by_offset.insert((a.segment, e.offset), a.id);
+            }
         }
         Ok(MetaState {
             last_applied: image.last_applied,
@@ -418,7 +420,9 @@ impl MetaState {
             Command::Once { request_id, cmd } => return self.apply_once(*request_id, cmd),
             Command::Noop => Ok(()),
             Command::RemoveVersion { key, version } => self.remove_version(key, *version),
-            Command::ArenaGrant { segment, len_bytes, term } => return self.grant_arena(*segment, *len_bytes, *term),
+            Command::ArenaGrant { segment, len_bytes, unit_bytes, term } => {
+                return self.grant_arena(*segment, *len_bytes, *unit_bytes, *term);
+            }
             Command::ArenaTrim { arena, keep_bytes } => self.trim_arena(*arena, *keep_bytes),
             Command::ArenaReturn { arenas } => return self.return_arenas(arenas),
             Command::PutCommit(new) => return self.put_commit(new),

@@ -117,17 +117,45 @@ impl std::fmt::Display for ArenaId {
     }
 }
 
-/// A contiguous range of a segment that one leader (of `term`) granted
-/// itself through the log: it places new objects inside its own arenas
-/// without a Raft round, and a later leader never reuses another term's
-/// arena until that term's writers can no longer be writing.
+/// Ranges of a segment that one leader (of `term`) granted itself through
+/// the log: it places new objects inside its own arenas without a Raft
+/// round, and a later leader never reuses another term's arena until that
+/// term's writers can no longer be writing. Usually one range; on a
+/// fragmented segment, several holes (sorted by offset, disjoint).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Arena {
     pub id: ArenaId,
     pub segment: SegmentId,
-    pub range: Range,
+    pub extents: Vec<Range>,
     /// The term of the leader that granted it.
     pub term: u64,
+}
+
+impl Arena {
+    /// Bytes the arena covers.
+    pub fn len_bytes(&self) -> u64 {
+        self.extents.iter().map(|e| e.len).sum()
+    }
+
+    /// Its extents cut to the first `keep_bytes`, counted across them in order.
+    pub fn trimmed_extents(&self, keep_bytes: u64) -> Vec<Range> {
+        let mut left = keep_bytes;
+        let mut kept = Vec::new();
+        for e in &self.extents {
+            if left == 0 {
+                break;
+            }
+            kept.push(Range::new(e.offset, e.len.min(left)));
+            left -= e.len.min(left);
+        }
+        kept
+    }
+
+    /// Whether `range` lies inside one of its extents.
+    pub fn holds(&self, range: Range) -> bool {
+        let i = self.extents.partition_point(|e| e.end() <= range.offset);
+        self.extents.get(i).is_some_and(|e| e.offset <= range.offset && range.end() <= e.end())
+    }
 }
 
 /// One replica of a new object: where its writer wrote it, inside which arena.
@@ -225,14 +253,17 @@ pub enum Command {
         version: ObjectVersion,
     },
     /// The leader of `term` grants itself an arena of `len_bytes` on
-    /// `segment`: a range free of objects and of other arenas (best fit).
+    /// `segment`, from bytes free of objects and of other arenas: the
+    /// smallest hole that fits, or else the largest holes of at least
+    /// `unit_bytes` (the object the leader must place) until `len_bytes`.
     ArenaGrant {
         segment: SegmentId,
         len_bytes: u64,
+        unit_bytes: u64,
         term: u64,
     },
-    /// Shortens an arena to its first `keep_bytes` (its leader never handed
-    /// out the tail); 0 ends it.
+    /// Shortens an arena to its first `keep_bytes`, counted across its
+    /// extents in order (its leader never handed out the rest); 0 ends it.
     ArenaTrim {
         arena: ArenaId,
         keep_bytes: u64,

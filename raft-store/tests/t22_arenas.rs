@@ -14,12 +14,22 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 
 const UNIT: u64 = 4096;
 
-/// Grants an arena (must succeed).
+/// Grants an arena for objects of up to one unit (must succeed).
 fn grant(s: &mut MetaState, segment: u64, len: u64, term: u64) -> Arena {
-    match apply(s, Command::ArenaGrant { segment: SegmentId(segment), len_bytes: len, term }) {
+    grant_pieces(s, segment, len, UNIT, term)
+}
+
+/// Grants an arena whose pieces are at least `unit` (must succeed).
+fn grant_pieces(s: &mut MetaState, segment: u64, len: u64, unit: u64, term: u64) -> Arena {
+    let cmd = Command::ArenaGrant { segment: SegmentId(segment), len_bytes: len, unit_bytes: unit, term };
+    match apply(s, cmd) {
         Response::ArenaGranted(a) => a,
         other => panic!("arena of {len} on segment {segment} not granted: {other:?}"),
     }
+}
+
+fn grant_cmd(segment: u64, len: u64) -> Command {
+    Command::ArenaGrant { segment: SegmentId(segment), len_bytes: len, unit_bytes: len.min(UNIT), term: 1 }
 }
 
 /// A new object of `size` bytes with one replica per (arena, offset in it).
@@ -35,7 +45,7 @@ fn object(key: &str, size: u64, at: &[(&Arena, u64)]) -> NewObject {
             .map(|(a, off)| PlacedReplica {
                 segment: a.segment,
                 arena: a.id,
-                range: Range::new(a.range.offset + off, aligned(size)),
+                range: Range::new(a.extents[0].offset + off, aligned(size)),
             })
             .collect(),
         upsert: false,
@@ -68,14 +78,14 @@ fn two_nodes() -> MetaState {
 fn an_arena_is_granted_on_free_bytes_outside_other_arenas_best_fit() {
     let mut s = two_nodes();
     let a = grant(&mut s, 1, 8 * UNIT, 3);
-    assert_eq!((a.segment, a.range, a.term), (SegmentId(1), Range::new(0, 8 * UNIT), 3));
+    assert_eq!((a.segment, a.extents.clone(), a.term), (SegmentId(1), vec![Range::new(0, 8 * UNIT)], 3));
     let b = grant(&mut s, 1, 8 * UNIT, 3);
-    assert_eq!(b.range, Range::new(8 * UNIT, 8 * UNIT), "never over another arena");
+    assert_eq!(b.extents, vec![Range::new(8 * UNIT, 8 * UNIT)], "never over another arena");
     assert_ne!(a.id, b.id);
     // Free a hole that exactly fits: best fit takes it over the big tail.
     return_arena(&mut s, &a);
     let c = grant(&mut s, 1, 8 * UNIT, 4);
-    assert_eq!(c.range, Range::new(0, 8 * UNIT));
+    assert_eq!(c.extents, vec![Range::new(0, 8 * UNIT)]);
     assert!(c.id.0 > b.id.0, "arena ids are never reused");
     assert_eq!(s.used_bytes(), 0, "arenas are not used bytes");
 }
@@ -89,29 +99,78 @@ fn an_arena_never_covers_an_object_and_a_full_segment_grants_none() {
     // The object stays where it was; a new arena goes around it.
     assert!(s.object("k").is_some());
     let b = grant(&mut s, 1, 60 * UNIT, 1);
-    assert_eq!(b.range, Range::new(4 * UNIT, 60 * UNIT));
-    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 1 });
+    assert_eq!(b.extents, vec![Range::new(4 * UNIT, 60 * UNIT)]);
+    let e = refused(&mut s, grant_cmd(1, UNIT));
     assert!(matches!(e, MetaError::NoAvailableHandle(_)), "{e}");
-    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(9), len_bytes: UNIT, term: 1 });
+    let e = refused(&mut s, grant_cmd(9, UNIT));
     assert!(matches!(e, MetaError::SegmentNotFound(_)), "{e}");
-    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(2), len_bytes: 65 * UNIT, term: 1 });
+    let e = refused(&mut s, grant_cmd(2, 65 * UNIT));
     assert!(is_invalid(&e), "larger than the segment: {e}");
-    let e = refused(&mut s, Command::ArenaGrant { segment: SegmentId(2), len_bytes: 0, term: 1 });
+    let e = refused(&mut s, grant_cmd(2, 0));
     assert!(is_invalid(&e), "{e}");
+    let e =
+        refused(&mut s, Command::ArenaGrant { segment: SegmentId(2), len_bytes: UNIT, unit_bytes: 2 * UNIT, term: 1 });
+    assert!(is_invalid(&e), "a piece larger than the arena: {e}");
+}
+
+#[test]
+fn on_a_fragmented_segment_an_arena_gathers_the_largest_holes_that_fit_a_piece() {
+    let mut s = two_nodes();
+    // Fill segment 1 with 16 objects of 4 units, then free every other one:
+    // eight holes of 4 units, none of 8.
+    let a = grant(&mut s, 1, 64 * UNIT, 1);
+    for i in 0..16 {
+        commit(&mut s, object(&format!("o{i}"), 4 * UNIT, &[(&a, i * 4 * UNIT)]));
+    }
+    return_arena(&mut s, &a);
+    for i in (0..16).step_by(2) {
+        let v = s.object(&format!("o{i}")).unwrap().version;
+        ok(&mut s, Command::RemoveVersion { key: format!("o{i}"), version: v });
+    }
+    // Holes smaller than a piece are never taken; a piece may not exceed the arena.
+    let e = refused(
+        &mut s,
+        Command::ArenaGrant { segment: SegmentId(1), len_bytes: 8 * UNIT, unit_bytes: 5 * UNIT, term: 2 },
+    );
+    assert!(matches!(e, MetaError::NoAvailableHandle(_)), "{e}");
+    let b = grant_pieces(&mut s, 1, 10 * UNIT, 4 * UNIT, 2);
+    assert_eq!(
+        b.extents,
+        vec![Range::new(0, 4 * UNIT), Range::new(8 * UNIT, 4 * UNIT), Range::new(16 * UNIT, 2 * UNIT)],
+        "the largest holes, lowest offsets first, the last one cut to the length asked"
+    );
+    assert_eq!(b.len_bytes(), 10 * UNIT);
+    // Objects land in any of its holes, never across two.
+    commit(
+        &mut s,
+        NewObject {
+            replicas: vec![PlacedReplica { segment: SegmentId(1), arena: b.id, range: Range::new(8 * UNIT, 4 * UNIT) }],
+            ..object("in-hole", 4 * UNIT, &[(&b, 0)])
+        },
+    );
+    let across = NewObject {
+        replicas: vec![PlacedReplica { segment: SegmentId(1), arena: b.id, range: Range::new(2 * UNIT, 4 * UNIT) }],
+        ..object("across", 4 * UNIT, &[(&b, 0)])
+    };
+    assert!(is_invalid(&refused(&mut s, Command::PutCommit(across))));
+    // Trimming counts across the extents in order.
+    ok(&mut s, Command::ArenaTrim { arena: b.id, keep_bytes: 6 * UNIT });
+    assert_eq!(s.arena(b.id).unwrap().extents, vec![Range::new(0, 4 * UNIT), Range::new(8 * UNIT, 2 * UNIT)]);
+    // The cut piece at 16 rejoins its hole (16..20), which best fit now takes.
+    let c = grant_pieces(&mut s, 1, 2 * UNIT, 2 * UNIT, 2);
+    assert_eq!(c.extents, vec![Range::new(16 * UNIT, 2 * UNIT)], "the trimmed part is grantable again");
+    assert_no_shared_bytes(&s);
 }
 
 #[test]
 fn trimming_an_arena_gives_its_tail_back_and_zero_ends_it() {
     let mut s = two_nodes();
     let a = grant(&mut s, 1, 64 * UNIT, 1);
-    assert!(matches!(
-        apply(&mut s, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 1 }),
-        Response::Err(MetaError::NoAvailableHandle(_))
-    ));
+    assert!(matches!(apply(&mut s, grant_cmd(1, UNIT)), Response::Err(MetaError::NoAvailableHandle(_))));
     ok(&mut s, Command::ArenaTrim { arena: a.id, keep_bytes: 10 * UNIT });
-    assert_eq!(s.arena(a.id).map(|x| x.range), Some(Range::new(0, 10 * UNIT)));
+    assert_eq!(s.arena(a.id).map(|x| x.extents.clone()), Some(vec![Range::new(0, 10 * UNIT)]));
     let b = grant(&mut s, 1, 54 * UNIT, 1);
-    assert_eq!(b.range.offset, 10 * UNIT);
+    assert_eq!(b.extents[0].offset, 10 * UNIT);
     ok(&mut s, Command::ArenaTrim { arena: a.id, keep_bytes: 0 });
     assert!(s.arena(a.id).is_none());
     ok(&mut s, Command::ArenaTrim { arena: a.id, keep_bytes: 5 }); // a retried trim of a gone arena
@@ -267,8 +326,8 @@ fn arenas_and_retired_objects_survive_a_snapshot_image() {
     assert_eq!(back.state_hash(), s.state_hash());
     assert_eq!(back.arena(a.id), s.arena(a.id));
     // The rebuilt state behaves the same: the next grant and commit match.
-    let g1 = apply(&mut s, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 8 });
-    let g2 = apply(&mut back, Command::ArenaGrant { segment: SegmentId(1), len_bytes: UNIT, term: 8 });
+    let g1 = apply(&mut s, grant_cmd(1, UNIT));
+    let g2 = apply(&mut back, grant_cmd(1, UNIT));
     assert_eq!(g1, g2);
     let e = refused(&mut back, Command::PutCommit(object("x", UNIT, &[(&a, UNIT)])));
     assert!(matches!(e, MetaError::PutExpired(_)), "the retired bytes are still held after a rebuild: {e}");
@@ -317,6 +376,7 @@ fn random_arena_runs_never_let_two_objects_share_a_byte() {
                 0 => Command::ArenaGrant {
                     segment: SegmentId(1 + rng.below(2)),
                     len_bytes: (1 + rng.below(8)) * UNIT,
+                    unit_bytes: (1 + rng.below(2)) * UNIT / 2,
                     term: 1,
                 },
                 1 => match rng.pick(&arenas) {
@@ -324,7 +384,7 @@ fn random_arena_runs_never_let_two_objects_share_a_byte() {
                     None => Command::Noop,
                 },
                 2 => match rng.pick(&arenas) {
-                    Some(a) => Command::ArenaTrim { arena: a.id, keep_bytes: rng.below(a.range.len + 1) },
+                    Some(a) => Command::ArenaTrim { arena: a.id, keep_bytes: rng.below(a.len_bytes() + 1) },
                     None => Command::Noop,
                 },
                 3 => match s.objects().next().map(|o| (o.key.clone(), o.version)) {
@@ -335,7 +395,7 @@ fn random_arena_runs_never_let_two_objects_share_a_byte() {
                 _ => match rng.pick(&arenas) {
                     Some(a) => {
                         let size = 1 + rng.below(3 * UNIT);
-                        let off = rng.below(a.range.len / 64 + 1) * 64;
+                        let off = rng.below(a.extents[0].len / 64 + 1) * 64;
                         let key = format!("k{}", rng.below(30));
                         NewObject { upsert: rng.below(3) == 0, ..object(&key, size, &[(a, off)]) }.into_commit(i)
                     }

@@ -14,40 +14,64 @@ use std::collections::BTreeSet;
 use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 
 use super::{MetaState, ObjectMeta, ObjectStatus, RetiredObject, invalid, validate_key};
+
+/// Most holes one arena may gather on a fragmented segment: bounds the size
+/// of a grant entry and of the arena's record.
+pub const ARENA_EXTENTS_MAX: usize = 1_024;
 use crate::error::MetaError;
 use crate::types::*;
 
 impl MetaState {
     /// Grants an arena of `len_bytes` (rounded up to the allocation unit) on
-    /// `segment`: the smallest gap that fits among bytes free of objects and
-    /// outside other arenas, lowest offset first on ties.
-    pub(super) fn grant_arena(&mut self, segment: SegmentId, len_bytes: u64, term: u64) -> Response {
+    /// `segment` from bytes free of objects and outside other arenas: the
+    /// smallest hole that fits it whole (lowest offset on ties); or, on a
+    /// fragmented segment, the largest holes of at least `unit_bytes` until
+    /// `len_bytes` (at most [`ARENA_EXTENTS_MAX`] of them).
+    pub(super) fn grant_arena(&mut self, segment: SegmentId, len_bytes: u64, unit_bytes: u64, term: u64) -> Response {
         let Some(seg) = self.segments.get(&segment) else {
             return Response::Err(MetaError::SegmentNotFound(segment.to_string()));
         };
         let len = len_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
-        if len == 0 || len > seg.capacity_bytes() {
+        let unit = unit_bytes.next_multiple_of(ALLOC_ALIGN_BYTES).max(ALLOC_ALIGN_BYTES);
+        if len == 0 || unit > len || len > seg.capacity_bytes() {
             return Response::Err(invalid(format!(
-                "arena of {len_bytes} bytes does not fit segment {segment} of {} bytes",
+                "arena of {len_bytes} bytes (pieces of at least {unit_bytes}) does not fit segment {segment} of {} bytes",
                 seg.capacity_bytes()
             )));
         }
-        let mut best: Option<Range> = None;
+        let mut holes: Vec<Range> = Vec::new();
         for extent in seg.alloc.free_extents() {
-            for gap in self.gaps_outside_arenas(segment, extent) {
-                if gap.len >= len && best.is_none_or(|b| gap.len < b.len) {
-                    best = Some(gap);
-                }
-            }
+            holes.extend(self.gaps_outside_arenas(segment, extent).into_iter().filter(|g| g.len >= unit));
         }
-        let Some(gap) = best else {
-            return Response::Err(MetaError::NoAvailableHandle(format!(
-                "segment {segment} has no {len} free contiguous bytes outside arenas"
-            )));
+        let whole = holes.iter().filter(|h| h.len >= len).min_by_key(|h| (h.len, h.offset));
+        let mut extents: Vec<Range> = match whole {
+            Some(h) => vec![Range::new(h.offset, len)],
+            None => {
+                holes.sort_by_key(|h| (std::cmp::Reverse(h.len), h.offset));
+                let mut taken = 0;
+                let mut picked = Vec::new();
+                for h in holes.into_iter().take(ARENA_EXTENTS_MAX) {
+                    if taken >= len {
+                        break;
+                    }
+                    let piece = h.len.min(len - taken);
+                    taken += piece;
+                    picked.push(Range::new(h.offset, piece));
+                }
+                picked
+            }
         };
-        let arena = Arena { id: ArenaId(self.next_arena), segment, range: Range::new(gap.offset, len), term };
+        if extents.is_empty() {
+            return Response::Err(MetaError::NoAvailableHandle(format!(
+                "segment {segment} has no {unit} free contiguous bytes outside arenas"
+            )));
+        }
+        extents.sort_by_key(|e| e.offset);
+        let arena = Arena { id: ArenaId(self.next_arena), segment, extents, term };
         self.next_arena += 1;
-        self.arenas_by_offset.insert((segment, gap.offset), arena.id);
+        for e in &arena.extents {
+            self.arenas_by_offset.insert((segment, e.offset), arena.id);
+        }
         self.arenas.insert(arena.id, arena.clone());
         Response::ArenaGranted(arena)
     }
@@ -58,8 +82,9 @@ impl MetaState {
         let mut at = extent.offset;
         let before = self.arenas_by_offset.range(..(segment, extent.offset)).next_back();
         let from = before.filter(|((s, _), _)| *s == segment).map(|((_, o), _)| *o).unwrap_or(extent.offset);
-        for (_, id) in self.arenas_by_offset.range((segment, from)..(segment, extent.end())) {
-            let a = &self.arenas[id].range;
+        for ((_, offset), id) in self.arenas_by_offset.range((segment, from)..(segment, extent.end())) {
+            let a = self.arenas[id].extents.iter().find(|e| e.offset == *offset).copied();
+            let Some(a) = a else { continue };
             if a.end() <= at {
                 continue;
             }
@@ -74,15 +99,25 @@ impl MetaState {
         gaps
     }
 
-    /// Shortens `arena` to its first `keep_bytes` (rounded up); 0 ends it.
-    /// Unknown arenas are fine (a retried trim).
+    /// Shortens `arena` to its first `keep_bytes` (rounded up), counted
+    /// across its extents in order; 0 ends it. Unknown arenas are fine (a
+    /// retried trim).
     pub(super) fn trim_arena(&mut self, id: ArenaId, keep_bytes: u64) -> Result<(), MetaError> {
         let keep = keep_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
-        let Some(arena) = self.arenas.get_mut(&id) else { return Ok(()) };
+        let Some(arena) = self.arenas.get(&id) else { return Ok(()) };
         if keep == 0 {
             self.remove_arena(id);
-        } else if keep < arena.range.len {
-            arena.range.len = keep;
+            return Ok(());
+        }
+        let kept = arena.trimmed_extents(keep);
+        let cut: Vec<Range> =
+            arena.extents.iter().filter(|e| !kept.iter().any(|k| k.offset == e.offset)).copied().collect();
+        let segment = arena.segment;
+        for e in cut {
+            self.arenas_by_offset.remove(&(segment, e.offset));
+        }
+        if let Some(arena) = self.arenas.get_mut(&id) {
+            arena.extents = kept;
         }
         Ok(())
     }
@@ -96,7 +131,9 @@ impl MetaState {
     fn remove_arena(&mut self, id: ArenaId) -> bool {
         match self.arenas.remove(&id) {
             Some(a) => {
-                self.arenas_by_offset.remove(&(a.segment, a.range.offset));
+                for e in &a.extents {
+                    self.arenas_by_offset.remove(&(a.segment, e.offset));
+                }
                 true
             }
             None => false,
@@ -174,10 +211,7 @@ impl MetaState {
             let expired = |why: String| MetaError::PutExpired(format!("{:?}: {why}; retry the put", new.key));
             let seg = self.segments.get(&r.segment).ok_or_else(|| expired(format!("segment {} is gone", r.segment)))?;
             let arena = self.arenas.get(&r.arena).ok_or_else(|| expired(format!("{} was returned", r.arena)))?;
-            let inside = arena.segment == r.segment
-                && r.range.offset >= arena.range.offset
-                && r.range.end() <= arena.range.end();
-            if !inside {
+            if arena.segment != r.segment || !arena.holds(r.range) {
                 return Err(invalid(format!("{:?} on {} is not inside {}", r.range, r.segment, r.arena)));
             }
             if !seg.alloc.is_free(r.range) {

@@ -1,0 +1,379 @@
+//! The put path on the leader. PutStart is answered without a Raft round: a
+//! linearizable existence check (usually under the leader lease), then a
+//! reservation inside this leader's own arenas ([`crate::reservations`]).
+//! PutEnd is the one replicated command of an object (`PutCommit`, many per
+//! log entry under load). Arenas are granted, trimmed and returned here and
+//! by the duties (`workers.rs`).
+//!
+//! A PutEnd the leader has no reservation for (it was elected after the
+//! PutStart) is recorded from the ranges the writer echoes back — if every
+//! one lies in a live arena of an *older* term, on free bytes: nobody but
+//! that writer can have been given them. Anything else is "put expired",
+//! and the client library puts again.
+
+use std::time::Instant;
+
+use mooncake_proto::master::{PutEndRequest, PutRevokeRequest, PutStartRequest, PutStartResponse, Replica};
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_raft_store::state::{ObjectStatus, validate_put_start};
+use mooncake_raft_store::{
+    ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Response,
+};
+use mooncake_segment::{ClientId, Range, SegmentId};
+
+use crate::convert;
+use crate::errors::{internal, meta_status};
+use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, aligned};
+use crate::shared::Shared;
+
+/// Rounds of placement one PutStart may go through (each may grant arenas
+/// or run an eviction round) before it gives up.
+const PLACE_ROUNDS_MAX: usize = 12;
+/// Eviction rounds one PutStart may run: each frees 4x the previous
+/// round's target (need, 4 need, 16 need, 64 need), and a round that finds
+/// nothing to evict ends them early.
+const EVICT_ROUNDS_MAX: u32 = 4;
+
+fn status(e: MetaError) -> Status {
+    meta_status(&e)
+}
+
+/// The placement candidates of a put and whether the key exists.
+struct Look {
+    exists: bool,
+    candidates: Vec<Candidate>,
+}
+
+/// Preferred segments first (in the caller's order), then the others, the
+/// emptiest first; only segments the object fits in.
+fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
+    let exists = s.object(key).is_some_and(|o| o.status == ObjectStatus::Complete);
+    let largest = s.segments().map(|g| g.capacity_bytes()).max();
+    match largest {
+        None => return Err(MetaError::NoAvailableHandle("no segment is mounted".into())),
+        Some(cap) if aligned(size) > cap => {
+            return Err(MetaError::InvalidParams(format!(
+                "object {key:?} of {size} bytes is larger than the largest segment ({cap} bytes)"
+            )));
+        }
+        Some(_) => {}
+    }
+    if let Some(unknown) = preferred.iter().find(|id| s.segment(**id).is_none()) {
+        return Err(MetaError::InvalidParams(format!("preferred segment {unknown} is not mounted")));
+    }
+    let candidate = |g: &mooncake_raft_store::state::SegmentEntry, preferred: bool| Candidate {
+        segment: g.spec.id,
+        host: g.spec.host_id.clone(),
+        preferred,
+        capacity_bytes: g.capacity_bytes(),
+    };
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for id in preferred {
+        if let Some(g) = s.segment(*id)
+            && !candidates.iter().any(|c| c.segment == *id)
+        {
+            candidates.push(candidate(g, true));
+        }
+    }
+    let mut rest: Vec<_> =
+        s.segments().filter(|g| !preferred.contains(&g.spec.id) && g.capacity_bytes() >= aligned(size)).collect();
+    rest.sort_by_key(|g| (std::cmp::Reverse(g.free_bytes()), g.spec.id));
+    candidates.extend(rest.into_iter().map(|g| candidate(g, false)));
+    Ok(Look { exists, candidates })
+}
+
+/// PutStart: reserve ranges for the object, granting arenas and evicting
+/// as needed.
+pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartResponse {
+    let refuse = |s: Status| PutStartResponse { status: Some(s), replicas: vec![] };
+    let spec = convert::put_start(req);
+    if let Err(e) = validate_put_start(&spec) {
+        return refuse(status(e));
+    }
+    let ask = PutAsk {
+        key: spec.key.clone(),
+        client: spec.client,
+        size_bytes: spec.size_bytes,
+        replica_num: spec.replica_num as usize,
+        pin: spec.pin,
+        upsert: req.upsert,
+    };
+    let need = aligned(ask.size_bytes).saturating_mul(ask.replica_num as u64);
+    let mut excluded: Vec<SegmentId> = Vec::new();
+    let mut evictions = 0u32;
+    for _ in 0..PLACE_ROUNDS_MAX {
+        let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &spec.preferred)).await;
+        let look = match found {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => return refuse(status(e)),
+            Err(s) => return refuse(s),
+        };
+        if look.exists && !ask.upsert {
+            return refuse(status(MetaError::ObjectAlreadyExists(ask.key.clone())));
+        }
+        let now = Instant::now();
+        let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &excluded, now)) else {
+            return refuse(shared.not_leader());
+        };
+        match r {
+            Reserve::Placed(p) | Reserve::Again(p) => {
+                let replicas = shared.reader.read(|s| p.iter().map(|r| replica_pb(s, r)).collect());
+                return PutStartResponse { status: Some(Status::ok()), replicas };
+            }
+            Reserve::Taken => return refuse(status(MetaError::ObjectAlreadyExists(ask.key.clone()))),
+            Reserve::NeedArenas(wanted) => {
+                for (segment, len) in wanted {
+                    if !grant_arena(shared, segment, len, aligned(ask.size_bytes)).await {
+                        excluded.push(segment);
+                    }
+                }
+            }
+            Reserve::NoRoom => {
+                if evictions == EVICT_ROUNDS_MAX {
+                    break;
+                }
+                let target = need.saturating_mul(1 << (2 * evictions));
+                evictions += 1;
+                if shared.evictor.round(target).await == 0 {
+                    break; // nothing (more) is evictable: the answer stands
+                }
+                excluded.clear();
+            }
+        }
+    }
+    refuse(status(MetaError::NoAvailableHandle(format!(
+        "no segment has {} free contiguous bytes for {:?} (after evicting what could be evicted)",
+        aligned(ask.size_bytes),
+        ask.key
+    ))))
+}
+
+/// Grants this leader an arena of `len` (at least `min_len`) on `segment`,
+/// unless a concurrent put already did. Under pressure it first gives back
+/// the tail of the segment's open arena and every own arena with nothing in
+/// flight. False when the segment has no room for `min_len`.
+async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> bool {
+    let _one_grant_at_a_time = shared.arena_grants.lock().await;
+    let Some((term, room)) = shared.leader.with(|t| (t.term, t.puts.has_room(segment, min_len))) else {
+        return false;
+    };
+    if room {
+        return true;
+    }
+    // The segment's holes first (as many as make `len`, each at least the
+    // object); then again after giving back what this leader holds but
+    // does not use.
+    for relieve_first in [false, true] {
+        if relieve_first {
+            relieve(shared, segment).await;
+        }
+        let grant = Command::ArenaGrant { segment, len_bytes: len, unit_bytes: min_len, term };
+        match shared.proposer.propose(grant).await {
+            Ok(Response::ArenaGranted(arena)) => {
+                let capacity = shared.reader.read(|s| s.segment(segment).map(|g| g.capacity_bytes()).unwrap_or(0));
+                let trim = shared.leader.with(|t| t.puts.add_arena(arena, capacity)).flatten();
+                if let Some((id, keep)) = trim {
+                    trim_arena(shared, id, keep).await;
+                }
+                return true;
+            }
+            Ok(Response::Err(MetaError::NoAvailableHandle(_))) => continue,
+            Ok(other) => {
+                tracing::warn!(%segment, ?other, "arena grant refused");
+                return false;
+            }
+            Err(s) => {
+                tracing::warn!(%segment, code = ?s.error_code(), message = %s.message, "arena grant failed");
+                return false;
+            }
+        }
+    }
+    false
+}
+
+/// Gives back what this leader holds but does not use: the tail of
+/// `segment`'s open arena, and every own arena with nothing in flight.
+async fn relieve(shared: &Shared, segment: SegmentId) {
+    let Some((trim, done)) = shared.leader.with(|t| (t.puts.relieve(segment), t.puts.returnable())) else { return };
+    if let Some((id, keep)) = trim {
+        trim_arena(shared, id, keep).await;
+    }
+    return_arenas(shared, done).await;
+}
+
+async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
+    match shared.proposer.propose(Command::ArenaTrim { arena, keep_bytes }).await {
+        Ok(_) => {
+            shared.leader.with(|t| t.puts.trimmed(arena, keep_bytes));
+        }
+        Err(s) => tracing::warn!(%arena, message = %s.message, "arena trim failed"),
+    }
+}
+
+/// Returns arenas through the log and forgets them once returned.
+pub async fn return_arenas(shared: &Shared, arenas: Vec<ArenaId>) {
+    crate::workers::return_arenas(&shared.proposer, &shared.leader, arenas).await;
+}
+
+/// A placed replica with everything the writer needs to reach it.
+fn replica_pb(s: &MetaState, r: &PlacedReplica) -> Replica {
+    let placement = ReplicaPlacement { segment: r.segment, range: r.range };
+    Replica { arena_id: r.arena.0, ..convert::replica_pb(s, &placement, ObjectStatus::Processing) }
+}
+
+/// The replicas a writer echoed back in its PutEnd.
+fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
+    req.replicas
+        .iter()
+        .map(|r| PlacedReplica {
+            segment: SegmentId(r.segment_id),
+            arena: ArenaId(r.arena_id),
+            range: Range::new(r.offset, r.len),
+        })
+        .collect()
+}
+
+/// What to do with one PutEnd.
+enum EndPlan {
+    Propose(NewObject),
+    Answer(Status),
+}
+
+/// PutEnd of many objects: one proposal for all of them.
+pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
+    let Some((term, known)) = shared.leader.with(|t| {
+        let known: Vec<Option<Reservation>> = reqs.iter().map(|r| t.puts.find(&r.key).cloned()).collect();
+        (t.term, known)
+    }) else {
+        return vec![shared.not_leader(); reqs.len()];
+    };
+    let plans: Vec<EndPlan> =
+        shared.reader.read(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, term)).collect());
+    let cmds: Vec<Command> = plans
+        .iter()
+        .filter_map(|p| match p {
+            EndPlan::Propose(new) => Some(Command::PutCommit(new.clone())),
+            EndPlan::Answer(_) => None,
+        })
+        .collect();
+    let answers = shared.proposer.propose_many(cmds).await;
+    let mut answers = match answers {
+        Ok(a) => a.into_iter().map(|r| answer_status(&r)).collect::<Vec<_>>().into_iter(),
+        Err(s) => {
+            return plans
+                .into_iter()
+                .map(|p| match p {
+                    EndPlan::Answer(a) => a,
+                    EndPlan::Propose(_) => s.clone(),
+                })
+                .collect();
+        }
+    };
+    let out: Vec<Status> = plans
+        .into_iter()
+        .map(|p| match p {
+            EndPlan::Answer(a) => a,
+            EndPlan::Propose(_) => answers.next().unwrap_or_else(|| internal("missing PutCommit answer")),
+        })
+        .collect();
+    // The commits are applied (or refused): those ranges are not being
+    // written any more.
+    shared.leader.with(|t| {
+        for req in reqs {
+            t.puts.finish(&req.key, ClientId(req.client_id));
+        }
+    });
+    out
+}
+
+fn answer_status(r: &Response) -> Status {
+    match r {
+        Response::Err(e) => meta_status(e),
+        _ => Status::ok(),
+    }
+}
+
+/// Decides one PutEnd against the applied state (`term`: this leader's).
+fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, term: u64) -> EndPlan {
+    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
+        return EndPlan::Answer(status(e));
+    }
+    let client = ClientId(req.client_id);
+    let echoed = placed_from(req);
+    match reservation {
+        Some(r) if r.client == client => {
+            if !echoed.is_empty() && echoed != r.replicas {
+                return EndPlan::Answer(status(MetaError::InvalidParams(format!(
+                    "the replicas of {:?} differ from those PutStart reserved",
+                    req.key
+                ))));
+            }
+            let new = NewObject {
+                client,
+                key: req.key.clone(),
+                size_bytes: r.size_bytes,
+                checksum: req.checksum,
+                pin: r.pin,
+                replicas: r.replicas,
+                upsert: r.upsert,
+            };
+            EndPlan::Propose(new)
+        }
+        // This writer's put expired and another writer's put of the key is
+        // in flight (the first writer wins).
+        Some(_) => EndPlan::Answer(status(MetaError::PutExpired(format!(
+            "{:?}: this put expired and another put of the key is in flight",
+            req.key
+        )))),
+        None => plan_unknown_end(s, req, echoed, term),
+    }
+}
+
+/// A PutEnd this leader holds no reservation for: a retry of one it
+/// committed, or a put an earlier leader reserved.
+fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, term: u64) -> EndPlan {
+    let client = ClientId(req.client_id);
+    let placements: Vec<ReplicaPlacement> =
+        echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
+    if let Some(o) = s.object(&req.key)
+        && o.writer == client
+        && o.checksum == Some(req.checksum)
+        && (placements.is_empty() || o.replicas == placements)
+    {
+        return EndPlan::Answer(Status::ok()); // a retry of a commit that was applied
+    }
+    let older_arenas = !echoed.is_empty() && echoed.iter().all(|r| s.arena(r.arena).is_some_and(|a| a.term < term));
+    if !older_arenas {
+        return EndPlan::Answer(status(MetaError::PutExpired(format!(
+            "{:?}: this master holds no reservation for it (it expired, or was made before a leader change \
+             and its space was reclaimed); put it again",
+            req.key
+        ))));
+    }
+    let new = NewObject {
+        client,
+        key: req.key.clone(),
+        size_bytes: req.size,
+        checksum: req.checksum,
+        pin: convert::pin(req.pin),
+        replicas: echoed,
+        upsert: req.upsert,
+    };
+    EndPlan::Propose(new)
+}
+
+/// PutRevoke: the writer gave up; the key is free at once.
+pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
+    let client = ClientId(req.client_id);
+    let now = Instant::now();
+    match shared.leader.with(|t| t.puts.revoke(&req.key, client, now)) {
+        None => shared.not_leader(),
+        Some(true) => Status::ok(),
+        Some(false) => shared.reader.read(|s| match s.object(&req.key) {
+            Some(o) if o.status == ObjectStatus::Complete && o.writer == client => {
+                status(MetaError::InvalidParams(format!("{:?} is complete; use Remove", req.key)))
+            }
+            _ => Status::with(ErrorCode::ObjectNotFound, format!("no put of {:?} by {client} is in flight", req.key)),
+        }),
+    }
+}

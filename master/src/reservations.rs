@@ -1,0 +1,554 @@
+//! Put reservations and the leader's own arenas: how a PutStart is answered
+//! without a Raft round. Pure bookkeeping of one leadership term (no clock:
+//! callers pass `now`; no I/O: the caller proposes the commands it asks for).
+//!
+//! The leader grants itself arenas through the log (`ArenaGrant`), one open
+//! arena per segment, and hands out ranges inside it with a bump pointer: a
+//! range is handed out once in an arena's life, whatever happens to it after
+//! (committed, revoked, expired). An arena is sealed when a put does not fit
+//! in it (its untouched tail is trimmed back to the segment) and returned
+//! (`ArenaReturn`) once no reservation in it can still be written: committed,
+//! or past the revoke quarantine, or past the release timeout. So a writer
+//! that stalls never finds its range given to someone else while the arena
+//! lives, and a late PutEnd into a returned arena is refused by apply.
+//!
+//! Arenas of other terms (a deposed leader's) are never used: they are
+//! returned only `release_after` after this leader first saw them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use mooncake_raft_store::{Arena, ArenaId, Pin, PlacedReplica};
+use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
+
+/// First arena granted on a segment in a term; each later one doubles, up to
+/// [`ARENA_MAX_BYTES`] or an eighth of the segment. Small first arenas keep
+/// a failover from stranding much space (a deposed leader's arenas are held
+/// for the release timeout); large later ones amortise the grant commit.
+pub const ARENA_START_BYTES: u64 = 4 << 20;
+pub const ARENA_MAX_BYTES: u64 = 256 << 20;
+
+/// How long the range of a revoked put is held before its arena may be
+/// returned: a write the client gave up on may still be in a store node's
+/// socket buffer. Longer than the client's transfer request timeout.
+pub const REVOKE_QUARANTINE: Duration = Duration::from_secs(30);
+
+/// A put in flight: ranges reserved, bytes being written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub client: ClientId,
+    pub size_bytes: u64,
+    pub pin: Pin,
+    pub upsert: bool,
+    pub replicas: Vec<PlacedReplica>,
+    pub started: Instant,
+}
+
+/// What a put asks for.
+#[derive(Clone, Debug)]
+pub struct PutAsk {
+    pub key: String,
+    pub client: ClientId,
+    pub size_bytes: u64,
+    pub replica_num: usize,
+    pub pin: Pin,
+    pub upsert: bool,
+}
+
+/// A segment a replica may go to, in the order placement prefers it.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub segment: SegmentId,
+    pub host: String,
+    /// Named by the caller: it may share a host with another replica.
+    pub preferred: bool,
+    pub capacity_bytes: u64,
+}
+
+/// The answer of [`PutTable::reserve`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reserve {
+    /// Ranges reserved (fewer replicas than asked when fewer segments had room).
+    Placed(Vec<PlacedReplica>),
+    /// The same writer asked again for the same key and size: its placement.
+    Again(Vec<PlacedReplica>),
+    /// Another writer is putting this key.
+    Taken,
+    /// Arenas are needed on these segments first: (segment, length).
+    NeedArenas(Vec<(SegmentId, u64)>),
+    /// No candidate segment can take a replica.
+    NoRoom,
+}
+
+/// One of this term's arenas. Ranges are handed out from its extents in
+/// order: a cursor (extent, bytes used in it) only moves forward.
+#[derive(Clone, Debug)]
+struct OwnArena {
+    arena: Arena,
+    extent: usize,
+    used_in_extent: u64,
+    sealed: bool,
+    /// Reservations in it that may still be written.
+    outstanding: u32,
+}
+
+impl OwnArena {
+    fn new(arena: Arena) -> Self {
+        OwnArena { arena, extent: 0, used_in_extent: 0, sealed: false, outstanding: 0 }
+    }
+
+    /// Where `len` bytes fit next: (extent, offset in it).
+    fn fit(&self, len: u64) -> Option<(usize, u64)> {
+        (self.extent..self.arena.extents.len()).find_map(|i| {
+            let used = if i == self.extent { self.used_in_extent } else { 0 };
+            (self.arena.extents[i].len - used >= len).then_some((i, used))
+        })
+    }
+
+    /// Bytes before the cursor, counted across the extents in order: what
+    /// a trim keeps.
+    fn handed_out(&self) -> u64 {
+        self.arena.extents[..self.extent].iter().map(|e| e.len).sum::<u64>() + self.used_in_extent
+    }
+}
+
+/// Reservations and arenas of one leadership term.
+#[derive(Default)]
+pub struct PutTable {
+    active: HashMap<String, Reservation>,
+    arenas: BTreeMap<ArenaId, OwnArena>,
+    open: HashMap<SegmentId, ArenaId>,
+    next_len: HashMap<SegmentId, u64>,
+    /// Arenas of ended reservations, held until the time given.
+    held: Vec<(Vec<ArenaId>, Instant)>,
+    /// Arenas not this term's, and when this leader first saw each.
+    foreign_seen: HashMap<ArenaId, Instant>,
+}
+
+/// The largest arena on a segment of `capacity` bytes: an eighth of it, at
+/// most [`ARENA_MAX_BYTES`].
+fn arena_cap(capacity: u64) -> u64 {
+    ARENA_MAX_BYTES.min(aligned(capacity / 8).max(ALLOC_ALIGN_BYTES))
+}
+
+/// `len` rounded up to the allocation unit.
+pub fn aligned(len: u64) -> u64 {
+    len.next_multiple_of(ALLOC_ALIGN_BYTES)
+}
+
+impl PutTable {
+    /// The reservation of `key`, if a put of it is in flight.
+    pub fn find(&self, key: &str) -> Option<&Reservation> {
+        self.active.get(key)
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Own arenas: (count, bytes).
+    pub fn arena_usage(&self) -> (usize, u64) {
+        (self.arenas.len(), self.arenas.values().map(|a| a.arena.len_bytes()).sum())
+    }
+
+    /// Whether `segment`'s open arena can take `len` more bytes.
+    pub fn has_room(&self, segment: SegmentId, len: u64) -> bool {
+        self.open.get(&segment).and_then(|id| self.arenas.get(id)).is_some_and(|a| a.fit(aligned(len)).is_some())
+    }
+
+    /// Reserves ranges for `ask` on up to `replica_num` of `candidates`
+    /// (in their order, one replica per host first unless preferred),
+    /// skipping `excluded` segments.
+    pub fn reserve(&mut self, ask: &PutAsk, candidates: &[Candidate], excluded: &[SegmentId], now: Instant) -> Reserve {
+        if let Some(r) = self.active.get(&ask.key) {
+            return if r.client == ask.client && r.size_bytes == ask.size_bytes {
+                Reserve::Again(r.replicas.clone())
+            } else {
+                Reserve::Taken
+            };
+        }
+        let len = aligned(ask.size_bytes);
+        let mut chosen: Vec<SegmentId> = Vec::new();
+        let mut needs: Vec<&Candidate> = Vec::new();
+        let mut hosts: Vec<&str> = Vec::new();
+        for distinct_hosts in [true, false] {
+            for c in candidates.iter().filter(|c| !excluded.contains(&c.segment)) {
+                if chosen.len() + needs.len() == ask.replica_num {
+                    break;
+                }
+                if chosen.contains(&c.segment) || needs.iter().any(|n| n.segment == c.segment) {
+                    continue;
+                }
+                if distinct_hosts && !c.preferred && hosts.contains(&c.host.as_str()) {
+                    continue;
+                }
+                hosts.push(&c.host);
+                if self.has_room(c.segment, len) { chosen.push(c.segment) } else { needs.push(c) }
+            }
+        }
+        if !needs.is_empty() {
+            return Reserve::NeedArenas(
+                needs.into_iter().map(|c| (c.segment, self.arena_len(c.segment, len, c.capacity_bytes))).collect(),
+            );
+        }
+        if chosen.is_empty() {
+            return Reserve::NoRoom;
+        }
+        let replicas: Vec<PlacedReplica> = chosen.iter().map(|s| self.take(*s, len)).collect();
+        let r = Reservation {
+            client: ask.client,
+            size_bytes: ask.size_bytes,
+            pin: ask.pin,
+            upsert: ask.upsert,
+            replicas: replicas.clone(),
+            started: now,
+        };
+        self.active.insert(ask.key.clone(), r);
+        Reserve::Placed(replicas)
+    }
+
+    /// Hands out `len` bytes of `segment`'s open arena (which has room).
+    fn take(&mut self, segment: SegmentId, len: u64) -> PlacedReplica {
+        let id = self.open[&segment];
+        let a = self.arenas.get_mut(&id).expect("an open arena is an own arena");
+        let (extent, used) = a.fit(len).expect("take without room in the open arena");
+        let range = Range::new(a.arena.extents[extent].offset + used, len);
+        a.extent = extent;
+        a.used_in_extent = used + len;
+        a.outstanding += 1;
+        PlacedReplica { segment, arena: id, range }
+    }
+
+    /// How long the next arena on `segment` (of `capacity` bytes) should be
+    /// for an object of `len`.
+    fn arena_len(&self, segment: SegmentId, len: u64, capacity: u64) -> u64 {
+        let cap = arena_cap(capacity);
+        self.next_len.get(&segment).copied().unwrap_or(ARENA_START_BYTES).min(cap).max(len)
+    }
+
+    /// Adopts a granted arena as `segment`'s open one (`capacity`: the
+    /// segment's size, which caps arena growth). The arena it replaces is
+    /// sealed; returns the trim of its untouched tail to propose.
+    pub fn add_arena(&mut self, arena: Arena, capacity: u64) -> Option<(ArenaId, u64)> {
+        let segment = arena.segment;
+        let cap = arena_cap(capacity);
+        let grown = arena.len_bytes().saturating_mul(2).min(cap);
+        self.next_len.insert(segment, grown.max(ARENA_START_BYTES.min(cap)));
+        self.foreign_seen.remove(&arena.id);
+        let id = arena.id;
+        self.arenas.insert(id, OwnArena::new(arena));
+        let old = self.open.insert(segment, id)?;
+        self.seal(old)
+    }
+
+    /// Seals an arena; the trim of its untouched tail, if it has one.
+    fn seal(&mut self, id: ArenaId) -> Option<(ArenaId, u64)> {
+        let a = self.arenas.get_mut(&id)?;
+        a.sealed = true;
+        let keep = a.handed_out();
+        (keep < a.arena.len_bytes()).then_some((id, keep))
+    }
+
+    /// Under pressure on `segment`: seals its open arena and answers the
+    /// trim of its tail, so the segment's free space is all grantable again.
+    pub fn relieve(&mut self, segment: SegmentId) -> Option<(ArenaId, u64)> {
+        let id = self.open.remove(&segment)?;
+        self.seal(id)
+    }
+
+    /// A trim was applied (the arena is sealed: nothing more is handed out).
+    pub fn trimmed(&mut self, id: ArenaId, keep: u64) {
+        if let Some(a) = self.arenas.get_mut(&id) {
+            a.arena.extents = a.arena.trimmed_extents(aligned(keep));
+        }
+    }
+
+    /// The put of `key` by `client` was committed or refused: its ranges
+    /// are no longer being written. Returns its reservation.
+    pub fn finish(&mut self, key: &str, client: ClientId) -> Option<Reservation> {
+        if self.active.get(key).is_none_or(|r| r.client != client) {
+            return None;
+        }
+        let r = self.active.remove(key)?;
+        self.release(&r.replicas.iter().map(|p| p.arena).collect::<Vec<_>>());
+        Some(r)
+    }
+
+    /// The writer gave up: the key is free at once, the ranges are held for
+    /// the quarantine. False when `client` has no put of `key` in flight.
+    pub fn revoke(&mut self, key: &str, client: ClientId, now: Instant) -> bool {
+        if self.active.get(key).is_none_or(|r| r.client != client) {
+            return false;
+        }
+        if let Some(r) = self.active.remove(key) {
+            self.held.push((r.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
+        }
+        true
+    }
+
+    /// Puts started longer than `discard_after` ago free their keys; their
+    /// ranges are held until `release_after` after they started. Held
+    /// ranges whose time has come release their arenas. Returns the keys
+    /// discarded.
+    pub fn expire(&mut self, now: Instant, discard_after: Duration, release_after: Duration) -> Vec<String> {
+        let old: Vec<String> = self
+            .active
+            .iter()
+            .filter(|(_, r)| now.saturating_duration_since(r.started) > discard_after)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &old {
+            if let Some(r) = self.active.remove(key) {
+                self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
+            }
+        }
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held).into_iter().partition(|(_, t)| *t <= now);
+        self.held = keep;
+        for (arenas, _) in due {
+            self.release(&arenas);
+        }
+        old
+    }
+
+    /// The client expired: its puts can never complete; hold their ranges
+    /// until `release_after` after they started (it may be alive behind a
+    /// partition).
+    pub fn expire_client(&mut self, client: ClientId, release_after: Duration) {
+        let keys: Vec<String> =
+            self.active.iter().filter(|(_, r)| r.client == client).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            if let Some(r) = self.active.remove(&key) {
+                self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
+            }
+        }
+    }
+
+    fn release(&mut self, arenas: &[ArenaId]) {
+        for id in arenas {
+            if let Some(a) = self.arenas.get_mut(id) {
+                a.outstanding -= 1;
+            }
+        }
+    }
+
+    /// Sealed own arenas with nothing left in flight: to return.
+    pub fn returnable(&self) -> Vec<ArenaId> {
+        self.arenas.values().filter(|a| a.sealed && a.outstanding == 0).map(|a| a.arena.id).collect()
+    }
+
+    /// Arenas were returned (or are gone with their segment): forget them.
+    pub fn forget(&mut self, ids: &[ArenaId]) {
+        for id in ids {
+            if let Some(a) = self.arenas.remove(id)
+                && self.open.get(&a.arena.segment) == Some(id)
+            {
+                self.open.remove(&a.arena.segment);
+            }
+            self.foreign_seen.remove(id);
+        }
+    }
+
+    /// Given every arena in the state: own arenas no longer there (their
+    /// segment went) to forget, and foreign arenas (another term's, or a
+    /// grant whose answer this leader lost) first seen longer than
+    /// `release_after` ago, to return.
+    pub fn sweep(
+        &mut self,
+        in_state: &[ArenaId],
+        now: Instant,
+        release_after: Duration,
+    ) -> (Vec<ArenaId>, Vec<ArenaId>) {
+        let gone: Vec<ArenaId> = self.arenas.keys().filter(|id| !in_state.contains(id)).copied().collect();
+        self.foreign_seen.retain(|id, _| in_state.contains(id));
+        let mut reclaim = Vec::new();
+        for id in in_state.iter().filter(|id| !self.arenas.contains_key(id)) {
+            let seen = *self.foreign_seen.entry(*id).or_insert(now);
+            if now.saturating_duration_since(seen) >= release_after {
+                reclaim.push(*id);
+            }
+        }
+        (gone, reclaim)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1 << 20;
+    const SEG: u64 = 1 << 30;
+
+    fn cand(id: u64, host: &str) -> Candidate {
+        Candidate { segment: SegmentId(id), host: host.into(), preferred: false, capacity_bytes: SEG }
+    }
+
+    fn ask(key: &str, client: u64, size: u64, replicas: usize) -> PutAsk {
+        PutAsk {
+            key: key.into(),
+            client: ClientId(client),
+            size_bytes: size,
+            replica_num: replicas,
+            pin: Pin::None,
+            upsert: false,
+        }
+    }
+
+    fn arena(id: u64, segment: u64, offset: u64, len: u64) -> Arena {
+        Arena { id: ArenaId(id), segment: SegmentId(segment), extents: vec![Range::new(offset, len)], term: 1 }
+    }
+
+    /// A table with an open arena of `len` on each of segments 1..=n.
+    fn table(n: u64, len: u64) -> PutTable {
+        let mut t = PutTable::default();
+        for s in 1..=n {
+            assert_eq!(t.add_arena(arena(100 + s, s, 0, len), SEG), None);
+        }
+        t
+    }
+
+    fn placed(r: Reserve) -> Vec<PlacedReplica> {
+        match r {
+            Reserve::Placed(p) => p,
+            other => panic!("not placed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ranges_are_handed_out_once_each_by_a_bump_pointer() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        let a = placed(t.reserve(&ask("a", 1, 1000, 1), &[cand(1, "h1")], &[], t0));
+        let b = placed(t.reserve(&ask("b", 1, 1000, 1), &[cand(1, "h1")], &[], t0));
+        assert_eq!(a[0].range, Range::new(0, aligned(1000)));
+        assert_eq!(b[0].range, Range::new(aligned(1000), aligned(1000)));
+        // Even after a's put ends, its range is never handed out again.
+        t.finish("a", ClientId(1));
+        let c = placed(t.reserve(&ask("c", 1, 1000, 1), &[cand(1, "h1")], &[], t0));
+        assert_eq!(c[0].range.offset, 2 * aligned(1000));
+    }
+
+    #[test]
+    fn a_key_in_flight_is_taken_for_others_and_the_same_ask_gets_the_same_placement() {
+        let t0 = Instant::now();
+        let mut t = table(2, 4 * MB);
+        let cands = [cand(1, "h1"), cand(2, "h2")];
+        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0));
+        assert_eq!(p.len(), 2);
+        assert_eq!(t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0), Reserve::Again(p));
+        assert_eq!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], t0), Reserve::Taken);
+        assert_eq!(t.reserve(&ask("k", 1, 200, 2), &cands, &[], t0), Reserve::Taken, "another size is another put");
+        assert!(t.revoke("k", ClientId(1), t0));
+        assert!(matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], t0), Reserve::Placed(_)), "revoke frees the key");
+    }
+
+    #[test]
+    fn replicas_go_to_distinct_hosts_first_and_missing_arenas_are_asked_for() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        let cands = [cand(1, "h1"), cand(3, "h1"), cand(2, "h2")];
+        // Segment 2 (another host) has no arena yet: ask for one there, not on 3.
+        let r = t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0);
+        assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(2), ARENA_START_BYTES)]));
+        t.add_arena(arena(7, 2, 0, ARENA_START_BYTES), SEG);
+        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0));
+        let segs: Vec<u64> = p.iter().map(|r| r.segment.0).collect();
+        assert_eq!(segs, vec![1, 2]);
+        // With segment 2 excluded (it could not grant), the same host is reused.
+        let r = t.reserve(&ask("j", 1, 100, 2), &[cand(1, "h1"), cand(2, "h2"), cand(3, "h1")], &[SegmentId(2)], t0);
+        assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(3), ARENA_START_BYTES)]));
+        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &[], t0), Reserve::NoRoom);
+    }
+
+    #[test]
+    fn a_put_that_does_not_fit_asks_for_a_new_arena_and_the_old_one_is_sealed_and_trimmed() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        placed(t.reserve(&ask("a", 1, 3 * MB, 1), &[cand(1, "h1")], &[], t0));
+        let r = t.reserve(&ask("b", 1, 2 * MB, 1), &[cand(1, "h1")], &[], t0);
+        assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(1), 8 * MB)]), "the next arena doubles");
+        let trim = t.add_arena(arena(200, 1, 4 * MB, 8 * MB), SEG);
+        assert_eq!(trim, Some((ArenaId(101), 3 * MB)), "the old arena keeps only what it handed out");
+        t.trimmed(ArenaId(101), 3 * MB);
+        assert!(t.returnable().is_empty(), "a's put is still in flight in the sealed arena");
+        t.finish("a", ClientId(1));
+        assert_eq!(t.returnable(), vec![ArenaId(101)]);
+        t.forget(&[ArenaId(101)]);
+        assert_eq!(t.arena_usage(), (1, 8 * MB));
+    }
+
+    #[test]
+    fn an_arena_of_several_holes_fills_them_in_order_and_never_straddles_two() {
+        let t0 = Instant::now();
+        let mut t = PutTable::default();
+        let holes = vec![Range::new(0, 2 * MB), Range::new(8 * MB, MB), Range::new(16 * MB, 4 * MB)];
+        t.add_arena(Arena { id: ArenaId(1), segment: SegmentId(1), extents: holes, term: 1 }, SEG);
+        let c = [cand(1, "h1")];
+        let a = placed(t.reserve(&ask("a", 1, 1536 << 10, 1), &c, &[], t0));
+        assert_eq!(a[0].range, Range::new(0, 1536 << 10));
+        // 1 MiB does not fit the 512 KiB left of the first hole: the next hole.
+        let b = placed(t.reserve(&ask("b", 1, MB, 1), &c, &[], t0));
+        assert_eq!(b[0].range, Range::new(8 * MB, MB));
+        let d = placed(t.reserve(&ask("d", 1, 3 * MB, 1), &c, &[], t0));
+        assert_eq!(d[0].range, Range::new(16 * MB, 3 * MB));
+        // The cursor never goes back, even for what would fit behind it.
+        let e = placed(t.reserve(&ask("e", 1, 256 << 10, 1), &c, &[], t0));
+        assert_eq!(e[0].range.offset, 19 * MB);
+        assert_eq!(t.relieve(SegmentId(1)), Some((ArenaId(1), 2 * MB + MB + 3 * MB + (256 << 10))));
+    }
+
+    #[test]
+    fn arenas_grow_to_a_cap_and_an_object_larger_than_that_gets_an_arena_of_its_size() {
+        let mut t = PutTable::default();
+        t.add_arena(arena(1, 1, 0, ARENA_MAX_BYTES), 1 << 40);
+        assert_eq!(t.arena_len(SegmentId(1), 1, 1 << 40), ARENA_MAX_BYTES);
+        assert_eq!(t.arena_len(SegmentId(1), ARENA_MAX_BYTES * 3, 1 << 40), ARENA_MAX_BYTES * 3);
+        // A small segment: arenas are at most an eighth of it, from the first.
+        let mut t = PutTable::default();
+        assert_eq!(t.arena_len(SegmentId(1), 64, 1 << 20), 128 << 10);
+        t.add_arena(arena(1, 1, 0, 64 << 10), 1 << 20);
+        assert_eq!(t.arena_len(SegmentId(1), 64, 1 << 20), 128 << 10);
+    }
+
+    #[test]
+    fn revoked_and_expired_puts_hold_their_arena_until_the_writer_cannot_be_writing() {
+        let t0 = Instant::now();
+        let (discard, release) = (Duration::from_secs(30), Duration::from_secs(600));
+        let mut t = table(1, 4 * MB);
+        placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &[], t0));
+        placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &[], t0));
+        t.relieve(SegmentId(1));
+        assert!(t.revoke("revoked", ClientId(1), t0));
+        assert!(!t.revoke("revoked", ClientId(1), t0), "a second revoke finds nothing");
+        assert!(t.expire(t0 + discard, discard, release).is_empty(), "exactly the timeout is not past it");
+        assert_eq!(t.expire(t0 + discard + Duration::from_millis(1), discard, release), vec!["stalled".to_string()]);
+        assert!(t.find("stalled").is_none(), "its key is free");
+        t.expire(t0 + REVOKE_QUARANTINE, discard, release);
+        assert!(t.returnable().is_empty(), "the stalled writer may still be writing");
+        t.expire(t0 + release, discard, release);
+        assert_eq!(t.returnable(), vec![ArenaId(101)]);
+    }
+
+    #[test]
+    fn an_expired_client_frees_its_keys_and_holds_its_ranges() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        placed(t.reserve(&ask("k", 9, 100, 1), &[cand(1, "h1")], &[], t0));
+        t.expire_client(ClientId(9), Duration::from_secs(60));
+        assert!(t.find("k").is_none());
+        t.relieve(SegmentId(1));
+        assert!(t.returnable().is_empty());
+        t.expire(t0 + Duration::from_secs(60), Duration::from_secs(30), Duration::from_secs(60));
+        assert_eq!(t.returnable(), vec![ArenaId(101)]);
+    }
+
+    #[test]
+    fn foreign_arenas_are_returned_only_after_the_release_timeout_and_gone_ones_forgotten() {
+        let t0 = Instant::now();
+        let release = Duration::from_secs(600);
+        let mut t = table(1, 4 * MB);
+        let in_state = [ArenaId(5), ArenaId(6)]; // another term's; our 101 went with its segment
+        assert_eq!(t.sweep(&in_state, t0, release), (vec![ArenaId(101)], vec![]));
+        assert_eq!(t.sweep(&in_state, t0 + release / 2, release), (vec![ArenaId(101)], vec![]));
+        assert_eq!(t.sweep(&[ArenaId(5)], t0 + release, release).1, vec![ArenaId(5)], "counted from the first look");
+    }
+}
