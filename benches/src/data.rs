@@ -8,9 +8,14 @@
 //! right before the Mooncake cells of that size: a raw TCP request/response
 //! loop with the engine's socket options ([`baseline::raw_tcp`]) for tcp,
 //! and memcpy into a pre-faulted reused buffer ([`baseline::memcpy`]) for
-//! shm. GB/s is aggregate payload over the phase's wall time; latencies are
-//! per operation. A Mooncake put includes PutStart and PutEnd (two commits
-//! with fsync on a 3-master quorum) and the checksum; a get includes
+//! shm. Upstream Mooncake ([`baseline::upstream`]: its master, one store
+//! process with a segment as large as ours, one Python client process per client,
+//! all over TCP, no replication) puts with `put_from` and reads with
+//! `get_into`, both from a registered buffer, on the same sizes and client
+//! counts; its numbers sit next to our tcp rows of replicas 1. GB/s is
+//! aggregate payload over the phase's wall time; latencies are
+//! per operation. A Mooncake put includes PutStart and PutEnd (PutEnd is a
+//! commit with fsync on a 3-master quorum) and the checksum; a get includes
 //! GetReplicaList (a linearizable read) and the checksum check.
 
 use std::sync::Arc;
@@ -22,6 +27,7 @@ use mooncake_transfer::{Protocol, TcpConfig};
 use tokio::task::JoinHandle;
 
 use crate::baseline::raw_tcp::{Dir, RawServer, prefaulted};
+use crate::baseline::upstream::{self, Load, Upstream};
 use crate::baseline::{memcpy, raw_tcp};
 use crate::cluster::{Cluster, Spec};
 use crate::report::{Cell, Section, Table, cols};
@@ -91,6 +97,8 @@ struct Base {
     get: Samples,
     put: Samples,
     copy: Samples,
+    /// Upstream Mooncake's [put_from, get_into], if measured.
+    upstream: Option<[Samples; 2]>,
 }
 
 /// The tables being filled.
@@ -102,7 +110,7 @@ struct Tables {
 pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let plan = Plan::new(ctx.quick);
     ctx.progress.step("data: starting 3 masters and 2 store nodes (pre-faulted segments)");
-    let segment_size = if ctx.quick { "768MiB" } else { "1GiB" };
+    let (segment_size, segment_bytes) = if ctx.quick { ("768MiB", 768 << 20) } else { ("1GiB", 1 << 30) };
     let cluster =
         Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }, &ctx.master_args)
             .await?;
@@ -110,11 +118,13 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let server = RawServer::start(congestion.clone())?;
     let mut tables = Tables { results: results_table(), baselines: baselines_table() };
     let mut section = Section::new("data");
+    let mut upstream = upstream::start_for(ctx, &mut section, segment_bytes, upstream::WARM_BYTES).await;
     for &size in &plan.sizes {
         for &n in &plan.clients {
             let budget = plan.budget(size);
             ctx.progress.step(&format!("data: baselines {} x{n} (raw TCP GET/PUT, memcpy)", size_name(size)));
-            let base = baselines(&server, congestion.clone(), size, n, budget).await?;
+            let mut base = baselines(&server, congestion.clone(), size, n, budget).await?;
+            base.upstream = upstream_cell(ctx, &mut section, &mut upstream, size, n, budget).await;
             add_baselines(&mut tables.baselines, size, n, &base);
             for &proto in &plan.protocols {
                 let failed = protocol_cells(ctx, &cluster, &plan, (size, n, proto), &base, &mut tables).await?;
@@ -122,7 +132,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
             }
         }
     }
-    section.tables.push(targets(&tables.results));
+    section.tables.push(targets(&tables.results, &plan.sizes));
     section.tables.push(tables.results);
     section.tables.push(tables.baselines);
     section.note(format!(
@@ -130,7 +140,29 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
         congestion.as_deref().unwrap_or("system default")
     ));
     section.note("tcp ratio: get vs raw TCP GET, put vs raw TCP PUT (one connection per client); shm ratio: vs memcpy");
+    section.note(
+        "up = upstream Mooncake over TCP, replicas 1: put = put_from, get = get_into (registered buffers); \
+         /up = our GB/s over its",
+    );
     Ok(section)
+}
+
+/// Upstream's put and get of one size and concurrency, as our [`cell`] does them.
+async fn upstream_cell(
+    ctx: &mut Ctx,
+    section: &mut Section,
+    up: &mut Option<Upstream>,
+    size: usize,
+    n: usize,
+    budget: Budget,
+) -> Option<[Samples; 2]> {
+    let what = format!("put_from/get_into {} x{n}", size_name(size));
+    let load = Load { prefix: format!("bench/data/{}-{n}", size_name(size)), size, batch: 1, budget };
+    let slots = objects_per_client(size, n);
+    upstream::measure(ctx, section, up, &what, async |u: &mut Upstream| {
+        u.put_get((upstream::Op::Put, upstream::Op::Get), n, &load, slots).await
+    })
+    .await
 }
 
 /// Every replicas cell of one (size, clients, protocol); returns failed ops.
@@ -289,7 +321,7 @@ async fn baselines(
         // reads in its get phase, so both read their source from RAM.
         let sources = objects_per_client(size, n).min(budget.ops_max) as usize;
         let copy = memcpy::measure(size, n, budget, sources);
-        Ok(Base { get, put, copy })
+        Ok(Base { get, put, copy, upstream: None })
     })
     .await
     .context("baseline thread")?
@@ -331,7 +363,10 @@ fn results_table() -> Table {
             ("baseline", "baseline"),
             ("baseline_gb_per_s", "base GB/s"),
             ("ratio", "ratio"),
-        ]),
+        ])
+        .into_iter()
+        .chain(upstream::columns(("upstream_gb_per_s", "up GB/s")))
+        .collect(),
     )
 }
 
@@ -351,7 +386,11 @@ fn baselines_table() -> Table {
 }
 
 fn add_baselines(t: &mut Table, size: usize, n: usize, b: &Base) {
-    for (name, s) in [("raw TCP GET", &b.get), ("raw TCP PUT", &b.put), ("memcpy", &b.copy)] {
+    let mut rows = vec![("raw TCP GET", &b.get), ("raw TCP PUT", &b.put), ("memcpy", &b.copy)];
+    if let Some([put, get]) = &b.upstream {
+        rows.extend([("upstream put_from", put), ("upstream get_into", get)]);
+    }
+    for (name, s) in rows {
         t.row(vec![
             Cell::text(size_name(size)),
             Cell::Int(n as u64),
@@ -367,13 +406,15 @@ fn add_baselines(t: &mut Table, size: usize, n: usize, b: &Base) {
 fn add_results(t: &mut Table, key: (usize, usize, Protocol, u32), put: &Samples, get: &Samples, b: &Base) {
     let (size, n, proto, replicas) = key;
     let shm = proto == Protocol::Shm;
-    for (op, s) in [("put", put), ("get", get)] {
+    for (i, (op, s)) in [("put", put), ("get", get)].into_iter().enumerate() {
         let (bname, base) = match (shm, op) {
             (true, _) => ("memcpy", &b.copy),
             (false, "put") => ("raw TCP PUT", &b.put),
             (false, _) => ("raw TCP GET", &b.get),
         };
-        t.row(vec![
+        // Upstream runs over TCP without replication: it goes next to those rows only.
+        let up = b.upstream.as_ref().filter(|_| proto == Protocol::Tcp && replicas == 1).map(|u| &u[i]);
+        let mut row = vec![
             Cell::text(size_name(size)),
             Cell::text(proto_name(proto)),
             Cell::Int(n as u64),
@@ -387,28 +428,60 @@ fn add_results(t: &mut Table, key: (usize, usize, Protocol, u32), put: &Samples,
             Cell::text(bname),
             Cell::Num(base.gb_per_s(), 2),
             Cell::opt(ratio(s.gb_per_s(), Some(base.gb_per_s())), 2),
-        ]);
+        ];
+        row.extend(upstream::cells(s.gb_per_s(), up, Samples::gb_per_s, (2, 3)));
+        t.row(row);
     }
 }
 
-/// Column `key` of the 4 MiB, 1 client, replicas 1 row of `proto`/`op`.
-fn pick(results: &Table, proto: &str, op: &str, key: &str) -> Option<f64> {
-    let filter = [("size", "4MiB"), ("protocol", proto), ("clients", "1"), ("replicas", "1"), ("op", op)];
+/// Column `key` of the 1 client, replicas 1 row of `size`/`proto`/`op`.
+fn pick(results: &Table, size: &str, proto: &str, op: &str, key: &str) -> Option<f64> {
+    let filter = [("size", size), ("protocol", proto), ("clients", "1"), ("replicas", "1"), ("op", op)];
     results.value(&filter, key)
 }
 
-fn targets(results: &Table) -> Table {
+fn targets(results: &Table, sizes: &[usize]) -> Table {
     let mut t = targets_table();
-    target_row(&mut t, "tcp get 4MiB / raw TCP GET", pick(results, "tcp", "get", "ratio"), 0.9, true, 2);
-    target_row(&mut t, "tcp get 4MiB GB/s", pick(results, "tcp", "get", "gb_per_s"), 4.0, true, 2);
-    target_row(&mut t, "tcp put 4MiB p99 ms", pick(results, "tcp", "put", "p99_ms"), 5.0, false, 2);
-    target_row(&mut t, "shm get 4MiB / memcpy", pick(results, "shm", "get", "ratio"), 0.8, true, 2);
+    let at4 = |proto, op, key| pick(results, "4MiB", proto, op, key);
+    target_row(&mut t, "tcp get 4MiB / raw TCP GET", at4("tcp", "get", "ratio"), 0.9, true, 2);
+    target_row(&mut t, "tcp get 4MiB GB/s", at4("tcp", "get", "gb_per_s"), 4.0, true, 2);
+    target_row(&mut t, "tcp put 4MiB p99 ms", at4("tcp", "put", "p99_ms"), 5.0, false, 2);
+    target_row(&mut t, "shm get 4MiB / memcpy", at4("shm", "get", "ratio"), 0.8, true, 2);
+    for size in [64 * KIB, 4 * MIB].into_iter().filter(|s| sizes.contains(s)) {
+        let name = size_name(size);
+        let p50 = |key| pick(results, &name, "tcp", "put", key);
+        let measured = p50("p50_ms").and_then(|ours| ratio(ours, p50("upstream_p50_ms")));
+        target_row(&mut t, &format!("tcp put {name} p50 / upstream put p50"), measured, 1.0, false, 2);
+    }
+    for &size in sizes {
+        let name = size_name(size);
+        let measured = pick(results, &name, "tcp", "get", "upstream_ratio");
+        target_row(&mut t, &format!("tcp get {name} GB/s / upstream get_into"), measured, 1.0, true, 2);
+    }
     t
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstream_goes_next_to_tcp_rows_of_one_replica() {
+        let mut s = Samples::default();
+        s.ok(Duration::from_millis(1), MIB as u64, 1);
+        s.wall = Duration::from_secs(1);
+        let upstream = Some([s.clone(), s.clone()]);
+        let base = Base { get: s.clone(), put: s.clone(), copy: s.clone(), upstream };
+        let mut t = results_table();
+        for (proto, replicas) in [(Protocol::Tcp, 1), (Protocol::Tcp, 2), (Protocol::Shm, 1)] {
+            add_results(&mut t, (4 * MIB, 1, proto, replicas), &s, &s, &base);
+        }
+        let up = |proto, repl| t.value(&[("protocol", proto), ("replicas", repl), ("op", "get")], "upstream_ratio");
+        assert_eq!((up("tcp", "1"), up("tcp", "2"), up("shm", "1")), (Some(1.0), None, None));
+        let goals = targets(&t, &[4 * MIB]).json();
+        assert_eq!(goals["rows"][4]["target"], "tcp put 4MiB p50 / upstream put p50");
+        assert_eq!((&goals["rows"][4]["met"], &goals["rows"][5]["met"]), (&"yes".into(), &"yes".into()));
+    }
 
     #[test]
     fn sizes_have_short_names() {

@@ -13,13 +13,16 @@
 //! - [`small`]: 4 KiB objects in batches of 32 against Redis MSET/MGET
 //!   ([`baseline::redis`]);
 //! - [`failover`]: the unavailability gap after SIGKILL of the leader,
-//!   next to etcd's.
+//!   next to etcd's;
+//! - and upstream Mooncake 0.3.13 itself ([`baseline::upstream`]) in `data`,
+//!   `meta` and `small`, on the same sizes and client counts.
 //!
 //! Progress goes to stderr, the tables (or one JSON document) to stdout; see
 //! [`report`]. Every loop is bounded in operations and time ([`stats::Budget`]),
 //! all traffic stays on 127.0.0.1, and every child process and temporary
 //! directory is cleaned up by drop guards, also on error. Missing external
-//! baselines (etcd, redis-server) are skipped with an install hint.
+//! baselines (etcd, redis-server, upstream Mooncake's Python wheel) are
+//! skipped with an install hint.
 //!
 //! Depends on `client`, `proto` and `transfer`, never on `master`: masters
 //! run as processes.

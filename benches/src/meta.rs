@@ -1,30 +1,35 @@
 //! `mooncake bench meta`: the control path alone. Metadata-only operations
 //! on tiny objects (no bytes are transferred) against 3 masters with fsync
 //! on, at 1, 16, 256 and 1000 concurrent clients (`--quick`: 1 and 16),
-//! next to a real 3-member etcd loaded the same way:
+//! next to a real 3-member etcd loaded the same way, and to upstream
+//! Mooncake ([`baseline::upstream`]: one master, nothing replicated or
+//! fsynced) at up to 16 clients:
 //!
-//! | op | Mooncake | etcd |
-//! |---|---|---|
-//! | put | PutStart + PutEnd (two commits) | Put (one commit) |
-//! | get | GetReplicaList (linearizable) | Range (linearizable) |
-//! | exist | ExistKey (linearizable) | Range `count_only` (linearizable) |
-//! | remove | Remove (forced: reads leave leases) | DeleteRange |
+//! | op | Mooncake | etcd | upstream Mooncake |
+//! |---|---|---|---|
+//! | put | PutStart + PutEnd (one commit) | Put (one commit) | put session start + end |
+//! | get | GetReplicaList (linearizable) | Range (linearizable) | get_replica_desc |
+//! | exist | ExistKey (linearizable) | Range `count_only` (linearizable) | is_exist |
+//! | remove | Remove (forced: reads leave leases) | DeleteRange | remove (forced) |
+//! | put_4KiB (1 client) | a whole put of 4 KiB | Put of a 4 KiB value | put_from of 4 KiB |
 //!
 //! Concurrency is in-flight requests: that many tasks, each doing one
 //! request at a time, over `min(concurrency, 16)` connections (HTTP/2
-//! channels) per system. Mooncake clients find the leader themselves; the
-//! etcd connections all go to etcd's leader (its best case: no forwarding).
+//! channels) per system (upstream: one client process per client).
+//! Mooncake clients find the leader themselves; the etcd connections all go
+//! to etcd's leader (its best case: no forwarding).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, MasterClient, MasterClientConfig};
+use mooncake_client::{Client, MasterClient, MasterClientConfig, PutOptions, PutOutcome};
 use mooncake_proto::master::PutStartRequest;
 use tokio::task::JoinHandle;
 
 use crate::baseline::etcd::{self, EtcdCluster, EtcdKv};
+use crate::baseline::upstream::{self, Load, Upstream};
 use crate::cluster::{Cluster, Spec};
 use crate::report::{Cell, Section, Table, cols};
 use crate::stats::{Budget, Samples, ratio};
@@ -34,28 +39,39 @@ const LEVELS_FULL: [usize; 4] = [1, 16, 256, 1000];
 const LEVELS_QUICK: [usize; 2] = [1, 16];
 const PHASE_TIME: Duration = Duration::from_secs(3);
 const QUICK_PHASE_TIME: Duration = Duration::from_millis(1_500);
+/// `--quick`: upstream's phases (it runs thousands of ops in this, enough for
+/// a p99, and keeps CI's quick run short).
+const UPSTREAM_QUICK_PHASE_TIME: Duration = Duration::from_millis(500);
 /// Operations of one task in one phase, at most (time ends phases first).
 const TASK_OPS_MAX: u64 = 100_000;
 /// Connections per system.
 pub const CONNECTIONS_MAX: usize = 16;
 /// Size declared for every object (metadata only: nothing is written).
 const OBJECT_BYTES: u64 = 64;
+/// Object (and etcd value) size of the `put_4KiB` phase, which moves bytes.
+const PUT_VALUE_BYTES: usize = 4096;
+/// Upstream's segment: room for every object of a phase many times over.
+const UPSTREAM_SEGMENT_BYTES: u64 = 256 << 20;
 /// Value stored in etcd per key: the size of a small metadata record.
 const ETCD_VALUE_BYTES: usize = 64;
 /// Longest single etcd call (bounds a stuck request).
 const ETCD_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const KEY_PREFIX: &str = "bench/meta/";
 
-/// The four operations.
+/// The operations: four metadata-only ones, and a whole put of 4 KiB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Put,
     Get,
     Exist,
     Remove,
+    Put4k,
 }
 
+/// The metadata-only phases, in order (each reads what the first put).
 const OPS: [Op; 4] = [Op::Put, Op::Get, Op::Exist, Op::Remove];
+/// Every row of the table, in order (`Put4k` runs at 1 client only).
+const ROWS: [Op; 5] = [Op::Put, Op::Get, Op::Exist, Op::Remove, Op::Put4k];
 
 impl Op {
     fn name(self) -> &'static str {
@@ -64,14 +80,39 @@ impl Op {
             Op::Get => "get",
             Op::Exist => "exist",
             Op::Remove => "remove",
+            Op::Put4k => "put_4KiB",
+        }
+    }
+
+    /// Part of the key: the whole puts get keys of their own.
+    fn key_tag(self) -> &'static str {
+        if self == Op::Put4k { "4k" } else { "m" }
+    }
+
+    /// What upstream does for it (see the module doc).
+    fn upstream(self) -> (upstream::Op, usize) {
+        match self {
+            Op::Put => (upstream::Op::PutMeta, OBJECT_BYTES as usize),
+            Op::Get => (upstream::Op::ReplicaDesc, OBJECT_BYTES as usize),
+            Op::Exist => (upstream::Op::Exist, OBJECT_BYTES as usize),
+            Op::Remove => (upstream::Op::Remove, OBJECT_BYTES as usize),
+            Op::Put4k => (upstream::Op::Put, PUT_VALUE_BYTES),
         }
     }
 }
 
 /// A system under load: its connections.
 enum System {
-    Mooncake { conns: Vec<MasterClient>, client_id: u64 },
-    Etcd { conns: Vec<EtcdKv> },
+    /// `client` is the registered client (PutStart needs a known writer); it
+    /// also does the whole puts of `put_4KiB`.
+    Mooncake {
+        conns: Vec<MasterClient>,
+        client: Arc<Client>,
+        value: Vec<u8>,
+    },
+    Etcd {
+        conns: Vec<EtcdKv>,
+    },
 }
 
 impl System {
@@ -85,7 +126,9 @@ impl System {
     /// One operation on `key` over connection `conn`.
     async fn op(&self, conn: usize, op: Op, key: &str) -> anyhow::Result<()> {
         match self {
-            System::Mooncake { conns, client_id } => mooncake_op(&conns[conn % conns.len()], *client_id, op, key).await,
+            System::Mooncake { conns, client, value } => {
+                mooncake_op(&conns[conn % conns.len()], client, value, op, key).await
+            }
             System::Etcd { conns } => etcd_op(&conns[conn % conns.len()], op, key).await,
         }
     }
@@ -99,7 +142,8 @@ impl System {
     }
 }
 
-async fn mooncake_op(mc: &MasterClient, client_id: u64, op: Op, key: &str) -> anyhow::Result<()> {
+async fn mooncake_op(mc: &MasterClient, client: &Client, value: &[u8], op: Op, key: &str) -> anyhow::Result<()> {
+    let client_id = client.client_id();
     match op {
         Op::Put => {
             let req = PutStartRequest {
@@ -118,6 +162,10 @@ async fn mooncake_op(mc: &MasterClient, client_id: u64, op: Op, key: &str) -> an
         }
         Op::Exist => anyhow::ensure!(mc.exist_key(key).await?, "{key} does not exist"),
         Op::Remove => mc.remove(key, true).await?,
+        Op::Put4k => match client.put(key, value, &PutOptions { replicas: 1, ..Default::default() }).await? {
+            PutOutcome::Stored => {}
+            PutOutcome::KeptExisting => anyhow::bail!("{key} already existed"),
+        },
     }
     Ok(())
 }
@@ -128,6 +176,7 @@ async fn etcd_op(kv: &EtcdKv, op: Op, key: &str) -> anyhow::Result<()> {
         Op::Get => anyhow::ensure!(kv.get(key).await? == ETCD_VALUE_BYTES, "{key} has no value"),
         Op::Exist => anyhow::ensure!(kv.exists(key).await?, "{key} does not exist"),
         Op::Remove => kv.delete(key).await?,
+        Op::Put4k => kv.put(key, &[0x6d; PUT_VALUE_BYTES]).await?,
     }
     Ok(())
 }
@@ -144,8 +193,11 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     )
     .await?;
     // A registered client: PutStart needs a known writer (its heartbeats keep it alive).
-    let registered = cluster.client(mooncake_transfer::Protocol::Tcp, &ctx.tcp).await?;
+    let registered = Arc::new(cluster.client(mooncake_transfer::Protocol::Tcp, &ctx.tcp).await?);
     let etcd = start_etcd(ctx, &mut section).await;
+    let mut up = upstream::start_for(ctx, &mut section, UPSTREAM_SEGMENT_BYTES, 0).await;
+    let up_time = if ctx.quick { UPSTREAM_QUICK_PHASE_TIME } else { time };
+    let up_budget = Budget { ops_min: 1, ops_max: TASK_OPS_MAX, time: up_time };
     let mut table = results_table();
     for &conc in levels {
         let mooncake = mooncake_system(&cluster, &registered, conc)?;
@@ -157,12 +209,31 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
             Some(e) => measure_etcd(ctx, e, conc, time, &mut section).await,
             None => None,
         };
-        add_rows(&mut table, conc, &mc, et.as_ref());
+        let upm = if conc <= upstream::CLIENTS_MAX {
+            let what = format!("metadata ops x{conc}");
+            upstream::measure(ctx, &mut section, &mut up, &what, async |u: &mut Upstream| {
+                measure_upstream(u, conc, up_budget).await
+            })
+            .await
+        } else {
+            None
+        };
+        add_rows(&mut table, conc, &mc, et.as_ref(), upm.as_ref());
     }
-    registered.close().await;
+    if let Ok(c) = Arc::try_unwrap(registered) {
+        c.close().await;
+    }
     section.tables.push(targets(&table));
     section.tables.push(table);
-    section.note("put = PutStart+PutEnd (2 commits) for Mooncake, Put (1 commit) for etcd; both fsync every commit");
+    section.note(
+        "put = PutStart+PutEnd (1 commit) for Mooncake, Put (1 commit) for etcd, both fsync every commit; \
+         put session start+end for upstream (its master keeps metadata in memory only)",
+    );
+    section.note(format!(
+        "up = upstream Mooncake at up to {} clients (one process each): get = get_replica_desc, \
+         put_4KiB = put_from; /up = our ops/s over its",
+        upstream::CLIENTS_MAX
+    ));
     section.note(format!(
         "concurrency = tasks with one request in flight each, over min(concurrency, {CONNECTIONS_MAX}) connections"
     ));
@@ -188,11 +259,12 @@ async fn start_etcd(ctx: &mut Ctx, section: &mut Section) -> Option<EtcdCluster>
     }
 }
 
-fn mooncake_system(cluster: &Cluster, registered: &Client, conc: usize) -> anyhow::Result<Arc<System>> {
+fn mooncake_system(cluster: &Cluster, registered: &Arc<Client>, conc: usize) -> anyhow::Result<Arc<System>> {
     let conns = (0..conc.min(CONNECTIONS_MAX))
         .map(|_| MasterClient::new(MasterClientConfig::new(cluster.master_addrs())))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Arc::new(System::Mooncake { conns, client_id: registered.client_id() }))
+    let value = crate::data::pattern(PUT_VALUE_BYTES, 4);
+    Ok(Arc::new(System::Mooncake { conns, client: registered.clone(), value }))
 }
 
 async fn etcd_system(cluster: &EtcdCluster, conc: usize) -> anyhow::Result<Arc<System>> {
@@ -260,6 +332,11 @@ async fn measure_system(
         }
         out.insert(op.name(), s);
     }
+    if conc == 1 {
+        ctx.progress.step(&format!("meta: {name} put_4KiB x{conc}"));
+        let (s, _) = phase(sys, Op::Put4k, conc, &stored, budget).await?;
+        out.insert(Op::Put4k.name(), s);
+    }
     if let Err(e) = sys.clear().await {
         ctx.progress.say(&format!("meta: clearing {name}: {e:#}"));
     }
@@ -305,7 +382,7 @@ struct Work {
 async fn task(sys: Arc<System>, w: Work, budget: Budget) -> (Samples, Vec<u64>) {
     let mut s = Samples::default();
     let mut ok_keys = Vec::new();
-    if w.op != Op::Put && w.keys.is_empty() {
+    if !matches!(w.op, Op::Put | Op::Put4k) && w.keys.is_empty() {
         return (s, ok_keys);
     }
     let bound = match w.op {
@@ -315,8 +392,8 @@ async fn task(sys: Arc<System>, w: Work, budget: Budget) -> (Samples, Vec<u64>) 
     .start();
     let mut i = 0u64;
     while bound.go_on(i) {
-        let n = if w.op == Op::Put { i } else { w.keys[i as usize % w.keys.len()] };
-        let key = format!("{KEY_PREFIX}{}/{}/{n}", w.conc, w.task);
+        let n = if matches!(w.op, Op::Put | Op::Put4k) { i } else { w.keys[i as usize % w.keys.len()] };
+        let key = format!("{KEY_PREFIX}{}/{}/{}/{n}", w.conc, w.op.key_tag(), w.task);
         let t = Instant::now();
         match sys.op(w.task, w.op, &key).await {
             Ok(()) => {
@@ -348,15 +425,19 @@ fn results_table() -> Table {
             ("etcd_p99_ms", "etcd p99"),
             ("etcd_errors", "etcd err"),
             ("ratio", "ratio"),
-        ]),
+        ])
+        .into_iter()
+        .chain(upstream::columns(("upstream_ops_per_s", "up ops/s")))
+        .collect(),
     )
 }
 
-fn add_rows(t: &mut Table, conc: usize, mc: &BySystemOp, et: Option<&BySystemOp>) {
-    for op in OPS {
+fn add_rows(t: &mut Table, conc: usize, mc: &BySystemOp, et: Option<&BySystemOp>, up: Option<&BySystemOp>) {
+    for op in ROWS {
         let Some(m) = mc.get(op.name()) else { continue };
         let e = et.and_then(|et| et.get(op.name()));
-        t.row(vec![
+        let u = up.and_then(|up| up.get(op.name()));
+        let mut row = vec![
             Cell::Int(conc as u64),
             Cell::text(op.name()),
             Cell::Int(m.ops()),
@@ -369,12 +450,43 @@ fn add_rows(t: &mut Table, conc: usize, mc: &BySystemOp, et: Option<&BySystemOp>
             Cell::opt(e.map(Samples::p99_ms), 2),
             e.map_or(Cell::Missing, |e| Cell::Int(e.errors)),
             Cell::opt(ratio(m.ops_per_s(), e.map(Samples::ops_per_s)), 2),
-        ]);
+        ];
+        row.extend(upstream::cells(m.ops_per_s(), u, Samples::ops_per_s, (0, 2)));
+        t.row(row);
     }
+}
+
+/// Upstream's phases at one concurrency, as [`measure_system`] runs ours.
+async fn measure_upstream(u: &mut Upstream, conc: usize, budget: Budget) -> anyhow::Result<BySystemOp> {
+    let mut out = BTreeMap::new();
+    let mut stored = Vec::new();
+    let phases: &[Op] = if conc == 1 { &ROWS } else { &OPS };
+    for &op in phases {
+        let (uop, size) = op.upstream();
+        let load = Load { prefix: format!("{KEY_PREFIX}{conc}/{}", op.key_tag()), size, batch: 1, budget };
+        let (s, done) = u.phase(uop, conc, &load, &stored).await?;
+        if op == Op::Put {
+            stored = done;
+        }
+        out.insert(op.name(), s);
+    }
+    u.clear().await?;
+    Ok(out)
+}
+
+/// Our p50 of `op` at 1 client over column `base` of the same row.
+fn p50_ratio(t: &Table, op: &str, base: &str) -> Option<f64> {
+    let row = [("clients", "1"), ("op", op)];
+    t.value(&row, "p50_ms").and_then(|ours| ratio(ours, t.value(&row, base)))
 }
 
 fn targets(t: &Table) -> Table {
     let mut out = targets_table();
+    target_row(&mut out, "put p50 at 1 client / etcd put p50", p50_ratio(t, "put", "etcd_p50_ms"), 1.0, false, 2);
+    let measured = p50_ratio(t, "put_4KiB", "etcd_p50_ms");
+    target_row(&mut out, "put_4KiB p50 at 1 client / etcd put p50", measured, 1.0, false, 2);
+    let measured = p50_ratio(t, "put_4KiB", "upstream_p50_ms");
+    target_row(&mut out, "put_4KiB p50 at 1 client / upstream put p50", measured, 2.0, false, 2);
     target_row(
         &mut out,
         "put ops/s at 1000 clients / etcd",
@@ -392,4 +504,29 @@ fn targets(t: &Table) -> Table {
         2,
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn took(ms: u64) -> Samples {
+        let mut s = Samples::default();
+        s.ok(Duration::from_millis(ms), 0, 1);
+        s.wall = Duration::from_secs(1);
+        s
+    }
+
+    #[test]
+    fn targets_compare_p50s_of_one_row() {
+        let ours = BySystemOp::from([("put", took(2)), ("put_4KiB", took(2))]);
+        let etcd = BySystemOp::from([("put", took(1)), ("put_4KiB", took(4))]);
+        let upstream = BySystemOp::from([("put", took(1)), ("put_4KiB", took(1))]);
+        let mut t = results_table();
+        add_rows(&mut t, 1, &ours, Some(&etcd), Some(&upstream));
+        let goals = targets(&t).json();
+        let met: Vec<&str> = (0..3).filter_map(|i| goals["rows"][i]["met"].as_str()).collect();
+        assert_eq!(met, ["no", "yes", "yes"], "2/1 > 1, 2/4 <= 1, 2/1 <= 2");
+        assert_eq!(t.value(&[("clients", "1"), ("op", "put")], "upstream_ratio"), Some(1.0));
+    }
 }

@@ -1,10 +1,13 @@
 //! `mooncake bench small`: many small objects, the shape of Mooncake's own
 //! published store benchmark: 4 KiB values in batches of 32 keys through
 //! `put_batch` / `get_batch` over tcp, at 1, 4 and 16 concurrent clients
-//! (`--quick`: 1), against 3 masters and 2 store nodes. Baseline: a Redis
+//! (`--quick`: 1), against 3 masters and 2 store nodes. Baselines: a Redis
 //! started by the bench (persistence off) with MSET/MGET of the same
-//! batches at the same concurrency, one connection per client. Reported in
-//! keys per second (KV/s) and per-batch latency.
+//! batches at the same concurrency, one connection per client; and upstream
+//! Mooncake ([`baseline::upstream`], one store process, one client process
+//! per client, TCP) with `batch_put_from` / `batch_get_into` of the same
+//! batches from registered buffers. Reported in keys per second (KV/s) and
+//! per-batch latency.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +18,7 @@ use mooncake_transfer::Protocol;
 use tokio::task::JoinHandle;
 
 use crate::baseline::redis::{self, RedisServer, Resp};
+use crate::baseline::upstream::{self, Load, Upstream};
 use crate::cluster::{Cluster, Spec};
 use crate::data::pattern;
 use crate::report::{Cell, Section, Table, cols};
@@ -45,11 +49,12 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let time = if ctx.quick { QUICK_PHASE_TIME } else { PHASE_TIME };
     let mut section = Section::new("small");
     ctx.progress.step("small: starting 3 masters and 2 store nodes");
-    let segment_size = if ctx.quick { "768MiB" } else { "1GiB" };
+    let (segment_size, segment_bytes) = if ctx.quick { ("768MiB", 768 << 20) } else { ("1GiB", 1 << 30) };
     let cluster =
         Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }, &ctx.master_args)
             .await?;
     let redis = start_redis(ctx, &mut section).await;
+    let mut up = upstream::start_for(ctx, &mut section, segment_bytes, upstream::WARM_BYTES).await;
     let mut table = results_table();
     for &conc in levels {
         let slots = (WORKING_SET_MAX_BYTES / (conc * BATCH_KEYS * VALUE_BYTES)) as u64;
@@ -69,13 +74,21 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
             }
             None => None,
         };
-        add_rows(&mut table, conc, &mc, rd.as_ref());
+        let load = Load { prefix: format!("bench/small/{conc}"), size: VALUE_BYTES, batch: BATCH_KEYS, budget };
+        let what = format!("batch_put_from/batch_get_into x{conc}");
+        let upm = upstream::measure(ctx, &mut section, &mut up, &what, async |u: &mut Upstream| {
+            u.put_get((upstream::Op::BatchPut, upstream::Op::BatchGet), conc, &load, budget.ops_max).await
+        })
+        .await
+        .map(|[put, get]| PutGet { put, get });
+        add_rows(&mut table, conc, &mc, rd.as_ref(), upm.as_ref());
     }
     section.tables.push(targets(&table));
     section.tables.push(table);
     section.note(format!(
         "one batch = {BATCH_KEYS} keys of {VALUE_BYTES} bytes; KV/s = keys per second over the phase; latency per batch"
     ));
+    section.note("up = upstream Mooncake: batch_put_from / batch_get_into; /up = our KV/s over its");
     Ok(section)
 }
 
@@ -285,15 +298,20 @@ fn results_table() -> Table {
             ("redis_p50_ms", "redis p50"),
             ("redis_p99_ms", "redis p99"),
             ("ratio", "ratio"),
-        ]),
+        ])
+        .into_iter()
+        .chain(upstream::columns(("upstream_kv_per_s", "up KV/s")))
+        .collect(),
     )
 }
 
-fn add_rows(t: &mut Table, conc: usize, mc: &PutGet, rd: Option<&PutGet>) {
-    for (op, rop, m, r) in
-        [("put_batch", "MSET", &mc.put, rd.map(|r| &r.put)), ("get_batch", "MGET", &mc.get, rd.map(|r| &r.get))]
-    {
-        t.row(vec![
+fn add_rows(t: &mut Table, conc: usize, mc: &PutGet, rd: Option<&PutGet>, up: Option<&PutGet>) {
+    let rows = [
+        ("put_batch", "MSET", &mc.put, rd.map(|r| &r.put), up.map(|u| &u.put)),
+        ("get_batch", "MGET", &mc.get, rd.map(|r| &r.get), up.map(|u| &u.get)),
+    ];
+    for (op, rop, m, r, u) in rows {
+        let mut row = vec![
             Cell::Int(conc as u64),
             Cell::text(op),
             Cell::Int(m.ops()),
@@ -306,7 +324,9 @@ fn add_rows(t: &mut Table, conc: usize, mc: &PutGet, rd: Option<&PutGet>) {
             Cell::opt(r.map(Samples::p50_ms), 2),
             Cell::opt(r.map(Samples::p99_ms), 2),
             Cell::opt(ratio(m.items_per_s(), r.map(Samples::items_per_s)), 2),
-        ]);
+        ];
+        row.extend(upstream::cells(m.items_per_s(), u, Samples::items_per_s, (0, 2)));
+        t.row(row);
     }
 }
 
@@ -315,6 +335,11 @@ fn targets(t: &Table) -> Table {
     for conc in ["1", "16"] {
         let measured = t.value(&[("clients", conc), ("op", "get_batch")], "ratio");
         target_row(&mut out, &format!("get_batch KV/s / Redis MGET, {conc} client(s)"), measured, 0.5, true, 2);
+    }
+    for conc in ["1", "16"] {
+        let measured = t.value(&[("clients", conc), ("op", "get_batch")], "upstream_ratio");
+        let name = format!("get_batch KV/s / upstream batch_get_into, {conc} client(s)");
+        target_row(&mut out, &name, measured, 1.0, true, 2);
     }
     out
 }
@@ -330,5 +355,20 @@ mod tests {
         record_batch(&mut s, Duration::from_millis(1), results.into_iter());
         assert_eq!((s.ops(), s.items, s.errors, s.bytes), (1, 2, 1, 2 * VALUE_BYTES as u64));
         assert_eq!(batch_keys(1, 2, 3).len(), BATCH_KEYS);
+    }
+
+    #[test]
+    fn upstream_sits_next_to_ours() {
+        let mut s = Samples::default();
+        s.ok(Duration::from_millis(2), (BATCH_KEYS * VALUE_BYTES) as u64, BATCH_KEYS as u64);
+        s.wall = Duration::from_secs(1);
+        let both = || PutGet { put: s.clone(), get: s.clone() };
+        let mut t = results_table();
+        add_rows(&mut t, 1, &both(), None, Some(&both()));
+        add_rows(&mut t, 16, &both(), None, None);
+        assert_eq!(t.value(&[("clients", "1"), ("op", "get_batch")], "upstream_ratio"), Some(1.0));
+        assert_eq!(t.value(&[("clients", "1"), ("op", "get_batch")], "upstream_kv_per_s"), Some(32.0));
+        let goals = targets(&t).json();
+        assert_eq!((&goals["rows"][2]["met"], &goals["rows"][3]["met"]), (&"yes".into(), &"-".into()));
     }
 }

@@ -202,7 +202,10 @@ impl Client {
         };
         match result {
             Ok(()) => Ok(PutOutcome::Stored),
-            Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) => Err(PutFailure::Expired(e)),
+            // Only an expiry answered on the PutEnd's first attempt proves
+            // nothing was recorded; a retried PutEnd carries its request id,
+            // so one that did commit answers OK rather than this.
+            Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) && e.is_definite() => Err(PutFailure::Expired(e)),
             Err(e) => match self.master.put_revoke(self.client_id, key).await {
                 // The reservation is gone: the put certainly had no effect a
                 // reader could see.
@@ -232,6 +235,8 @@ impl Client {
             replicas: replicas.to_vec(),
             pin: opts.pin,
             upsert,
+            // One id per put attempt: retries of this PutEnd share it.
+            request_id: rand::random::<u64>() | 1,
         }
     }
 
@@ -385,7 +390,7 @@ impl Client {
         // A put whose reservation expired on the way (a leader change) is
         // put again on its own, like `put` does.
         for (i, r) in results.iter_mut().enumerate() {
-            if matches!(r, Err(e) if e.code() == Some(ErrorCode::ObjectNotFound)) {
+            if matches!(r, Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) && e.is_definite()) {
                 let (key, data) = items[i];
                 tracing::info!(key, "batch put expired on the way (leader change?); putting it again");
                 *r = self.put_object(key, data, opts, false).await;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -25,6 +26,20 @@ const LOOP_IMAGE_BYTES: u64 = 320 * 1024 * 1024;
 /// Client id of store node n is `STORE_CLIENT_ID + n` (stable, so a restart
 /// replaces its segment at once).
 pub const STORE_CLIENT_ID: u64 = 0x9000;
+/// Memory of each store node: 256 lease objects (16 KiB). The lease
+/// workload passes the eviction watermark within seconds, so eviction runs
+/// the whole time; the register workload's objects (4 KiB, a few dozen
+/// keys) fit many times over.
+pub const STORE_SEGMENT_SIZE: &str = "4MiB";
+/// The masters' `--default_kv_lease_ttl`: short, so leases run out (and
+/// removes win) inside a run, long against the races (a few ms).
+pub const KV_LEASE_TTL: Duration = Duration::from_millis(2000);
+/// The masters' `--eviction_high_watermark_ratio`. Well below one half:
+/// after the faulted store node restarts empty, eviction (of total usage)
+/// starts long before the never-faulted one is full, so no put is placed
+/// only on the node faults may kill; and low enough that eviction runs
+/// between the lease workload's RemoveAlls.
+pub const EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.25;
 
 /// How to start the cluster.
 #[derive(Clone, Debug)]
@@ -133,6 +148,8 @@ impl ChaosCluster {
             format!("--data-dir={}", self.data_dir(id).display()),
             // Short TTLs keep expiry and reclaim inside a short run.
             "--client_ttl=5".to_string(),
+            format!("--default_kv_lease_ttl={}", KV_LEASE_TTL.as_millis()),
+            format!("--eviction_high_watermark_ratio={EVICTION_HIGH_WATERMARK_RATIO}"),
         ];
         args.push(if id <= 3 { format!("--initial-cluster={initial}") } else { "--join".to_string() });
         args.extend(self.opts.master_flags.iter().cloned());
@@ -289,6 +306,12 @@ impl ChaosCluster {
         self.masters.keys().map(|id| master_addr(&self.net, *id)).collect()
     }
 
+    /// Objects evicted by every leader of the run, from the masters' logs
+    /// (their metrics restart from zero with the process; the logs do not).
+    pub fn evicted_objects(&self) -> u64 {
+        self.masters.values().filter_map(|p| std::fs::read_to_string(&p.log).ok()).map(|log| evicted_in(&log)).sum()
+    }
+
     pub fn log_path(&self, t: Target) -> Option<&Path> {
         match t {
             Target::Master(id) => self.masters.get(&id).map(|p| p.log.as_path()),
@@ -333,7 +356,52 @@ pub enum Target {
     SteadyStore,
 }
 
+/// The sum of `evicted=N` over a master log's "eviction round" lines (with
+/// or without terminal colours).
+fn evicted_in(log: &str) -> u64 {
+    log.lines()
+        .filter(|line| line.contains("eviction round"))
+        .filter_map(|line| {
+            let plain = strip_ansi(line);
+            let rest = &plain[plain.find(" evicted=")? + " evicted=".len()..];
+            rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// `line` without ANSI escape sequences (`ESC [ ... letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `ip:port` of master `id`.
 pub fn master_addr(net: &Network, id: u64) -> anyhow::Result<String> {
     Ok(format!("{}:{MASTER_PORT}", net.host_ip(&master_host(id))?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evictions_are_summed_from_plain_and_coloured_log_lines() {
+        let log = "2026-01-01T00:00:00Z  INFO mooncake_master::eviction: eviction round asked=3 evicted=3 need_bytes=0\n\
+                   \x1b[2m2026\x1b[0m \x1b[32m INFO\x1b[0m eviction round \x1b[3masked\x1b[0m\x1b[2m=\x1b[0m5 \
+                   \x1b[3mevicted\x1b[0m\x1b[2m=\x1b[0m4 \x1b[3mneed_bytes\x1b[0m\x1b[2m=\x1b[0m0\n\
+                   INFO something else evicted=100\n";
+        assert_eq!(evicted_in(log), 7);
+    }
 }

@@ -1,8 +1,9 @@
 //! End-of-run checkers on final state: no acknowledged put is lost, and the
 //! master quorum has converged (one agreed leader, equal indexes and state).
 //!
-//! Both assume the run ended quiet: faults healed, eviction disabled (an
-//! evicted object looks lost), and every key read once after the last op.
+//! Both assume the run ended quiet: faults healed, no key of the history
+//! evictable (an evicted object looks lost: the workload hard-pins them), and
+//! every key read once after the last op.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -104,7 +105,8 @@ impl CheckResult {
 ///
 /// A remove may follow a put unless it completed before the put was invoked;
 /// removes that answered not-found count too (a retried remove answers
-/// not-found after its first attempt removed the key), as do unknown ones.
+/// not-found after its first attempt removed the key), as do unknown ones
+/// and RemoveAlls (they may have removed the key).
 pub fn no_lost_acked_puts(history: &History, final_reads: &BTreeMap<String, Option<u64>>) -> CheckResult {
     let mut result = CheckResult::new("no_lost_acked_puts");
     let keys = history.by_key();
@@ -146,7 +148,9 @@ fn check_key_survivors(key: &str, ops: &KeyOps<'_>, final_read: Option<&Option<u
 fn surviving_acked_puts(ops: &KeyOps<'_>) -> Vec<(usize, u64)> {
     let removes: Vec<Option<u64>> = ops
         .iter()
-        .filter(|(_, record)| record.op == OpKind::Remove && record.outcome != Outcome::Fail)
+        .filter(|(_, record)| {
+            matches!(record.op, OpKind::Remove | OpKind::RemoveAll) && record.outcome != Outcome::Fail
+        })
         .map(|(_, record)| record.effect_deadline_ns())
         .collect();
     let may_follow = |invoke_ns: u64| removes.iter().any(|deadline| deadline.is_none_or(|ns| ns >= invoke_ns));

@@ -12,12 +12,17 @@
 //! | `exists` | `ExistsOk { exists }` | read whether the key is present |
 //! | `remove` | `RemoveOk { existed: true }` | took effect: present → absent |
 //! | `remove` | `RemoveOk { existed: false }` | answered `OBJECT_NOT_FOUND` |
+//! | `remove_all` | `Ok` | a non-force RemoveAll answered: at one instant inside its interval it removed the key (present → absent) or left it (leased) |
 //! | any | `Fail` | definitely did not take effect; the checkers ignore it |
 //! | any | `Unknown` | timeout or crash: may take effect at any time after invoke, or never |
 //!
 //! Record `Fail` only for errors that guarantee no effect (`OBJECT_ALREADY_EXISTS`,
 //! `OBJECT_HAS_LEASE`, `REPLICA_IS_NOT_READY`, `INVALID_PARAMS`, a request that
 //! never left the client); transport errors and timeouts are `Unknown`.
+//!
+//! A RemoveAll is recorded once on every key of the workload (it answers a
+//! count, not which keys it removed); an unknown one may remove any of them
+//! at any time after invoke, like an unknown remove.
 //!
 //! A failed put is not read as "the key was present": a put in flight holds its
 //! key PROCESSING, so another put gets `OBJECT_ALREADY_EXISTS` while gets still
@@ -47,13 +52,15 @@ pub enum OpKind {
     Exists,
     /// Delete the key.
     Remove,
+    /// A non-force RemoveAll, as seen by this key: removes it unless it is leased.
+    RemoveAll,
 }
 
 /// What the client saw when the operation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Outcome {
-    /// A put was acknowledged.
+    /// A put was acknowledged, or a RemoveAll answered.
     Ok,
     /// The operation definitely did not take effect.
     Fail,
@@ -117,6 +124,7 @@ fn outcome_fits(op: OpKind, outcome: Outcome) -> bool {
             | (OpKind::Get, Outcome::GetOk { .. })
             | (OpKind::Exists, Outcome::ExistsOk { .. })
             | (OpKind::Remove, Outcome::RemoveOk { .. })
+            | (OpKind::RemoveAll, Outcome::Ok)
     )
 }
 
@@ -183,6 +191,7 @@ impl fmt::Display for OpKind {
             OpKind::Get => f.write_str("get"),
             OpKind::Exists => f.write_str("exists"),
             OpKind::Remove => f.write_str("remove"),
+            OpKind::RemoveAll => f.write_str("remove_all"),
         }
     }
 }

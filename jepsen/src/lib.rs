@@ -3,11 +3,12 @@
 //!
 //! Key types: [`OpRecord`] and [`History`] (written as `history.jsonl` by
 //! [`write_jsonl`], read by [`read_jsonl`]); [`check_linearizable`], a per-key
-//! Wing–Gong/Lowe linearizability checker returning a [`Verdict`]; and the
-//! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`].
+//! Wing–Gong/Lowe linearizability checker returning a [`Verdict`]; the
+//! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`]; and
+//! [`check_kv_leases`] over the lease workload's [`LeaseRecord`]s.
 //!
 //! That core (`history`, `jsonl`, `model`, `wgl`, `memo`, `explain`,
-//! `linearizability`, `checkers`) is pure: it starts no processes, touches no
+//! `linearizability`, `checkers`, `lease`) is pure: it starts no processes, touches no
 //! network and uses no other mooncake crate. The orchestration modules that
 //! run masters in network namespaces, inject faults and record histories
 //! build on it, never the other way round.
@@ -17,6 +18,7 @@ mod error;
 mod explain;
 mod history;
 mod jsonl;
+mod lease;
 mod linearizability;
 mod memo;
 mod model;
@@ -26,6 +28,9 @@ pub use checkers::{CheckResult, NodeId, NodeReport, Violation, cluster_health, n
 pub use error::{HistoryError, RecordError};
 pub use history::{History, KeyOps, OpKind, OpRecord, Outcome, ProcessId};
 pub use jsonl::{read_jsonl, write_jsonl, write_record};
+pub use lease::{
+    LeaseCheckConfig, LeaseCounts, LeaseOp, LeaseOutcome, LeaseRecord, LeaseVerdict, LeaseViolation, check_kv_leases,
+};
 pub use linearizability::{
     KeyFailure, KeyVerdict, LinearizabilityConfig, MAX_STATES_PER_KEY_DEFAULT, TimedOutKey, Verdict, check_key,
     check_linearizable,
@@ -41,6 +46,7 @@ pub mod safety;
 
 // Orchestration: the cluster under test, workload, nemesis, runs and reports.
 pub mod chaos_cluster;
+pub mod lease_workload;
 pub mod nemesis;
 pub mod registry;
 pub mod report;

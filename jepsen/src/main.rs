@@ -33,8 +33,9 @@ struct Common {
     #[arg(long)]
     bin: Option<PathBuf>,
     /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to every master
-    /// (`--dev-unsafe-stale-reads` or `--dev-unsafe-no-fsync`) to show the
-    /// checkers catch the bug. Never part of a real run.
+    /// (`--dev-unsafe-stale-reads`, `--dev-unsafe-no-fsync` or
+    /// `--dev-unsafe-unfenced-removals`) to show the checkers catch the bug.
+    /// Never part of a real run.
     #[arg(long = "master-flag")]
     master_flags: Vec<String>,
 }
@@ -112,22 +113,41 @@ fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> an
 
 fn table(reports: &[Result<RunReport, (Scenario, u64, String)>]) -> String {
     let mut s = format!(
-        "\n{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {}\n",
-        "SCENARIO", "SEED", "OPS", "OK", "FAILED", "UNKNOWN", "VERDICT"
+        "\n{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {:<43}  {}\n",
+        "SCENARIO", "SEED", "OPS", "OK", "FAILED", "UNKNOWN", "LEASES found/rm/refused/RA/evict/copies/bad", "VERDICT"
     );
     for r in reports {
         match r {
             Ok(r) => {
                 let bad: Vec<&str> = r.checkers.iter().filter(|c| !c.valid).map(|c| c.checker.as_str()).collect();
                 let verdict = if r.valid { "pass".to_string() } else { format!("FAIL ({})", bad.join(", ")) };
+                let (l, k) = (&r.kv_leases.counts, &r.kv_leases);
+                let leases = format!(
+                    "{}/{}/{}/{}/{}/{}/{}",
+                    l.reads_found,
+                    l.removes_ok,
+                    l.removes_refused,
+                    l.removed_by_remove_all,
+                    k.evicted_objects,
+                    l.copies_verified,
+                    k.violations
+                );
                 s += &format!(
-                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {verdict}\n",
+                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {leases:<43}  {verdict}\n",
                     r.scenario, r.seed, r.ops, r.ok, r.failed, r.unknown
                 );
             }
             Err((sc, seed, e)) => {
-                s +=
-                    &format!("{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  ERROR: {e}\n", sc.name(), seed, "-", "-", "-", "-")
+                s += &format!(
+                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {:<43}  ERROR: {e}\n",
+                    sc.name(),
+                    seed,
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-"
+                )
             }
         }
     }

@@ -31,7 +31,14 @@ pub(crate) enum ModelOp {
     RemoveNotFoundAfterRetry,
     /// A remove with unknown outcome: if it takes effect, the key is absent after.
     RemoveMaybe,
+    /// An answered non-force RemoveAll: at one instant inside its interval it
+    /// removed the key or left it as it was (leased). The one op with two
+    /// successor states ([`ModelOp::step_choice`]).
+    RemovedOrKept,
 }
+
+/// Most successor states one op can have (an answered RemoveAll has two).
+pub(crate) const CHOICES_MAX: u8 = 2;
 
 impl ModelOp {
     /// The model op of a record, or `None` when the record constrains nothing.
@@ -48,7 +55,8 @@ impl ModelOp {
                 ModelOp::RemoveNotFoundAfterRetry
             }
             (OpKind::Remove, Outcome::RemoveOk { existed: false }) => ModelOp::RemoveNotFound,
-            (OpKind::Remove, Outcome::Unknown) => ModelOp::RemoveMaybe,
+            (OpKind::Remove | OpKind::RemoveAll, Outcome::Unknown) => ModelOp::RemoveMaybe,
+            (OpKind::RemoveAll, Outcome::Ok) => ModelOp::RemovedOrKept,
             // Reads with unknown outcome observe nothing; mismatched pairs are
             // rejected by `History::new`, so they cannot reach here.
             _ => return None,
@@ -57,8 +65,24 @@ impl ModelOp {
     }
 
     /// The state after this op takes effect in `state`, or `None` when the
-    /// recorded answer is impossible in `state`.
+    /// recorded answer is impossible in `state`. For an op with several
+    /// successors, the first of them.
     pub(crate) fn step(self, state: State) -> Option<State> {
+        self.step_choice(state, 0)
+    }
+
+    /// The `choice`-th state this op may leave in `state` (choices count
+    /// from 0, below [`CHOICES_MAX`]); `None` when there is no such choice.
+    pub(crate) fn step_choice(self, state: State, choice: u8) -> Option<State> {
+        match (self, choice) {
+            (ModelOp::RemovedOrKept, 0) => Some(None),
+            (ModelOp::RemovedOrKept, 1) => Some(state),
+            (_, 0) => self.step_once(state),
+            _ => None,
+        }
+    }
+
+    fn step_once(self, state: State) -> Option<State> {
         match self {
             ModelOp::PutAcked(value) => state.is_none().then_some(Some(value)),
             ModelOp::PutMaybe(value) => Some(state.or(Some(value))),
@@ -66,7 +90,7 @@ impl ModelOp {
             ModelOp::Exists(exists) => (state.is_some() == exists).then_some(state),
             ModelOp::Removed => state.is_some().then_some(None),
             ModelOp::RemoveNotFound => state.is_none().then_some(None),
-            ModelOp::RemoveNotFoundAfterRetry | ModelOp::RemoveMaybe => Some(None),
+            ModelOp::RemoveNotFoundAfterRetry | ModelOp::RemoveMaybe | ModelOp::RemovedOrKept => Some(None),
         }
     }
 
@@ -78,6 +102,7 @@ impl ModelOp {
             (ModelOp::Get(_), Some(value)) => format!("value {value}"),
             (ModelOp::Get(_) | ModelOp::Exists(_), None) => "not found".into(),
             (ModelOp::Exists(_), Some(_)) => "exists".into(),
+            (ModelOp::RemovedOrKept, _) => "a count (removed the key, or kept it while leased)".into(),
             (_, Some(_)) => "removed".into(),
             (_, None) => "OBJECT_NOT_FOUND".into(),
         }
@@ -93,6 +118,7 @@ impl ModelOp {
             ModelOp::Removed => "remove -> removed".into(),
             ModelOp::RemoveNotFound | ModelOp::RemoveNotFoundAfterRetry => "remove -> not found".into(),
             ModelOp::RemoveMaybe => "remove -> unknown".into(),
+            ModelOp::RemovedOrKept => "remove_all -> answered".into(),
         }
     }
 }
@@ -138,5 +164,17 @@ mod tests {
         assert_eq!(ModelOp::RemoveNotFoundAfterRetry.step(Some(1)), Some(None));
         assert_eq!(ModelOp::RemoveMaybe.step(Some(1)), Some(None));
         assert_eq!(ModelOp::RemoveMaybe.step(None), Some(None));
+    }
+
+    #[test]
+    fn an_answered_remove_all_removed_the_key_or_kept_it() {
+        let choices = |state| (0..CHOICES_MAX + 1).map(|c| ModelOp::RemovedOrKept.step_choice(state, c)).collect();
+        let found: Vec<Option<State>> = choices(Some(1));
+        assert_eq!(found, vec![Some(None), Some(Some(1)), None]);
+        let found: Vec<Option<State>> = choices(None);
+        assert_eq!(found, vec![Some(None), Some(None), None]);
+        // Every other op has exactly one way to take effect.
+        assert_eq!(ModelOp::Removed.step_choice(Some(1), 1), None);
+        assert_eq!(ModelOp::Get(Some(1)).step_choice(Some(1), 0), Some(Some(1)));
     }
 }

@@ -1,7 +1,8 @@
 //! The report of a run, in its results directory: `summary.txt` (seed,
-//! command to replay, verdict per checker), `verdict.json`, `history.jsonl`,
-//! `faults.jsonl`, and `timeline.html` — a self-contained page with an SVG of
-//! every operation per client over time, fault bands and a throughput line.
+//! command to replay, verdict per checker, what the lease workload did),
+//! `verdict.json`, `history.jsonl`, `lease-history.jsonl`, `faults.jsonl`,
+//! and `timeline.html` — a self-contained page with an SVG of every
+//! register operation per client over time, fault bands and a throughput line.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use serde::Serialize;
 
 use crate::checkers::{CheckResult, NodeReport};
 use crate::history::{History, OpKind, Outcome};
+use crate::lease::{LeaseCounts, LeaseRecord, LeaseVerdict};
 use crate::linearizability::Verdict;
 use crate::nemesis::FaultEvent;
 use crate::scenario::Scenario;
@@ -43,6 +45,17 @@ impl CheckerVerdict {
         CheckerVerdict { checker: c.checker.to_string(), valid: c.is_valid(), checked: c.checked, problems }
     }
 
+    /// The KV lease checker; `checked` is the leases (reads found) it judged.
+    pub fn from_leases(v: &LeaseVerdict) -> Self {
+        let mut problems: Vec<String> = v.violations.iter().map(|v| v.to_string()).collect();
+        if problems.len() > PROBLEMS_MAX {
+            let more = problems.len() - PROBLEMS_MAX;
+            problems.truncate(PROBLEMS_MAX);
+            problems.push(format!("... and {more} more"));
+        }
+        CheckerVerdict { checker: "kv_leases".into(), valid: v.is_valid(), checked: v.counts.reads_found, problems }
+    }
+
     /// `verified` reads returned bytes some put wrote; `corrupt_reads` did not.
     pub fn data_integrity(corrupt_reads: u64, verified: u64) -> Self {
         let problems = if corrupt_reads == 0 {
@@ -59,6 +72,16 @@ impl CheckerVerdict {
     }
 }
 
+/// What the lease workload did (so a pass is seen not to be vacuous).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LeaseReport {
+    pub counts: LeaseCounts,
+    /// Objects the leaders evicted (from their logs; all key spaces).
+    pub evicted_objects: u64,
+    /// Broken leases found (at most one of each kind per key).
+    pub violations: usize,
+}
+
 /// Counts and verdicts of one run.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
@@ -71,6 +94,7 @@ pub struct RunReport {
     pub unknown: usize,
     pub faults: Vec<FaultEvent>,
     pub checkers: Vec<CheckerVerdict>,
+    pub kv_leases: LeaseReport,
     pub nodes: Vec<NodeReport>,
     pub elapsed_s: f64,
     pub valid: bool,
@@ -113,6 +137,7 @@ impl RunReport {
             unknown,
             faults,
             checkers,
+            kv_leases: LeaseReport::default(),
             nodes,
             elapsed_s: elapsed.as_secs_f64(),
             valid,
@@ -151,6 +176,8 @@ impl RunReport {
             self.unknown,
             self.faults.len() / 2
         );
+        let l = &self.kv_leases;
+        let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
         for c in &self.checkers {
             let _ = writeln!(
                 s,
@@ -166,6 +193,18 @@ impl RunReport {
         let _ = writeln!(s, "verdict: {}", if self.valid { "PASS" } else { "FAIL" });
         s
     }
+}
+
+/// Writes the lease workload's record as `lease-history.jsonl`, one JSON
+/// [`LeaseRecord`] a line.
+pub fn write_lease_history(dir: &Path, records: &[LeaseRecord]) -> anyhow::Result<()> {
+    let mut out = String::new();
+    for r in records {
+        out += &serde_json::to_string(r)?;
+        out.push('\n');
+    }
+    std::fs::write(dir.join("lease-history.jsonl"), out)?;
+    Ok(())
 }
 
 fn escape(s: &str) -> String {
@@ -197,7 +236,7 @@ fn timeline_html(r: &RunReport, h: &History) -> String {
             (_, Outcome::Unknown) => "#f0ad4e",
             (_, Outcome::Fail) => "#d9534f",
             (OpKind::Put { .. }, _) => "#5cb85c",
-            (OpKind::Remove, _) => "#8e44ad",
+            (OpKind::Remove | OpKind::RemoveAll, _) => "#8e44ad",
             _ => "#337ab7",
         };
         let x0 = x(o.invoke_ns);

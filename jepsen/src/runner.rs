@@ -1,7 +1,8 @@
-//! One chaos run: build the network, start the cluster, run the workload and
-//! the nemesis for the asked time, heal, wait for the cluster to converge,
-//! read every key back, run the checkers and write the report. Everything
-//! after the network exists runs on a thread inside the client namespace.
+//! One chaos run: build the network, start the cluster, run the register and
+//! lease workloads and the nemesis for the asked time, heal, wait for the
+//! cluster to converge, read every key back, run the checkers and write the
+//! report. Everything after the network exists runs on a thread inside the
+//! client namespace.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,13 +14,15 @@ use anyhow::Context;
 use mooncake_client::{Client, ClientConfig, ClientError, MasterClient, MasterClientConfig};
 use tokio::sync::Mutex;
 
-use crate::chaos_cluster::{ChaosCluster, ClusterOptions};
+use crate::chaos_cluster::{ChaosCluster, ClusterOptions, KV_LEASE_TTL, STORE_SEGMENT_SIZE};
 use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
-use crate::history::History;
+use crate::history::{History, ProcessId};
+use crate::lease::{LeaseCheckConfig, check_kv_leases};
+use crate::lease_workload::{self, LeaseWorkloadOptions};
 use crate::linearizability::{LinearizabilityConfig, check_linearizable};
 use crate::nemesis::{FaultEvent, Nemesis, find_leader};
 use crate::net::Network;
-use crate::report::{CheckerVerdict, RunReport};
+use crate::report::{CheckerVerdict, LeaseReport, RunReport, write_lease_history};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::workload::{self, Shared, WorkloadOptions, decode_value};
@@ -28,6 +31,10 @@ use crate::workload::{self, Shared, WorkloadOptions, decode_value};
 pub const HOSTS: &[&str] = &["m1", "m2", "m3", "m4", "s1", "s2", "c1"];
 /// How long the cluster may take to serve, and to converge after healing.
 const SETTLE: Duration = Duration::from_secs(45);
+/// Slack of the lease checker, in the system's favour: a removal or copy
+/// counts as inside a lease only when it came this much before the lease
+/// could end (scheduling of the harness and masters on a loaded machine).
+const LEASE_MARGIN: Duration = Duration::from_millis(50);
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -77,7 +84,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         power_loss: opts.scenario.needs_power_loss(),
         fake_clock: opts.scenario.needs_fake_clock(),
         master_flags: opts.master_flags.clone(),
-        segment_size: "256MiB".into(),
+        segment_size: STORE_SEGMENT_SIZE.into(),
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let addrs = cluster.lock().await.master_addrs()?;
@@ -92,7 +99,16 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         rate: opts.rate,
         seed: opts.seed,
     };
+    let lease_opts = LeaseWorkloadOptions {
+        masters: voters3.clone(),
+        local_hostname: wl_opts.local_hostname.clone(),
+        seed: opts.seed,
+        lease_ttl: KV_LEASE_TTL,
+        steady_store_host: net.host_ip("s2")?.to_string(),
+        remove_all_for: opts.duration / 2,
+    };
     let workload = tokio::spawn(workload::run(wl_opts, shared.clone()));
+    let leases = tokio::spawn(lease_workload::run(lease_opts, shared.clone()));
     let mut nemesis = Nemesis {
         net: net.clone(),
         cluster: cluster.clone(),
@@ -116,6 +132,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     let (nemesis_result, ()) = tokio::join!(nemesis_task, timer);
     shared.stop.store(true, Ordering::Relaxed);
     workload.await.context("workload task")?.context("workload")?;
+    leases.await.context("lease workload task")?.context("lease workload")?;
     nemesis_result.context("nemesis")?;
     let faults = std::mem::take(&mut nemesis.log);
     finish(&opts, &dir, &cluster, &shared, faults, started).await
@@ -153,20 +170,32 @@ async fn finish(
     let nodes = converge(&voters, &voter_addrs).await;
     let keys = shared.all_keys().await;
     let (final_reads, corrupt_final) = final_reads(&voter_addrs, &keys).await?;
-    let records = std::mem::take(&mut *shared.records.lock().await);
+    let mut records = std::mem::take(&mut *shared.records.lock().await);
+    // The lease workload's RemoveAlls, as ops of one more process.
+    records.extend(shared.remove_all_records(ProcessId(opts.clients as u64)).await);
     let history = History::new(records).context("the recorded history is malformed")?;
     let lin = check_linearizable(&history, &LinearizabilityConfig::default());
     let lost = no_lost_acked_puts(&history, &final_reads);
     let health = cluster_health(&nodes);
     let corrupt = shared.corrupt_reads.load(Ordering::Relaxed) + corrupt_final;
+    let lease_records = std::mem::take(&mut *shared.lease_records.lock().await);
+    let lease_config =
+        LeaseCheckConfig { ttl_ns: KV_LEASE_TTL.as_nanos() as u64, margin_ns: LEASE_MARGIN.as_nanos() as u64 };
+    let leases = check_kv_leases(&lease_records, &lease_config);
+    let evicted = cluster.lock().await.evicted_objects();
     let checkers = vec![
         CheckerVerdict::from_linearizability(&lin),
         CheckerVerdict::from_check(&lost),
         CheckerVerdict::from_check(&health),
         CheckerVerdict::data_integrity(corrupt, shared.verified_reads.load(Ordering::Relaxed)),
+        CheckerVerdict::from_leases(&leases),
     ];
-    let report = RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
+    let mut report =
+        RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
+    report.kv_leases =
+        LeaseReport { counts: leases.counts, evicted_objects: evicted, violations: leases.violations.len() };
     report.write(&history)?;
+    write_lease_history(dir, &lease_records)?;
     Ok(report)
 }
 

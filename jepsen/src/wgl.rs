@@ -12,11 +12,15 @@
 //! time after invoke, or never. The search therefore succeeds as soon as every
 //! op with a known completion is linearized; the unknown ops left over are the
 //! ones that never took effect.
+//!
+//! An op with several possible successor states (an answered RemoveAll: it
+//! removed the key or kept it) is tried each way in turn: on backtracking to
+//! it, the search takes its next choice at the same place before moving on.
 
 use std::time::Instant;
 
 use crate::memo::{Memo, OpSet};
-use crate::model::{ModelOp, State};
+use crate::model::{CHOICES_MAX, ModelOp, State};
 
 /// Marks the end of the event list.
 const NIL: usize = usize::MAX;
@@ -162,11 +166,13 @@ impl EventList {
     }
 }
 
-/// One op taken into the linearization, and the state before it.
+/// One op taken into the linearization, the state before it, and which of
+/// its ways to take effect was taken.
 #[derive(Clone, Copy, Debug)]
 struct Frame {
     call: usize,
     prior: State,
+    choice: u8,
 }
 
 struct Search<'a, S: OpSet> {
@@ -198,51 +204,58 @@ impl<'a, S: OpSet> Search<'a, S> {
         let mut entry = self.events.first();
         while self.pending_definite > 0 {
             if entry != NIL && self.events.nodes[entry].is_call {
-                if !self.try_linearize(entry) {
+                if !self.try_linearize(entry, 0) {
                     entry = self.events.next(entry);
                     continue;
                 }
-                if self.over_budget(budget) {
-                    return SearchResult::Exhausted { states: self.memo.len() };
-                }
-                entry = self.events.first();
             } else {
                 self.note_stuck(entry);
                 match self.backtrack() {
-                    Some(call) => entry = self.events.next(call),
+                    // The same op, taken the next way it may take effect.
+                    Some(frame) if self.try_linearize(frame.call, frame.choice + 1) => {}
+                    Some(frame) => {
+                        entry = self.events.next(frame.call);
+                        continue;
+                    }
                     None => {
                         self.deepest.states = self.memo.len();
                         return SearchResult::NotLinearizable(self.deepest);
                     }
                 }
             }
+            if self.over_budget(budget) {
+                return SearchResult::Exhausted { states: self.memo.len() };
+            }
+            entry = self.events.first();
         }
         SearchResult::Linearizable { states: self.memo.len() }
     }
 
-    /// Takes the op of `call` into the linearization if its answer fits the
-    /// current state and the resulting (set, state) pair is new.
-    fn try_linearize(&mut self, call: usize) -> bool {
+    /// Takes the op of `call` into the linearization the first way, from
+    /// `first_choice` on, whose answer fits the current state and whose
+    /// resulting (set, state) pair is new.
+    fn try_linearize(&mut self, call: usize, first_choice: u8) -> bool {
         let op = self.events.nodes[call].op;
-        let Some(next_state) = self.ops[op].model.step(self.state) else {
-            return false;
-        };
         self.memo.flip(op);
-        if !self.memo.insert(next_state) {
-            self.memo.flip(op);
-            return false;
+        for choice in first_choice..CHOICES_MAX {
+            let Some(next_state) = self.ops[op].model.step_choice(self.state, choice) else { continue };
+            if !self.memo.insert(next_state) {
+                continue;
+            }
+            self.stack.push(Frame { call, prior: self.state, choice });
+            self.state = next_state;
+            self.events.lift(call);
+            if self.ops[op].deadline_ns.is_some() {
+                self.pending_definite -= 1;
+            }
+            return true;
         }
-        self.stack.push(Frame { call, prior: self.state });
-        self.state = next_state;
-        self.events.lift(call);
-        if self.ops[op].deadline_ns.is_some() {
-            self.pending_definite -= 1;
-        }
-        true
+        self.memo.flip(op);
+        false
     }
 
-    /// Undoes the last linearized op; returns its call node.
-    fn backtrack(&mut self) -> Option<usize> {
+    /// Undoes the last linearized op; returns its frame.
+    fn backtrack(&mut self) -> Option<Frame> {
         let frame = self.stack.pop()?;
         let op = self.events.nodes[frame.call].op;
         self.state = frame.prior;
@@ -251,7 +264,7 @@ impl<'a, S: OpSet> Search<'a, S> {
         if self.ops[op].deadline_ns.is_some() {
             self.pending_definite += 1;
         }
-        Some(frame.call)
+        Some(frame)
     }
 
     /// Remembers the longest prefix seen and the op that stopped it.
@@ -314,6 +327,24 @@ mod tests {
         assert_eq!(stuck.prefix, vec![0]);
         assert_eq!(stuck.blocked, Some(1));
         assert_eq!(stuck.state, Some(1));
+    }
+
+    #[test]
+    fn an_answered_remove_all_is_tried_both_ways_inside_its_interval() {
+        let put = op(ModelOp::PutAcked(1), 0, Some(10));
+        let remove_all = op(ModelOp::RemovedOrKept, 20, Some(30));
+        let read = |value, at| op(ModelOp::Get(value), at, Some(at + 10));
+        // Kept (its second choice, found by backtracking into it), or removed.
+        assert!(matches!(run(&[put, remove_all, read(Some(1), 40)]), SearchResult::Linearizable { .. }));
+        assert!(matches!(run(&[put, remove_all, read(None, 40)]), SearchResult::Linearizable { .. }));
+        // Concurrent with it, a read may see either side of it.
+        let both = [put, remove_all, read(Some(1), 22), read(None, 25)];
+        assert!(matches!(run(&both), SearchResult::Linearizable { .. }));
+        // But it takes effect once, before it completes: the key cannot be
+        // seen present after it and then vanish with nothing to remove it.
+        let late = [put, remove_all, read(Some(1), 40), read(None, 60)];
+        let SearchResult::NotLinearizable(stuck) = run(&late) else { panic!("expected a violation") };
+        assert_eq!(stuck.blocked, Some(3));
     }
 
     #[test]

@@ -1,12 +1,17 @@
-//! The workload: concurrent logical clients doing put / get / exists /
-//! remove on a small rotating set of keys, every put with a unique value
-//! carried in the object's bytes (gets verify every byte). Each operation is
-//! recorded with invoke/complete times and an outcome that says only what the
-//! client knows: a timeout or transport error is `Unknown`.
+//! The register workload: concurrent logical clients doing put / get /
+//! exists / remove on a small rotating set of keys, every put with a unique
+//! value carried in the object's bytes (gets verify every byte). Each
+//! operation is recorded with invoke/complete times and an outcome that says
+//! only what the client knows: a timeout or transport error is `Unknown`.
 //!
 //! Every client reads through its own "home" master and writes through all
 //! of them, so a master that serves reads it should not (the deliberately
 //! broken build) is visible in the history.
+//!
+//! Its puts are hard-pinned, so eviction (which the lease workload drives,
+//! `lease_workload.rs`) never removes a key of this history; the lease
+//! workload's RemoveAlls do, and each is recorded here on every key it may
+//! have touched ([`Shared::remove_all_records`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +22,7 @@ use mooncake_proto::ErrorCode;
 use tokio::sync::Mutex;
 
 use crate::history::{OpKind, OpRecord, Outcome, ProcessId};
+use crate::lease::LeaseRecord;
 use crate::rng::Rng;
 
 /// Bytes of every object: small, so the run measures coordination, but
@@ -27,10 +33,12 @@ const OPS_PER_KEY_MAX: u64 = 150;
 /// Keys in play at once.
 const ACTIVE_KEYS: usize = 6;
 /// Every put asks for two replicas: one per store node, so killing the
-/// faulted store node never loses an acknowledged object.
-const TWO_REPLICAS: PutOptions = PutOptions { replicas: 2, preferred_segments: Vec::new(), pin: 0 };
+/// faulted store node never loses an acknowledged object; hard-pinned
+/// (`pin: 2`), so eviction never removes one (the final-state checker would
+/// see it as lost).
+const PINNED_TWO_REPLICAS: PutOptions = PutOptions { replicas: 2, preferred_segments: Vec::new(), pin: 2 };
 /// A client gives up on an operation after this long (outcome Unknown).
-const OP_TIMEOUT: Duration = Duration::from_secs(4);
+pub const OP_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// What the workload needs.
 #[derive(Clone, Debug)]
@@ -43,12 +51,17 @@ pub struct WorkloadOptions {
     pub seed: u64,
 }
 
-/// Shared by the clients: the key rotation, value counter and the history.
+/// Shared by the clients of both workloads: the key rotation, value counter
+/// and the histories.
 pub struct Shared {
     origin: Instant,
     keys: Mutex<KeySet>,
     next_value: AtomicU64,
     pub records: Mutex<Vec<OpRecord>>,
+    /// The lease workload's history (its own keys).
+    pub lease_records: Mutex<Vec<LeaseRecord>>,
+    /// The lease workload's RemoveAlls, which reach this history's keys too.
+    pub remove_alls: Mutex<Vec<RemoveAllCall>>,
     /// Bytes read back that did not match any put's content.
     pub corrupt_reads: AtomicU64,
     /// Reads whose bytes decoded to a value some put wrote.
@@ -59,20 +72,33 @@ pub struct Shared {
 struct KeySet {
     active: Vec<(String, u64)>,
     generation: u64,
-    all: Vec<String>,
+    /// Every key with the time it came into play.
+    all: Vec<(String, u64)>,
+}
+
+/// A RemoveAll of the lease workload, as the register history must see it.
+#[derive(Clone, Copy, Debug)]
+pub struct RemoveAllCall {
+    pub invoke_ns: u64,
+    pub complete_ns: u64,
+    /// `Ok` (answered: took effect inside its interval), `Unknown` (may take
+    /// effect any time after invoke, or never); `Fail` is not recorded.
+    pub outcome: Outcome,
 }
 
 impl Shared {
     pub fn new(origin: Instant) -> Arc<Self> {
         let mut keys = KeySet { active: Vec::new(), generation: 0, all: Vec::new() };
         for _ in 0..ACTIVE_KEYS {
-            keys.fresh();
+            keys.fresh(0);
         }
         Arc::new(Shared {
             origin,
             keys: Mutex::new(keys),
             next_value: AtomicU64::new(1),
             records: Mutex::new(Vec::new()),
+            lease_records: Mutex::new(Vec::new()),
+            remove_alls: Mutex::new(Vec::new()),
             corrupt_reads: AtomicU64::new(0),
             verified_reads: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -85,50 +111,87 @@ impl Shared {
 
     /// Every key the workload touched.
     pub async fn all_keys(&self) -> Vec<String> {
-        self.keys.lock().await.all.clone()
+        self.keys.lock().await.all.iter().map(|(key, _)| key.clone()).collect()
+    }
+
+    /// A fresh value, unique across both workloads.
+    pub fn next_value(&self) -> u64 {
+        self.next_value.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The lease workload's RemoveAlls as ops of `process` on this history's
+    /// keys: an answered one on every key in play before it completed (it
+    /// cannot touch a later one), an unknown one on every key.
+    pub async fn remove_all_records(&self, process: ProcessId) -> Vec<OpRecord> {
+        let keys = self.keys.lock().await.all.clone();
+        let calls = self.remove_alls.lock().await.clone();
+        let mut out = Vec::new();
+        for call in calls.iter().filter(|c| c.outcome != Outcome::Fail) {
+            let reached = |created_ns: u64| call.outcome == Outcome::Unknown || created_ns <= call.complete_ns;
+            out.extend(keys.iter().filter(|(_, created_ns)| reached(*created_ns)).map(|(key, _)| OpRecord {
+                process,
+                key: key.clone(),
+                op: OpKind::RemoveAll,
+                invoke_ns: call.invoke_ns,
+                complete_ns: Some(call.complete_ns),
+                outcome: call.outcome,
+            }));
+        }
+        out
     }
 
     async fn pick_key(&self, rng: &mut Rng) -> String {
+        let now_ns = self.now_ns();
         let mut k = self.keys.lock().await;
         let i = rng.below(k.active.len() as u64) as usize;
         k.active[i].1 += 1;
         let key = k.active[i].0.clone();
         if k.active[i].1 >= OPS_PER_KEY_MAX {
             k.active.swap_remove(i);
-            k.fresh();
+            k.fresh(now_ns);
         }
         key
     }
 }
 
 impl KeySet {
-    fn fresh(&mut self) {
+    fn fresh(&mut self, now_ns: u64) {
         let key = format!("jepsen/k{}", self.generation);
         self.generation += 1;
-        self.all.push(key.clone());
+        self.all.push((key.clone(), now_ns));
         self.active.push((key, 0));
     }
 }
 
-/// The content of the put of `value`.
+/// The content of the put of `value` by the register workload.
 pub fn object_bytes(value: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(OBJECT_BYTES);
+    value_bytes(value, OBJECT_BYTES)
+}
+
+/// `len` bytes that carry `value`: it in the first 8, then a stream seeded by it.
+pub fn value_bytes(value: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
     let mut x = value.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     out.extend_from_slice(&value.to_le_bytes());
-    while out.len() < OBJECT_BYTES {
+    while out.len() < len {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         out.extend_from_slice(&x.to_le_bytes());
     }
-    out.truncate(OBJECT_BYTES);
+    out.truncate(len);
     out
 }
 
-/// The value whose put wrote `bytes`, if the bytes are exactly such a put's.
+/// The value whose register put wrote `bytes`, if the bytes are exactly such a put's.
 pub fn decode_value(bytes: &[u8]) -> Option<u64> {
+    decode_sized(bytes, OBJECT_BYTES)
+}
+
+/// The value whose `len` bytes ([`value_bytes`]) are exactly `bytes`.
+pub fn decode_sized(bytes: &[u8], len: usize) -> Option<u64> {
     let v = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    (object_bytes(v) == bytes).then_some(v)
+    (bytes.len() == len && value_bytes(v, len) == bytes).then_some(v)
 }
 
 /// Runs `opts.clients` clients until `shared.stop` is set.
@@ -159,7 +222,7 @@ async fn connect_pair(opts: &WorkloadOptions, i: usize) -> anyhow::Result<(Clien
     Ok((reader, writer))
 }
 
-async fn connect_with_retry(cfg: ClientConfig) -> anyhow::Result<Client> {
+pub(crate) async fn connect_with_retry(cfg: ClientConfig) -> anyhow::Result<Client> {
     let mut last = None;
     for _ in 0..20 {
         match Client::connect(cfg.clone()).await {
@@ -179,7 +242,7 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
         tick.tick().await;
         let key = shared.pick_key(&mut rng).await;
         let op = match rng.below(100) {
-            0..35 => OpKind::Put { value: shared.next_value.fetch_add(1, Ordering::Relaxed) },
+            0..35 => OpKind::Put { value: shared.next_value() },
             35..70 => OpKind::Get,
             70..85 => OpKind::Exists,
             _ => OpKind::Remove,
@@ -216,7 +279,7 @@ fn definitely_failed(e: &ClientError) -> bool {
 
 async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared: &Shared) -> Outcome {
     match op {
-        OpKind::Put { value } => match writer.put(key, &object_bytes(value), &TWO_REPLICAS).await {
+        OpKind::Put { value } => match writer.put(key, &object_bytes(value), &PINNED_TWO_REPLICAS).await {
             Ok(PutOutcome::Stored) => Outcome::Ok,
             // The key existed: Mooncake's put keeps it and writes nothing.
             Ok(PutOutcome::KeptExisting) => Outcome::Fail,
@@ -250,12 +313,38 @@ async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared
             Err(e) if definitely_failed(&e) => Outcome::Fail,
             Err(_) => Outcome::Unknown,
         },
+        // Never drawn here (nothing was sent): the lease workload runs
+        // RemoveAll and records it on every key (`remove_all_records`).
+        OpKind::RemoveAll => Outcome::Fail,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::History;
+
+    #[tokio::test]
+    async fn remove_alls_reach_every_key_they_may_have_touched() {
+        let shared = Shared::new(Instant::now());
+        shared.keys.lock().await.fresh(500); // the seventh key comes into play at 500 ns
+        let call = |invoke_ns, complete_ns, outcome| RemoveAllCall { invoke_ns, complete_ns, outcome };
+        *shared.remove_alls.lock().await = vec![
+            call(100, 200, Outcome::Ok),
+            call(300, 400, Outcome::Fail),
+            call(450, 460, Outcome::Unknown),
+            call(800, 900, Outcome::Ok),
+        ];
+        let records = shared.remove_all_records(ProcessId(9)).await;
+        let on = |key: &str| records.iter().filter(|r| r.key == key).map(|r| r.invoke_ns).collect::<Vec<_>>();
+        // Answered before the key existed: cannot touch it. Failed: nothing.
+        // Unknown: may take effect later, on any key.
+        assert_eq!(on("jepsen/k0"), vec![100, 450, 800]);
+        assert_eq!(on("jepsen/k6"), vec![450, 800]);
+        assert_eq!(records.len(), 6 * 3 + 2);
+        assert!(records.iter().all(|r| r.op == OpKind::RemoveAll && r.process == ProcessId(9)));
+        assert!(History::new(records).is_ok(), "well-formed ops of the register history");
+    }
 
     #[test]
     fn object_bytes_carry_their_value_and_reject_anything_else() {
@@ -267,5 +356,9 @@ mod tests {
         assert_eq!(decode_value(&flipped), None);
         assert_eq!(decode_value(&object_bytes(43)), Some(43));
         assert_eq!(decode_value(&b[..10]), None);
+        let big = value_bytes(7, 65_536);
+        assert_eq!(decode_sized(&big, 65_536), Some(7));
+        assert_eq!(decode_sized(&big[..65_528], 65_536), None, "a cut object is not the object");
+        assert_eq!(decode_value(&big), None, "not a register object");
     }
 }

@@ -39,6 +39,7 @@ fn arb_kind() -> impl Strategy<Value = OpKind> {
         Just(OpKind::Get),
         Just(OpKind::Exists),
         Just(OpKind::Remove),
+        Just(OpKind::RemoveAll),
     ]
 }
 
@@ -48,6 +49,7 @@ fn arb_outcome(kind: OpKind) -> BoxedStrategy<Outcome> {
         OpKind::Get => any::<Option<u64>>().prop_map(|value| Outcome::GetOk { value }).boxed(),
         OpKind::Exists => any::<bool>().prop_map(|exists| Outcome::ExistsOk { exists }).boxed(),
         OpKind::Remove => any::<bool>().prop_map(|existed| Outcome::RemoveOk { existed }).boxed(),
+        OpKind::RemoveAll => Just(Outcome::Ok).boxed(),
     };
     prop_oneof![specific, Just(Outcome::Fail), Just(Outcome::Unknown)].boxed()
 }

@@ -48,6 +48,17 @@ fn a_remove_that_may_follow_excuses_the_put() {
 }
 
 #[test]
+fn a_remove_all_may_have_removed_a_key_after_it_but_not_one_put_later() {
+    // Why: the lease workload's RemoveAll reaches the register keys; it
+    // excuses an absence only for puts it may have followed.
+    let h = history(vec![put_ok(1, "a", 1, 10, 20), remove_all(9, "a", 30, 40)]);
+    assert!(no_lost_acked_puts(&h, &reads(&[("a", None)])).is_valid());
+    let h = history(vec![remove_all(9, "a", 0, 5), put_ok(1, "a", 1, 10, 20)]);
+    let result = no_lost_acked_puts(&h, &reads(&[("a", None)]));
+    assert!(matches!(result.violations[..], [Violation::LostPut { expected: 1, .. }]), "{result}");
+}
+
+#[test]
 fn a_remove_that_completed_before_the_put_does_not_excuse_it() {
     let h = history(vec![remove(2, "a", true, 0, 5), put_ok(1, "a", 1, 10, 20), put_ok(1, "a", 2, 0, 1)]);
     let result = no_lost_acked_puts(&h, &reads(&[("a", None)]));

@@ -22,6 +22,12 @@ pub struct MasterMetrics {
     pub rpc_requests: IntCounterVec,
     pub rpc_duration: HistogramVec,
     pub fsync: Histogram,
+    /// Proposal handed to Raft → committed and applied on this leader.
+    pub commit: Histogram,
+    /// Raft RPCs this master sent, round trip, by kind.
+    pub raft_rpc: HistogramVec,
+    /// Raft RPCs this master received, time to handle, by kind.
+    pub raft_rpc_handled: HistogramVec,
     pub snapshot_build: Histogram,
     pub snapshot_bytes: IntGauge,
     pub snapshot_install: Histogram,
@@ -72,6 +78,12 @@ fn gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
     let g = IntGauge::new(name, help)?;
     r.register(Box::new(g.clone()))?;
     Ok(g)
+}
+
+fn histogram_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<HistogramVec> {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()), labels)?;
+    r.register(Box::new(h.clone()))?;
+    Ok(h)
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> prometheus::Result<Histogram> {
@@ -146,6 +158,24 @@ impl MasterMetrics {
                 LATENCY_BUCKETS,
             )?,
             batch_commands: histogram(&r, "mooncake_proposal_batch_commands", "Commands per log entry.", &batch)?,
+            commit: histogram(
+                &r,
+                "mooncake_commit_seconds",
+                "A batch of proposals, from hand-over to Raft to committed and applied (leader).",
+                LATENCY_BUCKETS,
+            )?,
+            raft_rpc: histogram_vec(
+                &r,
+                "mooncake_raft_rpc_seconds",
+                "Raft RPCs sent to peers, round trip (append, vote, snapshot).",
+                &["rpc"],
+            )?,
+            raft_rpc_handled: histogram_vec(
+                &r,
+                "mooncake_raft_rpc_handled_seconds",
+                "Raft RPCs received from peers, decode to reply (append, vote, snapshot).",
+                &["rpc"],
+            )?,
             read_batch: histogram(
                 &r,
                 "mooncake_read_barrier_batch",

@@ -31,13 +31,15 @@ pub struct NetworkFactory {
     pub cluster: Arc<ClusterId>,
     /// Where accepted AppendEntries are recorded for the leader lease.
     pub acks: Arc<AckClock>,
+    /// Round trips of the RPCs sent, by kind.
+    pub rpc_seconds: prometheus::HistogramVec,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient::new(target, &node.addr, self.cluster.clone(), self.acks.clone())
+        PeerClient::new(target, &node.addr, self.cluster.clone(), self.acks.clone(), self.rpc_seconds.clone())
     }
 }
 
@@ -48,19 +50,40 @@ pub struct PeerClient {
     addr: String,
     cluster: Arc<ClusterId>,
     acks: Arc<AckClock>,
+    rpc_seconds: prometheus::HistogramVec,
 }
 
 #[derive(Clone, Copy)]
 enum Rpc {
+    /// AppendEntries carrying entries.
     Append,
+    /// AppendEntries without entries.
+    Heartbeat,
     Vote,
     Snapshot,
+}
+
+impl Rpc {
+    fn label(self) -> &'static str {
+        match self {
+            Rpc::Append => "append",
+            Rpc::Heartbeat => "heartbeat",
+            Rpc::Vote => "vote",
+            Rpc::Snapshot => "snapshot",
+        }
+    }
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
-    fn new(target: NodeId, addr: &str, cluster: Arc<ClusterId>, acks: Arc<AckClock>) -> Self {
+    fn new(
+        target: NodeId,
+        addr: &str,
+        cluster: Arc<ClusterId>,
+        acks: Arc<AckClock>,
+        rpc_seconds: prometheus::HistogramVec,
+    ) -> Self {
         let client = Endpoint::from_shared(format!("http://{addr}"))
             .ok()
             .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
@@ -69,7 +92,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string(), cluster, acks }
+        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -86,11 +109,13 @@ impl PeerClient {
         let cluster_id = self.cluster.get().unwrap_or_default();
         let mut request = tonic::Request::new(RaftMessage { data, error: String::new(), cluster_id });
         request.set_timeout(option.hard_ttl());
+        let sent = Instant::now();
         let reply = match rpc {
-            Rpc::Append => client.append_entries(request).await,
+            Rpc::Append | Rpc::Heartbeat => client.append_entries(request).await,
             Rpc::Vote => client.vote(request).await,
             Rpc::Snapshot => client.install_snapshot(request).await,
         };
+        self.rpc_seconds.with_label_values(&[rpc.label()]).observe(sent.elapsed().as_secs_f64());
         let reply = reply.map_err(|status| transport_error(&status))?.into_inner();
         if !reply.error.is_empty() {
             let e = std::io::Error::other(reply.error);
@@ -118,7 +143,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
         let sent = Instant::now();
-        let reply = self.call(Rpc::Append, &rpc, &option).await;
+        let kind = if rpc.entries.is_empty() { Rpc::Heartbeat } else { Rpc::Append };
+        let reply = self.call(kind, &rpc, &option).await;
         // Only an acceptance refreshes the follower's lease; a conflict or a
         // higher vote proves nothing.
         if let Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) = &reply {

@@ -80,14 +80,15 @@ impl MasterNode {
             tracing::info!(cluster_id = %id, "cluster id");
         }
         let acks = Arc::new(AckClock::default());
-        let network = NetworkFactory { cluster: cluster.clone(), acks: acks.clone() };
+        let network =
+            NetworkFactory { cluster: cluster.clone(), acks: acks.clone(), rpc_seconds: metrics.raft_rpc.clone() };
         let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
         let kv_lease_ttl = Duration::from_millis(cfg.default_kv_lease_ttl_ms);
         let leader = Arc::new(match cfg.dev_unsafe_unfenced_removals {
             false => LeaderState::new(kv_lease_ttl),
             true => LeaderState::new_unfenced(kv_lease_ttl),
         });
-        let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone());
+        let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone(), metrics.commit.clone());
         let policy = EvictionPolicy {
             high_watermark_ratio: cfg.eviction_high_watermark_ratio,
             eviction_ratio: cfg.eviction_ratio,
@@ -235,9 +236,13 @@ fn serve_grpc(
     let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
-    let raft = RaftServiceServer::new(RaftServiceImpl::new(shared.raft.clone(), cluster))
-        .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
-        .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
+    let raft = RaftServiceServer::new(RaftServiceImpl::new(
+        shared.raft.clone(),
+        cluster,
+        shared.metrics.raft_rpc_handled.clone(),
+    ))
+    .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
+    .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
     let admin = AdminServiceServer::new(AdminServiceImpl::new(shared));
     let task = tokio::spawn(async move {
         let server = tonic::transport::Server::builder()

@@ -34,9 +34,9 @@ pub struct Proposer {
 impl Proposer {
     /// Starts the batching task for `raft`; `batch_sizes` observes the
     /// commands per log entry.
-    pub fn start(raft: Raft, batch_sizes: prometheus::Histogram) -> Self {
+    pub fn start(raft: Raft, batch_sizes: prometheus::Histogram, commit_seconds: prometheus::Histogram) -> Self {
         let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
-        tokio::spawn(batch_loop(raft, rx, batch_sizes));
+        tokio::spawn(batch_loop(raft, rx, batch_sizes, commit_seconds));
         Proposer { tx }
     }
 
@@ -57,7 +57,12 @@ impl Proposer {
     }
 }
 
-async fn batch_loop(raft: Raft, mut rx: mpsc::Receiver<Proposal>, batch_sizes: prometheus::Histogram) {
+async fn batch_loop(
+    raft: Raft,
+    mut rx: mpsc::Receiver<Proposal>,
+    batch_sizes: prometheus::Histogram,
+    commit_seconds: prometheus::Histogram,
+) {
     let permits = Arc::new(Semaphore::new(IN_FLIGHT_BATCHES_MAX));
     let mut carry: Option<Proposal> = None;
     loop {
@@ -81,8 +86,11 @@ async fn batch_loop(raft: Raft, mut rx: mpsc::Receiver<Proposal>, batch_sizes: p
         }
         batch_sizes.observe(size as f64);
         let raft = raft.clone();
+        let commit_seconds = commit_seconds.clone();
         tokio::spawn(async move {
+            let since = std::time::Instant::now();
             write_batch(&raft, batch).await;
+            commit_seconds.observe(since.elapsed().as_secs_f64());
             drop(permit);
         });
     }

@@ -101,6 +101,8 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
     let need = aligned(ask.size_bytes).saturating_mul(ask.replica_num as u64);
     let mut excluded: Vec<SegmentId> = Vec::new();
     let mut evictions = 0u32;
+    // Fewer replicas than asked are placed only once eviction cannot help.
+    let mut allow_fewer = false;
     for _ in 0..PLACE_ROUNDS_MAX {
         let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &spec.preferred)).await;
         let look = match found {
@@ -112,7 +114,8 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             return refuse(status(MetaError::ObjectAlreadyExists(ask.key.clone())));
         }
         let now = Instant::now();
-        let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &excluded, now)) else {
+        let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &excluded, allow_fewer, now))
+        else {
             return refuse(shared.not_leader());
         };
         match r {
@@ -128,14 +131,13 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                     }
                 }
             }
+            Reserve::NoRoom if allow_fewer => break,
             Reserve::NoRoom => {
-                if evictions == EVICT_ROUNDS_MAX {
-                    break;
-                }
                 let target = need.saturating_mul(1 << (2 * evictions));
                 evictions += 1;
-                if shared.evictor.round(target).await == 0 {
-                    break; // nothing (more) is evictable: the answer stands
+                // Once eviction cannot help any more, take what room there is.
+                if evictions > EVICT_ROUNDS_MAX || shared.evictor.round(target).await == 0 {
+                    allow_fewer = true;
                 }
                 excluded.clear();
             }
@@ -235,8 +237,21 @@ fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
 
 /// What to do with one PutEnd.
 enum EndPlan {
-    Propose(NewObject),
+    Propose(NewObject, u64),
     Answer(Status),
+}
+
+impl EndPlan {
+    /// The command to propose: `PutCommit`, applied at most once per request id.
+    fn command(&self) -> Option<Command> {
+        match self {
+            EndPlan::Propose(new, 0) => Some(Command::PutCommit(new.clone())),
+            EndPlan::Propose(new, id) => {
+                Some(Command::Once { request_id: *id, cmd: Box::new(Command::PutCommit(new.clone())) })
+            }
+            EndPlan::Answer(_) => None,
+        }
+    }
 }
 
 /// PutEnd of many objects: one proposal for all of them.
@@ -249,13 +264,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     };
     let plans: Vec<EndPlan> =
         shared.reader.read(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, term)).collect());
-    let cmds: Vec<Command> = plans
-        .iter()
-        .filter_map(|p| match p {
-            EndPlan::Propose(new) => Some(Command::PutCommit(new.clone())),
-            EndPlan::Answer(_) => None,
-        })
-        .collect();
+    let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
     let answers = shared.proposer.propose_many(cmds).await;
     let mut answers = match answers {
         Ok(a) => a.into_iter().map(|r| answer_status(&r)).collect::<Vec<_>>().into_iter(),
@@ -264,7 +273,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
                 .into_iter()
                 .map(|p| match p {
                     EndPlan::Answer(a) => a,
-                    EndPlan::Propose(_) => s.clone(),
+                    EndPlan::Propose(..) => s.clone(),
                 })
                 .collect();
         }
@@ -273,7 +282,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
         .into_iter()
         .map(|p| match p {
             EndPlan::Answer(a) => a,
-            EndPlan::Propose(_) => answers.next().unwrap_or_else(|| internal("missing PutCommit answer")),
+            EndPlan::Propose(..) => answers.next().unwrap_or_else(|| internal("missing PutCommit answer")),
         })
         .collect();
     // The commits are applied (or refused): those ranges are not being
@@ -298,6 +307,13 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
     if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
         return EndPlan::Answer(status(e));
     }
+    // A retry of a PutEnd that was applied gets its first answer, whatever
+    // happened to the object since (a remove must not be undone by a retry).
+    if req.request_id != 0
+        && let Some(first) = s.request_answer(req.request_id)
+    {
+        return EndPlan::Answer(answer_status(first));
+    }
     let client = ClientId(req.client_id);
     let echoed = placed_from(req);
     match reservation {
@@ -317,7 +333,7 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
                 replicas: r.replicas,
                 upsert: r.upsert,
             };
-            EndPlan::Propose(new)
+            EndPlan::Propose(new, req.request_id)
         }
         // This writer's put expired and another writer's put of the key is
         // in flight (the first writer wins).
@@ -359,7 +375,7 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
         replicas: echoed,
         upsert: req.upsert,
     };
-    EndPlan::Propose(new)
+    EndPlan::Propose(new, req.request_id)
 }
 
 /// PutRevoke: the writer gave up; the key is free at once.

@@ -16,11 +16,17 @@ use crate::cluster_id::ClusterId;
 pub struct RaftServiceImpl {
     raft: Raft,
     cluster: Arc<ClusterId>,
+    /// Time to handle each RPC received, by kind.
+    handled: prometheus::HistogramVec,
 }
 
 impl RaftServiceImpl {
-    pub fn new(raft: Raft, cluster: Arc<ClusterId>) -> Self {
-        RaftServiceImpl { raft, cluster }
+    pub fn new(raft: Raft, cluster: Arc<ClusterId>, handled: prometheus::HistogramVec) -> Self {
+        RaftServiceImpl { raft, cluster, handled }
+    }
+
+    fn observe(&self, rpc: &str, since: std::time::Instant) {
+        self.handled.with_label_values(&[rpc]).observe(since.elapsed().as_secs_f64());
     }
 
     /// Refuses messages of another cluster, then decodes.
@@ -45,17 +51,27 @@ fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
 #[tonic::async_trait]
 impl RaftService for RaftServiceImpl {
     async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let rpc = self.decode(req)?;
-        reply(&self.raft.append_entries(rpc).await)
+        let since = std::time::Instant::now();
+        let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
+        let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
+        let answer = reply(&self.raft.append_entries(rpc).await);
+        self.observe(kind, since);
+        answer
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let since = std::time::Instant::now();
         let rpc = self.decode(req)?;
-        reply(&self.raft.vote(rpc).await)
+        let answer = reply(&self.raft.vote(rpc).await);
+        self.observe("vote", since);
+        answer
     }
 
     async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let since = std::time::Instant::now();
         let rpc = self.decode(req)?;
-        reply(&self.raft.install_snapshot(rpc).await)
+        let answer = reply(&self.raft.install_snapshot(rpc).await);
+        self.observe("snapshot", since);
+        answer
     }
 }

@@ -158,8 +158,17 @@ impl PutTable {
 
     /// Reserves ranges for `ask` on up to `replica_num` of `candidates`
     /// (in their order, one replica per host first unless preferred),
-    /// skipping `excluded` segments.
-    pub fn reserve(&mut self, ask: &PutAsk, candidates: &[Candidate], excluded: &[SegmentId], now: Instant) -> Reserve {
+    /// skipping `excluded` segments. Fewer replicas than asked only with
+    /// `allow_fewer` (after eviction could not make room); otherwise that is
+    /// [`Reserve::NoRoom`].
+    pub fn reserve(
+        &mut self,
+        ask: &PutAsk,
+        candidates: &[Candidate],
+        excluded: &[SegmentId],
+        allow_fewer: bool,
+        now: Instant,
+    ) -> Reserve {
         if let Some(r) = self.active.get(&ask.key) {
             return if r.client == ask.client && r.size_bytes == ask.size_bytes {
                 Reserve::Again(r.replicas.clone())
@@ -191,7 +200,7 @@ impl PutTable {
                 needs.into_iter().map(|c| (c.segment, self.arena_len(c.segment, len, c.capacity_bytes))).collect(),
             );
         }
-        if chosen.is_empty() {
+        if chosen.is_empty() || (chosen.len() < ask.replica_num && !allow_fewer) {
             return Reserve::NoRoom;
         }
         let replicas: Vec<PlacedReplica> = chosen.iter().map(|s| self.take(*s, len)).collect();
@@ -417,13 +426,13 @@ mod tests {
     fn ranges_are_handed_out_once_each_by_a_bump_pointer() {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
-        let a = placed(t.reserve(&ask("a", 1, 1000, 1), &[cand(1, "h1")], &[], t0));
-        let b = placed(t.reserve(&ask("b", 1, 1000, 1), &[cand(1, "h1")], &[], t0));
+        let a = placed(t.reserve(&ask("a", 1, 1000, 1), &[cand(1, "h1")], &[], true, t0));
+        let b = placed(t.reserve(&ask("b", 1, 1000, 1), &[cand(1, "h1")], &[], true, t0));
         assert_eq!(a[0].range, Range::new(0, aligned(1000)));
         assert_eq!(b[0].range, Range::new(aligned(1000), aligned(1000)));
         // Even after a's put ends, its range is never handed out again.
         t.finish("a", ClientId(1));
-        let c = placed(t.reserve(&ask("c", 1, 1000, 1), &[cand(1, "h1")], &[], t0));
+        let c = placed(t.reserve(&ask("c", 1, 1000, 1), &[cand(1, "h1")], &[], true, t0));
         assert_eq!(c[0].range.offset, 2 * aligned(1000));
     }
 
@@ -432,13 +441,20 @@ mod tests {
         let t0 = Instant::now();
         let mut t = table(2, 4 * MB);
         let cands = [cand(1, "h1"), cand(2, "h2")];
-        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0));
+        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0));
         assert_eq!(p.len(), 2);
-        assert_eq!(t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0), Reserve::Again(p));
-        assert_eq!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], t0), Reserve::Taken);
-        assert_eq!(t.reserve(&ask("k", 1, 200, 2), &cands, &[], t0), Reserve::Taken, "another size is another put");
+        assert_eq!(t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0), Reserve::Again(p));
+        assert_eq!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], true, t0), Reserve::Taken);
+        assert_eq!(
+            t.reserve(&ask("k", 1, 200, 2), &cands, &[], true, t0),
+            Reserve::Taken,
+            "another size is another put"
+        );
         assert!(t.revoke("k", ClientId(1), t0));
-        assert!(matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], t0), Reserve::Placed(_)), "revoke frees the key");
+        assert!(
+            matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], true, t0), Reserve::Placed(_)),
+            "revoke frees the key"
+        );
     }
 
     #[test]
@@ -447,24 +463,27 @@ mod tests {
         let mut t = table(1, 4 * MB);
         let cands = [cand(1, "h1"), cand(3, "h1"), cand(2, "h2")];
         // Segment 2 (another host) has no arena yet: ask for one there, not on 3.
-        let r = t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0);
+        let r = t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0);
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(2), ARENA_START_BYTES)]));
         t.add_arena(arena(7, 2, 0, ARENA_START_BYTES), SEG);
-        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], t0));
+        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0));
         let segs: Vec<u64> = p.iter().map(|r| r.segment.0).collect();
         assert_eq!(segs, vec![1, 2]);
         // With segment 2 excluded (it could not grant), the same host is reused.
-        let r = t.reserve(&ask("j", 1, 100, 2), &[cand(1, "h1"), cand(2, "h2"), cand(3, "h1")], &[SegmentId(2)], t0);
+        let r = t.reserve(&ask("j", 1, 100, 3), &[cand(1, "h1")], &[], false, t0);
+        assert_eq!(r, Reserve::NoRoom, "fewer replicas than asked only when allowed");
+        let r =
+            t.reserve(&ask("j", 1, 100, 2), &[cand(1, "h1"), cand(2, "h2"), cand(3, "h1")], &[SegmentId(2)], true, t0);
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(3), ARENA_START_BYTES)]));
-        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &[], t0), Reserve::NoRoom);
+        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &[], true, t0), Reserve::NoRoom);
     }
 
     #[test]
     fn a_put_that_does_not_fit_asks_for_a_new_arena_and_the_old_one_is_sealed_and_trimmed() {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
-        placed(t.reserve(&ask("a", 1, 3 * MB, 1), &[cand(1, "h1")], &[], t0));
-        let r = t.reserve(&ask("b", 1, 2 * MB, 1), &[cand(1, "h1")], &[], t0);
+        placed(t.reserve(&ask("a", 1, 3 * MB, 1), &[cand(1, "h1")], &[], true, t0));
+        let r = t.reserve(&ask("b", 1, 2 * MB, 1), &[cand(1, "h1")], &[], true, t0);
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(1), 8 * MB)]), "the next arena doubles");
         let trim = t.add_arena(arena(200, 1, 4 * MB, 8 * MB), SEG);
         assert_eq!(trim, Some((ArenaId(101), 3 * MB)), "the old arena keeps only what it handed out");
@@ -483,15 +502,15 @@ mod tests {
         let holes = vec![Range::new(0, 2 * MB), Range::new(8 * MB, MB), Range::new(16 * MB, 4 * MB)];
         t.add_arena(Arena { id: ArenaId(1), segment: SegmentId(1), extents: holes, term: 1 }, SEG);
         let c = [cand(1, "h1")];
-        let a = placed(t.reserve(&ask("a", 1, 1536 << 10, 1), &c, &[], t0));
+        let a = placed(t.reserve(&ask("a", 1, 1536 << 10, 1), &c, &[], true, t0));
         assert_eq!(a[0].range, Range::new(0, 1536 << 10));
         // 1 MiB does not fit the 512 KiB left of the first hole: the next hole.
-        let b = placed(t.reserve(&ask("b", 1, MB, 1), &c, &[], t0));
+        let b = placed(t.reserve(&ask("b", 1, MB, 1), &c, &[], true, t0));
         assert_eq!(b[0].range, Range::new(8 * MB, MB));
-        let d = placed(t.reserve(&ask("d", 1, 3 * MB, 1), &c, &[], t0));
+        let d = placed(t.reserve(&ask("d", 1, 3 * MB, 1), &c, &[], true, t0));
         assert_eq!(d[0].range, Range::new(16 * MB, 3 * MB));
         // The cursor never goes back, even for what would fit behind it.
-        let e = placed(t.reserve(&ask("e", 1, 256 << 10, 1), &c, &[], t0));
+        let e = placed(t.reserve(&ask("e", 1, 256 << 10, 1), &c, &[], true, t0));
         assert_eq!(e[0].range.offset, 19 * MB);
         assert_eq!(t.relieve(SegmentId(1)), Some((ArenaId(1), 2 * MB + MB + 3 * MB + (256 << 10))));
     }
@@ -514,8 +533,8 @@ mod tests {
         let t0 = Instant::now();
         let (discard, release) = (Duration::from_secs(30), Duration::from_secs(600));
         let mut t = table(1, 4 * MB);
-        placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &[], t0));
-        placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &[], t0));
+        placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &[], true, t0));
+        placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &[], true, t0));
         t.relieve(SegmentId(1));
         assert!(t.revoke("revoked", ClientId(1), t0));
         assert!(!t.revoke("revoked", ClientId(1), t0), "a second revoke finds nothing");
@@ -532,7 +551,7 @@ mod tests {
     fn an_expired_client_frees_its_keys_and_holds_its_ranges() {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
-        placed(t.reserve(&ask("k", 9, 100, 1), &[cand(1, "h1")], &[], t0));
+        placed(t.reserve(&ask("k", 9, 100, 1), &[cand(1, "h1")], &[], true, t0));
         t.expire_client(ClientId(9), Duration::from_secs(60));
         assert!(t.find("k").is_none());
         t.relieve(SegmentId(1));

@@ -195,3 +195,27 @@ async fn a_full_segment_still_takes_a_put_that_fits_and_batches_commit_once() {
     assert_eq!(entries, 1, "a batch of 32 puts took {entries} entries");
     assert_eq!(client.list_objects("b", 100).await.expect("list").len(), 32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_put_end_gets_its_first_answer_and_never_undoes_a_remove() {
+    let cluster = Cluster::builder().masters(1).master_bin(BIN).start();
+    cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let client = cluster.client();
+    client.remount_segments(STORE, vec![segment(1, 64 << 20)]).await.expect("mount");
+    client.remount_segments(WRITER, vec![]).await.expect("register");
+    let replicas = client.put_start(ask("k", 4096, 0)).await.expect("put start");
+    let first = PutEndRequest { request_id: 42, ..end("k", 4096, &replicas) };
+    client.put_end_with(first.clone()).await.expect("put end");
+    // The answer was lost (as under packet loss); meanwhile someone removed
+    // the object. The retry must not store it again.
+    client.remove("k", true).await.expect("remove");
+    client.put_end_with(first.clone()).await.expect("the retry gets the first answer");
+    assert!(
+        client.list_objects("k", 10).await.expect("list").is_empty(),
+        "a retried PutEnd resurrected a removed object"
+    );
+    // Without a request id the same late PutEnd is refused as expired, not recorded.
+    let e = client.put_end_with(PutEndRequest { request_id: 0, ..first }).await.expect_err("an expired put");
+    assert_eq!(e.code(), Some(ErrorCode::ObjectNotFound));
+    assert!(client.list_objects("k", 10).await.expect("list").is_empty());
+}

@@ -159,7 +159,14 @@ impl LogStore {
         self.sync.sync_async().await
     }
 
-    /// Records (or clears) the committed log id and flushes it.
+    /// Records (or clears) the committed log id, without waiting for the
+    /// disk. It is a hint, not a promise: after a restart the node re-applies
+    /// the log up to it instead of waiting to hear the commit index from the
+    /// leader, and a stale (older) one is simply re-learned. It can never be
+    /// ahead of the durable log: it is saved after the entries it covers were
+    /// synced. (openraft calls this on every commit, before apply: a flush
+    /// here cost ~0.14 ms of every commit's latency.) The next sync of the
+    /// database — the next append's — makes it durable too.
     async fn store_committed(&self, committed: Option<LogId>) -> Result<(), StoreError> {
         match committed {
             Some(log_id) => self.write_meta(KEY_COMMITTED, &log_id)?,
@@ -167,7 +174,6 @@ impl LogStore {
                 self.meta.remove(KEY_COMMITTED).map_err(StoreError::sled("clear committed"))?;
             }
         }
-        self.meta.flush_async().await.map_err(StoreError::sled("flush committed"))?;
         Ok(())
     }
 
@@ -254,7 +260,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.read_meta(KEY_VOTE).map_err(read_vote)
     }
 
-    /// Persists the committed log id (flushed, not synced).
+    /// Records the committed log id (a restart hint; see `store_committed`).
     async fn save_committed(&mut self, committed: Option<LogId>) -> StorageResult<()> {
         self.store_committed(committed).await.map_err(write_logs)
     }

@@ -1,7 +1,7 @@
 //! Baselines measured in the same run as Mooncake, on the same machine and
 //! loopback: a raw TCP request/response loop and memcpy (for `data`), a
-//! 3-member etcd cluster (for `meta` and `failover`), and Redis (for
-//! `small`). External servers are started by the bench on free 127.0.0.1
+//! 3-member etcd cluster (for `meta` and `failover`), Redis (for `small`),
+//! and upstream Mooncake itself (for `data`, `meta` and `small`). External servers are started by the bench on free 127.0.0.1
 //! ports with their own temporary directories, and a [`Proc`] guard kills
 //! them (and the directory goes) however the bench ends.
 
@@ -9,6 +9,7 @@ pub mod etcd;
 pub mod memcpy;
 pub mod raw_tcp;
 pub mod redis;
+pub mod upstream;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -82,10 +83,15 @@ impl Proc {
 
     /// The last `lines` of its log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        log_tail(&self.log, lines)
     }
+}
+
+/// The last `lines` of the file at `path` (empty if it cannot be read).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 impl Drop for Proc {

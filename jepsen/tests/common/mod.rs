@@ -55,6 +55,11 @@ pub fn remove_unknown(process: u64, key: &str, invoke_ns: u64) -> OpRecord {
     record(process, key, OpKind::Remove, invoke_ns, None, Outcome::Unknown)
 }
 
+/// An answered non-force RemoveAll, as one key sees it: removed it or kept it.
+pub fn remove_all(process: u64, key: &str, invoke_ns: u64, complete_ns: u64) -> OpRecord {
+    record(process, key, OpKind::RemoveAll, invoke_ns, Some(complete_ns), Outcome::Ok)
+}
+
 pub fn history(records: Vec<OpRecord>) -> History {
     History::new(records).expect("test history is well formed")
 }
@@ -204,7 +209,8 @@ fn random_kind(rng: &mut Rng, next_value: &mut u64) -> OpKind {
         }
         35..65 => OpKind::Get,
         65..75 => OpKind::Exists,
-        _ => OpKind::Remove,
+        75..94 => OpKind::Remove,
+        _ => OpKind::RemoveAll,
     }
 }
 
@@ -232,17 +238,19 @@ fn apply_in_effect_order(planned: &mut [Planned]) {
             Fate::Failed => Outcome::Fail,
             Fate::Unknown { applies } => {
                 if applies {
-                    apply(state, p.record.op);
+                    apply(state, p.record.op, p.effect_ns);
                 }
                 Outcome::Unknown
             }
-            Fate::Answered => apply(state, p.record.op),
+            Fate::Answered => apply(state, p.record.op, p.effect_ns),
         };
     }
 }
 
-/// Applies `op` to a register the way the store does; returns its answer.
-pub fn apply(state: &mut Option<u64>, op: OpKind) -> Outcome {
+/// Applies `op` at `effect_ns` to a register the way the store does; returns
+/// its answer. A RemoveAll keeps a key it finds leased: here, when it takes
+/// effect at an odd instant.
+pub fn apply(state: &mut Option<u64>, op: OpKind, effect_ns: u64) -> Outcome {
     match op {
         OpKind::Put { value } if state.is_none() => {
             *state = Some(value);
@@ -253,6 +261,12 @@ pub fn apply(state: &mut Option<u64>, op: OpKind) -> Outcome {
         OpKind::Get => Outcome::GetOk { value: *state },
         OpKind::Exists => Outcome::ExistsOk { exists: state.is_some() },
         OpKind::Remove => Outcome::RemoveOk { existed: state.take().is_some() },
+        OpKind::RemoveAll => {
+            if effect_ns.is_multiple_of(2) {
+                *state = None;
+            }
+            Outcome::Ok
+        }
     }
 }
 
@@ -354,12 +368,13 @@ fn orders_exist(ops: &[OracleOp], placed: &mut Vec<bool>, state: Option<u64>, re
         if placed[candidate] || !may_go_next(ops, placed, candidate) {
             continue;
         }
-        let Some(next_state) = oracle_step(ops[candidate], state, retried_remove) else { continue };
-        placed[candidate] = true;
-        let found = orders_exist(ops, placed, next_state, retried_remove);
-        placed[candidate] = false;
-        if found {
-            return true;
+        for next_state in oracle_steps(ops[candidate], state, retried_remove) {
+            placed[candidate] = true;
+            let found = orders_exist(ops, placed, next_state, retried_remove);
+            placed[candidate] = false;
+            if found {
+                return true;
+            }
         }
     }
     false
@@ -370,6 +385,16 @@ fn may_go_next(ops: &[OracleOp], placed: &[bool], candidate: usize) -> bool {
     let invoke_ns = ops[candidate].invoke_ns;
     (0..ops.len())
         .all(|other| placed[other] || other == candidate || ops[other].deadline_ns.is_none_or(|d| d >= invoke_ns))
+}
+
+/// Every state `op` may leave in `state` (none: its answer is impossible).
+fn oracle_steps(op: OracleOp, state: Option<u64>, retried_remove: bool) -> Vec<Option<u64>> {
+    match (op.op, op.outcome) {
+        // Removed the key, or kept it (it was leased).
+        (OpKind::RemoveAll, Outcome::Ok) => vec![None, state],
+        (OpKind::RemoveAll, Outcome::Unknown) => vec![None],
+        _ => oracle_step(op, state, retried_remove).into_iter().collect(),
+    }
 }
 
 fn oracle_step(op: OracleOp, state: Option<u64>, retried_remove: bool) -> Option<Option<u64>> {
@@ -397,6 +422,8 @@ pub fn arbitrary_history(seed: u64, ops: usize) -> History {
                 0 => OpKind::Put { value: i + 1 },
                 1 => OpKind::Get,
                 2 => OpKind::Exists,
+                // One remove in three is a RemoveAll (no extra draw).
+                _ if i % 3 == 0 => OpKind::RemoveAll,
                 _ => OpKind::Remove,
             };
             let outcome = arbitrary_outcome(&mut rng, op, ops as u64);
@@ -419,6 +446,7 @@ fn arbitrary_outcome(rng: &mut Rng, op: OpKind, ops: u64) -> Outcome {
         (_, OpKind::Get) => Outcome::GetOk { value: rng.chance_per_mille(300).then(|| 1 + rng.below(ops)) },
         (_, OpKind::Exists) => Outcome::ExistsOk { exists: rng.chance_per_mille(500) },
         (_, OpKind::Remove) => Outcome::RemoveOk { existed: rng.chance_per_mille(500) },
+        (_, OpKind::RemoveAll) => Outcome::Ok,
     }
 }
 
