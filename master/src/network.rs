@@ -33,13 +33,18 @@ pub struct NetworkFactory {
     pub acks: Arc<AckClock>,
     /// Round trips of the RPCs sent, by kind.
     pub rpc_seconds: prometheus::HistogramVec,
+    /// This master's log sync: followers are never told a commit index past it.
+    pub flushed: mooncake_raft_store::FlushedLog,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient::new(target, &node.addr, self.cluster.clone(), self.acks.clone(), self.rpc_seconds.clone())
+        let mut peer =
+            PeerClient::new(target, &node.addr, self.cluster.clone(), self.acks.clone(), self.rpc_seconds.clone());
+        peer.flushed = Some(self.flushed.clone());
+        peer
     }
 }
 
@@ -51,6 +56,7 @@ pub struct PeerClient {
     cluster: Arc<ClusterId>,
     acks: Arc<AckClock>,
     rpc_seconds: prometheus::HistogramVec,
+    flushed: Option<mooncake_raft_store::FlushedLog>,
 }
 
 #[derive(Clone, Copy)]
@@ -92,7 +98,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds }
+        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed: None }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -139,9 +145,19 @@ fn transport_error<E: std::error::Error>(status: &tonic::Status) -> RpcErr<E> {
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        // openraft may count this leader's own, not yet synced, copy towards
+        // a commit (flushed.rs): a follower learns a commit index only up to
+        // what is synced here, so it never applies an entry that a power cut
+        // on this leader could still take back.
+        if let (Some(flushed), Some(commit)) = (&self.flushed, rpc.leader_commit) {
+            let synced = flushed.get();
+            if synced.is_none_or(|s| s.index < commit.index) {
+                rpc.leader_commit = synced;
+            }
+        }
         let sent = Instant::now();
         let kind = if rpc.entries.is_empty() { Rpc::Heartbeat } else { Rpc::Append };
         let reply = self.call(kind, &rpc, &option).await;

@@ -51,6 +51,7 @@ impl MasterNode {
         let observer = Arc::new(MetricsObserver(metrics.clone()));
         let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
         store_opts.fsync = !cfg.dev_unsafe_no_fsync;
+        store_opts.node_id = Some(cfg.id);
         let unsafe_modes = [
             cfg.dev_unsafe_no_fsync,
             cfg.dev_unsafe_stale_reads,
@@ -69,6 +70,7 @@ impl MasterNode {
         let (log, sm) =
             open_store(&store_opts).with_context(|| format!("opening data dir {}", cfg.data_dir.display()))?;
         let reader = sm.reader();
+        let flushed = log.flushed();
         if let Some(file) = &cfg.restore {
             restore_from(&sm, file)?;
         }
@@ -80,15 +82,20 @@ impl MasterNode {
             tracing::info!(cluster_id = %id, "cluster id");
         }
         let acks = Arc::new(AckClock::default());
-        let network =
-            NetworkFactory { cluster: cluster.clone(), acks: acks.clone(), rpc_seconds: metrics.raft_rpc.clone() };
+        let network = NetworkFactory {
+            cluster: cluster.clone(),
+            acks: acks.clone(),
+            rpc_seconds: metrics.raft_rpc.clone(),
+            flushed: flushed.clone(),
+        };
         let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
         let kv_lease_ttl = Duration::from_millis(cfg.default_kv_lease_ttl_ms);
         let leader = Arc::new(match cfg.dev_unsafe_unfenced_removals {
             false => LeaderState::new(kv_lease_ttl),
             true => LeaderState::new_unfenced(kv_lease_ttl),
         });
-        let proposer = Proposer::start(raft.clone(), metrics.batch_commands.clone(), metrics.commit.clone());
+        let proposer =
+            Proposer::start(raft.clone(), metrics.batch_commands.clone(), metrics.commit.clone(), flushed.clone());
         let policy = EvictionPolicy {
             high_watermark_ratio: cfg.eviction_high_watermark_ratio,
             eviction_ratio: cfg.eviction_ratio,
@@ -107,6 +114,7 @@ impl MasterNode {
             acks,
             leader_lease: cfg.leader_lease(),
             evictor: evictor.clone(),
+            flushed,
             arena_grants: tokio::sync::Mutex::new(()),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         });

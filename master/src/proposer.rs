@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use mooncake_proto::Status;
 use mooncake_raft_store::state::BATCH_MAX;
-use mooncake_raft_store::{Command, Raft, Request, Response};
+use mooncake_raft_store::{Command, FlushedLog, Raft, Request, Response};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::errors::{internal, unavailable, write_error_status};
@@ -34,9 +34,16 @@ pub struct Proposer {
 impl Proposer {
     /// Starts the batching task for `raft`; `batch_sizes` observes the
     /// commands per log entry.
-    pub fn start(raft: Raft, batch_sizes: prometheus::Histogram, commit_seconds: prometheus::Histogram) -> Self {
+    /// `flushed`: the leader's log sync; answers wait until their entry is
+    /// synced here too (the leader replicates while it syncs, `flushed.rs`).
+    pub fn start(
+        raft: Raft,
+        batch_sizes: prometheus::Histogram,
+        commit_seconds: prometheus::Histogram,
+        flushed: FlushedLog,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
-        tokio::spawn(batch_loop(raft, rx, batch_sizes, commit_seconds));
+        tokio::spawn(batch_loop(raft, rx, batch_sizes, commit_seconds, flushed));
         Proposer { tx }
     }
 
@@ -62,6 +69,7 @@ async fn batch_loop(
     mut rx: mpsc::Receiver<Proposal>,
     batch_sizes: prometheus::Histogram,
     commit_seconds: prometheus::Histogram,
+    flushed: FlushedLog,
 ) {
     let permits = Arc::new(Semaphore::new(IN_FLIGHT_BATCHES_MAX));
     let mut carry: Option<Proposal> = None;
@@ -86,13 +94,21 @@ async fn batch_loop(
         }
         batch_sizes.observe(size as f64);
         let raft = raft.clone();
-        let commit_seconds = commit_seconds.clone();
+        let (commit_seconds, flushed) = (commit_seconds.clone(), flushed.clone());
         tokio::spawn(async move {
             let since = std::time::Instant::now();
-            write_batch(&raft, batch).await;
+            write_batch(&raft, &flushed, batch).await;
             commit_seconds.observe(since.elapsed().as_secs_f64());
             drop(permit);
         });
+    }
+}
+
+fn batch_answers(data: Response) -> Result<Vec<Response>, Status> {
+    match data {
+        Response::Batch(responses) => Ok(responses),
+        Response::Err(e) => Err(crate::errors::meta_status(&e)),
+        other => Err(internal(format!("unexpected response to a batch: {other:?}"))),
     }
 }
 
@@ -100,16 +116,18 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-async fn write_batch(raft: &Raft, batch: Vec<Proposal>) {
+async fn write_batch(raft: &Raft, flushed: &FlushedLog, batch: Vec<Proposal>) {
     let counts: Vec<usize> = batch.iter().map(|p| p.cmds.len()).collect();
     let (cmds, replies): (Vec<Vec<Command>>, Vec<_>) = batch.into_iter().map(|p| (p.cmds, p.reply)).unzip();
     let request = Request { ts_ms: now_ms(), cmd: Command::Batch(cmds.into_iter().flatten().collect()) };
     let result = match raft.client_write(request).await {
-        Ok(written) => match written.data {
-            Response::Batch(responses) => Ok(responses),
-            Response::Err(e) => Err(crate::errors::meta_status(&e)),
-            other => Err(internal(format!("unexpected response to a batch: {other:?}"))),
-        },
+        Ok(written) => {
+            // Committed and applied, but acknowledged only once the leader's
+            // own copy is synced too: then a quorum (it and the follower
+            // that acked) holds it on disk.
+            flushed.wait_for(written.log_id.index).await;
+            batch_answers(written.data)
+        }
         Err(e) => Err(write_error_status(&e)),
     };
     match result {

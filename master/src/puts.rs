@@ -262,8 +262,10 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     }) else {
         return vec![shared.not_leader(); reqs.len()];
     };
+    // Plans answered from the state (a retry's first answer) must rest on
+    // synced state.
     let plans: Vec<EndPlan> =
-        shared.reader.read(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, term)).collect());
+        shared.read_durable(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, term)).collect()).await;
     let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
     let answers = shared.proposer.propose_many(cmds).await;
     let mut answers = match answers {

@@ -36,6 +36,9 @@ pub struct Shared {
     pub leader_lease: Option<Duration>,
     /// Eviction rounds (the duty's and those of puts that found no room).
     pub evictor: Arc<crate::eviction::Evictor>,
+    /// How far this master's log is synced: what is answered from the
+    /// applied state waits until that state is synced (flushed.rs).
+    pub flushed: mooncake_raft_store::FlushedLog,
     /// One arena grant at a time: concurrent puts that need an arena on the
     /// same segment share the first one's.
     pub arena_grants: tokio::sync::Mutex<()>,
@@ -82,14 +85,25 @@ impl Shared {
         }
         self.require_leader()?;
         if let Some(window) = self.leader_lease {
-            let (value, applied_term) = self.reader.read(|s| (f(s), s.last_applied.map(|l| l.leader_id.term)));
-            if self.leader_lease_holds(applied_term, window) {
+            let (value, applied) = self.reader.read(|s| (f(s), s.last_applied));
+            if self.leader_lease_holds(applied.map(|l| l.leader_id.term), window) {
                 self.metrics.leader_lease_reads.inc();
+                self.flushed.wait_for(applied.map(|l| l.index).unwrap_or(0)).await;
                 return Ok(value);
             }
         }
         self.linearizable().await?;
-        Ok(self.reader.read(f))
+        Ok(self.read_durable(f).await)
+    }
+
+    /// `f` on the applied state, answered once that state is synced on this
+    /// master: the leader applies its own entries while their sync runs
+    /// (`mooncake_raft_store::FlushedLog`), and nothing it answers may rest
+    /// on an entry a power cut could still take back. Not a leadership check.
+    pub async fn read_durable<T>(&self, f: impl FnOnce(&MetaState) -> T) -> T {
+        let (value, applied) = self.reader.read(|s| (f(s), s.last_applied.map(|l| l.index).unwrap_or(0)));
+        self.flushed.wait_for(applied).await;
+        value
     }
 
     /// The lease check of [`Shared::read`], taken after the state was read:

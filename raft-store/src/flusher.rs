@@ -1,13 +1,12 @@
 //! Group commit of log appends. `append` writes entries into sled (readable
-//! at once) and hands openraft's completion callback to the flusher thread;
-//! the thread makes everything written so far durable with one sync and then
-//! completes every callback that was waiting, in order; appends that arrive
-//! during a sync share the next one. The thread keeps the blocking sync off
-//! the runtime's workers, so RPCs and reads go on while it runs. openraft
-//! 0.9's core itself waits for the callback before it replicates
-//! (`append_to_log` awaits it), so the leader's own sync stays on the commit
-//! path; syncing inline in `append` instead measured no faster
-//! (`mooncake bench meta`, 2026-11-30).
+//! at once) and hands a job to the flusher thread: openraft's completion
+//! callback (followers' appends), or just the entries' last log id (the
+//! leader's own appends, completed at once — see `flushed.rs`). The thread
+//! makes everything written so far durable with one sync, records the synced
+//! prefix in [`FlushedLog`], then completes every callback that was waiting,
+//! in order; appends that arrive during a sync share the next one. The
+//! thread keeps the blocking sync off the runtime's workers, so RPCs and
+//! reads go on while it runs.
 
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
@@ -15,7 +14,8 @@ use std::thread::JoinHandle;
 use openraft::storage::LogFlushed;
 
 use crate::durable::DataSync;
-use crate::types::TypeConfig;
+use crate::flushed::FlushedLog;
+use crate::types::{LogId, TypeConfig};
 
 /// Appends waiting for a sync. openraft bounds its own in-flight appends far
 /// below this; the bound only keeps a stalled disk from growing memory.
@@ -23,40 +23,59 @@ const FLUSH_QUEUE_MAX: usize = 4_096;
 
 type Callback = LogFlushed<TypeConfig>;
 
+/// What waits for the next sync.
+pub(crate) struct Job {
+    /// Completed after the sync (None: completed already).
+    pub callback: Option<Callback>,
+    /// The last entry written before the job was submitted.
+    pub last: LogId,
+}
+
 /// The flusher thread of one log store; dropping it drains and joins.
 pub(crate) struct Flusher {
-    tx: Option<SyncSender<Callback>>,
+    tx: Option<SyncSender<Job>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Flusher {
-    pub(crate) fn start(sync: DataSync) -> std::io::Result<Self> {
+    pub(crate) fn start(sync: DataSync, flushed: FlushedLog) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(FLUSH_QUEUE_MAX);
-        let thread = std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || run(&sync, &rx))?;
+        let thread =
+            std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || run(&sync, &flushed, &rx))?;
         Ok(Flusher { tx: Some(tx), thread: Some(thread) })
     }
 
-    /// Completes `callback` once everything written before this call is durable.
-    pub(crate) fn submit(&self, callback: Callback) -> Result<(), std::io::Error> {
+    /// Syncs everything written before this call, then records `job.last`
+    /// as flushed and completes its callback.
+    pub(crate) fn submit(&self, job: Job) -> Result<(), std::io::Error> {
         let gone = || std::io::Error::other("log flusher thread has stopped");
         let tx = self.tx.as_ref().ok_or_else(gone)?;
-        tx.send(callback).map_err(|returned| {
-            returned.0.log_io_completed(Err(gone()));
+        tx.send(job).map_err(|returned| {
+            if let Some(cb) = returned.0.callback {
+                cb.log_io_completed(Err(gone()));
+            }
             gone()
         })
     }
 }
 
-fn run(sync: &DataSync, rx: &Receiver<Callback>) {
+fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
         let result = sync.sync();
-        if let Err(e) = &result {
-            tracing::error!(error = %e, waiting = waiting.len(), "log sync failed");
+        match &result {
+            Ok(()) => {
+                if let Some(last) = waiting.iter().map(|j| j.last).max_by_key(|l| l.index) {
+                    flushed.advance(last);
+                }
+            }
+            Err(e) => tracing::error!(error = %e, waiting = waiting.len(), "log sync failed"),
         }
-        for cb in waiting {
-            cb.log_io_completed(result.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())));
+        for job in waiting {
+            if let Some(cb) = job.callback {
+                cb.log_io_completed(result.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())));
+            }
         }
     }
 }

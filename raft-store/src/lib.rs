@@ -9,6 +9,7 @@
 pub mod codec;
 mod durable;
 mod error;
+mod flushed;
 mod flusher;
 mod log_store;
 mod observer;
@@ -20,6 +21,7 @@ mod types;
 
 pub use durable::DataSync;
 pub use error::{MetaError, StoreError};
+pub use flushed::FlushedLog;
 pub use log_store::LogStore;
 pub use observer::{NoopObserver, StoreObserver};
 pub use sm_store::{

@@ -5,7 +5,10 @@
 //! Durability promise: nothing is acknowledged before it is on stable storage.
 //! `save_vote`, `truncate` and `purge` return only after [`DataSync::sync`];
 //! `append` calls openraft's callback only after a sync covering the batch
-//! (group commit on the flusher thread, see `flusher.rs`). `purge` records `last_purged` in the same sled
+//! (group commit on the flusher thread, see `flusher.rs`) — except for the
+//! entries this node writes as the leader of its current term, whose sync
+//! runs while they are replicated and is tracked in [`FlushedLog`] (see
+//! `flushed.rs` for why that keeps every acknowledgement quorum-durable). `purge` records `last_purged` in the same sled
 //! transaction that deletes the entries, so a crash can never leave entries
 //! gone without the marker. `committed` is only flushed: losing it makes a
 //! restart re-apply less, never wrongly.
@@ -25,7 +28,8 @@ use sled::transaction::{ConflictableTransactionResult, TransactionError};
 use crate::codec::{decode, encode};
 use crate::durable::DataSync;
 use crate::error::StoreError;
-use crate::flusher::Flusher;
+use crate::flushed::FlushedLog;
+use crate::flusher::{Flusher, Job};
 use crate::types::{LogId, NodeId, TypeConfig};
 
 /// A log entry of this type configuration.
@@ -48,6 +52,12 @@ pub struct LogStore {
     meta: sled::Tree,
     sync: DataSync,
     flusher: Arc<Flusher>,
+    flushed: FlushedLog,
+    /// This master's id, when known: its own entries as leader are synced
+    /// while they replicate. `None` (tests, tools): every append waits.
+    own_id: Option<NodeId>,
+    /// The last vote saved, to tell whether this node leads its term.
+    vote: Arc<std::sync::Mutex<Option<Vote<NodeId>>>>,
 }
 
 impl LogStore {
@@ -56,12 +66,50 @@ impl LogStore {
     pub fn open(db: &sled::Db, sync: DataSync) -> Result<LogStore, StoreError> {
         let log = db.open_tree(LOG_TREE).map_err(StoreError::sled("open raft_log tree"))?;
         let meta = db.open_tree(META_TREE).map_err(StoreError::sled("open raft_meta tree"))?;
-        let flusher = Flusher::start(sync.clone()).map_err(|source| StoreError::Io {
+        let probe = LogStore::read_meta_in::<Vote<NodeId>>(&meta, KEY_VOTE)?;
+        let last = match log.last().map_err(StoreError::sled("read last log entry"))? {
+            Some((_, bytes)) => Some(decode::<Entry>("log entry", &bytes)?.log_id),
+            None => None,
+        };
+        // What the log held (or purged into a snapshot) when opened is on disk.
+        let purged = LogStore::read_meta_in::<LogId>(&meta, KEY_LAST_PURGED)?;
+        let flushed = FlushedLog::new(last.max(purged));
+        let flusher = Flusher::start(sync.clone(), flushed.clone()).map_err(|source| StoreError::Io {
             op: "start log flusher thread",
             path: String::new(),
             source,
         })?;
-        Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher) })
+        let vote = Arc::new(std::sync::Mutex::new(probe));
+        Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher), flushed, own_id: None, vote })
+    }
+
+    /// This store belongs to master `id`: its own entries as leader are
+    /// synced while they replicate (see `flushed.rs`).
+    pub fn with_own_id(mut self, id: NodeId) -> Self {
+        self.own_id = Some(id);
+        self
+    }
+
+    /// How far the log is on stable storage.
+    pub fn flushed(&self) -> FlushedLog {
+        self.flushed.clone()
+    }
+
+    fn read_meta_in<T: DeserializeOwned>(meta: &sled::Tree, key: &str) -> Result<Option<T>, StoreError> {
+        match meta.get(key).map_err(StoreError::sled("read raft_meta"))? {
+            Some(bytes) => decode(key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether entries written under `leader` are this node's own, as the
+    /// leader of its current term.
+    fn leads(&self, leader: &openraft::CommittedLeaderId<NodeId>) -> bool {
+        let Some(me) = self.own_id else { return false };
+        let vote = self.vote.lock().unwrap_or_else(|p| p.into_inner());
+        vote.as_ref().is_some_and(|v| {
+            v.is_committed() && v.leader_id().voted_for() == Some(me) && v.leader_id().get_term() == leader.term
+        }) && leader.node_id == me
     }
 
     /// The id of the cluster this log belongs to, once known.
@@ -77,10 +125,7 @@ impl LogStore {
 
     /// Decodes the value of meta `key`, `None` when absent.
     fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
-        match self.meta.get(key).map_err(StoreError::sled("read raft_meta"))? {
-            Some(bytes) => decode(key, &bytes).map(Some),
-            None => Ok(None),
-        }
+        Self::read_meta_in(&self.meta, key)
     }
 
     /// Encodes `value` under meta `key` (not yet durable).
@@ -120,12 +165,18 @@ impl LogStore {
     }
 
     /// Writes `entries` in one atomic batch: readable on return, not durable.
-    fn write_entries<I: IntoIterator<Item = Entry>>(&self, entries: I) -> Result<(), StoreError> {
+    /// Returns the last entry's log id and whether every entry is this
+    /// node's own as the leader of its current term.
+    fn write_entries<I: IntoIterator<Item = Entry>>(&self, entries: I) -> Result<Option<(LogId, bool)>, StoreError> {
         let mut batch = sled::Batch::default();
+        let mut last: Option<(LogId, bool)> = None;
         for entry in entries {
             batch.insert(&index_key(entry.log_id.index), encode("log entry", &entry)?);
+            let own = last.is_none_or(|(_, own)| own) && self.leads(&entry.log_id.leader_id);
+            last = Some((entry.log_id, own));
         }
-        self.log.apply_batch(batch).map_err(StoreError::sled("append log entries"))
+        self.log.apply_batch(batch).map_err(StoreError::sled("append log entries"))?;
+        Ok(last)
     }
 
     /// A batch deleting every entry whose index lies in `range`.
@@ -141,7 +192,9 @@ impl LogStore {
     async fn truncate_from(&self, index: u64) -> Result<(), StoreError> {
         let batch = self.deletion_batch(index_key(index)..)?;
         self.log.apply_batch(batch).map_err(StoreError::sled("truncate log"))?;
-        self.sync.sync_async().await
+        self.sync.sync_async().await?;
+        self.flushed.cut_back(self.last_entry_log_id()?);
+        Ok(())
     }
 
     /// Records `last_purged` and deletes entries with index <= its index in
@@ -156,7 +209,10 @@ impl LogStore {
                 Ok(())
             })
             .map_err(transaction_error("purge log"))?;
-        self.sync.sync_async().await
+        self.sync.sync_async().await?;
+        // Purged entries are covered by a stored snapshot.
+        self.flushed.advance(*log_id);
+        Ok(())
     }
 
     /// Records (or clears) the committed log id, without waiting for the
@@ -168,6 +224,13 @@ impl LogStore {
     /// here cost ~0.14 ms of every commit's latency.) The next sync of the
     /// database — the next append's — makes it durable too.
     async fn store_committed(&self, committed: Option<LogId>) -> Result<(), StoreError> {
+        // Never beyond what is synced here: the leader may see an entry
+        // committed before its own copy is on disk (flushed.rs).
+        let committed = match (committed, self.flushed.get()) {
+            (Some(c), Some(f)) if c.index > f.index => Some(f),
+            (Some(_), None) => return Ok(()),
+            (c, _) => c,
+        };
         match committed {
             Some(log_id) => self.write_meta(KEY_COMMITTED, &log_id)?,
             None => {
@@ -180,7 +243,9 @@ impl LogStore {
     /// Saves `vote` and makes it durable.
     async fn store_vote(&self, vote: &Vote<NodeId>) -> Result<(), StoreError> {
         self.write_meta(KEY_VOTE, vote)?;
-        self.sync.sync_async().await
+        self.sync.sync_async().await?;
+        *self.vote.lock().unwrap_or_else(|p| p.into_inner()) = Some(*vote);
+        Ok(())
     }
 }
 
@@ -278,11 +343,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        if let Err(e) = self.write_entries(entries) {
-            callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-            return Err(write_logs(e));
-        }
-        self.flusher.submit(callback).map_err(|e| StorageIOError::write_logs(&e).into())
+        let (last, own) = match self.write_entries(entries) {
+            Ok(Some(written)) => written,
+            Ok(None) => {
+                callback.log_io_completed(Ok(()));
+                return Ok(());
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                return Err(write_logs(e));
+            }
+        };
+        // The leader's own entries replicate while they sync (flushed.rs);
+        // anything else is acknowledged only once synced.
+        let job = if own {
+            callback.log_io_completed(Ok(()));
+            Job { callback: None, last }
+        } else {
+            Job { callback: Some(callback), last }
+        };
+        self.flusher.submit(job).map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     /// Deletes entries from `log_id.index` on; durable before returning.
@@ -441,5 +521,45 @@ mod tests {
         store.save_committed(Some(log_id(1, 2))).await.unwrap();
         store.save_committed(None).await.unwrap();
         assert_eq!(store.read_committed().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn only_this_nodes_entries_as_leader_of_its_term_are_synced_while_they_replicate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_db, store) = open_at(dir.path());
+        let mut store = store.with_own_id(1);
+        let me = |term| CommittedLeaderId::new(term, 1);
+        assert!(!store.leads(&me(5)), "no vote yet");
+        store.save_vote(&Vote::new(5, 1)).await.unwrap();
+        assert!(!store.leads(&me(5)), "a candidate's vote is not leadership");
+        store.save_vote(&Vote::new_committed(5, 1)).await.unwrap();
+        assert!(store.leads(&me(5)));
+        assert!(!store.leads(&me(4)), "its entries of an earlier term (replicated back to it) wait for their sync");
+        assert!(!store.leads(&CommittedLeaderId::new(5, 2)), "another leader's entries");
+        store.save_vote(&Vote::new_committed(6, 2)).await.unwrap();
+        assert!(!store.leads(&me(6)), "a follower's acks stay true");
+        // Whatever the path, appended entries end up synced and recorded.
+        store.save_vote(&Vote::new_committed(7, 1)).await.unwrap();
+        let flushed = store.flushed();
+        store
+            .blocking_append((1..=3).map(|i| Entry { log_id: LogId::new(me(7), i), payload: EntryPayload::Blank }))
+            .await
+            .unwrap();
+        flushed.wait_for(3).await;
+        assert_eq!(flushed.index(), 3);
+        store.truncate(LogId::new(me(7), 2)).await.unwrap();
+        assert_eq!(flushed.index(), 1, "a truncation cuts the synced prefix back");
+    }
+
+    #[tokio::test]
+    async fn a_store_reopened_counts_what_it_holds_as_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_db, mut store) = open_at(dir.path());
+            append(&mut store, 1, 1..=4).await;
+            store.purge(log_id(1, 2)).await.unwrap();
+        }
+        let (_db, store) = open_at(dir.path());
+        assert_eq!(store.flushed().index(), 4);
     }
 }

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec;
 use crate::durable::DataSync;
 use crate::error::StoreError;
+use crate::flushed::FlushedLog;
 use crate::state::{MetaState, StateImage};
 use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
 
@@ -92,11 +93,16 @@ pub struct StateMachineStore {
     tree: sled::Tree,
     sync: DataSync,
     snapshot_seq: Arc<AtomicU64>,
+    /// How far the log is synced, when the leader's own entries may be
+    /// applied before they are (`flushed.rs`): a snapshot is then stored only
+    /// once every entry it contains is synced. `None`: every applied entry
+    /// was synced first.
+    flushed: Option<FlushedLog>,
 }
 
 impl StateMachineStore {
     /// Opens the snapshot tree and rebuilds the state from the last snapshot.
-    pub fn open(db: &sled::Db, sync: DataSync) -> Result<Self, StoreError> {
+    pub fn open(db: &sled::Db, sync: DataSync, flushed: Option<FlushedLog>) -> Result<Self, StoreError> {
         let tree = db.open_tree(SNAPSHOT_TREE).map_err(StoreError::sled("open sm_snapshot tree"))?;
         let state = match load_stored(&tree)? {
             Some(stored) => decode_state(&stored.meta, &stored.data)?,
@@ -110,6 +116,7 @@ impl StateMachineStore {
             tree,
             sync,
             snapshot_seq: Arc::new(AtomicU64::new(0)),
+            flushed,
         })
     }
 
@@ -221,6 +228,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             (encode_image(&state).map_err(snapshot_err)?, state.last_applied, state.last_membership.clone())
         };
         let start = std::time::Instant::now();
+        if let Some(flushed) = &self.flushed {
+            flushed.wait_for(last_applied.map(|l| l.index).unwrap_or(0)).await;
+        }
         let seq = self.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match last_applied {
             Some(id) => format!("{}-{}-{seq}", id.leader_id, id.index),
@@ -273,6 +283,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.persist(&stored).await.map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         *self.write_state() = new_state;
+        // The snapshot is stored and synced: the state it holds is durable.
+        if let (Some(last), Some(flushed)) = (meta.last_log_id, &self.flushed) {
+            flushed.advance(last);
+        }
         self.sync.observer().snapshot_installed(start.elapsed(), stored.data.len());
         Ok(())
     }

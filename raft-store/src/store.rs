@@ -19,11 +19,15 @@ pub struct StoreOptions {
     pub fsync: bool,
     /// Told about fsync latency and snapshot builds.
     pub observer: Arc<dyn StoreObserver>,
+    /// The master this store belongs to: as leader, its own entries are
+    /// synced while they replicate (`flushed.rs`). `None`: every append
+    /// waits for its sync.
+    pub node_id: Option<crate::types::NodeId>,
 }
 
 impl StoreOptions {
     pub fn new(dir: impl AsRef<Path>) -> Self {
-        StoreOptions { dir: dir.as_ref().to_path_buf(), fsync: true, observer: Arc::new(NoopObserver) }
+        StoreOptions { dir: dir.as_ref().to_path_buf(), fsync: true, observer: Arc::new(NoopObserver), node_id: None }
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn StoreObserver>) -> Self {
@@ -75,7 +79,10 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
         .map_err(StoreError::sled("open"))?;
     check_schema(&db)?;
     let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync, opts.observer.clone())?;
-    let log = LogStore::open(&db, sync.clone())?;
-    let sm = StateMachineStore::open(&db, sync)?;
+    let mut log = LogStore::open(&db, sync.clone())?;
+    if let Some(id) = opts.node_id {
+        log = log.with_own_id(id);
+    }
+    let sm = StateMachineStore::open(&db, sync, opts.node_id.map(|_| log.flushed()))?;
     Ok((log, sm))
 }
