@@ -2,7 +2,7 @@
 //! acknowledging heartbeats the leader answers reads without a quorum round;
 //! once a follower is gone its acknowledgements age out and every read takes
 //! a quorum round again (still answered, never from the lease); when it is
-//! back the lease returns. `--read-lease-ms=0` turns lease reads off.
+//! back the lease returns. `--leader-lease-ms=0` turns lease reads off.
 
 use std::time::Duration;
 
@@ -71,8 +71,8 @@ async fn reads_use_the_lease_only_while_every_needed_follower_acknowledges() {
 }
 
 #[tokio::test]
-async fn read_lease_zero_sends_every_read_through_a_quorum_round() {
-    let cluster = Cluster::builder().masters(3).master_bin(BIN).arg("--read-lease-ms=0").start();
+async fn leader_lease_zero_sends_every_read_through_a_quorum_round() {
+    let cluster = Cluster::builder().masters(3).master_bin(BIN).arg("--leader-lease-ms=0").start();
     let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let client = cluster.client();
     put_object(&client, "k").await;

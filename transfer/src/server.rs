@@ -328,7 +328,7 @@ impl Connection {
     async fn serve_write(&mut self, request: &RequestHeader, memory: &SegmentMemory) -> io::Result<After> {
         // SAFETY: the range was checked against the segment. The master hands
         // this range to exactly one writer (objects never overlap, and a range
-        // is not reused while a read lease may be in flight), which is the
+        // is not reused while a KV lease may be in flight), which is the
         // exclusivity `slice_mut` requires.
         let dst = unsafe { memory.slice_mut(request.offset, request.length) }.map_err(io::Error::other)?;
         // Answers held back for pipelined READs leave before the payload is
