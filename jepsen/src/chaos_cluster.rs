@@ -31,6 +31,10 @@ pub const STORE_CLIENT_ID: u64 = 0x9000;
 /// the whole time; the register workload's objects (4 KiB, a few dozen
 /// keys) fit many times over.
 pub const STORE_SEGMENT_SIZE: &str = "4MiB";
+/// Memory of each store node in the `stalled-writers` scenario (see
+/// [`crate::scenario::Scenario::store_segment_size`]). Eviction (at a
+/// quarter of it) does not start within a 30 s run there.
+pub const STALLED_WRITERS_SEGMENT_SIZE: &str = "64MiB";
 /// The masters' `--default_kv_lease_ttl`: short, so leases run out (and
 /// removes win) inside a run, long against the races (a few ms).
 pub const KV_LEASE_TTL: Duration = Duration::from_millis(2000);
@@ -40,6 +44,18 @@ pub const KV_LEASE_TTL: Duration = Duration::from_millis(2000);
 /// only on the node faults may kill; and low enough that eviction runs
 /// between the lease workload's RemoveAlls.
 pub const EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.25;
+
+/// The masters' `--client_ttl`: short, so expiry happens inside a run.
+pub const CLIENT_TTL: Duration = Duration::from_secs(5);
+/// The masters' `--put_start_discard_timeout_sec` (their default, pinned
+/// here): a put unfinished this long frees its key. Far longer than a stall
+/// writer's stall (`nemesis::STALL_HOLD` and the election before it).
+pub const PUT_START_DISCARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The masters' `--put_start_release_timeout_sec` (their default, pinned
+/// here): how long a new leader leaves a deposed leader's arenas alone.
+/// Far longer than any stall and than a 30 s run, so in the real build
+/// nothing a stalled writer may still write into is ever granted again.
+pub const PUT_START_RELEASE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How to start the cluster.
 #[derive(Clone, Debug)]
@@ -147,7 +163,9 @@ impl ChaosCluster {
             format!("--http={}:8081", self.net.host_ip(&master_host(id))?),
             format!("--data-dir={}", self.data_dir(id).display()),
             // Short TTLs keep expiry and reclaim inside a short run.
-            "--client_ttl=5".to_string(),
+            format!("--client_ttl={}", CLIENT_TTL.as_secs()),
+            format!("--put_start_discard_timeout_sec={}", PUT_START_DISCARD_TIMEOUT.as_secs()),
+            format!("--put_start_release_timeout_sec={}", PUT_START_RELEASE_TIMEOUT.as_secs()),
             format!("--default_kv_lease_ttl={}", KV_LEASE_TTL.as_millis()),
             format!("--eviction_high_watermark_ratio={EVICTION_HIGH_WATERMARK_RATIO}"),
         ];

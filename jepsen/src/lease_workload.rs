@@ -156,6 +156,7 @@ async fn put_round(ctx: &Arc<Ctx>, round: u64) -> Vec<String> {
         puts.spawn(async move {
             let key = format!("lease/r{round}/k{i}");
             let value = ctx.shared.next_value();
+            ctx.shared.puts_allowed().await;
             let invoke_ns = ctx.shared.now_ns();
             let bytes = value_bytes(value, LEASE_OBJECT_BYTES);
             let outcome = match tokio::time::timeout(OP_TIMEOUT, ctx.client.put(&key, &bytes, &LEASE_PUT)).await {

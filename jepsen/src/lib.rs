@@ -44,8 +44,10 @@ pub mod net;
 pub mod power;
 pub mod safety;
 
-// Orchestration: the cluster under test, workload, nemesis, runs and reports.
+// Orchestration: the cluster under test, workloads, stall writers, nemesis,
+// end-of-run byte checks, runs and reports.
 pub mod chaos_cluster;
+pub mod committed_bytes;
 pub mod lease_workload;
 pub mod nemesis;
 pub mod registry;
@@ -53,4 +55,6 @@ pub mod report;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
+pub mod stall_process;
+pub mod stall_writer;
 pub mod workload;

@@ -2,6 +2,8 @@
 //! network namespaces. `run` one scenario, `suite --ci` the CI set, `soak`
 //! many runs. Needs root. Every run prints its seed and results directory;
 //! rerunning with `--seed` replays the same fault schedule and op mix.
+//! The hidden `stall-writer` subcommand is a process the harness starts
+//! itself (`stalled-writers` scenario), never run by hand.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,6 +12,7 @@ use clap::{Parser, Subcommand};
 use mooncake_jepsen::report::RunReport;
 use mooncake_jepsen::runner::{self, RunOptions};
 use mooncake_jepsen::scenario::{self, Scenario};
+use mooncake_jepsen::stall_writer::{self, StallWriterOptions};
 
 #[derive(Parser)]
 #[command(name = "mooncake-jepsen", version, about = "Chaos harness for mooncake-rs (needs root)")]
@@ -33,9 +36,9 @@ struct Common {
     #[arg(long)]
     bin: Option<PathBuf>,
     /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to every master
-    /// (`--dev-unsafe-stale-reads`, `--dev-unsafe-no-fsync` or
-    /// `--dev-unsafe-unfenced-removals`) to show the checkers catch the bug.
-    /// Never part of a real run.
+    /// (`--dev-unsafe-stale-reads`, `--dev-unsafe-no-fsync`,
+    /// `--dev-unsafe-unfenced-removals` or `--dev-unsafe-arena-reuse`) to
+    /// show the checkers catch the bug. Never part of a real run.
     #[arg(long = "master-flag")]
     master_flags: Vec<String>,
 }
@@ -57,7 +60,7 @@ enum Cmd {
     },
     /// Run a set of scenarios and print a table; exits non-zero on any violation.
     Suite {
-        /// The CI set (10 scenarios, 30 s each).
+        /// The CI set (11 scenarios, 30 s each).
         #[arg(long)]
         ci: bool,
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -76,6 +79,45 @@ enum Cmd {
         #[command(flatten)]
         common: Common,
     },
+    /// A client that stops itself (SIGSTOP) between the two halves of its
+    /// puts' writes; the harness starts it, continues it and kills it.
+    #[command(hide = true)]
+    StallWriter(StallWriterArgs),
+}
+
+/// The stall writer's command line (see `stall_writer.rs`).
+#[derive(clap::Args)]
+struct StallWriterArgs {
+    #[arg(long, value_delimiter = ',', required = true)]
+    masters: Vec<String>,
+    /// This host's address, as the store nodes reach it.
+    #[arg(long)]
+    local_hostname: String,
+    #[arg(long)]
+    key_prefix: String,
+    #[arg(long)]
+    first_value: u64,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long, default_value_t = stall_writer::STALL_OBJECT_BYTES)]
+    object_bytes: usize,
+    #[arg(long, default_value_t = stall_writer::STALL_PUTS_PER_ROUND)]
+    puts_per_stall: usize,
+}
+
+/// Runs the stall writer until it is killed.
+fn stall_writer_main(args: StallWriterArgs) -> anyhow::Result<()> {
+    let opts = StallWriterOptions {
+        masters: args.masters,
+        local_hostname: args.local_hostname,
+        key_prefix: args.key_prefix,
+        first_value: args.first_value,
+        seed: args.seed,
+        object_bytes: args.object_bytes,
+        puts_per_stall: args.puts_per_stall,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(stall_writer::run(opts))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -105,6 +147,7 @@ fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> an
         rate: common.rate,
         clients: common.clients,
         bin,
+        harness_bin: std::env::current_exe()?,
         results_root: common.results.clone(),
         master_flags: common.master_flags.clone(),
         prefix: format!("mcj{}", std::process::id() % 100_000),
@@ -113,8 +156,16 @@ fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> an
 
 fn table(reports: &[Result<RunReport, (Scenario, u64, String)>]) -> String {
     let mut s = format!(
-        "\n{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {:<43}  {}\n",
-        "SCENARIO", "SEED", "OPS", "OK", "FAILED", "UNKNOWN", "LEASES found/rm/refused/RA/evict/copies/bad", "VERDICT"
+        "\n{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {:<43}  {:<22}  {}\n",
+        "SCENARIO",
+        "SEED",
+        "OPS",
+        "OK",
+        "FAILED",
+        "UNKNOWN",
+        "LEASES found/rm/refused/RA/evict/copies/bad",
+        "BYTES obj/replicas/bad",
+        "VERDICT"
     );
     for r in reports {
         match r {
@@ -132,16 +183,19 @@ fn table(reports: &[Result<RunReport, (Scenario, u64, String)>]) -> String {
                     l.copies_verified,
                     k.violations
                 );
+                let b = &r.committed_bytes;
+                let bytes = format!("{}/{}/{}", b.objects, b.replicas, b.corrupt);
                 s += &format!(
-                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {leases:<43}  {verdict}\n",
+                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {leases:<43}  {bytes:<22}  {verdict}\n",
                     r.scenario, r.seed, r.ops, r.ok, r.failed, r.unknown
                 );
             }
             Err((sc, seed, e)) => {
                 s += &format!(
-                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {:<43}  ERROR: {e}\n",
+                    "{:<16} {:>20} {:>7} {:>6} {:>7} {:>7}  {:<43}  {:<22}  ERROR: {e}\n",
                     sc.name(),
                     seed,
+                    "-",
                     "-",
                     "-",
                     "-",
@@ -200,9 +254,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     mooncake_jepsen::safety::require_root()?;
-    install_ctrl_c();
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::StallWriter(_)) {
+        install_ctrl_c();
+    }
     let (reports, violations) = match cli.cmd {
+        Cmd::StallWriter(args) => return stall_writer_main(args),
         Cmd::Run { scenario, seed, time, common } => {
             let seed = seed.unwrap_or_else(clock_seed);
             let r = run_one(options(&common, scenario, seed, time)?);

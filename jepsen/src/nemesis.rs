@@ -1,6 +1,25 @@
 //! The nemesis: every few seconds it draws a fault of the scenario from the
 //! seeded RNG, injects it for a while, and heals; every action goes to the
 //! fault log with its time. Runs on a thread inside the client namespace.
+//!
+//! A kill under stall ([`Fault::KillUnderStall`]) is a cycle of its own,
+//! timed so that a new leader that wrongly reclaims a deposed leader's
+//! arenas grants its first arena exactly over the stalled ranges:
+//!
+//! 1. The workloads' puts are held ([`Shared::puts_held`]); the stall
+//!    writers are continued, end their last round and start the next one:
+//!    their reservations are the last in the leader's open arena, followed
+//!    only by its untouched tail.
+//! 2. Once they have stopped themselves, the leader is SIGKILLed; when
+//!    another master leads a newer term it is restarted (at once, openraft
+//!    would restore it as leader of its old term).
+//! 3. When one leader has led one term for [`RECLAIM_SWEEP_WAIT`] (it has
+//!    had its first reclaim sweep; a restarted master often forces one more
+//!    election first), puts go on: the new leader's first arena is granted
+//!    from the smallest hole that fits — with the old arenas wrongly
+//!    returned, the one that starts at the stalled ranges.
+//! 4. After [`STALL_HOLD`] of puts on it, step 1 again: the writers' second
+//!    halves land on whatever the new leader placed over their ranges.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,16 +29,57 @@ use mooncake_client::{MasterClient, MasterClientConfig};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::chaos_cluster::{ChaosCluster, Target, master_host};
+use crate::chaos_cluster::{CLIENT_TTL, ChaosCluster, PUT_START_DISCARD_TIMEOUT, Target, master_host};
 use crate::net::Network;
 use crate::rng::Rng;
 use crate::scenario::Fault;
+use crate::stall_process::StallWriters;
 use crate::workload::Shared;
 
 /// How long a fault lasts before it is healed.
 const FAULT_HOLD: Duration = Duration::from_secs(3);
 /// Quiet time between faults.
 const FAULT_GAP: Duration = Duration::from_secs(3);
+/// A kill under stall: how long the workloads put on the new leader (once
+/// it has had a reclaim sweep) before the writers continue. Enough to place
+/// several hundred KiB of objects in its first arena, over the stalled
+/// ranges when it wrongly reclaimed them. The whole stall (election,
+/// [`RECLAIM_SWEEP_WAIT`], this) must stay below the masters'
+/// `--client_ttl` (5 s; a new leader counts every client alive for one TTL
+/// from its election) and far below `--put_start_discard_timeout_sec`.
+pub const STALL_HOLD: Duration = Duration::from_millis(1_200);
+/// Puts stay held until one leader has led one term this long: its reclaim
+/// duty runs every second and returns what it reclaims in its first sweep,
+/// so its first arena is granted after that, where the old arenas were if
+/// it returned them.
+const RECLAIM_SWEEP_WAIT: Duration = Duration::from_millis(1_300);
+/// Puts are held this long before the writers continue: puts already past
+/// the hold finish, so the writers' next reservations are the last ones in
+/// the leader's arena, followed only by its untouched tail.
+const HOLD_SETTLE: Duration = Duration::from_millis(200);
+/// Longest wait for the writers to stop (a PutStart may wait for a leader
+/// within the client's 15 s deadline).
+pub const STALL_WAIT_MAX: Duration = Duration::from_secs(20);
+/// Kills under stall per run, at most. In the real build each strands the
+/// dead leader's first arena (4 MiB) on each 64 MiB segment until the
+/// release timeout; twelve leave room for the workloads. Later cycles stall
+/// and continue the writers without a kill (long `soak` runs).
+const STALL_KILLS_MAX: u32 = 12;
+/// The longest stall: the election after a kill, a restarted master's extra
+/// election, the reclaim wait, the hold. Below the client TTL (a leader
+/// counts every client alive for one TTL from its election), and far below
+/// the discard timeout (a stalled put must not expire).
+const STALL_MAX: Duration = Duration::from_millis(
+    2 * ELECTION_BOUND.as_millis() as u64 + RECLAIM_SWEEP_WAIT.as_millis() as u64 + STALL_HOLD.as_millis() as u64,
+);
+/// An election, generously (the masters' timeout is 120–240 ms).
+const ELECTION_BOUND: Duration = Duration::from_millis(500);
+const _: () = assert!(STALL_MAX.as_millis() < CLIENT_TTL.as_millis());
+const _: () = assert!(4 * STALL_MAX.as_millis() < PUT_START_DISCARD_TIMEOUT.as_millis());
+/// How often the leader is asked for while waiting for one.
+const LEADER_POLL: Duration = Duration::from_millis(20);
+/// Longest wait for a leader of a newer term after a kill.
+const NEW_LEADER_WAIT_MAX: Duration = Duration::from_secs(20);
 
 /// One line of the fault log.
 #[derive(Clone, Debug, Serialize)]
@@ -39,22 +99,62 @@ pub struct Nemesis {
     pub rng: Rng,
     pub log: Vec<FaultEvent>,
     pub membership_done: bool,
+    /// The stall writers (scenarios with [`Fault::KillUnderStall`]).
+    pub stall: Option<StallWriters>,
+    /// Kills under stall so far (at most [`STALL_KILLS_MAX`]).
+    pub stall_kills: u32,
 }
 
-/// The leader most masters report, and the other voters.
+/// The leader most masters report.
 pub async fn find_leader(addrs: &[String]) -> Option<u64> {
+    leader_and_term(addrs).await.map(|(id, _)| id)
+}
+
+/// The (leader, term) most masters report.
+async fn leader_and_term(addrs: &[String]) -> Option<(u64, u64)> {
     let mut votes = std::collections::BTreeMap::new();
     for a in addrs {
         let Ok(c) = MasterClient::new(MasterClientConfig::new(vec![a.clone()])) else { continue };
-        if let Ok(info) = tokio::time::timeout(Duration::from_secs(1), c.cluster_info_of(a))
-            .await
-            .unwrap_or(Err(mooncake_client::MasterError::Config("timeout".into())))
+        if let Ok(Ok(info)) = tokio::time::timeout(Duration::from_secs(1), c.cluster_info_of(a)).await
             && info.leader_id != 0
         {
-            *votes.entry(info.leader_id).or_insert(0) += 1;
+            *votes.entry((info.leader_id, info.term)).or_insert(0) += 1;
         }
     }
-    votes.into_iter().max_by_key(|(_, n)| *n).map(|(id, _)| id)
+    votes.into_iter().max_by_key(|(_, n)| *n).map(|(lt, _)| lt)
+}
+
+/// Waits until the same leader has led the same term for `steady` (a
+/// restarted master may force one more election soon after it rejoins);
+/// gives up after `within`.
+async fn stable_leader(addrs: &[String], steady: Duration, within: Duration) -> Option<(u64, u64)> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen: Option<((u64, u64), tokio::time::Instant)> = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        match (leader_and_term(addrs).await, seen) {
+            (Some(lt), Some((prev, since))) if lt == prev => {
+                if now.duration_since(since) >= steady {
+                    return Some(lt);
+                }
+            }
+            (Some(lt), _) => seen = Some((lt, now)),
+            (None, _) => seen = None,
+        }
+        if now >= deadline {
+            return None;
+        }
+        tokio::time::sleep(LEADER_POLL).await;
+    }
+}
+
+/// Gaps before and holds of each fault.
+fn timing(fault: Fault) -> (Duration, Duration) {
+    match fault {
+        // The writers' round is the gap: the cycle waits for them to stop.
+        Fault::KillUnderStall => (Duration::ZERO, STALL_HOLD),
+        _ => (FAULT_GAP, FAULT_HOLD),
+    }
 }
 
 impl Nemesis {
@@ -70,14 +170,15 @@ impl Nemesis {
             return Ok(());
         }
         while !stop.load(Ordering::Relaxed) {
-            tokio::time::sleep(FAULT_GAP).await;
+            let Some(&fault) = self.rng.pick(self.faults) else { break };
+            let (gap, hold) = timing(fault);
+            tokio::time::sleep(gap).await;
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let Some(&fault) = self.rng.pick(self.faults) else { break };
             let detail = self.inject(fault).await?;
             self.record("start", fault, detail);
-            tokio::time::sleep(FAULT_HOLD).await;
+            tokio::time::sleep(hold).await;
             let healed = self.heal(fault).await?;
             self.record("heal", fault, healed);
         }
@@ -150,6 +251,7 @@ impl Nemesis {
                 Ok(format!("power cut of master {victim} (unflushed writes dropped), restarted"))
             }
             Fault::Membership => self.swap_member(leader, &others).await,
+            Fault::KillUnderStall => self.kill_under_stall().await,
             Fault::Loss => {
                 self.net.loss(20)?;
                 Ok("20 % packet loss on the bridge".into())
@@ -195,9 +297,57 @@ impl Nemesis {
         Ok(format!("master 4 added, master {out} removed; voters {voters:?}"))
     }
 
+    /// Kills the leader while the stall writers hold its reservations, and
+    /// lets the workloads put on the new leader once it has had a reclaim
+    /// sweep. Puts are held from before the writers continued (see
+    /// [`heal`](Self::heal)) until then.
+    async fn kill_under_stall(&mut self) -> anyhow::Result<String> {
+        let Some(stall) = self.stall.as_mut() else { return Ok("no stall writers in this run".into()) };
+        let stopped = stall.wait_stopped(STALL_WAIT_MAX).await?;
+        let half_written = stall.half_written();
+        let addrs = self.cluster.lock().await.master_addrs()?;
+        let budget = self.stall_kills < STALL_KILLS_MAX;
+        let leader = if stopped && budget { leader_and_term(&addrs).await } else { None };
+        let Some((leader, term)) = leader else {
+            self.shared.puts_held.store(false, Ordering::Relaxed);
+            return Ok(format!(
+                "{half_written} stall puts half written; writers stopped: {stopped}; kills left: {budget}; no kill"
+            ));
+        };
+        self.stall_kills += 1;
+        self.cluster.lock().await.kill(Target::Master(leader))?;
+        // Restarted only once another master leads a newer term: restarted
+        // at once, openraft would restore it as leader of the same term
+        // (its vote is committed), and no other leader would take over.
+        let deadline = tokio::time::Instant::now() + NEW_LEADER_WAIT_MAX;
+        let new = loop {
+            match leader_and_term(&addrs).await {
+                Some((id, t)) if t > term && id != leader => break format!("master {id} leads term {t}"),
+                _ if tokio::time::Instant::now() >= deadline => break "no new leader yet".to_string(),
+                _ => tokio::time::sleep(LEADER_POLL).await,
+            }
+        };
+        self.cluster.lock().await.restart(Target::Master(leader))?;
+        let settled = stable_leader(&addrs, RECLAIM_SWEEP_WAIT, NEW_LEADER_WAIT_MAX).await;
+        self.shared.puts_held.store(false, Ordering::Relaxed);
+        let settled =
+            settled.map_or("no stable leader".to_string(), |(id, t)| format!("master {id} steady in term {t}"));
+        Ok(format!(
+            "{half_written} stall puts half written; SIGKILL leader {leader} (term {term}); {new}; {leader} restarted; {settled}"
+        ))
+    }
+
     async fn heal(&mut self, fault: Fault) -> anyhow::Result<String> {
         self.net.heal()?;
         self.cluster.lock().await.heal()?;
+        if fault == Fault::KillUnderStall
+            && let Some(stall) = self.stall.as_mut()
+        {
+            self.shared.puts_held.store(true, Ordering::Relaxed);
+            tokio::time::sleep(HOLD_SETTLE).await;
+            stall.resume()?;
+            return Ok("puts held, stall writers continued".into());
+        }
         Ok(match fault {
             Fault::Membership => "new membership kept".into(),
             _ => "healed".into(),
@@ -206,6 +356,7 @@ impl Nemesis {
 
     /// Ends every fault (also after an error).
     pub async fn heal_all(&mut self) -> anyhow::Result<()> {
+        self.shared.puts_held.store(false, Ordering::Relaxed);
         self.net.heal()?;
         self.cluster.lock().await.heal()
     }

@@ -1,6 +1,8 @@
 //! The report of a run, in its results directory: `summary.txt` (seed,
-//! command to replay, verdict per checker, what the lease workload did),
-//! `verdict.json`, `history.jsonl`, `lease-history.jsonl`, `faults.jsonl`,
+//! command to replay, verdict per checker, what the lease workload, the
+//! committed-bytes checker and the stall writers did),
+//! `verdict.json`, `history.jsonl`, `lease-history.jsonl`,
+//! `stall-history.jsonl` (scenarios with stall writers), `faults.jsonl`,
 //! and `timeline.html` — a self-contained page with an SVG of every
 //! register operation per client over time, fault bands and a throughput line.
 
@@ -11,11 +13,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::checkers::{CheckResult, NodeReport};
+use crate::committed_bytes::{CommittedBytesCounts, CommittedBytesVerdict, StallPutsVerdict};
 use crate::history::{History, OpKind, Outcome};
 use crate::lease::{LeaseCounts, LeaseRecord, LeaseVerdict};
 use crate::linearizability::Verdict;
 use crate::nemesis::FaultEvent;
 use crate::scenario::Scenario;
+use crate::stall_process::StallCounts;
 
 /// One checker's answer, for the report.
 #[derive(Clone, Debug, Serialize)]
@@ -54,6 +58,26 @@ impl CheckerVerdict {
             problems.push(format!("... and {more} more"));
         }
         CheckerVerdict { checker: "kv_leases".into(), valid: v.is_valid(), checked: v.counts.reads_found, problems }
+    }
+
+    /// The committed-bytes checker; `checked` is the replicas it read.
+    pub fn from_committed_bytes(v: &CommittedBytesVerdict) -> Self {
+        CheckerVerdict {
+            checker: "committed_bytes".into(),
+            valid: v.is_valid(),
+            checked: v.counts.replicas,
+            problems: v.problems(),
+        }
+    }
+
+    /// The stall writers' acknowledged puts read back at the end.
+    pub fn from_stall_puts(v: &StallPutsVerdict) -> Self {
+        CheckerVerdict {
+            checker: "stall_puts".into(),
+            valid: v.is_valid(),
+            checked: v.checked,
+            problems: v.problems.clone(),
+        }
     }
 
     /// `verified` reads returned bytes some put wrote; `corrupt_reads` did not.
@@ -95,6 +119,10 @@ pub struct RunReport {
     pub faults: Vec<FaultEvent>,
     pub checkers: Vec<CheckerVerdict>,
     pub kv_leases: LeaseReport,
+    /// What the committed-bytes checker read.
+    pub committed_bytes: CommittedBytesCounts,
+    /// What the stall writers did (scenarios that run them).
+    pub stall_writers: Option<StallCounts>,
     pub nodes: Vec<NodeReport>,
     pub elapsed_s: f64,
     pub valid: bool,
@@ -138,6 +166,8 @@ impl RunReport {
             faults,
             checkers,
             kv_leases: LeaseReport::default(),
+            committed_bytes: CommittedBytesCounts::default(),
+            stall_writers: None,
             nodes,
             elapsed_s: elapsed.as_secs_f64(),
             valid,
@@ -178,6 +208,10 @@ impl RunReport {
         );
         let l = &self.kv_leases;
         let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
+        let _ = writeln!(s, "committed bytes: {}", self.committed_bytes);
+        if let Some(stall) = &self.stall_writers {
+            let _ = writeln!(s, "stall writers: {stall}");
+        }
         for c in &self.checkers {
             let _ = writeln!(
                 s,
@@ -195,15 +229,25 @@ impl RunReport {
     }
 }
 
+/// Writes the stall writers' puts as `stall-history.jsonl`, one JSON
+/// [`StallPut`](crate::stall_process::StallPut) a line.
+pub fn write_stall_history(dir: &Path, puts: &[crate::stall_process::StallPut]) -> anyhow::Result<()> {
+    write_json_lines(&dir.join("stall-history.jsonl"), puts)
+}
+
 /// Writes the lease workload's record as `lease-history.jsonl`, one JSON
 /// [`LeaseRecord`] a line.
 pub fn write_lease_history(dir: &Path, records: &[LeaseRecord]) -> anyhow::Result<()> {
+    write_json_lines(&dir.join("lease-history.jsonl"), records)
+}
+
+fn write_json_lines<T: Serialize>(path: &Path, items: &[T]) -> anyhow::Result<()> {
     let mut out = String::new();
-    for r in records {
-        out += &serde_json::to_string(r)?;
+    for item in items {
+        out += &serde_json::to_string(item)?;
         out.push('\n');
     }
-    std::fs::write(dir.join("lease-history.jsonl"), out)?;
+    std::fs::write(path, out)?;
     Ok(())
 }
 

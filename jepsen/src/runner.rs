@@ -1,8 +1,9 @@
 //! One chaos run: build the network, start the cluster, run the register and
-//! lease workloads and the nemesis for the asked time, heal, wait for the
-//! cluster to converge, read every key back, run the checkers and write the
-//! report. Everything after the network exists runs on a thread inside the
-//! client namespace.
+//! lease workloads (and the stall writers, in scenarios that stall them)
+//! and the nemesis for the asked time, heal, wait for the cluster to
+//! converge, read every key back, read every committed replica raw, run the
+//! checkers and write the report. Everything after the network exists runs
+//! on a thread inside the client namespace.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,17 +15,20 @@ use anyhow::Context;
 use mooncake_client::{Client, ClientConfig, ClientError, MasterClient, MasterClientConfig};
 use tokio::sync::Mutex;
 
-use crate::chaos_cluster::{ChaosCluster, ClusterOptions, KV_LEASE_TTL, STORE_SEGMENT_SIZE};
+use crate::chaos_cluster::{ChaosCluster, ClusterOptions, KV_LEASE_TTL};
 use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
+use crate::committed_bytes::{CommittedBytesVerdict, StallPutsVerdict, check_committed_bytes, check_stall_puts};
 use crate::history::{History, ProcessId};
 use crate::lease::{LeaseCheckConfig, check_kv_leases};
 use crate::lease_workload::{self, LeaseWorkloadOptions};
 use crate::linearizability::{LinearizabilityConfig, check_linearizable};
-use crate::nemesis::{FaultEvent, Nemesis, find_leader};
+use crate::nemesis::{FaultEvent, Nemesis, STALL_WAIT_MAX, find_leader};
 use crate::net::Network;
-use crate::report::{CheckerVerdict, LeaseReport, RunReport, write_lease_history};
+use crate::report::{CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_stall_history};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
+use crate::stall_process::{StallCounts, StallPut, StallSpawn, StallWriters};
+use crate::stall_writer::{STALL_OBJECT_BYTES, STALL_PUTS_PER_ROUND};
 use crate::workload::{self, Shared, WorkloadOptions, decode_value};
 
 /// Hosts of every run: masters (m4 is the spare), two store nodes, clients.
@@ -35,6 +39,15 @@ const SETTLE: Duration = Duration::from_secs(45);
 /// counts as inside a lease only when it came this much before the lease
 /// could end (scheduling of the harness and masters on a loaded machine).
 const LEASE_MARGIN: Duration = Duration::from_millis(50);
+/// Final reads of one key before the run gives up on it (200 ms apart).
+const FINAL_READ_ATTEMPTS_MAX: u32 = 50;
+/// Final reads in which every replica failed (checksum mismatch, or no
+/// store node served it) before the key counts as a corrupt read.
+const CORRUPT_READ_ATTEMPTS: u32 = 5;
+/// Stall writer processes in scenarios that stall them: two clients whose
+/// reservations interleave in the leader's arena, as independent writers'
+/// do (eight half-written 64 KiB objects per stall).
+const STALL_WRITERS: usize = 2;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -46,6 +59,8 @@ pub struct RunOptions {
     pub clients: usize,
     /// The `mooncake` binary.
     pub bin: PathBuf,
+    /// The `mooncake-jepsen` binary (runs the stall writers).
+    pub harness_bin: PathBuf,
     pub results_root: PathBuf,
     /// Extra master flags (deliberately broken builds).
     pub master_flags: Vec<String>,
@@ -84,7 +99,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         power_loss: opts.scenario.needs_power_loss(),
         fake_clock: opts.scenario.needs_fake_clock(),
         master_flags: opts.master_flags.clone(),
-        segment_size: STORE_SEGMENT_SIZE.into(),
+        segment_size: opts.scenario.store_segment_size().into(),
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let addrs = cluster.lock().await.master_addrs()?;
@@ -107,6 +122,15 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         steady_store_host: net.host_ip("s2")?.to_string(),
         remove_all_for: opts.duration / 2,
     };
+    let stall = match opts.scenario.needs_stall_writers() {
+        // Puts are held until the first kill under stall is over: the
+        // writers' first reservations are alone in the first leader's arena.
+        true => {
+            shared.puts_held.store(true, Ordering::Relaxed);
+            Some(start_stall_writers(&opts, &net, &voters3, &dir, shared.clone())?)
+        }
+        false => None,
+    };
     let workload = tokio::spawn(workload::run(wl_opts, shared.clone()));
     let leases = tokio::spawn(lease_workload::run(lease_opts, shared.clone()));
     let mut nemesis = Nemesis {
@@ -117,6 +141,8 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         rng: Rng::new(opts.seed),
         log: Vec::new(),
         membership_done: false,
+        stall,
+        stall_kills: 0,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -134,8 +160,35 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     workload.await.context("workload task")?.context("workload")?;
     leases.await.context("lease workload task")?.context("lease workload")?;
     nemesis_result.context("nemesis")?;
+    // The writers end their round and are killed before anything is read:
+    // none may write while the checkers read.
+    let stall = match nemesis.stall.take() {
+        Some(writers) => Some(writers.finish(STALL_WAIT_MAX).await.context("stopping the stall writers")?),
+        None => None,
+    };
     let faults = std::mem::take(&mut nemesis.log);
-    finish(&opts, &dir, &cluster, &shared, faults, started).await
+    finish(&opts, &dir, &cluster, &shared, faults, stall, started).await
+}
+
+fn start_stall_writers(
+    opts: &RunOptions,
+    net: &Network,
+    masters: &[String],
+    dir: &std::path::Path,
+    shared: Arc<Shared>,
+) -> anyhow::Result<StallWriters> {
+    let spawn = StallSpawn {
+        bin: opts.harness_bin.clone(),
+        host: "c1".into(),
+        masters: masters.to_vec(),
+        local_hostname: net.host_ip("c1")?.to_string(),
+        writers: STALL_WRITERS,
+        object_bytes: STALL_OBJECT_BYTES,
+        puts_per_stall: STALL_PUTS_PER_ROUND,
+        seed: opts.seed,
+        log_dir: dir.join("nodes"),
+    };
+    StallWriters::start(net, &spawn, shared)
 }
 
 /// Waits until a leader serves and both store nodes are mounted.
@@ -160,6 +213,7 @@ async fn finish(
     cluster: &Arc<Mutex<ChaosCluster>>,
     shared: &Arc<Shared>,
     faults: Vec<FaultEvent>,
+    stall: Option<(Vec<StallPut>, StallCounts)>,
     started: Instant,
 ) -> anyhow::Result<RunReport> {
     let (voters, addrs) = {
@@ -170,6 +224,7 @@ async fn finish(
     let nodes = converge(&voters, &voter_addrs).await;
     let keys = shared.all_keys().await;
     let (final_reads, corrupt_final) = final_reads(&voter_addrs, &keys).await?;
+    let (committed, stall_puts) = read_back_bytes(&voter_addrs, shared, stall.as_ref()).await?;
     let mut records = std::mem::take(&mut *shared.records.lock().await);
     // The lease workload's RemoveAlls, as ops of one more process.
     records.extend(shared.remove_all_records(ProcessId(opts.clients as u64)).await);
@@ -183,19 +238,26 @@ async fn finish(
         LeaseCheckConfig { ttl_ns: KV_LEASE_TTL.as_nanos() as u64, margin_ns: LEASE_MARGIN.as_nanos() as u64 };
     let leases = check_kv_leases(&lease_records, &lease_config);
     let evicted = cluster.lock().await.evicted_objects();
-    let checkers = vec![
+    let mut checkers = vec![
         CheckerVerdict::from_linearizability(&lin),
         CheckerVerdict::from_check(&lost),
         CheckerVerdict::from_check(&health),
         CheckerVerdict::data_integrity(corrupt, shared.verified_reads.load(Ordering::Relaxed)),
         CheckerVerdict::from_leases(&leases),
+        CheckerVerdict::from_committed_bytes(&committed),
     ];
+    checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     let mut report =
         RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
     report.kv_leases =
         LeaseReport { counts: leases.counts, evicted_objects: evicted, violations: leases.violations.len() };
+    report.committed_bytes = committed.counts;
+    report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.write(&history)?;
     write_lease_history(dir, &lease_records)?;
+    if let Some((puts, _)) = &stall {
+        write_stall_history(dir, puts)?;
+    }
     Ok(report)
 }
 
@@ -237,6 +299,25 @@ async fn node_reports(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
     out
 }
 
+/// Reads every committed replica raw, and every acknowledged stall put.
+async fn read_back_bytes(
+    addrs: &[String],
+    shared: &Arc<Shared>,
+    stall: Option<&(Vec<StallPut>, StallCounts)>,
+) -> anyhow::Result<(CommittedBytesVerdict, Option<StallPutsVerdict>)> {
+    let client = Client::connect(ClientConfig::new(addrs.to_vec())).await.context("committed-bytes client")?;
+    let committed = check_committed_bytes(&client).await.context("committed-bytes check");
+    let stall_puts = match (&committed, stall) {
+        (Ok(_), Some((puts, _))) => {
+            let remove_alls = shared.remove_alls.lock().await.clone();
+            Some(check_stall_puts(&client, puts, &remove_alls, STALL_OBJECT_BYTES).await)
+        }
+        _ => None,
+    };
+    client.close().await;
+    Ok((committed?, stall_puts))
+}
+
 /// Reads every key after healing: its value, or `None` if absent. Bytes that
 /// match no put count as corrupt.
 async fn final_reads(addrs: &[String], keys: &[String]) -> anyhow::Result<(BTreeMap<String, Option<u64>>, u64)> {
@@ -257,15 +338,26 @@ async fn final_reads(addrs: &[String], keys: &[String]) -> anyhow::Result<(BTree
 }
 
 /// One key's final value, retrying while a put of it is still settling.
+/// A key no replica of which serves bytes matching its checksum (after a
+/// few tries, with every store node up) is a corrupt read, not an error.
 async fn read_settled(client: &Client, key: &str) -> anyhow::Result<Result<Option<u64>, ()>> {
     let mut last = String::new();
-    for _ in 0..50 {
+    let mut all_replicas_failed = 0;
+    for _ in 0..FINAL_READ_ATTEMPTS_MAX {
         match client.get(key).await {
             Ok(bytes) => return Ok(decode_value(&bytes).map(Some).ok_or(())),
             Err(ClientError::NotFound(_)) => return Ok(Ok(None)),
             // A put that never completed (its client gave up): not readable,
             // and never acknowledged, so for the checkers the key is absent.
             Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ReplicaIsNotReady) => return Ok(Ok(None)),
+            Err(e @ ClientError::AllReplicasFailed { .. }) => {
+                all_replicas_failed += 1;
+                if all_replicas_failed >= CORRUPT_READ_ATTEMPTS {
+                    tracing::warn!(key, error = %e, "final read: no replica holds the object's bytes");
+                    return Ok(Err(()));
+                }
+                last = e.to_string();
+            }
             Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

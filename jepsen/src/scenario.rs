@@ -3,6 +3,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::chaos_cluster::{STALLED_WRITERS_SEGMENT_SIZE, STORE_SEGMENT_SIZE};
+
 /// One kind of fault the nemesis can inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -26,6 +28,10 @@ pub enum Fault {
     Loss,
     /// Shift a master's wall clock by ±30 s (libfaketime).
     ClockSkew,
+    /// Wait until the stall writers stopped themselves between PutStart
+    /// and PutEnd, SIGKILL the leader and restart it, let the workloads put
+    /// on the new leader, then SIGCONT the writers.
+    KillUnderStall,
 }
 
 /// A named run configuration.
@@ -43,6 +49,7 @@ pub enum Scenario {
     Loss,
     ClockSkew,
     Mixed,
+    StalledWriters,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -58,6 +65,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::Loss,
     Scenario::ClockSkew,
     Scenario::Mixed,
+    Scenario::StalledWriters,
 ];
 
 /// The CI suite: one of each fault family, short enough for CI.
@@ -72,6 +80,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::Loss,
     Scenario::ClockSkew,
     Scenario::Mixed,
+    Scenario::StalledWriters,
 ];
 
 impl Scenario {
@@ -89,6 +98,7 @@ impl Scenario {
             Scenario::Loss => "loss",
             Scenario::ClockSkew => "clock-skew",
             Scenario::Mixed => "mixed",
+            Scenario::StalledWriters => "stalled-writers",
         }
     }
 
@@ -109,6 +119,7 @@ impl Scenario {
             Scenario::Mixed => {
                 &[Fault::IsolateLeader, Fault::Halves, Fault::Kill, Fault::Pause, Fault::Loss, Fault::Ring]
             }
+            Scenario::StalledWriters => &[Fault::KillUnderStall],
         }
     }
 
@@ -118,6 +129,24 @@ impl Scenario {
 
     pub fn needs_fake_clock(self) -> bool {
         self.faults().contains(&Fault::ClockSkew)
+    }
+
+    /// The store nodes' segment size. `stalled-writers` kills the leader
+    /// every few seconds, and every leader change strands the dead leader's
+    /// open arena on each segment for the release timeout (600 s): on the
+    /// usual 4 MiB segments (512 KiB arenas) three or four changes leave no
+    /// room. On 64 MiB segments a term's first arena is 4 MiB, which holds
+    /// a cycle's puts, so a 30 s run strands well under half.
+    pub fn store_segment_size(self) -> &'static str {
+        match self {
+            Scenario::StalledWriters => STALLED_WRITERS_SEGMENT_SIZE,
+            _ => STORE_SEGMENT_SIZE,
+        }
+    }
+
+    /// Stall writer processes run next to the workloads.
+    pub fn needs_stall_writers(self) -> bool {
+        self.faults().contains(&Fault::KillUnderStall)
     }
 }
 

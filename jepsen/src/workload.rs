@@ -37,6 +37,8 @@ const ACTIVE_KEYS: usize = 6;
 /// (`pin: 2`), so eviction never removes one (the final-state checker would
 /// see it as lost).
 const PINNED_TWO_REPLICAS: PutOptions = PutOptions { replicas: 2, preferred_segments: Vec::new(), pin: 2 };
+/// How often a held put looks whether it may go.
+const PUTS_HELD_POLL: Duration = Duration::from_millis(2);
 /// A client gives up on an operation after this long (outcome Unknown).
 pub const OP_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -67,6 +69,11 @@ pub struct Shared {
     /// Reads whose bytes decoded to a value some put wrote.
     pub verified_reads: AtomicU64,
     pub stop: AtomicBool,
+    /// While set, neither workload puts: the register workload skips the
+    /// puts it draws, the lease workload's rounds wait (the nemesis of the
+    /// `stalled-writers` scenario shapes which arena holds what; reads and
+    /// removes go on).
+    pub puts_held: AtomicBool,
 }
 
 struct KeySet {
@@ -102,6 +109,7 @@ impl Shared {
             corrupt_reads: AtomicU64::new(0),
             verified_reads: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            puts_held: AtomicBool::new(false),
         })
     }
 
@@ -112,6 +120,13 @@ impl Shared {
     /// Every key the workload touched.
     pub async fn all_keys(&self) -> Vec<String> {
         self.keys.lock().await.all.iter().map(|(key, _)| key.clone()).collect()
+    }
+
+    /// Returns once puts are not held (or the run is stopping).
+    pub async fn puts_allowed(&self) {
+        while self.puts_held.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(PUTS_HELD_POLL).await;
+        }
     }
 
     /// A fresh value, unique across both workloads.
@@ -247,6 +262,10 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
             70..85 => OpKind::Exists,
             _ => OpKind::Remove,
         };
+        // A put drawn while puts are held is not made (reads go on).
+        if matches!(op, OpKind::Put { .. }) && shared.puts_held.load(Ordering::Relaxed) {
+            continue;
+        }
         let invoke_ns = shared.now_ns();
         let outcome = match tokio::time::timeout(OP_TIMEOUT, perform(&reader, &writer, &key, op, &shared)).await {
             Ok(o) => o,

@@ -11,34 +11,14 @@ mod common;
 use std::time::Duration;
 
 use mooncake_jepsen::report::RunReport;
-use mooncake_jepsen::runner::{RunOptions, run};
+use mooncake_jepsen::runner::run;
 use mooncake_jepsen::scenario::Scenario;
 
 const SEED: u64 = 11;
 
 fn chaos_run(master_flags: Vec<String>, results: &std::path::Path) -> Option<RunReport> {
-    if let Err(e) = mooncake_jepsen::safety::require_root().and_then(|()| mooncake_jepsen::safety::check_tools()) {
-        common::skip_or_fail("chaos host", e);
-        return None;
-    }
-    let bin = match mooncake_client::local_cluster::find_binary("mooncake") {
-        Ok(b) => b,
-        Err(e) => {
-            common::skip_or_fail("mooncake binary", e);
-            return None;
-        }
-    };
-    let opts = RunOptions {
-        scenario: Scenario::Baseline,
-        seed: SEED,
-        duration: Duration::from_secs(15),
-        rate: 200,
-        clients: 6,
-        bin,
-        results_root: results.to_path_buf(),
-        master_flags,
-        prefix: format!("mcjl{}", std::process::id() % 10_000),
-    };
+    let duration = Duration::from_secs(15);
+    let opts = common::chaos_run_options(Scenario::Baseline, SEED, duration, master_flags, results, "mcjl")?;
     let report = run(opts).expect("the run itself completes");
     eprint!("{}", report.summary());
     Some(report)

@@ -5,11 +5,11 @@
 //! log entry under load). Arenas are granted, trimmed and returned here and
 //! by the duties (`workers.rs`).
 //!
-//! A PutEnd the leader has no reservation for (it was elected after the
-//! PutStart) is recorded from the ranges the writer echoes back — if every
-//! one lies in a live arena of an *older* term, on free bytes: nobody but
-//! that writer can have been given them. Anything else is "put expired",
-//! and the client library puts again.
+//! A PutEnd the leader has no reservation for (it was elected, or restarted,
+//! after the PutStart) is recorded from the ranges the writer echoes back —
+//! if every one lies on free bytes in a live arena this leader did not grant:
+//! nobody but that writer can have been given them. Anything else is "put
+//! expired", and the client library puts again.
 
 use std::time::Instant;
 
@@ -256,16 +256,23 @@ impl EndPlan {
 
 /// PutEnd of many objects: one proposal for all of them.
 pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
-    let Some((term, known)) = shared.leader.with(|t| {
+    let Some((owned, known)) = shared.leader.with(|t| {
         let known: Vec<Option<Reservation>> = reqs.iter().map(|r| t.puts.find(&r.key).cloned()).collect();
-        (t.term, known)
+        // The arenas named that this leader granted (it knows their ranges).
+        let owned: Vec<ArenaId> = reqs
+            .iter()
+            .flat_map(|r| r.replicas.iter())
+            .map(|r| ArenaId(r.arena_id))
+            .filter(|a| t.puts.owns(*a))
+            .collect();
+        (owned, known)
     }) else {
         return vec![shared.not_leader(); reqs.len()];
     };
     // Plans answered from the state (a retry's first answer) must rest on
     // synced state.
     let plans: Vec<EndPlan> =
-        shared.read_durable(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, term)).collect()).await;
+        shared.read_durable(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, &owned)).collect()).await;
     let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
     let answers = shared.proposer.propose_many(cmds).await;
     let mut answers = match answers {
@@ -304,8 +311,9 @@ fn answer_status(r: &Response) -> Status {
     }
 }
 
-/// Decides one PutEnd against the applied state (`term`: this leader's).
-fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, term: u64) -> EndPlan {
+/// Decides one PutEnd against the applied state (`owned`: arenas this
+/// leader granted).
+fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, owned: &[ArenaId]) -> EndPlan {
     if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
         return EndPlan::Answer(status(e));
     }
@@ -343,13 +351,17 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
             "{:?}: this put expired and another put of the key is in flight",
             req.key
         )))),
-        None => plan_unknown_end(s, req, echoed, term),
+        None => plan_unknown_end(s, req, echoed, owned),
     }
 }
 
 /// A PutEnd this leader holds no reservation for: a retry of one it
-/// committed, or a put an earlier leader reserved.
-fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, term: u64) -> EndPlan {
+/// committed, or a put an earlier leader (or this master before a restart)
+/// reserved. The latter is recorded if its ranges are free in live arenas
+/// this leader did not grant: their granter handed each range out once, so
+/// only this writer can have been given them. In its own arenas this leader
+/// knows every reservation, so an unknown one there has expired.
+fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, owned: &[ArenaId]) -> EndPlan {
     let client = ClientId(req.client_id);
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
@@ -360,8 +372,9 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
     {
         return EndPlan::Answer(Status::ok()); // a retry of a commit that was applied
     }
-    let older_arenas = !echoed.is_empty() && echoed.iter().all(|r| s.arena(r.arena).is_some_and(|a| a.term < term));
-    if !older_arenas {
+    let granted_elsewhere =
+        !echoed.is_empty() && echoed.iter().all(|r| s.arena(r.arena).is_some() && !owned.contains(&r.arena));
+    if !granted_elsewhere {
         return EndPlan::Answer(status(MetaError::PutExpired(format!(
             "{:?}: this master holds no reservation for it (it expired, or was made before a leader change \
              and its space was reclaimed); put it again",

@@ -125,11 +125,16 @@ pub struct PutTable {
     foreign_seen: HashMap<ArenaId, Instant>,
 }
 
-/// The largest arena on a segment of `capacity` bytes: an eighth of it, at
-/// most [`ARENA_MAX_BYTES`].
+/// The largest arena on a segment of `capacity` bytes: 1/64 of it, at most
+/// [`ARENA_MAX_BYTES`]. A leader change holds the old leader's open arena on
+/// every segment for the release timeout, so a small share keeps many
+/// failovers in a row from filling a segment (8 in 10 minutes hold 1/8).
 fn arena_cap(capacity: u64) -> u64 {
-    ARENA_MAX_BYTES.min(aligned(capacity / 8).max(ALLOC_ALIGN_BYTES))
+    ARENA_MAX_BYTES.min(aligned(capacity / ARENA_SHARE_DIVISOR).max(ALLOC_ALIGN_BYTES))
 }
+
+/// An arena is at most 1/this of its segment.
+pub const ARENA_SHARE_DIVISOR: u64 = 64;
 
 /// `len` rounded up to the allocation unit.
 pub fn aligned(len: u64) -> u64 {
@@ -144,6 +149,12 @@ impl PutTable {
 
     pub fn active_count(&self) -> usize {
         self.active.len()
+    }
+
+    /// Whether this leader (this term, this process) granted `arena`: then
+    /// it knows every range it handed out there.
+    pub fn owns(&self, arena: ArenaId) -> bool {
+        self.arenas.contains_key(&arena)
     }
 
     /// Own arenas: (count, bytes).
@@ -521,11 +532,12 @@ mod tests {
         t.add_arena(arena(1, 1, 0, ARENA_MAX_BYTES), 1 << 40);
         assert_eq!(t.arena_len(SegmentId(1), 1, 1 << 40), ARENA_MAX_BYTES);
         assert_eq!(t.arena_len(SegmentId(1), ARENA_MAX_BYTES * 3, 1 << 40), ARENA_MAX_BYTES * 3);
-        // A small segment: arenas are at most an eighth of it, from the first.
+        // A small segment: arenas are at most 1/64 of it, from the first.
         let mut t = PutTable::default();
-        assert_eq!(t.arena_len(SegmentId(1), 64, 1 << 20), 128 << 10);
-        t.add_arena(arena(1, 1, 0, 64 << 10), 1 << 20);
-        assert_eq!(t.arena_len(SegmentId(1), 64, 1 << 20), 128 << 10);
+        assert_eq!(t.arena_len(SegmentId(1), 64, 1 << 20), 16 << 10);
+        t.add_arena(arena(1, 1, 0, 8 << 10), 1 << 20);
+        assert_eq!(t.arena_len(SegmentId(1), 64, 1 << 20), 16 << 10);
+        assert_eq!(t.arena_len(SegmentId(1), 64 << 10, 1 << 20), 64 << 10, "never smaller than the object");
     }
 
     #[test]

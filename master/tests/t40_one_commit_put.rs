@@ -219,3 +219,24 @@ async fn a_retried_put_end_gets_its_first_answer_and_never_undoes_a_remove() {
     assert_eq!(e.code(), Some(ErrorCode::ObjectNotFound));
     assert!(client.list_objects("k", 10).await.expect("list").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_end_after_the_leader_restarted_in_its_own_term_is_still_recorded() {
+    let mut cluster = Cluster::builder().masters(1).master_bin(BIN).start();
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let client = cluster.client();
+    client.remount_segments(STORE, vec![segment(1, 64 << 20)]).await.expect("mount");
+    client.remount_segments(WRITER, vec![]).await.expect("register");
+    let reserved = client.put_start(ask("k", 4096, 0)).await.expect("put start");
+    // The process restarts (a one-master cluster leads again, possibly in
+    // the same term): its reservations are gone, its arena is not.
+    cluster.kill(leader);
+    cluster.restart(leader);
+    cluster.wait_for_leader(Duration::from_secs(10)).await;
+    client.put_end_with(end("k", 4096, &reserved)).await.expect("recorded from the echoed ranges");
+    let listed = client.list_objects("k", 10).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    // A new put on the restarted master never lands on the recorded one.
+    let fresh = client.put_start(ask("fresh", 4096, 0)).await.expect("put start");
+    assert_ne!(fresh[0].arena_id, reserved[0].arena_id, "the old arena is not reused");
+}

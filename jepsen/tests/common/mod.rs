@@ -465,3 +465,39 @@ pub fn skip_or_fail(what: &str, reason: impl std::fmt::Display) {
     }
     eprintln!("SKIPPED ({what}): {reason}");
 }
+
+/// Options of a chaos run of `scenario` for a host test, or `None` (after
+/// [`skip_or_fail`]) when this host cannot run one: not root, chaos tools
+/// or the `mooncake` binary missing. `prefix` names the run's namespaces.
+pub fn chaos_run_options(
+    scenario: mooncake_jepsen::scenario::Scenario,
+    seed: u64,
+    duration: std::time::Duration,
+    master_flags: Vec<String>,
+    results: &std::path::Path,
+    prefix: &str,
+) -> Option<mooncake_jepsen::runner::RunOptions> {
+    if let Err(e) = mooncake_jepsen::safety::require_root().and_then(|()| mooncake_jepsen::safety::check_tools()) {
+        skip_or_fail("chaos host", e);
+        return None;
+    }
+    let bin = match mooncake_client::local_cluster::find_binary("mooncake") {
+        Ok(b) => b,
+        Err(e) => {
+            skip_or_fail("mooncake binary", e);
+            return None;
+        }
+    };
+    Some(mooncake_jepsen::runner::RunOptions {
+        scenario,
+        seed,
+        duration,
+        rate: 200,
+        clients: 6,
+        bin,
+        harness_bin: env!("CARGO_BIN_EXE_mooncake-jepsen").into(),
+        results_root: results.to_path_buf(),
+        master_flags,
+        prefix: format!("{prefix}{}", std::process::id() % 10_000),
+    })
+}
