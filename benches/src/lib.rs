@@ -33,6 +33,7 @@ pub mod data;
 pub mod failover;
 pub mod meta;
 pub mod report;
+pub mod scale;
 pub mod small;
 pub mod stats;
 
@@ -49,6 +50,8 @@ pub enum Scenario {
     Meta,
     Small,
     Failover,
+    /// Not part of `all`: minutes at its default size.
+    Scale,
     All,
 }
 
@@ -85,6 +88,9 @@ pub struct BenchArgs {
     /// client library's, 1 MiB).
     #[arg(long = "tcp-split-bytes", value_name = "BYTES")]
     pub tcp_split_bytes: Option<u64>,
+    /// `scale`: objects to load (default 10 M; `--quick` 1 M).
+    #[arg(long)]
+    pub objects: Option<u64>,
 }
 
 /// What every scenario gets: the run's mode, the binary that runs the
@@ -122,6 +128,7 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
             Scenario::Meta => meta::run(&mut ctx).await,
             Scenario::Small => small::run(&mut ctx).await,
             Scenario::Failover => failover::run(&mut ctx).await,
+            Scenario::Scale => scale::run(&mut ctx, args.objects).await,
             Scenario::All => continue,
         };
         match result {

@@ -47,6 +47,12 @@ fn status_of(r: &SmResponse) -> Status {
     }
 }
 
+/// An answer about leadership rather than about an item: a batch carrying
+/// one is answered with it as a whole, so the client redirects and retries.
+fn is_leadership(s: &Status) -> bool {
+    matches!(s.error_code(), ErrorCode::NotLeader | ErrorCode::Unavailable)
+}
+
 fn too_many(n: usize) -> Status {
     Status::with(ErrorCode::InvalidParams, format!("batch of {n} items; the limit is {BATCH_RPC_MAX}"))
 }
@@ -279,7 +285,13 @@ impl MasterService for MasterServiceImpl {
         }
         let mut responses = Vec::with_capacity(reqs.len());
         for r in &reqs {
-            responses.push(crate::puts::put_start(&self.shared, r).await);
+            let response = crate::puts::put_start(&self.shared, r).await;
+            // Not the leader (any more): the whole batch goes to the leader,
+            // which MasterClient finds from this answer.
+            if let Some(s) = response.status.as_ref().filter(|s| is_leadership(s)) {
+                return ok(BatchPutStartResponse { status: Some(s.clone()), responses: vec![] });
+            }
+            responses.push(response);
         }
         ok(BatchPutStartResponse { status: Some(Status::ok()), responses })
     }
@@ -290,6 +302,9 @@ impl MasterService for MasterServiceImpl {
             return ok(BatchPutEndResponse { status: Some(too_many(reqs.len())), responses: vec![] });
         }
         let statuses = crate::puts::put_end(&self.shared, &reqs).await;
+        if let Some(s) = statuses.iter().find(|s| is_leadership(s)) {
+            return ok(BatchPutEndResponse { status: Some(s.clone()), responses: vec![] });
+        }
         let responses = statuses.into_iter().map(|s| PutEndResponse { status: Some(s) }).collect();
         ok(BatchPutEndResponse { status: Some(Status::ok()), responses })
     }

@@ -133,14 +133,25 @@ impl PeerClient {
     }
 }
 
+/// Only a peer that cannot be connected to is `Unreachable` (openraft then
+/// backs off, see [`UNREACHABLE_BACKOFF`]). A call that ran out of time is a
+/// plain network error, retried at the next tick: openraft's AppendEntries
+/// timeout is one heartbeat interval (40 ms), which a large batch appended
+/// and synced on a loaded follower can exceed — treating that as
+/// unreachable stopped replication to *both* followers for half a second at
+/// once and set off elections (seen loading 200 k objects).
 fn transport_error<E: std::error::Error>(status: &tonic::Status) -> RpcErr<E> {
     match status.code() {
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-            RPCError::Unreachable(Unreachable::new(status))
-        }
+        tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(status)),
         _ => RPCError::Network(NetworkError::new(status)),
     }
 }
+
+/// How long openraft waits before it tries an unreachable peer again:
+/// well under the followers' election timeout (lease 240 ms + 120–240 ms),
+/// so even both followers unreachable for a moment do not stop heartbeats
+/// long enough to start an election.
+pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(100);
 
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
@@ -179,5 +190,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 
     async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> Result<VoteResponse<NodeId>, RpcErr> {
         self.call(Rpc::Vote, &rpc, &option).await
+    }
+
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(UNREACHABLE_BACKOFF))
     }
 }
