@@ -93,7 +93,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let protocol: Protocol = a.protocol.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = crate::up::default_dir("demo");
     eprintln!("demo: starting 3 masters and {} store nodes in {}", a.stores, dir.display());
-    let mut cluster = crate::up::start(3, a.stores, &a.segment_size, dir.clone()).await?;
+    let mut cluster = crate::up::start(3, a.stores, &a.segment_size, dir.clone(), &[]).await?;
     let mut cfg = ClientConfig::new(cluster.master_addrs());
     cfg.protocol = protocol;
     let client = Client::connect(cfg).await.context("connecting the workload client")?;

@@ -21,21 +21,34 @@ pub struct UpArgs {
     /// Data and logs directory (default: a new directory under the temp dir, kept).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// An extra flag for every master (repeatable), e.g.
+    /// `--master-arg=--client_ttl=3 --master-arg=--default_kv_lease_ttl=500`
+    /// for a cluster with short TTLs.
+    #[arg(long = "master-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub master_args: Vec<String>,
 }
 
-/// Starts the cluster and waits until it serves.
-pub async fn start(masters: u64, stores: u64, segment_size: &str, dir: PathBuf) -> anyhow::Result<LocalCluster> {
+/// Starts the cluster (`master_args` go to every master) and waits until it serves.
+pub async fn start(
+    masters: u64,
+    stores: u64,
+    segment_size: &str,
+    dir: PathBuf,
+    master_args: &[String],
+) -> anyhow::Result<LocalCluster> {
     // One binary runs every role: `mooncake master` and `mooncake store`.
     let me = std::env::current_exe()?;
-    let cluster = LocalCluster::builder()
+    let mut builder = LocalCluster::builder()
         .master_command(&me, &["master"])
         .store_command(&me, &["store"])
         .masters(masters)
         .stores(stores)
         .segment_size(segment_size)
-        .dir(dir)
-        .start()
-        .map_err(anyhow::Error::msg)?;
+        .dir(dir);
+    for a in master_args {
+        builder = builder.master_arg(a);
+    }
+    let cluster = builder.start().map_err(anyhow::Error::msg)?;
     let ready = async {
         let (leader, term) = cluster.wait_for_leader(Duration::from_secs(20)).await?;
         cluster.wait_for_segments(stores, Duration::from_secs(20)).await?;
@@ -58,7 +71,7 @@ pub async fn run(a: UpArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.masters >= 1 && a.masters % 2 == 1, "--masters {} must be odd (1, 3, 5)", a.masters);
     let dir = a.dir.unwrap_or_else(|| default_dir("up"));
     eprintln!("starting {} masters and {} store nodes; data and logs in {}", a.masters, a.stores, dir.display());
-    let mut cluster = start(a.masters, a.stores, &a.segment_size, dir).await?;
+    let mut cluster = start(a.masters, a.stores, &a.segment_size, dir, &a.master_args).await?;
     let masters = cluster.master_addrs().join(",");
     println!("masters: {masters}");
     println!("try:     export MOONCAKE_MASTERS={masters}");

@@ -20,6 +20,9 @@ pub enum ClientError {
     AllReplicasFailed { key: String, tried: usize, last: String },
     #[error("buffer of {buf} bytes is too small for object {key:?} of {size} bytes")]
     BufferTooSmall { key: String, size: u64, buf: usize },
+    /// A range read reaching past the object's end (nothing was read).
+    #[error("range [{offset}, {offset} + {len}) is outside object {key:?} of {size} bytes")]
+    RangeOutsideObject { key: String, offset: u64, len: u64, size: u64 },
     #[error("segment memory: {0}")]
     Memory(#[from] mooncake_segment::MemoryError),
     #[error("transfer server: {0}")]
@@ -38,6 +41,7 @@ impl ClientError {
             ClientError::NotFound(_)
             | ClientError::Config(_)
             | ClientError::BufferTooSmall { .. }
+            | ClientError::RangeOutsideObject { .. }
             | ClientError::PutRevoked(_) => true,
             ClientError::Transfer(_)
             | ClientError::AllReplicasFailed { .. }

@@ -220,6 +220,20 @@ impl MasterClient {
         Ok(Attempted { reply: check(r)?.responses, attempts })
     }
 
+    /// Existence of many keys after one leadership confirmation: the batch
+    /// answer and each key's answer.
+    pub async fn batch_exist_key(&self, keys: Vec<String>) -> Result<Attempted<Vec<ExistKeyResponse>>, MasterError> {
+        let req = BatchExistKeyRequest { keys };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.batch_exist_key(req).await }
+            })
+            .await?;
+        let attempts = r.attempts;
+        Ok(Attempted { reply: check(r)?.responses, attempts })
+    }
+
     /// The leader's view of the cluster (following redirects).
     pub async fn cluster_info(&self) -> Result<GetClusterInfoResponse, MasterError> {
         let r = self

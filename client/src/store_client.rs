@@ -21,6 +21,8 @@ use crate::error::ClientError;
 use crate::local_segment::LocalSegment;
 use crate::master_client::{Attempted, MasterClient, MasterClientConfig, MasterError};
 
+mod scatter;
+
 /// Options of one put.
 #[derive(Clone, Debug, Default)]
 pub struct PutOptions {
@@ -126,7 +128,14 @@ impl Client {
     /// Stores `data` under `key`; a key that exists is kept as it is
     /// ([`PutOutcome::KeptExisting`]).
     pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
-        self.put_object(key, data, opts, false).await
+        self.put_object(key, std::slice::from_ref(&data), opts, false).await
+    }
+
+    /// Stores the concatenation of `parts` under `key` without joining them
+    /// in memory first: each part is written from where it lies (a gather
+    /// write). Otherwise as [`put`](Self::put).
+    pub async fn put_parts(&self, key: &str, parts: &[&[u8]], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
+        self.put_object(key, parts, opts, false).await
     }
 
     /// Stores `data` under `key`, replacing the object if the key exists.
@@ -134,7 +143,7 @@ impl Client {
     /// written to new ranges, and the old ones stay until no reader can
     /// still hold a KV lease on them.
     pub async fn upsert(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
-        self.put_object(key, data, opts, true).await.map(drop)
+        self.put_object(key, std::slice::from_ref(&data), opts, true).await.map(drop)
     }
 
     /// Same as [`put`](Self::put); the name of Mooncake's zero-copy variant.
@@ -149,7 +158,7 @@ impl Client {
     async fn put_object(
         &self,
         key: &str,
-        data: &[u8],
+        data: &[&[u8]],
         opts: &PutOptions,
         upsert: bool,
     ) -> Result<PutOutcome, ClientError> {
@@ -179,15 +188,14 @@ impl Client {
     async fn put_once(
         &self,
         key: &str,
-        data: &[u8],
+        data: &[&[u8]],
         opts: &PutOptions,
         upsert: bool,
     ) -> Result<PutOutcome, PutFailure> {
         // The checksum is computed while PutStart is in flight (the RPC is
         // polled, and so sent, first): its round trip hides the CPU time.
-        let (replicas, checksum) = tokio::join!(self.put_start(key, data.len() as u64, opts, upsert), async {
-            mooncake_segment::checksum::crc32c(data)
-        });
+        let size = parts_len(data);
+        let (replicas, checksum) = tokio::join!(self.put_start(key, size, opts, upsert), async { parts_crc32c(data) });
         let replicas = match replicas {
             Err(e) if !upsert && is_already_exists(&e) => return Ok(PutOutcome::KeptExisting),
             other => other.map_err(PutFailure::Other)?,
@@ -195,7 +203,7 @@ impl Client {
         let result = self.write_replicas(&replicas, data).await;
         let result = match result {
             Ok(()) => {
-                let end = self.put_end_request(key, data.len() as u64, checksum, &replicas, opts, upsert);
+                let end = self.put_end_request(key, size, checksum, &replicas, opts, upsert);
                 self.master.put_end_with(end).await.map_err(ClientError::from)
             }
             Err(e) => Err(e),
@@ -260,8 +268,15 @@ impl Client {
         Ok(self.master.put_start(req).await?)
     }
 
-    async fn write_replicas(&self, replicas: &[Replica], data: &[u8]) -> Result<(), ClientError> {
-        let writes = replicas.iter().map(|r| async move { self.engine.write(&remote(r), r.offset, data).await });
+    /// Writes the parts of one object, back to back, to every replica at once.
+    async fn write_replicas(&self, replicas: &[Replica], data: &[&[u8]]) -> Result<(), ClientError> {
+        let writes = replicas.iter().flat_map(|r| {
+            let target = remote(r);
+            part_offsets(data).map(move |(pos, part)| {
+                let target = target.clone();
+                async move { self.engine.write(&target, r.offset + pos, part).await }
+            })
+        });
         for r in join_all(writes).await {
             r?;
         }
@@ -345,6 +360,17 @@ impl Client {
     /// batch PutEnd (and one batch PutRevoke for those that failed). One
     /// result per item, in order; an existing key is kept, as in [`put`](Self::put).
     pub async fn put_batch(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<PutOutcome, ClientError>> {
+        let items: Vec<(&str, &[&[u8]])> = items.iter().map(|(key, data)| (*key, std::slice::from_ref(data))).collect();
+        self.put_batch_parts(&items, opts).await
+    }
+
+    /// [`put_batch`](Self::put_batch) where each object is the concatenation
+    /// of its parts, written from where they lie (see [`put_parts`](Self::put_parts)).
+    pub async fn put_batch_parts(
+        &self,
+        items: &[(&str, &[&[u8]])],
+        opts: &PutOptions,
+    ) -> Vec<Result<PutOutcome, ClientError>> {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(BATCH_ITEMS_MAX) {
             out.extend(self.put_chunk(chunk, opts).await);
@@ -352,14 +378,14 @@ impl Client {
         out
     }
 
-    async fn put_chunk(&self, items: &[(&str, &[u8])], opts: &PutOptions) -> Vec<Result<PutOutcome, ClientError>> {
+    async fn put_chunk(&self, items: &[(&str, &[&[u8]])], opts: &PutOptions) -> Vec<Result<PutOutcome, ClientError>> {
         let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
         let reqs = items
             .iter()
             .map(|(key, data)| PutStartRequest {
                 client_id: self.client_id,
                 key: key.to_string(),
-                size: data.len() as u64,
+                size: parts_len(data),
                 replica_num,
                 preferred_segments: opts.preferred_segments.clone(),
                 pin: opts.pin,
@@ -411,7 +437,7 @@ impl Client {
     /// PutEnd of the written items, PutRevoke of the others.
     async fn end_chunk(
         &self,
-        items: &[(&str, &[u8])],
+        items: &[(&str, &[&[u8]])],
         written: Vec<Result<(), ClientError>>,
         placements: &[&[Replica]],
         opts: &PutOptions,
@@ -422,8 +448,7 @@ impl Client {
             .zip(placements)
             .filter(|((_, w), _)| w.is_ok())
             .map(|(((key, data), _), replicas)| {
-                let crc = mooncake_segment::checksum::crc32c(data);
-                self.put_end_request(key, data.len() as u64, crc, replicas, opts, false)
+                self.put_end_request(key, parts_len(data), parts_crc32c(data), replicas, opts, false)
             })
             .collect();
         let ended = match self.master.batch_put_end(ends).await {
@@ -457,11 +482,32 @@ impl Client {
     /// Gets several objects: one batch replica-list call (one leadership
     /// confirmation), then every read in parallel. One result per key.
     pub async fn get_batch(&self, keys: &[&str]) -> Vec<Result<Vec<u8>, ClientError>> {
+        let got = self.get_batch_with(keys, |_, size| Ok(vec![0u8; size as usize])).await;
+        got.into_iter()
+            .map(|r| {
+                r.map(|(mut buf, size)| {
+                    buf.truncate(size);
+                    buf
+                })
+            })
+            .collect()
+    }
+
+    /// [`get_batch`](Self::get_batch) into buffers the caller provides:
+    /// `alloc(index, size)` gives the buffer of item `index` once its size is
+    /// known (at least `size` bytes, or an error for that item). Returns each
+    /// item's buffer and object size.
+    pub async fn get_batch_with<B, F>(&self, keys: &[&str], mut alloc: F) -> Vec<Result<(B, usize), ClientError>>
+    where
+        B: AsMut<[u8]>,
+        F: FnMut(usize, u64) -> Result<B, ClientError>,
+    {
         let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(BATCH_ITEMS_MAX) {
+        for (chunk_index, chunk) in keys.chunks(BATCH_ITEMS_MAX).enumerate() {
+            let base = chunk_index * BATCH_ITEMS_MAX;
             let names = chunk.iter().map(|k| k.to_string()).collect();
             match self.master.batch_get_replica_list(self.client_id, names).await {
-                Ok(lists) => out.extend(self.read_batch(chunk, &lists).await),
+                Ok(lists) => out.extend(self.read_batch(chunk, &lists, |i, size| alloc(base + i, size)).await),
                 Err(e) => out.extend(chunk.iter().map(|_| Err(ClientError::Master(e.clone())))),
             }
         }
@@ -472,23 +518,27 @@ impl Client {
     /// replicas in one batched transfer (small reads from one store node
     /// share a pipelined connection), then each object that failed there or
     /// did not match its checksum on its own, over every replica.
-    async fn read_batch(
+    async fn read_batch<B, F>(
         &self,
         keys: &[&str],
         lists: &Attempted<Vec<GetReplicaListResponse>>,
-    ) -> Vec<Result<Vec<u8>, ClientError>> {
-        let mut out: Vec<Result<Vec<u8>, ClientError>> = keys
+        mut alloc: F,
+    ) -> Vec<Result<(B, usize), ClientError>>
+    where
+        B: AsMut<[u8]>,
+        F: FnMut(usize, u64) -> Result<B, ClientError>,
+    {
+        let mut out: Vec<Result<B, ClientError>> = keys
             .iter()
             .zip(&lists.reply)
-            .map(|(key, list)| match item_status(list.status.as_ref(), lists.attempts) {
-                Err(ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectNotFound, .. })) => {
-                    self.stats.gets_not_found.fetch_add(1, Ordering::Relaxed);
-                    Err(ClientError::NotFound(key.to_string()))
-                }
-                Err(e) => Err(e),
-                Ok(()) => {
-                    self.stats.gets_found.fetch_add(1, Ordering::Relaxed);
-                    Ok(vec![0u8; list.size as usize])
+            .enumerate()
+            .map(|(index, (key, list))| {
+                self.list_status(key, list, lists.attempts)?;
+                let mut buf = alloc(index, list.size)?;
+                let room = buf.as_mut().len();
+                match room as u64 >= list.size {
+                    true => Ok(buf),
+                    false => Err(ClientError::BufferTooSmall { key: key.to_string(), size: list.size, buf: room }),
                 }
             })
             .collect();
@@ -502,7 +552,8 @@ impl Client {
         let mut read_index = Vec::new();
         for (index, (slot, nearest)) in out.iter_mut().zip(&nearest).enumerate() {
             if let (Ok(buf), Some((target, offset))) = (slot, nearest) {
-                reads.push(BatchRead { target, offset: *offset, buf: buf.as_mut_slice() });
+                let size = lists.reply[index].size as usize;
+                reads.push(BatchRead { target, offset: *offset, buf: &mut buf.as_mut()[..size] });
                 read_index.push(index);
             }
         }
@@ -516,7 +567,7 @@ impl Client {
         }
         let slow = out.iter_mut().enumerate().filter(|(index, _)| pending[*index]).map(|(index, slot)| async move {
             let failed = match slot.as_mut() {
-                Ok(buf) => self.read_object(keys[index], &lists.reply[index], buf).await.err(),
+                Ok(buf) => self.read_object(keys[index], &lists.reply[index], buf.as_mut()).await.err(),
                 Err(_) => None,
             };
             if let Some(e) = failed {
@@ -524,7 +575,23 @@ impl Client {
             }
         });
         join_all(slow).await;
-        out
+        out.into_iter().zip(&lists.reply).map(|(r, list)| r.map(|buf| (buf, list.size as usize))).collect()
+    }
+
+    /// One batch item's replica-list status as a result, counted as a get
+    /// found or not found.
+    fn list_status(&self, key: &str, list: &GetReplicaListResponse, attempts: u32) -> Result<(), ClientError> {
+        match list_error(key, list, attempts) {
+            Some(e @ ClientError::NotFound(_)) => {
+                self.stats.gets_not_found.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+            Some(e) => Err(e),
+            None => {
+                self.stats.gets_found.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+        }
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool, ClientError> {
@@ -604,6 +671,46 @@ fn item_status(status: Option<&mooncake_proto::Status>, attempts: u32) -> Result
     }
 }
 
+/// Bytes in the concatenation of `parts`.
+fn parts_len(parts: &[&[u8]]) -> u64 {
+    parts.iter().map(|p| p.len() as u64).sum()
+}
+
+/// The CRC-32C of the concatenation of `parts`, without joining them.
+fn parts_crc32c(parts: &[&[u8]]) -> u32 {
+    combined_crc32c(parts.iter().map(|p| (mooncake_segment::checksum::crc32c(p), p.len())))
+}
+
+/// The CRC-32C of consecutive pieces from each piece's CRC and length.
+fn combined_crc32c(crcs: impl IntoIterator<Item = (u32, usize)>) -> u32 {
+    use mooncake_segment::checksum::{crc32c, crc32c_combine};
+    let mut crcs = crcs.into_iter();
+    let first = crcs.next().map_or(crc32c(&[]), |(crc, _)| crc);
+    crcs.fold(first, |acc, (crc, len)| crc32c_combine(acc, crc, len))
+}
+
+/// Why a batch item's replica list is not usable (`NotFound` for a
+/// missing key), or `None` when it is.
+fn list_error(key: &str, list: &GetReplicaListResponse, attempts: u32) -> Option<ClientError> {
+    match item_status(list.status.as_ref(), attempts) {
+        Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) => Some(ClientError::NotFound(key.to_string())),
+        Err(e) => Some(e),
+        Ok(()) => None,
+    }
+}
+
+/// Each non-empty part with its offset in the concatenation.
+fn part_offsets<'a>(parts: &'a [&'a [u8]]) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
+    parts
+        .iter()
+        .scan(0u64, |pos, part| {
+            let at = *pos;
+            *pos += part.len() as u64;
+            Some((at, *part))
+        })
+        .filter(|(_, part)| !part.is_empty())
+}
+
 /// Where a replica lives, for the transfer engine.
 pub fn remote(r: &Replica) -> RemoteSegment {
     RemoteSegment {
@@ -612,5 +719,20 @@ pub fn remote(r: &Replica) -> RemoteSegment {
         host_id: r.host_id.clone(),
         shm_path: r.shm_path.clone(),
         size_bytes: r.segment_size,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mooncake_segment::checksum::crc32c;
+
+    #[test]
+    fn checksums_of_parts_are_the_whole_objects() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let parts = [&data[..1], &data[1..4096], &data[4096..4096], &data[4096..]];
+        assert_eq!(super::parts_crc32c(&parts), crc32c(&data));
+        assert_eq!(super::parts_crc32c(&[]), crc32c(&[]));
+        let offsets: Vec<(u64, usize)> = super::part_offsets(&parts).map(|(at, p)| (at, p.len())).collect();
+        assert_eq!(offsets, vec![(0, 1), (1, 4095), (4096, 5904)], "empty parts are skipped");
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-    let rows: [(&str, &[&str]); 10] = [
+    let rows: [(&str, &[&str]); 11] = [
         ("mooncake-proto", &[]),
         ("mooncake-segment", &[]),
         ("mooncake-raft-store", &["mooncake-segment"]),
@@ -24,6 +24,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
             ],
         ),
         ("mooncake-testkit", &["mooncake-client", "mooncake-proto"]),
+        ("mooncake-py", &["mooncake-client", "mooncake-proto", "mooncake-segment", "mooncake-transfer"]),
         (
             "mooncake-jepsen",
             &["mooncake-client", "mooncake-proto", "mooncake-segment", "mooncake-testkit", "mooncake-transfer"],

@@ -1,0 +1,180 @@
+//! `ReplicateConfig` and `SoftPinAction` (Mooncake's names, fields and
+//! defaults), and `setup`'s dict form.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::session::ReplicaSpec;
+use crate::setup::SetupArgs;
+
+/// Mooncake's default `global_segment_size` and `local_buffer_size` of the
+/// dict form of `setup` (16 MiB each).
+const DICT_DEFAULT_SIZE_BYTES: u64 = 16 << 20;
+
+/// What a soft pin does on a put: keep the existing choice, pin, unpin.
+#[pyclass(module = "mooncake_rs.store", eq, eq_int, frozen, hash, from_py_object)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum SoftPinAction {
+    #[default]
+    PRESERVE = 0,
+    ENABLE = 1,
+    DISABLE = 2,
+}
+
+#[pymethods]
+impl SoftPinAction {
+    #[getter]
+    fn name(&self) -> &'static str {
+        match self {
+            SoftPinAction::PRESERVE => "PRESERVE",
+            SoftPinAction::ENABLE => "ENABLE",
+            SoftPinAction::DISABLE => "DISABLE",
+        }
+    }
+
+    #[getter]
+    fn value(&self) -> i64 {
+        *self as i64
+    }
+}
+
+/// How a put places its replicas. Fields Mooncake has and we do not use
+/// (disk and NoF replicas, groups, data types, soft-pin TTLs) are kept so
+/// code that sets them runs; docs/PYTHON.md lists them.
+#[pyclass(module = "mooncake_rs.store", get_all, set_all)]
+#[derive(Clone, Debug)]
+pub struct ReplicateConfig {
+    pub replica_num: u64,
+    pub with_hard_pin: bool,
+    pub soft_pin_action: SoftPinAction,
+    /// Accepted, not used: our soft pins have no TTL.
+    pub soft_pin_ttl_ms: Option<u64>,
+    pub preferred_segment: String,
+    pub preferred_segments: Vec<String>,
+    pub prefer_alloc_in_same_node: bool,
+    pub nof_replica_num: u64,
+    pub dfs_replica_num: u64,
+    pub preferred_nof_segments: Vec<String>,
+    pub group_ids: Option<Vec<String>>,
+    pub data_type: i64,
+}
+
+impl Default for ReplicateConfig {
+    fn default() -> Self {
+        ReplicateConfig {
+            replica_num: 1,
+            with_hard_pin: false,
+            soft_pin_action: SoftPinAction::PRESERVE,
+            soft_pin_ttl_ms: None,
+            preferred_segment: String::new(),
+            preferred_segments: Vec::new(),
+            prefer_alloc_in_same_node: false,
+            nof_replica_num: 0,
+            dfs_replica_num: 0,
+            preferred_nof_segments: Vec::new(),
+            group_ids: None,
+            data_type: 0,
+        }
+    }
+}
+
+#[pymethods]
+impl ReplicateConfig {
+    #[new]
+    fn new() -> Self {
+        ReplicateConfig::default()
+    }
+
+    /// Mooncake's older boolean form of `soft_pin_action`.
+    #[getter]
+    fn get_with_soft_pin(&self) -> bool {
+        self.soft_pin_action == SoftPinAction::ENABLE
+    }
+
+    #[setter]
+    fn set_with_soft_pin(&mut self, on: bool) {
+        self.soft_pin_action = if on { SoftPinAction::ENABLE } else { SoftPinAction::DISABLE };
+    }
+
+    fn __str__(&self) -> String {
+        format!(
+            "ReplicateConfig: {{ replica_num: {}, soft_pin_action: {}, with_hard_pin: {}, preferred_segments: {:?} }}",
+            self.replica_num,
+            self.soft_pin_action.name(),
+            u8::from(self.with_hard_pin),
+            self.preferred()
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        self.__str__()
+    }
+}
+
+impl ReplicateConfig {
+    fn preferred(&self) -> Vec<String> {
+        let one = Some(self.preferred_segment.clone()).filter(|s| !s.is_empty());
+        one.into_iter().chain(self.preferred_segments.iter().cloned()).collect()
+    }
+
+    /// The placement of a put. A hard pin wins; a soft pin is set by
+    /// `ENABLE` (`PRESERVE` and `DISABLE` put the object unpinned).
+    pub fn spec(&self) -> ReplicaSpec {
+        let pin = match (self.with_hard_pin, self.soft_pin_action) {
+            (true, _) => 2,
+            (false, SoftPinAction::ENABLE) => 1,
+            (false, _) => 0,
+        };
+        ReplicaSpec {
+            replica_num: i64::try_from(self.replica_num).unwrap_or(i64::MAX),
+            pin,
+            preferred: self.preferred(),
+        }
+    }
+}
+
+/// The placement of an optional config argument (Mooncake's default otherwise).
+pub fn spec_of(config: Option<&Bound<'_, ReplicateConfig>>) -> ReplicaSpec {
+    config.map_or_else(|| ReplicateConfig::default().spec(), |c| c.borrow().spec())
+}
+
+/// `setup(config: dict)`: Mooncake's keys; sizes as ints or strings ("4GB").
+pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<SetupArgs> {
+    let text = |key: &str, default: &str| -> PyResult<String> {
+        match d.get_item(key)? {
+            Some(v) if !v.is_none() => v.extract::<String>(),
+            _ => Ok(default.to_string()),
+        }
+    };
+    let size = |key: &str| -> PyResult<u64> {
+        match d.get_item(key)? {
+            None => Ok(DICT_DEFAULT_SIZE_BYTES),
+            Some(v) => match v.extract::<u64>() {
+                Ok(n) => Ok(n),
+                Err(_) => mooncake_client::parse_size(&v.extract::<String>()?)
+                    .map_err(|e| PyTypeError::new_err(format!("{key}: {e}"))),
+            },
+        }
+    };
+    let required = |key: &str| -> PyResult<String> {
+        text(key, "").and_then(|v| match v.is_empty() {
+            true => Err(PyTypeError::new_err(format!("setup(config): {key:?} is required"))),
+            false => Ok(v),
+        })
+    };
+    let master = match text("master_server_addr", "")? {
+        m if m.is_empty() => text("master_server_address", "")?,
+        m => m,
+    };
+    Ok(SetupArgs {
+        local_hostname: required("local_hostname")?,
+        metadata_server: text("metadata_server", "")?,
+        global_segment_size: size("global_segment_size")?,
+        local_buffer_size: size("local_buffer_size")?,
+        protocol: text("protocol", "tcp")?,
+        rdma_devices: text("rdma_devices", "")?,
+        master_server_addr: master,
+    })
+}
