@@ -368,6 +368,27 @@ impl LocalCluster {
         }
     }
 
+    /// SIGSTOP: the node stops answering (a GC pause, an overloaded host)
+    /// until [`LocalCluster::resume`].
+    pub fn pause(&self, role: Role, id: u64) -> Result<(), String> {
+        self.signal(role, id, libc::SIGSTOP)
+    }
+
+    /// SIGCONT after [`LocalCluster::pause`].
+    pub fn resume(&self, role: Role, id: u64) -> Result<(), String> {
+        self.signal(role, id, libc::SIGCONT)
+    }
+
+    fn signal(&self, role: Role, id: u64, sig: i32) -> Result<(), String> {
+        let pid = self.node(role, id).and_then(Node::pid).ok_or(format!("{role:?} {id} is not running"))?;
+        let pid = i32::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
+        // SAFETY: kill(2) on a child we started, with a valid signal number.
+        match unsafe { libc::kill(pid, sig) } {
+            0 => Ok(()),
+            _ => Err(format!("signal {sig} to {role:?} {id}: {}", std::io::Error::last_os_error())),
+        }
+    }
+
     /// Restarts a stopped node with its original flags and data dir.
     pub fn restart(&mut self, role: Role, id: u64) -> Result<(), String> {
         let n = self.nodes.get_mut(&key(role, id)).ok_or("unknown node")?;

@@ -229,6 +229,16 @@ impl MasterConfig {
         }
     }
 
+    /// When the PreVote driver elects (prevote.rs): as openraft's own timer
+    /// would, a leader lease (`election-timeout-max`) plus a random timeout.
+    pub fn election_timing(&self) -> crate::prevote::ElectionTiming {
+        crate::prevote::ElectionTiming {
+            quiet: std::time::Duration::from_millis(self.election_timeout_max_ms),
+            timeout_min: std::time::Duration::from_millis(self.election_timeout_min_ms),
+            timeout_max: std::time::Duration::from_millis(self.election_timeout_max_ms),
+        }
+    }
+
     pub fn raft_config(&self) -> openraft::Config {
         openraft::Config {
             cluster_name: "mooncake".into(),
@@ -237,6 +247,8 @@ impl MasterConfig {
             election_timeout_max: self.election_timeout_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
             max_in_snapshot_log_to_keep: 1_000,
+            // Elections are started by the PreVote driver (prevote.rs).
+            enable_elect: false,
             ..Default::default()
         }
     }

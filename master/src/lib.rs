@@ -29,6 +29,7 @@ pub mod leader_lease;
 pub mod metrics;
 mod network;
 mod node;
+pub mod prevote;
 mod proposer;
 mod puts;
 mod raft_service;

@@ -28,6 +28,8 @@ pub struct MasterMetrics {
     pub raft_rpc: HistogramVec,
     /// Raft RPCs this master received, time to handle, by kind.
     pub raft_rpc_handled: HistogramVec,
+    /// Elections this master considered, by outcome (`started`, `refused_by_pre_vote`).
+    pub elections: IntCounterVec,
     pub snapshot_build: Histogram,
     pub snapshot_bytes: IntGauge,
     pub snapshot_install: Histogram,
@@ -141,8 +143,18 @@ impl MasterMetrics {
             &["method"],
         )?;
         r.register(Box::new(rpc_duration.clone()))?;
+        let elections = IntCounterVec::new(
+            Opts::new(
+                "mooncake_elections_total",
+                "Elections this master considered after losing its leader: started (pre-vote won) or \
+                 refused_by_pre_vote (the other voters still had a leader).",
+            ),
+            &["outcome"],
+        )?;
+        r.register(Box::new(elections.clone()))?;
         let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0];
         Ok(MasterMetrics {
+            elections,
             fsync: histogram(
                 &r,
                 "mooncake_fsync_duration_seconds",

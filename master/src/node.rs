@@ -29,6 +29,7 @@ use crate::leader::LeaderState;
 use crate::leader_lease::AckClock;
 use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::network::NetworkFactory;
+use crate::prevote::{ElectionDriver, LeaderContact};
 use crate::proposer::Proposer;
 use crate::raft_service::RaftServiceImpl;
 use crate::shared::Shared;
@@ -120,8 +121,26 @@ impl MasterNode {
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), cluster, stop_rx.clone())?;
+        let contact = Arc::new(LeaderContact::default());
+        let timing = cfg.election_timing();
+        let raft_service = RaftServiceImpl::new(
+            raft.clone(),
+            cluster.clone(),
+            contact.clone(),
+            timing.quiet,
+            metrics.raft_rpc_handled.clone(),
+        );
+        let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), raft_service, stop_rx.clone())?;
         tasks.push(grpc_task);
+        let driver = ElectionDriver {
+            id: cfg.id,
+            raft: raft.clone(),
+            contact,
+            cluster,
+            timing,
+            elections: metrics.elections.clone(),
+        };
+        tasks.push(tokio::spawn(driver.run(stop_rx.clone())));
         let http_addr = match cfg.http {
             Some(addr) => {
                 let (bound, task) = serve_http(addr, shared.clone(), stop_rx.clone()).await?;
@@ -233,7 +252,7 @@ async fn wait_stop(mut rx: watch::Receiver<bool>) {
 fn serve_grpc(
     addr: SocketAddr,
     shared: Arc<Shared>,
-    cluster: Arc<ClusterId>,
+    raft_service: RaftServiceImpl,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let incoming = TcpIncoming::bind(addr)
@@ -244,13 +263,9 @@ fn serve_grpc(
     let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
-    let raft = RaftServiceServer::new(RaftServiceImpl::new(
-        shared.raft.clone(),
-        cluster,
-        shared.metrics.raft_rpc_handled.clone(),
-    ))
-    .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
-    .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
+    let raft = RaftServiceServer::new(raft_service)
+        .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
+        .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
     let admin = AdminServiceServer::new(AdminServiceImpl::new(shared));
     let task = tokio::spawn(async move {
         let server = tonic::transport::Server::builder()

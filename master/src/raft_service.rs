@@ -7,22 +7,34 @@ use std::sync::Arc;
 use mooncake_proto::raft::RaftMessage;
 use mooncake_proto::raft::raft_service_server::RaftService;
 use mooncake_raft_store::{Raft, codec};
+use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
 
 use crate::cluster_id::ClusterId;
+use crate::prevote::{self, LeaderContact, PreVoteRequest};
 
 pub struct RaftServiceImpl {
     raft: Raft,
     cluster: Arc<ClusterId>,
+    /// Refreshed by every accepted leader message and granted vote.
+    contact: Arc<LeaderContact>,
+    /// How long without a leader before this master grants a pre-vote.
+    quiet: std::time::Duration,
     /// Time to handle each RPC received, by kind.
     handled: prometheus::HistogramVec,
 }
 
 impl RaftServiceImpl {
-    pub fn new(raft: Raft, cluster: Arc<ClusterId>, handled: prometheus::HistogramVec) -> Self {
-        RaftServiceImpl { raft, cluster, handled }
+    pub fn new(
+        raft: Raft,
+        cluster: Arc<ClusterId>,
+        contact: Arc<LeaderContact>,
+        quiet: std::time::Duration,
+        handled: prometheus::HistogramVec,
+    ) -> Self {
+        RaftServiceImpl { raft, cluster, contact, quiet, handled }
     }
 
     fn observe(&self, rpc: &str, since: std::time::Instant) {
@@ -54,7 +66,18 @@ impl RaftService for RaftServiceImpl {
         let since = std::time::Instant::now();
         let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
         let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
-        let answer = reply(&self.raft.append_entries(rpc).await);
+        let result = self.raft.append_entries(rpc).await;
+        // A conflict still comes from the current leader; a higher vote
+        // means the sender is not it.
+        if matches!(
+            result,
+            Ok(AppendEntriesResponse::Success
+                | AppendEntriesResponse::PartialSuccess(_)
+                | AppendEntriesResponse::Conflict)
+        ) {
+            self.contact.heard();
+        }
+        let answer = reply(&result);
         self.observe(kind, since);
         answer
     }
@@ -62,16 +85,37 @@ impl RaftService for RaftServiceImpl {
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
         let rpc = self.decode(req)?;
-        let answer = reply(&self.raft.vote(rpc).await);
+        let result = self.raft.vote(rpc).await;
+        if matches!(&result, Ok(v) if v.vote_granted) {
+            self.contact.heard();
+        }
+        let answer = reply(&result);
         self.observe("vote", since);
         answer
     }
 
     async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
-        let rpc = self.decode(req)?;
-        let answer = reply(&self.raft.install_snapshot(rpc).await);
+        let rpc: openraft::raft::InstallSnapshotRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
+        let leader_vote = rpc.vote;
+        let result = self.raft.install_snapshot(rpc).await;
+        if matches!(&result, Ok(r) if r.vote == leader_vote) {
+            self.contact.heard();
+        }
+        let answer = reply(&result);
         self.observe("snapshot", since);
+        answer
+    }
+
+    async fn pre_vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let since = std::time::Instant::now();
+        let rpc: PreVoteRequest = self.decode(req)?;
+        let answer = prevote::answer(&self.raft, &self.contact, self.quiet, &rpc);
+        if !answer.granted {
+            tracing::debug!(candidate = rpc.candidate, reason = %answer.reason, "refused a pre-vote");
+        }
+        let answer = reply(&answer);
+        self.observe("pre_vote", since);
         answer
     }
 }

@@ -92,6 +92,13 @@ impl Cluster {
     pub fn kill_store(&mut self, id: u64) {
         self.inner.kill(Role::Store, id);
     }
+    /// SIGSTOP master `id` (see [`Cluster::resume`]).
+    pub fn pause(&self, id: u64) {
+        self.inner.pause(Role::Master, id).unwrap_or_else(|e| panic!("pause master {id}: {e}"));
+    }
+    pub fn resume(&self, id: u64) {
+        self.inner.resume(Role::Master, id).unwrap_or_else(|e| panic!("resume master {id}: {e}"));
+    }
     pub fn restart(&mut self, id: u64) {
         self.inner.restart(Role::Master, id).unwrap_or_else(|e| panic!("restart master {id}: {e}"));
     }
