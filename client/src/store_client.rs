@@ -315,34 +315,15 @@ impl Client {
         }
     }
 
-    /// Reads from the nearest replica whose bytes match the checksum.
+    /// Reads from the nearest replica whose bytes match the checksum (the
+    /// one-buffer case of `read_object_parts`).
     async fn read_object(
         &self,
         key: &str,
         list: &GetReplicaListResponse,
         buf: &mut [u8],
     ) -> Result<usize, ClientError> {
-        let size = list.size as usize;
-        if buf.len() < size {
-            return Err(ClientError::BufferTooSmall { key: key.into(), size: list.size, buf: buf.len() });
-        }
-        let dst = &mut buf[..size];
-        let mut last = String::from("no replica");
-        let order = self.nearest_first(&list.replicas);
-        for r in &order {
-            match self.engine.read_checksummed(&remote(r), r.offset, dst).await {
-                Ok(crc) if crc == list.checksum => return Ok(size),
-                Ok(_) => {
-                    last = format!("checksum mismatch on segment {} at {}", SegmentId(r.segment_id), r.endpoint);
-                    tracing::warn!(key, %last, "corrupt replica; trying the next one");
-                }
-                Err(e) => {
-                    last = format!("{}: {e}", r.endpoint);
-                    tracing::warn!(key, error = %e, "replica read failed; trying the next one");
-                }
-            }
-        }
-        Err(ClientError::AllReplicasFailed { key: key.into(), tried: order.len(), last })
+        self.read_object_parts(key, list, &mut [buf]).await
     }
 
     /// Same host first, then same zone, then the rest (stable within groups).

@@ -159,7 +159,7 @@ impl Client {
 
     /// The whole object from the nearest replica whose bytes match the
     /// checksum, scattered over `parts` (each part read at once).
-    async fn read_object_parts(
+    pub(super) async fn read_object_parts(
         &self,
         key: &str,
         list: &GetReplicaListResponse,
