@@ -26,6 +26,15 @@ pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 120;
 pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 240;
 /// Build a snapshot (and allow log purge) after this many applied entries.
 pub const DEFAULT_SNAPSHOT_LOGS: u64 = 20_000;
+/// Log entries per AppendEntries. openraft 0.9 gives every AppendEntries
+/// one heartbeat interval (40 ms) to be sent, written and synced by the
+/// follower, and retries a late one from the same place; an entry of a
+/// 1,000-key batch put is ~100 KB, so its default of 300 entries (30 MB)
+/// never arrived in time and a master that had to catch up (a new learner,
+/// a restarted follower) stayed behind for good (seen at 1 M objects).
+/// 8 entries of that size take a few ms; small entries are batched by
+/// the group commit already.
+pub const MAX_PAYLOAD_ENTRIES: u64 = 8;
 
 /// Command-line flags of `mooncake-master`.
 #[derive(clap::Parser, Clone, Debug)]
@@ -247,6 +256,7 @@ impl MasterConfig {
             election_timeout_max: self.election_timeout_max_ms,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
             max_in_snapshot_log_to_keep: 1_000,
+            max_payload_entries: MAX_PAYLOAD_ENTRIES,
             // Elections are started by the PreVote driver (prevote.rs).
             enable_elect: false,
             ..Default::default()

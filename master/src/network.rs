@@ -21,6 +21,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster_id::ClusterId;
 use crate::leader_lease::AckClock;
+use crate::prevote::{PreVoteRequest, PreVoteResponse};
 
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -67,6 +68,8 @@ enum Rpc {
     Heartbeat,
     Vote,
     Snapshot,
+    /// Not openraft's: "would you vote for me?" (prevote.rs).
+    PreVote,
 }
 
 impl Rpc {
@@ -76,6 +79,7 @@ impl Rpc {
             Rpc::Heartbeat => "heartbeat",
             Rpc::Vote => "vote",
             Rpc::Snapshot => "snapshot",
+            Rpc::PreVote => "pre_vote",
         }
     }
 }
@@ -120,6 +124,7 @@ impl PeerClient {
             Rpc::Append | Rpc::Heartbeat => client.append_entries(request).await,
             Rpc::Vote => client.vote(request).await,
             Rpc::Snapshot => client.install_snapshot(request).await,
+            Rpc::PreVote => client.pre_vote(request).await,
         };
         self.rpc_seconds.with_label_values(&[rpc.label()]).observe(sent.elapsed().as_secs_f64());
         let reply = reply.map_err(|status| transport_error(&status))?.into_inner();
@@ -130,6 +135,14 @@ impl PeerClient {
         let result: Result<Resp, RaftError<NodeId, E>> =
             codec::decode("raft response", &reply.data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl PeerClient {
+    /// Asks the peer for a pre-vote, waiting at most `timeout`.
+    pub async fn pre_vote(&mut self, req: &PreVoteRequest, timeout: Duration) -> Result<PreVoteResponse, String> {
+        let option = RPCOption::new(timeout);
+        self.call::<_, _, openraft::error::Infallible>(Rpc::PreVote, req, &option).await.map_err(|e| e.to_string())
     }
 }
 

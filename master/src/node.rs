@@ -89,7 +89,8 @@ impl MasterNode {
             rpc_seconds: metrics.raft_rpc.clone(),
             flushed: flushed.clone(),
         };
-        let raft = Raft::new(cfg.id, raft_config, network, log, sm).await.context("starting raft")?;
+        let log_reader = log.clone();
+        let raft = Raft::new(cfg.id, raft_config, network.clone(), log, sm).await.context("starting raft")?;
         let kv_lease_ttl = Duration::from_millis(cfg.default_kv_lease_ttl_ms);
         let leader = Arc::new(match cfg.dev_unsafe_unfenced_removals {
             false => LeaderState::new(kv_lease_ttl),
@@ -125,6 +126,7 @@ impl MasterNode {
         let timing = cfg.election_timing();
         let raft_service = RaftServiceImpl::new(
             raft.clone(),
+            log_reader.clone(),
             cluster.clone(),
             contact.clone(),
             timing.quiet,
@@ -135,8 +137,9 @@ impl MasterNode {
         let driver = ElectionDriver {
             id: cfg.id,
             raft: raft.clone(),
+            log: log_reader,
             contact,
-            cluster,
+            network,
             timing,
             elections: metrics.elections.clone(),
         };

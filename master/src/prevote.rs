@@ -16,29 +16,29 @@
 //!   own last attempt;
 //! - then it asks every other voter [`PreVoteRequest`]: "would you vote for
 //!   me?" A voter says yes only if it is not the leader, has had no contact
-//!   with a leader for a leader lease itself, and the candidate's log is not
-//!   shorter than its own. Nothing is written by a pre-vote: no term moves;
-//! - with a majority of yeses (its own included) it calls openraft's
+//!   with a leader for a leader lease itself, and the candidate's last log
+//!   id (term, then index: what the real vote compares) is not behind its
+//!   own. Nothing is written by a pre-vote: no term moves;
+//! - with a majority of yeses (its own included; in each configuration of
+//!   a joint membership) it calls openraft's
 //!   `trigger().elect()`, which runs the real, durable vote.
 //!
 //! A dead leader is replaced as fast as before (one extra round trip); a
 //! node that merely lost touch asks, is told "we have a leader", and waits
 //! for the leader's next heartbeat instead of bumping the term.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use mooncake_proto::raft::RaftMessage;
-use mooncake_proto::raft::raft_service_client::RaftServiceClient;
-use mooncake_raft_store::{NodeId, Raft, codec};
-use openraft::ServerState;
+use mooncake_raft_store::{LogId, LogStore, NodeId, Raft};
+use openraft::network::RaftNetworkFactory;
+use openraft::{BasicNode, ServerState};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
 
-use crate::cluster_id::ClusterId;
+use crate::network::{NetworkFactory, PeerClient};
 
 /// When this master last heard from a leader (or granted a vote).
 #[derive(Debug)]
@@ -68,8 +68,8 @@ impl LeaderContact {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PreVoteRequest {
     pub candidate: NodeId,
-    /// The candidate's last log index.
-    pub last_log_index: Option<u64>,
+    /// The candidate's last log id.
+    pub last_log_id: Option<LogId>,
 }
 
 /// The answer, with the reason of a refusal (logged by the candidate).
@@ -79,13 +79,19 @@ pub struct PreVoteResponse {
     pub reason: String,
 }
 
-/// Answers a pre-vote from this master's Raft state. `quiet` is how long
-/// without a leader's contact this master needs before it says yes.
-pub fn answer(raft: &Raft, contact: &LeaderContact, quiet: Duration, req: &PreVoteRequest) -> PreVoteResponse {
-    let (state, leader, last_log_index) = {
+/// Answers a pre-vote from this master's Raft state and log. `quiet` is how
+/// long without a leader's contact this master needs before it says yes.
+pub fn answer(
+    raft: &Raft,
+    log: &LogStore,
+    contact: &LeaderContact,
+    quiet: Duration,
+    req: &PreVoteRequest,
+) -> PreVoteResponse {
+    let (state, leader) = {
         let m = raft.metrics();
         let m = m.borrow();
-        (m.state, m.current_leader, m.last_log_index)
+        (m.state, m.current_leader)
     };
     let refuse = |reason: String| PreVoteResponse { granted: false, reason };
     if state == ServerState::Leader {
@@ -95,10 +101,13 @@ pub fn answer(raft: &Raft, contact: &LeaderContact, quiet: Duration, req: &PreVo
     if since < quiet {
         return refuse(format!("heard from leader {leader:?} {} ms ago", since.as_millis()));
     }
-    if req.last_log_index < last_log_index {
-        return refuse(format!("your last log index {:?} is behind mine {last_log_index:?}", req.last_log_index));
+    match log.last_log_id() {
+        Err(e) => refuse(format!("cannot read my log: {e}")),
+        Ok(mine) if req.last_log_id < mine => {
+            refuse(format!("your last log id {:?} is behind mine {mine:?}", req.last_log_id))
+        }
+        Ok(_) => PreVoteResponse { granted: true, reason: String::new() },
     }
-    PreVoteResponse { granted: true, reason: String::new() }
 }
 
 /// Timing of [`ElectionDriver`], from the master's election flags.
@@ -120,20 +129,28 @@ impl ElectionTiming {
     }
 }
 
+/// Whether `granted` holds a majority of every configuration (one, or two
+/// during a joint membership change).
+pub fn is_majority(configs: &[BTreeSet<NodeId>], granted: &BTreeSet<NodeId>) -> bool {
+    !configs.is_empty() && configs.iter().all(|c| c.iter().filter(|id| granted.contains(id)).count() * 2 > c.len())
+}
+
 /// Starts elections for one master (see the module doc).
 pub struct ElectionDriver {
     pub id: NodeId,
     pub raft: Raft,
+    pub log: LogStore,
     pub contact: Arc<LeaderContact>,
-    pub cluster: Arc<ClusterId>,
+    /// Makes the clients that carry pre-votes (as Raft's own RPCs).
+    pub network: NetworkFactory,
     pub timing: ElectionTiming,
     pub elections: prometheus::IntCounterVec,
 }
 
 impl ElectionDriver {
     /// Runs until `stop` turns true.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut peers: BTreeMap<NodeId, (String, RaftServiceClient<Channel>)> = BTreeMap::new();
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut peers: BTreeMap<NodeId, (BasicNode, PeerClient)> = BTreeMap::new();
         let mut last_attempt: Option<Instant> = None;
         let mut wait = self.timing.next_wait();
         loop {
@@ -150,37 +167,60 @@ impl ElectionDriver {
                 return;
             }
             wait = self.timing.next_wait();
-            let (state, voters, last_log_index) = {
+            let (state, configs, nodes) = {
                 let m = self.raft.metrics();
                 let m = m.borrow();
                 let membership = m.membership_config.membership();
-                let voters: Vec<(NodeId, String)> = membership
-                    .voter_ids()
-                    .map(|id| (id, membership.get_node(&id).map(|n| n.addr.clone()).unwrap_or_default()))
-                    .collect();
-                (m.state, voters, m.last_log_index)
+                let nodes: BTreeMap<NodeId, BasicNode> = membership.nodes().map(|(id, n)| (*id, n.clone())).collect();
+                (m.state, membership.get_joint_config().clone(), nodes)
             };
-            if matches!(state, ServerState::Leader | ServerState::Learner | ServerState::Shutdown)
-                || !voters.iter().any(|(id, _)| *id == self.id)
-            {
+            let is_voter = configs.iter().any(|c| c.contains(&self.id));
+            if matches!(state, ServerState::Leader | ServerState::Learner | ServerState::Shutdown) || !is_voter {
                 // A leader is its own contact; a learner never elects.
                 self.contact.heard();
                 continue;
             }
             last_attempt = Some(Instant::now());
-            let req = PreVoteRequest { candidate: self.id, last_log_index };
-            let others: Vec<(NodeId, String)> = voters.iter().filter(|(id, _)| *id != self.id).cloned().collect();
-            let calls = others.iter().map(|(id, addr)| {
-                let client = peer_client(&mut peers, *id, addr);
+            let last_log_id = match self.log.last_log_id() {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the log; not starting an election");
+                    continue;
+                }
+            };
+            let req = PreVoteRequest { candidate: self.id, last_log_id };
+            let others: BTreeSet<NodeId> = configs.iter().flatten().copied().filter(|id| *id != self.id).collect();
+            let mut clients = Vec::new();
+            for id in others {
+                let Some(node) = nodes.get(&id) else { continue };
+                let client = match peers.remove(&id) {
+                    Some((known, client)) if known == *node => client,
+                    _ => self.network.new_client(id, node).await,
+                };
+                clients.push((id, node.clone(), client));
+            }
+            let timeout = self.timing.timeout_min;
+            let calls = clients.into_iter().map(|(id, node, mut client)| {
                 let req = req.clone();
-                let cluster_id = self.cluster.get().unwrap_or_default();
-                let timeout = self.timing.timeout_min;
-                async move { (*id, ask(client, &req, cluster_id, timeout).await) }
+                async move {
+                    let answer = client.pre_vote(&req, timeout).await;
+                    (id, node, client, answer)
+                }
             });
-            let answers = futures::future::join_all(calls).await;
-            let granted = 1 + answers.iter().filter(|(_, a)| matches!(a, Ok(r) if r.granted)).count();
-            if granted * 2 > voters.len() {
-                tracing::info!(granted, voters = voters.len(), "pre-vote won: starting an election");
+            let mut granted = BTreeSet::from([self.id]);
+            let mut why = Vec::new();
+            for (id, node, client, answer) in futures::future::join_all(calls).await {
+                match answer {
+                    Ok(r) if r.granted => {
+                        granted.insert(id);
+                    }
+                    Ok(r) => why.push(format!("{id}: {}", r.reason)),
+                    Err(e) => why.push(format!("{id}: {e}")),
+                }
+                peers.insert(id, (node, client));
+            }
+            if is_majority(&configs, &granted) {
+                tracing::info!(granted = ?granted, "pre-vote won: starting an election");
                 self.elections.with_label_values(&["started"]).inc();
                 if let Err(e) = self.raft.trigger().elect().await {
                     tracing::error!(error = %e, "raft stopped; no election");
@@ -188,58 +228,27 @@ impl ElectionDriver {
                 }
             } else {
                 self.elections.with_label_values(&["refused_by_pre_vote"]).inc();
-                let why: Vec<String> = answers
-                    .iter()
-                    .map(|(id, a)| match a {
-                        Ok(r) if r.granted => format!("{id}: yes"),
-                        Ok(r) => format!("{id}: {}", r.reason),
-                        Err(e) => format!("{id}: {e}"),
-                    })
-                    .collect();
-                tracing::info!(granted, voters = voters.len(), answers = ?why, "pre-vote lost: not starting an election");
+                tracing::info!(granted = ?granted, refusals = ?why, "pre-vote lost: not starting an election");
             }
         }
     }
 }
 
-/// The cached client of a peer (a new one when its address changed).
-fn peer_client(
-    peers: &mut BTreeMap<NodeId, (String, RaftServiceClient<Channel>)>,
-    id: NodeId,
-    addr: &str,
-) -> Option<RaftServiceClient<Channel>> {
-    if let Some((known, client)) = peers.get(&id)
-        && known == addr
-    {
-        return Some(client.clone());
-    }
-    let channel = Endpoint::from_shared(format!("http://{addr}")).ok()?.tcp_nodelay(true).connect_lazy();
-    let client = RaftServiceClient::new(channel);
-    peers.insert(id, (addr.to_string(), client.clone()));
-    Some(client)
-}
-
-/// One pre-vote round trip.
-async fn ask(
-    client: Option<RaftServiceClient<Channel>>,
-    req: &PreVoteRequest,
-    cluster_id: String,
-    timeout: Duration,
-) -> Result<PreVoteResponse, String> {
-    let mut client = client.ok_or("bad peer address")?;
-    let data = codec::encode("pre-vote", req).map_err(|e| e.to_string())?;
-    let mut request = tonic::Request::new(RaftMessage { data, error: String::new(), cluster_id });
-    request.set_timeout(timeout);
-    let reply = client.pre_vote(request).await.map_err(|s| format!("{}: {}", s.code(), s.message()))?.into_inner();
-    if !reply.error.is_empty() {
-        return Err(reply.error);
-    }
-    codec::decode("pre-vote answer", &reply.data).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_majority_is_needed_in_every_configuration() {
+        let set = |ids: &[NodeId]| ids.iter().copied().collect::<BTreeSet<NodeId>>();
+        let one = [set(&[1, 2, 3])];
+        assert!(is_majority(&one, &set(&[1, 2])));
+        assert!(!is_majority(&one, &set(&[1])));
+        let joint = [set(&[1, 2, 3]), set(&[3, 4, 5])];
+        assert!(!is_majority(&joint, &set(&[1, 2, 3])), "no majority of the new configuration");
+        assert!(is_majority(&joint, &set(&[1, 3, 4])));
+        assert!(!is_majority(&[], &set(&[1])));
+    }
 
     #[test]
     fn the_wait_is_a_lease_plus_a_random_timeout() {

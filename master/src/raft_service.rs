@@ -17,6 +17,8 @@ use crate::prevote::{self, LeaderContact, PreVoteRequest};
 
 pub struct RaftServiceImpl {
     raft: Raft,
+    /// This master's log (its last log id answers pre-votes).
+    log: mooncake_raft_store::LogStore,
     cluster: Arc<ClusterId>,
     /// Refreshed by every accepted leader message and granted vote.
     contact: Arc<LeaderContact>,
@@ -29,12 +31,13 @@ pub struct RaftServiceImpl {
 impl RaftServiceImpl {
     pub fn new(
         raft: Raft,
+        log: mooncake_raft_store::LogStore,
         cluster: Arc<ClusterId>,
         contact: Arc<LeaderContact>,
         quiet: std::time::Duration,
         handled: prometheus::HistogramVec,
     ) -> Self {
-        RaftServiceImpl { raft, cluster, contact, quiet, handled }
+        RaftServiceImpl { raft, log, cluster, contact, quiet, handled }
     }
 
     fn observe(&self, rpc: &str, since: std::time::Instant) {
@@ -110,11 +113,12 @@ impl RaftService for RaftServiceImpl {
     async fn pre_vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
         let rpc: PreVoteRequest = self.decode(req)?;
-        let answer = prevote::answer(&self.raft, &self.contact, self.quiet, &rpc);
+        let answer = prevote::answer(&self.raft, &self.log, &self.contact, self.quiet, &rpc);
         if !answer.granted {
             tracing::debug!(candidate = rpc.candidate, reason = %answer.reason, "refused a pre-vote");
         }
-        let answer = reply(&answer);
+        // Framed as openraft's answers are (the network client decodes one way).
+        let answer = reply(&Ok::<_, openraft::error::RaftError<mooncake_raft_store::NodeId>>(answer));
         self.observe("pre_vote", since);
         answer
     }

@@ -97,6 +97,9 @@ async fn a_paused_follower_cannot_depose_a_healthy_leader() {
         assert_eq!((info.leader_id, info.term), (leader, term), "master {id} saw another leader or term");
     }
     assert_eq!(elections(&cluster, "started"), started_before, "an election started without a fault");
+    // The follower did wake up wanting an election (its timer had long
+    // expired) and was talked out of it: the pre-vote path ran.
+    assert!(elections(&cluster, "refused_by_pre_vote") >= 1.0, "the paused follower never asked for a pre-vote");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

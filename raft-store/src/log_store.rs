@@ -144,6 +144,11 @@ impl LogStore {
     }
 
     /// The state openraft starts from: last purged and last known log ids.
+    /// The id of the last entry in the log (or of the last purged one).
+    pub fn last_log_id(&self) -> Result<Option<LogId>, StoreError> {
+        Ok(self.log_state()?.last_log_id)
+    }
+
     fn log_state(&self) -> Result<LogState<TypeConfig>, StoreError> {
         let last_purged_log_id: Option<LogId> = self.read_meta(KEY_LAST_PURGED)?;
         // Entries are always newer than the purge marker (purge is atomic),
