@@ -143,7 +143,13 @@ impl Client {
     /// written to new ranges, and the old ones stay until no reader can
     /// still hold a KV lease on them.
     pub async fn upsert(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
-        self.put_object(key, std::slice::from_ref(&data), opts, true).await.map(drop)
+        self.upsert_parts(key, std::slice::from_ref(&data), opts).await
+    }
+
+    /// [`upsert`](Self::upsert) of the concatenation of `parts`, each
+    /// written from where it lies.
+    pub async fn upsert_parts(&self, key: &str, parts: &[&[u8]], opts: &PutOptions) -> Result<(), ClientError> {
+        self.put_object(key, parts, opts, true).await.map(drop)
     }
 
     /// Same as [`put`](Self::put); the name of Mooncake's zero-copy variant.
@@ -395,16 +401,17 @@ impl Client {
             })
             .collect();
         // A put whose reservation expired on the way (a leader change) is
-        // put again on its own, like `put` does.
+        // put again on its own, like `put` does (which counts it).
+        let mut counted = vec![false; results.len()];
         for (i, r) in results.iter_mut().enumerate() {
             if matches!(r, Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) && e.is_definite()) {
                 let (key, data) = items[i];
                 tracing::info!(key, "batch put expired on the way (leader change?); putting it again");
                 *r = self.put_object(key, data, opts, false).await;
-                continue;
+                counted[i] = true;
             }
         }
-        for r in &results {
+        for r in results.iter().zip(counted).filter(|(_, counted)| !counted).map(|(r, _)| r) {
             let c = match r {
                 Ok(PutOutcome::Stored) => &self.stats.puts_ok,
                 Ok(PutOutcome::KeptExisting) => &self.stats.puts_kept_existing,

@@ -32,13 +32,9 @@ impl Session {
                 Ok(o) => o,
                 Err(code) => return code,
             };
-            let stored = match (upsert, parts) {
-                (true, [data]) => self.client().upsert(key, data, &opts).await.map(|()| PutOutcome::Stored),
-                (true, _) => {
-                    let joined = parts.concat();
-                    self.client().upsert(key, &joined, &opts).await.map(|()| PutOutcome::Stored)
-                }
-                (false, _) => self.client().put_parts(key, parts, &opts).await,
+            let stored = match upsert {
+                true => self.client().upsert_parts(key, parts, &opts).await.map(|()| PutOutcome::Stored),
+                false => self.client().put_parts(key, parts, &opts).await,
             };
             codes::of_result(&stored, |_| codes::OK)
         })

@@ -3,11 +3,14 @@
 //! that need memory of the store's own: `get` and `get_batch` read into a
 //! lease and copy into the returned `bytes`, `get_buffer` hands the lease to
 //! Python as a `BufferHandle`. A lease returns its piece when dropped (the
-//! handle's memory lives as long as the handle). Its memory counts as
-//! registered: a lease's address may be passed to `get_into` and friends.
+//! handle's memory lives as long as the handle). The memory of a live
+//! handle counts as registered (its address may be passed to `get_into` and
+//! friends); the rest of the pool does not: another call may be writing
+//! there, and a handle's stale address must not reach it.
 //! When the pool is absent, too small or full, [`Staging`] falls back to
 //! a heap allocation, so a call never fails for want of pool space.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mooncake_segment::{MemoryError, Range, RangeAllocator, SegmentMemory};
@@ -17,6 +20,8 @@ use mooncake_segment::{MemoryError, Range, RangeAllocator, SegmentMemory};
 pub struct BufferPool {
     memory: SegmentMemory,
     free: Mutex<RangeAllocator>,
+    /// Pieces handed to Python (offset → length), see [`Lease::expose`].
+    exposed: Mutex<BTreeMap<u64, u64>>,
 }
 
 impl BufferPool {
@@ -24,13 +29,16 @@ impl BufferPool {
     pub fn new(size_bytes: u64) -> Result<Arc<BufferPool>, MemoryError> {
         let memory = SegmentMemory::anonymous(size_bytes, true)?;
         let free = Mutex::new(RangeAllocator::new(size_bytes));
-        Ok(Arc::new(BufferPool { memory, free }))
+        Ok(Arc::new(BufferPool { memory, free, exposed: Mutex::default() }))
     }
 
-    /// True when `[ptr, ptr + len)` lies inside the pool.
+    /// True when `[ptr, ptr + len)` lies inside one piece handed to Python
+    /// (a live `BufferHandle`).
     pub fn contains(&self, ptr: usize, len: usize) -> bool {
         let base = self.base() as usize;
-        ptr >= base && ptr.checked_add(len).is_some_and(|end| end <= base + self.memory.len() as usize)
+        let (Some(offset), Some(end)) = (ptr.checked_sub(base), ptr.checked_add(len)) else { return false };
+        let exposed = self.exposed.lock().unwrap_or_else(PoisonError::into_inner);
+        exposed.range(..=offset as u64).next_back().is_some_and(|(&start, &piece)| (end - base) as u64 <= start + piece)
     }
 
     /// `len_bytes` of the pool, or `None` when no free piece is large enough.
@@ -74,8 +82,17 @@ impl AsRef<[u8]> for Lease {
     }
 }
 
+impl Lease {
+    /// Hands this piece to Python: until the lease is dropped, calls may
+    /// name its memory as they name registered buffers.
+    pub fn expose(&self) {
+        self.pool.exposed.lock().unwrap_or_else(PoisonError::into_inner).insert(self.range.offset, self.len as u64);
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
+        self.pool.exposed.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.range.offset);
         let freed = self.pool.free.lock().unwrap_or_else(PoisonError::into_inner).free(self.range);
         assert!(freed.is_ok(), "a lease's range was allocated: {freed:?}");
     }
@@ -137,13 +154,19 @@ mod tests {
         assert!(matches!(a, Staging::Pooled(_)));
         a.as_mut().fill(7);
         let ptr = a.as_mut().as_ptr() as usize;
+        assert!(!pool.contains(ptr, 1), "a lease not handed to Python is not the caller's memory");
+        if let Staging::Pooled(lease) = &a {
+            lease.expose();
+        }
         assert!(pool.contains(ptr, 40 << 10) && !pool.contains(ptr, 200 << 10));
+        assert!(!pool.contains(ptr - 1, 2), "starts before the piece");
         let b = Staging::take(Some(&pool), 40 << 10);
         assert!(matches!(b, Staging::Heap(_)), "the pool is out of room");
         a.truncate(10);
         assert_eq!(a.as_ref(), &[7u8; 10]);
         drop(a);
         assert_eq!(pool.free_bytes(), 64 << 10);
+        assert!(!pool.contains(ptr, 1), "a dropped handle's address is refused");
         assert!(matches!(Staging::take(None, 5), Staging::Heap(v) if v.len() == 5));
     }
 }

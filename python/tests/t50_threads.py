@@ -7,6 +7,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from conftest import wait_for
+
 MiB = 1 << 20
 THREADS = 8
 OPS_PER_THREAD = 40
@@ -92,7 +94,7 @@ def test_stores_are_safe_to_share_across_setup_and_close(stores):
     threads = [threading.Thread(target=hammer) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    wait_for("the threads to be calling", 10, lambda: b"x" in seen)
     assert s.close() == 0
     stop.set()
     for t in threads:

@@ -5,7 +5,6 @@ every acknowledged put reads back."""
 import ctypes
 import os
 import threading
-import time
 
 import pytest
 
@@ -72,7 +71,9 @@ def run_loop_through_failover(cluster, stores):
         wait_for("the loop to go on after the failover", LOOP_TIMEOUT_S,
                  lambda: ops[0] >= killed_at + AFTER_FAILOVER_OPS, interval_s=0.1)
         cluster.start_master(old)  # it rejoins from its data directory
-        time.sleep(1)
+        rejoined_at = ops[0]
+        wait_for("the loop to go on while the old leader rejoins", LOOP_TIMEOUT_S,
+                 lambda: ops[0] >= rejoined_at + AFTER_FAILOVER_OPS, interval_s=0.1)
     finally:
         stop.set()
         worker.join(timeout=LOOP_TIMEOUT_S)

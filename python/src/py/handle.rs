@@ -25,6 +25,9 @@ pub struct BufferHandle {
 
 impl BufferHandle {
     pub fn new(mut memory: Staging) -> BufferHandle {
+        if let Staging::Pooled(lease) = &memory {
+            lease.expose();
+        }
         let bytes = memory.as_mut();
         let (ptr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
         BufferHandle { _memory: memory, ptr, len }

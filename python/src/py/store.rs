@@ -526,7 +526,8 @@ impl MooncakeDistributedStore {
 impl Drop for MooncakeDistributedStore {
     /// A store dropped while open unmounts its segment, as `close` does.
     fn drop(&mut self) {
-        self.state.close();
+        // The unmount waits on the network: not with the GIL held.
+        Python::attach(|py| py.detach(|| self.state.close()));
     }
 }
 
