@@ -10,12 +10,12 @@ use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_segment};
-use mooncake_raft_store::{Command, MetaError, MetaState, Response as SmResponse};
+use mooncake_raft_store::{Command, MetaError, MetaState};
 use mooncake_segment::{ClientId, SegmentId};
 use tonic::{Request, Response};
 
 use crate::convert;
-use crate::errors::{internal, meta_status};
+use crate::errors::{internal, invalid, meta_status, response_status};
 use crate::shared::Shared;
 
 type RpcResult<T> = Result<Response<T>, tonic::Status>;
@@ -40,13 +40,6 @@ fn ok<T>(t: T) -> RpcResult<T> {
     Ok(Response::new(t))
 }
 
-fn status_of(r: &SmResponse) -> Status {
-    match r {
-        SmResponse::Err(e) => meta_status(e),
-        _ => Status::ok(),
-    }
-}
-
 /// An answer about leadership rather than about an item: a batch carrying
 /// one is answered with it as a whole, so the client redirects and retries.
 fn is_leadership(s: &Status) -> bool {
@@ -57,15 +50,11 @@ fn too_many(n: usize) -> Status {
     Status::with(ErrorCode::InvalidParams, format!("batch of {n} items; the limit is {BATCH_RPC_MAX}"))
 }
 
-fn invalid(e: MetaError) -> Status {
-    meta_status(&e)
-}
-
 impl MasterServiceImpl {
     /// Proposes one command and returns its status.
     async fn write(&self, cmd: Command) -> Status {
         match self.shared.proposer.propose(cmd).await {
-            Ok(r) => status_of(&r),
+            Ok(r) => response_status(&r),
             Err(s) => s,
         }
     }

@@ -3,9 +3,22 @@
 //! error variant must be given a code here.
 
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::{MetaError, NodeId};
+use mooncake_raft_store::{MetaError, NodeId, Response};
 use openraft::BasicNode;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+
+/// [`meta_status`] of an owned error (for `map_err`).
+pub fn invalid(e: MetaError) -> Status {
+    meta_status(&e)
+}
+
+/// The wire status of a state-machine answer: OK, or its refusal.
+pub fn response_status(r: &Response) -> Status {
+    match r {
+        Response::Err(e) => meta_status(e),
+        _ => Status::ok(),
+    }
+}
 
 /// The wire status of a state-machine refusal.
 pub fn meta_status(e: &MetaError) -> Status {

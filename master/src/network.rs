@@ -42,10 +42,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        let mut peer =
-            PeerClient::new(target, &node.addr, self.cluster.clone(), self.acks.clone(), self.rpc_seconds.clone());
-        peer.flushed = Some(self.flushed.clone());
-        peer
+        PeerClient::new(target, &node.addr, self.clone())
     }
 }
 
@@ -57,7 +54,7 @@ pub struct PeerClient {
     cluster: Arc<ClusterId>,
     acks: Arc<AckClock>,
     rpc_seconds: prometheus::HistogramVec,
-    flushed: Option<mooncake_raft_store::FlushedLog>,
+    flushed: mooncake_raft_store::FlushedLog,
 }
 
 #[derive(Clone, Copy)]
@@ -87,13 +84,8 @@ impl Rpc {
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
-    fn new(
-        target: NodeId,
-        addr: &str,
-        cluster: Arc<ClusterId>,
-        acks: Arc<AckClock>,
-        rpc_seconds: prometheus::HistogramVec,
-    ) -> Self {
+    fn new(target: NodeId, addr: &str, factory: NetworkFactory) -> Self {
+        let NetworkFactory { cluster, acks, rpc_seconds, flushed } = factory;
         let client = Endpoint::from_shared(format!("http://{addr}"))
             .ok()
             .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
@@ -102,7 +94,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed: None }
+        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -176,8 +168,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         // a commit (flushed.rs): a follower learns a commit index only up to
         // what is synced here, so it never applies an entry that a power cut
         // on this leader could still take back.
-        if let (Some(flushed), Some(commit)) = (&self.flushed, rpc.leader_commit) {
-            let synced = flushed.get();
+        if let Some(commit) = rpc.leader_commit {
+            let synced = self.flushed.get();
             if synced.is_none_or(|s| s.index < commit.index) {
                 rpc.leader_commit = synced;
             }

@@ -22,7 +22,7 @@ use mooncake_raft_store::{
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::convert;
-use crate::errors::{internal, meta_status};
+use crate::errors::{internal, invalid, response_status};
 use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, aligned};
 use crate::shared::Shared;
 
@@ -33,10 +33,6 @@ const PLACE_ROUNDS_MAX: usize = 12;
 /// round's target (need, 4 need, 16 need, 64 need), and a round that finds
 /// nothing to evict ends them early.
 const EVICT_ROUNDS_MAX: u32 = 4;
-
-fn status(e: MetaError) -> Status {
-    meta_status(&e)
-}
 
 /// The placement candidates of a put and whether the key exists.
 struct Look {
@@ -88,7 +84,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
     let refuse = |s: Status| PutStartResponse { status: Some(s), replicas: vec![] };
     let spec = convert::put_start(req);
     if let Err(e) = validate_put_start(&spec) {
-        return refuse(status(e));
+        return refuse(invalid(e));
     }
     let ask = PutAsk {
         key: spec.key.clone(),
@@ -107,11 +103,11 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &spec.preferred)).await;
         let look = match found {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return refuse(status(e)),
+            Ok(Err(e)) => return refuse(invalid(e)),
             Err(s) => return refuse(s),
         };
         if look.exists && !ask.upsert {
-            return refuse(status(MetaError::ObjectAlreadyExists(ask.key.clone())));
+            return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone())));
         }
         let now = Instant::now();
         let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &excluded, allow_fewer, now))
@@ -123,7 +119,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                 let replicas = shared.reader.read(|s| p.iter().map(|r| replica_pb(s, r)).collect());
                 return PutStartResponse { status: Some(Status::ok()), replicas };
             }
-            Reserve::Taken => return refuse(status(MetaError::ObjectAlreadyExists(ask.key.clone()))),
+            Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
                 for (segment, len) in wanted {
                     if !grant_arena(shared, segment, len, aligned(ask.size_bytes)).await {
@@ -143,7 +139,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             }
         }
     }
-    refuse(status(MetaError::NoAvailableHandle(format!(
+    refuse(invalid(MetaError::NoAvailableHandle(format!(
         "no segment has {} free contiguous bytes for {:?} (after evicting what could be evicted)",
         aligned(ask.size_bytes),
         ask.key
@@ -276,7 +272,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
     let answers = shared.proposer.propose_many(cmds).await;
     let mut answers = match answers {
-        Ok(a) => a.into_iter().map(|r| answer_status(&r)).collect::<Vec<_>>().into_iter(),
+        Ok(a) => a.into_iter().map(|r| response_status(&r)).collect::<Vec<_>>().into_iter(),
         Err(s) => {
             return plans
                 .into_iter()
@@ -304,32 +300,25 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     out
 }
 
-fn answer_status(r: &Response) -> Status {
-    match r {
-        Response::Err(e) => meta_status(e),
-        _ => Status::ok(),
-    }
-}
-
 /// Decides one PutEnd against the applied state (`owned`: arenas this
 /// leader granted).
 fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, owned: &[ArenaId]) -> EndPlan {
     if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
-        return EndPlan::Answer(status(e));
+        return EndPlan::Answer(invalid(e));
     }
     // A retry of a PutEnd that was applied gets its first answer, whatever
     // happened to the object since (a remove must not be undone by a retry).
     if req.request_id != 0
         && let Some(first) = s.request_answer(req.request_id)
     {
-        return EndPlan::Answer(answer_status(first));
+        return EndPlan::Answer(response_status(first));
     }
     let client = ClientId(req.client_id);
     let echoed = placed_from(req);
     match reservation {
         Some(r) if r.client == client => {
             if !echoed.is_empty() && echoed != r.replicas {
-                return EndPlan::Answer(status(MetaError::InvalidParams(format!(
+                return EndPlan::Answer(invalid(MetaError::InvalidParams(format!(
                     "the replicas of {:?} differ from those PutStart reserved",
                     req.key
                 ))));
@@ -347,7 +336,7 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
         }
         // This writer's put expired and another writer's put of the key is
         // in flight (the first writer wins).
-        Some(_) => EndPlan::Answer(status(MetaError::PutExpired(format!(
+        Some(_) => EndPlan::Answer(invalid(MetaError::PutExpired(format!(
             "{:?}: this put expired and another put of the key is in flight",
             req.key
         )))),
@@ -375,7 +364,7 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
     let granted_elsewhere =
         !echoed.is_empty() && echoed.iter().all(|r| s.arena(r.arena).is_some() && !owned.contains(&r.arena));
     if !granted_elsewhere {
-        return EndPlan::Answer(status(MetaError::PutExpired(format!(
+        return EndPlan::Answer(invalid(MetaError::PutExpired(format!(
             "{:?}: this master holds no reservation for it (it expired, or was made before a leader change \
              and its space was reclaimed); put it again",
             req.key
@@ -402,7 +391,7 @@ pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
         Some(true) => Status::ok(),
         Some(false) => shared.reader.read(|s| match s.object(&req.key) {
             Some(o) if o.status == ObjectStatus::Complete && o.writer == client => {
-                status(MetaError::InvalidParams(format!("{:?} is complete; use Remove", req.key)))
+                invalid(MetaError::InvalidParams(format!("{:?} is complete; use Remove", req.key)))
             }
             _ => Status::with(ErrorCode::ObjectNotFound, format!("no put of {:?} by {client} is in flight", req.key)),
         }),

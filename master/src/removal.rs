@@ -10,7 +10,7 @@ use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response};
 
-use crate::errors::{internal, meta_status};
+use crate::errors::{internal, meta_status, response_status};
 use crate::kv_lease::KeyHash;
 use crate::leader::FenceGuard;
 use crate::proposer::Proposer;
@@ -75,13 +75,6 @@ fn find(s: &MetaState, key: &str, request_id: u64) -> Found {
     }
 }
 
-fn answer_status(r: &Response) -> Status {
-    match r {
-        Response::Err(e) => meta_status(e),
-        _ => Status::ok(),
-    }
-}
-
 /// Removes the listed keys (Remove is a batch of one). One linearizable
 /// read finds each key's incarnation; keys that are missing or not ready
 /// are answered from it; the rest are fenced (refused with
@@ -97,7 +90,7 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
     let mut todo: Vec<(usize, ObjectVersion)> = Vec::new();
     for (i, f) in found.into_iter().enumerate() {
         out[i] = match f {
-            Found::Answered(r) => Some(answer_status(&r)),
+            Found::Answered(r) => Some(response_status(&r)),
             Found::Missing => Some(Status::with(ErrorCode::ObjectNotFound, format!("object {:?} not found", keys[i]))),
             Found::NotReady => Some(meta_status(&mooncake_raft_store::MetaError::ReplicaNotReady(keys[i].clone()))),
             Found::Complete(v) => {
@@ -133,7 +126,7 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
         match propose_fenced(&shared.proposer, cmds, fenced.guard, removed).await {
             Ok(answers) => {
                 for ((i, _), a) in go.iter().zip(&answers) {
-                    out[*i] = Some(answer_status(a));
+                    out[*i] = Some(response_status(a));
                 }
             }
             Err(status) => {

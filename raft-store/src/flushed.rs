@@ -16,6 +16,7 @@
 //! append completes only after the sync, as before, so their acks stay true.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::watch;
 
@@ -25,12 +26,15 @@ use crate::types::LogId;
 #[derive(Clone)]
 pub struct FlushedLog {
     tx: Arc<watch::Sender<Option<LogId>>>,
+    /// Bumped by every [`cut_back`](Self::cut_back): a sync of entries
+    /// written before a cut must not mark the entries that replaced them.
+    cuts: Arc<AtomicU64>,
 }
 
 impl FlushedLog {
     /// Starts at `initial`: what the log held when it was opened is on disk.
     pub fn new(initial: Option<LogId>) -> Self {
-        FlushedLog { tx: Arc::new(watch::Sender::new(initial)) }
+        FlushedLog { tx: Arc::new(watch::Sender::new(initial)), cuts: Arc::new(AtomicU64::new(0)) }
     }
 
     /// The last synced log id.
@@ -43,10 +47,23 @@ impl FlushedLog {
         self.get().map(|l| l.index).unwrap_or(0)
     }
 
-    /// A sync covered everything up to `to`.
+    /// How many times the log was cut back so far (stamp writes with it).
+    pub(crate) fn cuts(&self) -> u64 {
+        self.cuts.load(Ordering::Acquire)
+    }
+
+    /// Everything up to `to` is on disk (covered by a purge or a snapshot).
     pub(crate) fn advance(&self, to: LogId) {
+        self.advance_written(self.cuts(), to);
+    }
+
+    /// A sync covered entries up to `to`, written when [`cuts`](Self::cuts)
+    /// was `cuts`; ignored if the log was cut back since (those entries may
+    /// be gone, and others written at their indexes not synced yet).
+    pub(crate) fn advance_written(&self, cuts: u64, to: LogId) {
         self.tx.send_if_modified(|cur| {
-            let newer = cur.is_none_or(|c| c.index < to.index);
+            // Checked under the watch's lock, which cut_back also holds.
+            let newer = self.cuts.load(Ordering::Acquire) == cuts && cur.is_none_or(|c| c.index < to.index);
             if newer {
                 *cur = Some(to);
             }
@@ -57,6 +74,7 @@ impl FlushedLog {
     /// The log was cut after `to` (a follower truncating conflicting entries).
     pub(crate) fn cut_back(&self, to: Option<LogId>) {
         self.tx.send_if_modified(|cur| {
+            self.cuts.fetch_add(1, Ordering::AcqRel);
             let older = to.map(|t| t.index) < cur.map(|c| c.index);
             if older {
                 *cur = to;
@@ -67,6 +85,9 @@ impl FlushedLog {
 
     /// Waits until the entry at `index` (and all before it) is synced.
     pub async fn wait_for(&self, index: u64) {
+        if index == 0 || self.get().is_some_and(|c| c.index >= index) {
+            return; // the common case: no subscription
+        }
         let mut rx = self.tx.subscribe();
         // The sender lives as long as any FlushedLog clone; ours is one.
         let _ = rx.wait_for(|cur| cur.is_some_and(|c| c.index >= index) || index == 0).await;
@@ -102,5 +123,18 @@ mod tests {
         assert_eq!(f.index(), 4);
         f.cut_back(Some(id(2, 5))); // not a cut
         assert_eq!(f.index(), 4);
+    }
+
+    #[test]
+    fn a_sync_of_entries_written_before_a_cut_marks_nothing() {
+        let f = FlushedLog::new(Some(id(1, 3)));
+        let stamp = f.cuts();
+        // Entries 4..=6 of term 1 written; before their sync completes the
+        // follower truncates from 5 (a new leader's log differs there).
+        f.cut_back(Some(id(1, 4)));
+        f.advance_written(stamp, id(1, 6));
+        assert_eq!(f.index(), 3, "entries 5 and 6 were replaced; their old sync proves nothing");
+        f.advance_written(f.cuts(), id(2, 6));
+        assert_eq!(f.index(), 6);
     }
 }

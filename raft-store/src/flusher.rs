@@ -29,6 +29,8 @@ pub(crate) struct Job {
     pub callback: Option<Callback>,
     /// The last entry written before the job was submitted.
     pub last: LogId,
+    /// [`FlushedLog::cuts`] when it was written.
+    pub cuts: u64,
 }
 
 /// The flusher thread of one log store; dropping it drains and joins.
@@ -66,8 +68,8 @@ fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>) {
         let result = sync.sync();
         match &result {
             Ok(()) => {
-                if let Some(last) = waiting.iter().map(|j| j.last).max_by_key(|l| l.index) {
-                    flushed.advance(last);
+                for job in &waiting {
+                    flushed.advance_written(job.cuts, job.last);
                 }
             }
             Err(e) => tracing::error!(error = %e, waiting = waiting.len(), "log sync failed"),

@@ -348,6 +348,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let cuts = self.flushed.cuts();
         let (last, own) = match self.write_entries(entries) {
             Ok(Some(written)) => written,
             Ok(None) => {
@@ -363,9 +364,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // anything else is acknowledged only once synced.
         let job = if own {
             callback.log_io_completed(Ok(()));
-            Job { callback: None, last }
+            Job { callback: None, last, cuts }
         } else {
-            Job { callback: Some(callback), last }
+            Job { callback: Some(callback), last, cuts }
         };
         self.flusher.submit(job).map_err(|e| StorageIOError::write_logs(&e).into())
     }
