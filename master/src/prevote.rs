@@ -18,7 +18,9 @@
 //!   me?" A voter says yes only if it is not the leader, has had no contact
 //!   with a leader for a leader lease itself, and the candidate's last log
 //!   id (term, then index: what the real vote compares) is not behind its
-//!   own. Nothing is written by a pre-vote: no term moves;
+//!   own. Nothing is written by a pre-vote: no term moves. A voter that
+//!   says yes waits a full election wait before it tries itself, so the
+//!   candidate it backed is not met by a rival of the same term;
 //! - with a majority of yeses (its own included; in each configuration of
 //!   a joint membership) it calls openraft's
 //!   `trigger().elect()`, which runs the real, durable vote.
@@ -40,15 +42,17 @@ use tokio::sync::watch;
 
 use crate::network::{NetworkFactory, PeerClient};
 
-/// When this master last heard from a leader (or granted a vote).
+/// When this master last heard from a leader (or granted a vote), and
+/// when it last said yes to a pre-vote.
 #[derive(Debug)]
 pub struct LeaderContact {
     last: Mutex<Instant>,
+    pre_vote_granted: Mutex<Option<Instant>>,
 }
 
 impl Default for LeaderContact {
     fn default() -> Self {
-        LeaderContact { last: Mutex::new(Instant::now()) }
+        LeaderContact { last: Mutex::new(Instant::now()), pre_vote_granted: Mutex::new(None) }
     }
 }
 
@@ -61,6 +65,20 @@ impl LeaderContact {
     /// The instant of the last contact.
     pub fn last(&self) -> Instant {
         *self.last.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This master said yes to another's pre-vote: it lets that candidate
+    /// run its election instead of starting a rival one a moment later (two
+    /// candidates of one term split the vote and cost a round).
+    fn granted_pre_vote(&self) {
+        *self.pre_vote_granted.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// What this master's own election wait counts from: the last contact
+    /// or the last pre-vote it granted.
+    fn wait_start(&self) -> Instant {
+        let granted = *self.pre_vote_granted.lock().unwrap_or_else(PoisonError::into_inner);
+        granted.map_or(self.last(), |g| g.max(self.last()))
     }
 }
 
@@ -106,7 +124,10 @@ pub fn answer(
         Ok(mine) if req.last_log_id < mine => {
             refuse(format!("your last log id {:?} is behind mine {mine:?}", req.last_log_id))
         }
-        Ok(_) => PreVoteResponse { granted: true, reason: String::new() },
+        Ok(_) => {
+            contact.granted_pre_vote();
+            PreVoteResponse { granted: true, reason: String::new() }
+        }
     }
 }
 
@@ -154,7 +175,7 @@ impl ElectionDriver {
         let mut last_attempt: Option<Instant> = None;
         let mut wait = self.timing.next_wait();
         loop {
-            let since = last_attempt.map_or(self.contact.last(), |a| a.max(self.contact.last()));
+            let since = last_attempt.map_or(self.contact.wait_start(), |a| a.max(self.contact.wait_start()));
             let due = since + wait;
             if Instant::now() < due {
                 tokio::select! {

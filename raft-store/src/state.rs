@@ -16,7 +16,10 @@ use crate::error::{MetaError, StoreError};
 use crate::types::*;
 
 mod arenas;
+mod objects;
+
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
+use objects::ObjectIndex;
 
 /// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
 /// and bounds the memory one entry can pin.
@@ -118,7 +121,7 @@ pub struct MetaState {
     now_ms: u64,
     next_version: u64,
     segments: BTreeMap<SegmentId, SegmentEntry>,
-    objects: BTreeMap<String, ObjectMeta>,
+    objects: ObjectIndex,
     clients: BTreeMap<ClientId, ClientEntry>,
     discarded: BTreeMap<ObjectVersion, DiscardedPut>,
     /// Answers of `Command::Once` by request id, with the time they were applied.
@@ -201,7 +204,7 @@ impl MetaState {
         self.objects.values()
     }
     pub fn objects_with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
-        self.objects.range(prefix.to_string()..).take_while(move |(k, _)| k.starts_with(prefix)).map(|(_, o)| o)
+        self.objects.with_prefix(prefix)
     }
     pub fn object_count(&self) -> usize {
         self.objects.len()
@@ -298,7 +301,7 @@ impl MetaState {
             now_ms: image.now_ms,
             next_version: image.next_version,
             segments,
-            objects: image.objects.into_iter().map(|o| (o.key.clone(), o)).collect(),
+            objects: image.objects.into_iter().collect(),
             clients: image.clients.into_iter().map(|c| (c.id, c)).collect(),
             discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
             request_times: image.requests.iter().map(|(id, ms, _)| (*ms, *id)).collect(),
@@ -566,7 +569,7 @@ impl MetaState {
     /// replica are gone.
     fn drop_segment(&mut self, id: SegmentId) {
         self.segments.remove(&id);
-        self.objects.retain(|_, o| {
+        self.objects.retain_mut(|o| {
             o.replicas.retain(|r| r.segment != id);
             !o.replicas.is_empty()
         });
@@ -610,7 +613,7 @@ impl MetaState {
                     created_ms: self.now_ms,
                     completed_ms: None,
                 };
-                self.objects.insert(put.key.clone(), object);
+                self.objects.insert(object);
                 Response::Placed { version, replicas }
             }
             Err(e) => Response::Err(e),
@@ -678,22 +681,25 @@ impl MetaState {
 
     fn put_end(&mut self, client: ClientId, key: &str, checksum: u32) -> Result<(), MetaError> {
         let now = self.now_ms;
-        let Some(obj) = self.objects.get_mut(key) else {
-            return Err(MetaError::ObjectNotFound(key.to_string()));
-        };
-        if obj.writer != client {
-            return Err(MetaError::IllegalClient(format!("{key:?} is being written by {}, not {client}", obj.writer)));
-        }
-        match obj.status {
-            ObjectStatus::Complete if obj.checksum == Some(checksum) => Ok(()), // a retried PutEnd
-            ObjectStatus::Complete => Err(MetaError::ObjectAlreadyExists(key.to_string())),
-            ObjectStatus::Processing => {
-                obj.status = ObjectStatus::Complete;
-                obj.checksum = Some(checksum);
-                obj.completed_ms = Some(now);
-                Ok(())
+        let done = self.objects.update(key, |obj| {
+            if obj.writer != client {
+                return Err(MetaError::IllegalClient(format!(
+                    "{key:?} is being written by {}, not {client}",
+                    obj.writer
+                )));
             }
-        }
+            match obj.status {
+                ObjectStatus::Complete if obj.checksum == Some(checksum) => Ok(()), // a retried PutEnd
+                ObjectStatus::Complete => Err(MetaError::ObjectAlreadyExists(key.to_string())),
+                ObjectStatus::Processing => {
+                    obj.status = ObjectStatus::Complete;
+                    obj.checksum = Some(checksum);
+                    obj.completed_ms = Some(now);
+                    Ok(())
+                }
+            }
+        });
+        done.unwrap_or_else(|| Err(MetaError::ObjectNotFound(key.to_string())))
     }
 
     fn put_revoke(&mut self, client: ClientId, key: &str) -> Result<(), MetaError> {

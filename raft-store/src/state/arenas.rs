@@ -200,7 +200,7 @@ impl MetaState {
             created_ms: self.now_ms,
             completed_ms: Some(self.now_ms),
         };
-        self.objects.insert(new.key.clone(), object);
+        self.objects.insert(object);
         Response::Committed { version }
     }
 
