@@ -6,7 +6,8 @@
 //! behind in memory), then `LocalCluster`'s own drop kills what is left.
 
 use std::ops::{Deref, DerefMut};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -27,6 +28,10 @@ pub struct Spec {
     pub prefault: bool,
 }
 
+/// With this variable set to a directory, each cluster's data and logs are
+/// kept under it (by default they go to a temporary directory, removed).
+pub const KEEP_DIR_ENV: &str = "MOONCAKE_BENCH_KEEP_DIR";
+
 /// A running cluster, stopped on drop.
 pub struct Cluster {
     inner: LocalCluster,
@@ -43,6 +48,14 @@ impl Cluster {
             .segment_size(spec.segment_size);
         if spec.prefault {
             b = b.store_arg("--prefault");
+        }
+        // Keep the masters' data and logs for a look afterwards.
+        if let Some(dir) = std::env::var_os(KEEP_DIR_ENV) {
+            static STARTED: AtomicU64 = AtomicU64::new(0);
+            let n = STARTED.fetch_add(1, Ordering::Relaxed);
+            let dir = PathBuf::from(dir).join(format!("cluster-{}-{n}", std::process::id()));
+            eprintln!("{KEEP_DIR_ENV}: keeping this cluster's data and logs in {}", dir.display());
+            b = b.dir(dir);
         }
         for a in master_args {
             b = b.master_arg(a);

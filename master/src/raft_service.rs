@@ -7,7 +7,6 @@ use std::sync::Arc;
 use mooncake_proto::raft::RaftMessage;
 use mooncake_proto::raft::raft_service_server::RaftService;
 use mooncake_raft_store::{Raft, codec};
-use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
@@ -44,6 +43,19 @@ impl RaftServiceImpl {
         self.handled.with_label_values(&[rpc]).observe(since.elapsed().as_secs_f64());
     }
 
+    /// A message of an established leader whose term is not behind ours is
+    /// contact with the leader, recorded on arrival (as Raft resets its
+    /// election timer): a follower slow to sync a large append still heard
+    /// from its leader, even if the leader gave up waiting for the answer
+    /// (openraft allows an AppendEntries one heartbeat interval) and the
+    /// call was cancelled before it returned.
+    fn heard_if_from_leader(&self, vote: &openraft::Vote<mooncake_raft_store::NodeId>) {
+        let mine = self.raft.metrics().borrow().vote;
+        if vote.is_committed() && *vote >= mine {
+            self.contact.heard();
+        }
+    }
+
     /// Refuses messages of another cluster, then decodes.
     fn decode<T: DeserializeOwned>(&self, req: Request<RaftMessage>) -> Result<T, Status> {
         let msg = req.into_inner();
@@ -69,17 +81,8 @@ impl RaftService for RaftServiceImpl {
         let since = std::time::Instant::now();
         let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
         let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
+        self.heard_if_from_leader(&rpc.vote);
         let result = self.raft.append_entries(rpc).await;
-        // A conflict still comes from the current leader; a higher vote
-        // means the sender is not it.
-        if matches!(
-            result,
-            Ok(AppendEntriesResponse::Success
-                | AppendEntriesResponse::PartialSuccess(_)
-                | AppendEntriesResponse::Conflict)
-        ) {
-            self.contact.heard();
-        }
         let answer = reply(&result);
         self.observe(kind, since);
         answer
@@ -100,11 +103,8 @@ impl RaftService for RaftServiceImpl {
     async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
         let rpc: openraft::raft::InstallSnapshotRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
-        let leader_vote = rpc.vote;
+        self.heard_if_from_leader(&rpc.vote);
         let result = self.raft.install_snapshot(rpc).await;
-        if matches!(&result, Ok(r) if r.vote == leader_vote) {
-            self.contact.heard();
-        }
         let answer = reply(&result);
         self.observe("snapshot", since);
         answer
