@@ -106,6 +106,9 @@ async fn phases(ctx: &mut Ctx, cluster: &mut Cluster, client: &Arc<MasterClient>
     m.load_s = started.elapsed().as_secs_f64();
     let (leader_after, term1) = cluster.wait_for_leader(WAIT_MAX).await.map_err(anyhow::Error::msg)?;
     m.terms_during_load = term1 - term0;
+    // Every acknowledged object must be there (an answer is not proof).
+    let held = cluster.info(leader_after).await.map(|i| i.object_count).unwrap_or(0);
+    anyhow::ensure!(held >= n, "the leader holds {held} objects after {n} were acknowledged");
     if leader_after == leader
         && let (Some(a), Some(b)) = (rss0, rss_bytes(cluster, leader))
     {
@@ -180,14 +183,17 @@ async fn put_batch(client: &MasterClient, prefix: &str, range: std::ops::Range<u
     Ok(ended.reply.iter().filter(|r| r.status.as_ref().is_none_or(|s| s.code == 0)).count() as u64)
 }
 
-/// A request id unique to this bench process (for retried PutEnds).
+/// A request id unique to this bench process (for retried PutEnds): the
+/// start time in the high bits, a counter from 1 below. (An id that two
+/// PutEnds share is applied once: the master answers the second with the
+/// first's answer.)
 fn request_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let base = *BASE.get_or_init(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) << 20
     });
-    base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) | 1
+    base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) + 1)
 }
 
 async fn load(ctx: &mut Ctx, client: &Arc<MasterClient>, n: u64) -> anyhow::Result<()> {

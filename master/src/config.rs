@@ -35,6 +35,11 @@ pub const DEFAULT_SNAPSHOT_LOGS: u64 = 20_000;
 /// 8 entries of that size take a few ms; small entries are batched by
 /// the group commit already.
 pub const MAX_PAYLOAD_ENTRIES: u64 = 8;
+/// How long a master may take to receive, decode and store a snapshot's
+/// last chunk (openraft's default, 200 ms, is far below the ~2 s a snapshot
+/// of 1 M objects takes: the leader gave up and sent the whole snapshot
+/// again, over and over, while its own runtime was busy re-reading it).
+pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 60_000;
 
 /// Command-line flags of `mooncake-master`.
 #[derive(clap::Parser, Clone, Debug)]
@@ -257,6 +262,7 @@ impl MasterConfig {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
             max_in_snapshot_log_to_keep: 1_000,
             max_payload_entries: MAX_PAYLOAD_ENTRIES,
+            install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
             // Elections are started by the PreVote driver (prevote.rs).
             enable_elect: false,
             ..Default::default()

@@ -157,8 +157,17 @@ impl StateMachineStore {
         StateReader(self.state.clone())
     }
 
+    /// The state for writing. While a snapshot is being encoded (a read
+    /// lock held for up to a few hundred ms at millions of objects) the
+    /// wait happens off the runtime's workers.
     fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, MetaState> {
-        self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        match self.state.try_write() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                off_the_workers(|| self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()))
+            }
+        }
     }
 
     fn apply_one(state: &mut MetaState, entry: &Entry) -> Response {
@@ -175,9 +184,23 @@ impl StateMachineStore {
 
     /// Stores `stored` as the current snapshot and makes it durable.
     async fn persist(&self, stored: &StoredSnapshot) -> Result<(), StoreError> {
-        let bytes = codec::encode("snapshot", stored)?;
-        self.tree.insert(CURRENT_KEY, bytes).map_err(StoreError::sled("insert snapshot"))?;
+        off_the_workers(|| {
+            let bytes = codec::encode("snapshot", stored)?;
+            self.tree.insert(CURRENT_KEY, bytes).map_err(StoreError::sled("insert snapshot")).map(drop)
+        })?;
         self.sync.sync_async().await
+    }
+}
+
+/// Runs `f`, CPU-heavy (encoding or decoding a whole state, writing it to
+/// sled), without holding up the runtime: on a multi-thread runtime the
+/// worker hands its other tasks to another thread first (at 1 M objects
+/// this takes ~0.1–0.5 s, during which Raft heartbeats and votes on this
+/// worker would otherwise wait and followers start elections).
+fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
@@ -223,10 +246,11 @@ fn snapshot_err(e: StoreError) -> StorageError<NodeId> {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let (data, last_applied, membership) = {
+        let (data, last_applied, membership) = off_the_workers(|| {
             let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            (encode_image(&state).map_err(snapshot_err)?, state.last_applied, state.last_membership.clone())
-        };
+            encode_image(&state).map(|data| (data, state.last_applied, state.last_membership.clone()))
+        })
+        .map_err(snapshot_err)?;
         let start = std::time::Instant::now();
         if let Some(flushed) = &self.flushed {
             flushed.wait_for(last_applied.map(|l| l.index).unwrap_or(0)).await;
@@ -278,8 +302,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), StorageError<NodeId>> {
         let start = std::time::Instant::now();
         let data = snapshot.into_inner();
-        let new_state =
-            decode_state(meta, &data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let new_state = off_the_workers(|| decode_state(meta, &data))
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.persist(&stored).await.map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         *self.write_state() = new_state;
@@ -292,7 +316,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let stored = load_stored(&self.tree).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let stored =
+            off_the_workers(|| load_stored(&self.tree)).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
         Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
     }
 }
