@@ -19,6 +19,8 @@ use crate::power::LoopFs;
 
 /// gRPC port of every master (each has its own address).
 pub const MASTER_PORT: u16 = 50051;
+/// Metrics and health HTTP port of every master.
+pub const MASTER_HTTP_PORT: u16 = 8081;
 /// Transfer port of the store node.
 pub const STORE_PORT: u16 = 7000;
 /// Size of each power-loss filesystem image (XFS needs ≥ 300 MiB).
@@ -31,6 +33,8 @@ pub const STORE_CLIENT_ID: u64 = 0x9000;
 /// the whole time; the register workload's objects (4 KiB, a few dozen
 /// keys) fit many times over.
 pub const STORE_SEGMENT_SIZE: &str = "4MiB";
+/// [`STORE_SEGMENT_SIZE`] in bytes.
+pub const STORE_SEGMENT_BYTES: u64 = 4 << 20;
 /// Memory of each store node in the `stalled-writers` scenario (see
 /// [`crate::scenario::Scenario::store_segment_size`]). Eviction (at a
 /// quarter of it) does not start within a 30 s run there.
@@ -44,6 +48,10 @@ pub const KV_LEASE_TTL: Duration = Duration::from_millis(2000);
 /// only on the node faults may kill; and low enough that eviction runs
 /// between the lease workload's RemoveAlls.
 pub const EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.25;
+
+/// The masters' `--eviction_ratio` (their default, pinned here): the share
+/// of used bytes one eviction round frees at least.
+pub const EVICTION_RATIO: f64 = 0.05;
 
 /// The masters' `--client_ttl`: short, so expiry happens inside a run.
 pub const CLIENT_TTL: Duration = Duration::from_secs(5);
@@ -70,6 +78,10 @@ pub struct ClusterOptions {
     /// Extra master flags (the deliberately broken builds).
     pub master_flags: Vec<String>,
     pub segment_size: String,
+    /// The masters' `--eviction_high_watermark_ratio` and `--eviction_ratio`
+    /// ([`EVICTION_HIGH_WATERMARK_RATIO`] and [`EVICTION_RATIO`], but for
+    /// a preloaded state: `preload::eviction_flags`).
+    pub eviction: (f64, f64),
 }
 
 /// One process of the cluster.
@@ -160,14 +172,15 @@ impl ChaosCluster {
             "master".to_string(),
             format!("--id={id}"),
             format!("--listen={addr}"),
-            format!("--http={}:8081", self.net.host_ip(&master_host(id))?),
+            format!("--http={}:{MASTER_HTTP_PORT}", self.net.host_ip(&master_host(id))?),
             format!("--data-dir={}", self.data_dir(id).display()),
             // Short TTLs keep expiry and reclaim inside a short run.
             format!("--client_ttl={}", CLIENT_TTL.as_secs()),
             format!("--put_start_discard_timeout_sec={}", PUT_START_DISCARD_TIMEOUT.as_secs()),
             format!("--put_start_release_timeout_sec={}", PUT_START_RELEASE_TIMEOUT.as_secs()),
             format!("--default_kv_lease_ttl={}", KV_LEASE_TTL.as_millis()),
-            format!("--eviction_high_watermark_ratio={EVICTION_HIGH_WATERMARK_RATIO}"),
+            format!("--eviction_high_watermark_ratio={}", self.opts.eviction.0),
+            format!("--eviction_ratio={}", self.opts.eviction.1),
         ];
         args.push(if id <= 3 { format!("--initial-cluster={initial}") } else { "--join".to_string() });
         args.extend(self.opts.master_flags.iter().cloned());

@@ -136,13 +136,18 @@ enum ReplicaCheck {
     Unreadable(String),
 }
 
-/// Lists every object and reads every replica of each complete one.
-pub async fn check_committed_bytes(client: &Client) -> anyhow::Result<CommittedBytesVerdict> {
-    let objects = client.master().list_objects("", LIST_OBJECTS_MAX).await?;
-    let mut v = CommittedBytesVerdict {
-        truncated: objects.len() >= LIST_OBJECTS_MAX as usize,
-        ..CommittedBytesVerdict::default()
-    };
+/// Lists every object under `prefixes` (`[""]`: every object; disjoint
+/// prefixes, or an object is read twice) and reads every replica of each
+/// complete one.
+pub async fn check_committed_bytes(client: &Client, prefixes: &[&str]) -> anyhow::Result<CommittedBytesVerdict> {
+    let mut objects = Vec::new();
+    let mut truncated = false;
+    for prefix in prefixes {
+        let listed = client.master().list_objects(prefix, LIST_OBJECTS_MAX).await?;
+        truncated |= listed.len() >= LIST_OBJECTS_MAX as usize;
+        objects.extend(listed);
+    }
+    let mut v = CommittedBytesVerdict { truncated, ..CommittedBytesVerdict::default() };
     for object in objects.iter().filter(|o| o.status == ReplicaStatus::Complete as i32) {
         v.counts.objects += 1;
         let mut object_corrupt = false;

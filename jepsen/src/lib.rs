@@ -48,8 +48,11 @@ pub mod safety;
 // end-of-run byte checks, runs and reports.
 pub mod chaos_cluster;
 pub mod committed_bytes;
+pub mod follower_bursts;
+pub mod leader_stability;
 pub mod lease_workload;
 pub mod nemesis;
+pub mod preload;
 pub mod registry;
 pub mod report;
 pub mod rng;

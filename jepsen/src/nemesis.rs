@@ -30,6 +30,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::chaos_cluster::{CLIENT_TTL, ChaosCluster, PUT_START_DISCARD_TIMEOUT, Target, master_host};
+use crate::leader_stability::FollowerWindow;
 use crate::net::Network;
 use crate::rng::Rng;
 use crate::scenario::Fault;
@@ -103,6 +104,13 @@ pub struct Nemesis {
     pub stall: Option<StallWriters>,
     /// Kills under stall so far (at most [`STALL_KILLS_MAX`]).
     pub stall_kills: u32,
+    /// [`Fault::FollowerBursts`]: when (since the workload started) the
+    /// leader is killed once, between two series of bursts.
+    pub leader_kill_at: Option<Duration>,
+    pub leader_killed: bool,
+    /// [`Fault::FollowerBursts`]: the series of bursts so far, for the
+    /// leader-stability checker.
+    pub windows: Vec<FollowerWindow>,
 }
 
 /// The leader most masters report.
@@ -111,7 +119,7 @@ pub async fn find_leader(addrs: &[String]) -> Option<u64> {
 }
 
 /// The (leader, term) most masters report.
-async fn leader_and_term(addrs: &[String]) -> Option<(u64, u64)> {
+pub(crate) async fn leader_and_term(addrs: &[String]) -> Option<(u64, u64)> {
     let mut votes = std::collections::BTreeMap::new();
     for a in addrs {
         let Ok(c) = MasterClient::new(MasterClientConfig::new(vec![a.clone()])) else { continue };
@@ -127,7 +135,7 @@ async fn leader_and_term(addrs: &[String]) -> Option<(u64, u64)> {
 /// Waits until the same leader has led the same term for `steady` (a
 /// restarted master may force one more election soon after it rejoins);
 /// gives up after `within`.
-async fn stable_leader(addrs: &[String], steady: Duration, within: Duration) -> Option<(u64, u64)> {
+pub(crate) async fn stable_leader(addrs: &[String], steady: Duration, within: Duration) -> Option<(u64, u64)> {
     let deadline = tokio::time::Instant::now() + within;
     let mut seen: Option<((u64, u64), tokio::time::Instant)> = None;
     loop {
@@ -153,12 +161,14 @@ fn timing(fault: Fault) -> (Duration, Duration) {
     match fault {
         // The writers' round is the gap: the cycle waits for them to stop.
         Fault::KillUnderStall => (Duration::ZERO, STALL_HOLD),
+        // A round paces its own bursts.
+        Fault::FollowerBursts => (FAULT_GAP, Duration::ZERO),
         _ => (FAULT_GAP, FAULT_HOLD),
     }
 }
 
 impl Nemesis {
-    fn record(&mut self, phase: &'static str, fault: Fault, detail: String) {
+    pub(crate) fn record(&mut self, phase: &'static str, fault: Fault, detail: String) {
         let ev = FaultEvent { t_ns: self.shared.now_ns(), phase, fault: format!("{fault:?}"), detail };
         tracing::info!(phase = ev.phase, fault = %ev.fault, detail = %ev.detail, "nemesis");
         self.log.push(ev);
@@ -175,6 +185,10 @@ impl Nemesis {
             tokio::time::sleep(gap).await;
             if stop.load(Ordering::Relaxed) {
                 break;
+            }
+            if fault == Fault::FollowerBursts {
+                self.follower_round(&stop).await?;
+                continue;
             }
             let detail = self.inject(fault).await?;
             self.record("start", fault, detail);
@@ -252,6 +266,8 @@ impl Nemesis {
             }
             Fault::Membership => self.swap_member(leader, &others).await,
             Fault::KillUnderStall => self.kill_under_stall().await,
+            // Run by `follower_round`, never injected as one fault.
+            Fault::FollowerBursts => Ok("follower bursts run in rounds of their own".into()),
             Fault::Loss => {
                 self.net.loss(20)?;
                 Ok("20 % packet loss on the bridge".into())

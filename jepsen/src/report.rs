@@ -15,9 +15,11 @@ use serde::Serialize;
 use crate::checkers::{CheckResult, NodeReport};
 use crate::committed_bytes::{CommittedBytesCounts, CommittedBytesVerdict, StallPutsVerdict};
 use crate::history::{History, OpKind, Outcome};
+use crate::leader_stability::{FollowerWindow, LeaderStabilityVerdict};
 use crate::lease::{LeaseCounts, LeaseRecord, LeaseVerdict};
 use crate::linearizability::Verdict;
 use crate::nemesis::FaultEvent;
+use crate::preload::PreloadReport;
 use crate::scenario::Scenario;
 use crate::stall_process::StallCounts;
 
@@ -80,6 +82,28 @@ impl CheckerVerdict {
         }
     }
 
+    /// The leader stayed the leader while only a follower was paused.
+    pub fn from_leader_stability(v: &LeaderStabilityVerdict) -> Self {
+        let mut problems = v.problems.clone();
+        problems.truncate(PROBLEMS_MAX);
+        CheckerVerdict { checker: "leader_stable".into(), valid: v.is_valid(), checked: v.windows, problems }
+    }
+
+    /// Every preloaded key still exists at the end (`objects` loaded,
+    /// `missing` gone).
+    pub fn preload_intact(objects: u64, missing: u64) -> Self {
+        let problems = match missing {
+            0 => vec![],
+            n => vec![format!("{n} of {objects} preloaded (hard-pinned) keys are gone")],
+        };
+        CheckerVerdict {
+            checker: "preload_intact".into(),
+            valid: missing == 0,
+            checked: usize::try_from(objects).unwrap_or(usize::MAX),
+            problems,
+        }
+    }
+
     /// `verified` reads returned bytes some put wrote; `corrupt_reads` did not.
     pub fn data_integrity(corrupt_reads: u64, verified: u64) -> Self {
         let problems = if corrupt_reads == 0 {
@@ -123,6 +147,11 @@ pub struct RunReport {
     pub committed_bytes: CommittedBytesCounts,
     /// What the stall writers did (scenarios that run them).
     pub stall_writers: Option<StallCounts>,
+    /// The preloaded state (scenarios that preload).
+    pub preload: Option<PreloadReport>,
+    /// The series of follower SIGSTOP bursts, with what every master said
+    /// before and after each.
+    pub follower_windows: Vec<FollowerWindow>,
     pub nodes: Vec<NodeReport>,
     pub elapsed_s: f64,
     pub valid: bool,
@@ -168,6 +197,8 @@ impl RunReport {
             kv_leases: LeaseReport::default(),
             committed_bytes: CommittedBytesCounts::default(),
             stall_writers: None,
+            preload: None,
+            follower_windows: Vec::new(),
             nodes,
             elapsed_s: elapsed.as_secs_f64(),
             valid,
@@ -211,6 +242,34 @@ impl RunReport {
         let _ = writeln!(s, "committed bytes: {}", self.committed_bytes);
         if let Some(stall) = &self.stall_writers {
             let _ = writeln!(s, "stall writers: {stall}");
+        }
+        if let Some(p) = &self.preload {
+            let _ = writeln!(
+                s,
+                "preload: {} objects in {:.1} s ({:.0}/s), fake segment {}/{} bytes used, {} missing at the end",
+                p.objects, p.load_s, p.objects_per_s, p.segment_used_bytes, p.segment_bytes, p.missing_at_end
+            );
+        }
+        for w in &self.follower_windows {
+            let terms = |ss: &[crate::leader_stability::MasterSample]| {
+                ss.iter()
+                    .map(|m| format!("m{}:t{:?}/l{:?}/e{:?}", m.id, m.term, m.leader_id, m.elections_started))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let _ = writeln!(
+                s,
+                "follower window {:.1}–{:.1} s: follower {} stopped {} times ({} ms), leader {} term {}; before [{}] after [{}]",
+                w.start_ns as f64 / 1e9,
+                w.end_ns as f64 / 1e9,
+                w.victim,
+                w.bursts,
+                w.stopped_ms,
+                w.leader,
+                w.term,
+                terms(&w.before),
+                terms(&w.after)
+            );
         }
         for c in &self.checkers {
             let _ = writeln!(

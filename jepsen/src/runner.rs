@@ -1,4 +1,5 @@
-//! One chaos run: build the network, start the cluster, run the register and
+//! One chaos run: build the network, start the cluster (and preload a large
+//! state, in scenarios that have one), run the register and
 //! lease workloads (and the stall writers, in scenarios that stall them)
 //! and the nemesis for the asked time, heal, wait for the cluster to
 //! converge, read every key back, read every committed replica raw, run the
@@ -15,15 +16,19 @@ use anyhow::Context;
 use mooncake_client::{Client, ClientConfig, ClientError, MasterClient, MasterClientConfig};
 use tokio::sync::Mutex;
 
-use crate::chaos_cluster::{ChaosCluster, ClusterOptions, KV_LEASE_TTL};
+use crate::chaos_cluster::{
+    ChaosCluster, ClusterOptions, EVICTION_HIGH_WATERMARK_RATIO, EVICTION_RATIO, KV_LEASE_TTL, STORE_SEGMENT_BYTES,
+};
 use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
 use crate::committed_bytes::{CommittedBytesVerdict, StallPutsVerdict, check_committed_bytes, check_stall_puts};
 use crate::history::{History, ProcessId};
+use crate::leader_stability::{FollowerWindow, check_leader_stability};
 use crate::lease::{LeaseCheckConfig, check_kv_leases};
 use crate::lease_workload::{self, LeaseWorkloadOptions};
 use crate::linearizability::{LinearizabilityConfig, check_linearizable};
 use crate::nemesis::{FaultEvent, Nemesis, STALL_WAIT_MAX, find_leader};
 use crate::net::Network;
+use crate::preload::{self, Preload};
 use crate::report::{CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_stall_history};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
@@ -44,6 +49,8 @@ const FINAL_READ_ATTEMPTS_MAX: u32 = 50;
 /// Final reads in which every replica failed (checksum mismatch, or no
 /// store node served it) before the key counts as a corrupt read.
 const CORRUPT_READ_ATTEMPTS: u32 = 5;
+/// Every key prefix the harness's workloads and stall writers put under.
+const HARNESS_KEY_PREFIXES: [&str; 3] = ["jepsen/", "lease/", "stall/"];
 /// Stall writer processes in scenarios that stall them: two clients whose
 /// reservations interleave in the leader's arena, as independent writers'
 /// do (eight half-written 64 KiB objects per stall).
@@ -66,6 +73,16 @@ pub struct RunOptions {
     pub master_flags: Vec<String>,
     /// Namespace prefix (unique per concurrent harness).
     pub prefix: String,
+    /// Objects preloaded by scenarios that preload (at least; see `preload.rs`).
+    pub preload_objects: u64,
+}
+
+/// What the run did besides the workloads, handed to the checkers.
+struct Extras {
+    faults: Vec<FaultEvent>,
+    stall: Option<(Vec<StallPut>, StallCounts)>,
+    windows: Vec<FollowerWindow>,
+    preload: Option<Preload>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -93,6 +110,11 @@ pub fn run(opts: RunOptions) -> anyhow::Result<RunReport> {
 
 async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow::Result<RunReport> {
     let started = Instant::now();
+    let preload_objects = opts.scenario.preloads().then_some(opts.preload_objects);
+    let eviction = match preload_objects {
+        Some(n) => preload::eviction_flags(preload::segment_bytes(n), 2 * STORE_SEGMENT_BYTES, EVICTION_RATIO),
+        None => (EVICTION_HIGH_WATERMARK_RATIO, EVICTION_RATIO),
+    };
     let cluster_opts = ClusterOptions {
         bin: opts.bin.clone(),
         dir: dir.join("nodes"),
@@ -100,11 +122,25 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         fake_clock: opts.scenario.needs_fake_clock(),
         master_flags: opts.master_flags.clone(),
         segment_size: opts.scenario.store_segment_size().into(),
+        eviction,
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let addrs = cluster.lock().await.master_addrs()?;
     let voters3: Vec<String> = addrs[..3].to_vec();
     wait_ready(&voters3).await?;
+    let preload = match preload_objects {
+        Some(n) => {
+            eprintln!("preloading at least {n} objects (metadata only, batch RPCs)");
+            let p = Preload::load(&voters3, n).await.context("preloading the large state")?;
+            let r = &p.report;
+            eprintln!(
+                "preloaded {} objects in {:.1} s ({:.0}/s); fake segment {} of {} bytes used",
+                r.objects, r.load_s, r.objects_per_s, r.segment_used_bytes, r.segment_bytes
+            );
+            Some(p)
+        }
+        None => None,
+    };
 
     let shared = Shared::new(Instant::now());
     let wl_opts = WorkloadOptions {
@@ -120,7 +156,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         seed: opts.seed,
         lease_ttl: KV_LEASE_TTL,
         steady_store_host: net.host_ip("s2")?.to_string(),
-        remove_all_for: opts.duration / 2,
+        remove_all_for: if opts.scenario.runs_remove_all() { opts.duration / 2 } else { Duration::ZERO },
     };
     let stall = match opts.scenario.needs_stall_writers() {
         // Puts are held until the first kill under stall is over: the
@@ -143,6 +179,9 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         membership_done: false,
         stall,
         stall_kills: 0,
+        leader_kill_at: opts.scenario.preloads().then(|| opts.duration / 2),
+        leader_killed: false,
+        windows: Vec::new(),
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -166,8 +205,13 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         Some(writers) => Some(writers.finish(STALL_WAIT_MAX).await.context("stopping the stall writers")?),
         None => None,
     };
-    let faults = std::mem::take(&mut nemesis.log);
-    finish(&opts, &dir, &cluster, &shared, faults, stall, started).await
+    let extras = Extras {
+        faults: std::mem::take(&mut nemesis.log),
+        stall,
+        windows: std::mem::take(&mut nemesis.windows),
+        preload,
+    };
+    finish(&opts, &dir, &cluster, &shared, extras, started).await
 }
 
 fn start_stall_writers(
@@ -212,10 +256,10 @@ async fn finish(
     dir: &std::path::Path,
     cluster: &Arc<Mutex<ChaosCluster>>,
     shared: &Arc<Shared>,
-    faults: Vec<FaultEvent>,
-    stall: Option<(Vec<StallPut>, StallCounts)>,
+    extras: Extras,
     started: Instant,
 ) -> anyhow::Result<RunReport> {
+    let Extras { faults, stall, windows, mut preload } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
         (c.voters.clone(), c.master_addrs()?)
@@ -224,7 +268,18 @@ async fn finish(
     let nodes = converge(&voters, &voter_addrs).await;
     let keys = shared.all_keys().await;
     let (final_reads, corrupt_final) = final_reads(&voter_addrs, &keys).await?;
-    let (committed, stall_puts) = read_back_bytes(&voter_addrs, shared, stall.as_ref()).await?;
+    // Over a preloaded state only the harness's own keys are listed: the
+    // preloaded objects have no bytes, and are too many for one listing.
+    let prefixes: &[&str] = if preload.is_some() { &HARNESS_KEY_PREFIXES } else { &[""] };
+    let (committed, stall_puts) = read_back_bytes(&voter_addrs, shared, stall.as_ref(), prefixes).await?;
+    let preload_missing = match preload.as_mut() {
+        Some(p) => {
+            let missing = p.verify().await.context("reading the preloaded keys back")?;
+            p.stop().await;
+            Some(missing)
+        }
+        None => None,
+    };
     let mut records = std::mem::take(&mut *shared.records.lock().await);
     // The lease workload's RemoveAlls, as ops of one more process.
     records.extend(shared.remove_all_records(ProcessId(opts.clients as u64)).await);
@@ -247,12 +302,20 @@ async fn finish(
         CheckerVerdict::from_committed_bytes(&committed),
     ];
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
+    if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
+        checkers.push(CheckerVerdict::from_leader_stability(&check_leader_stability(&windows)));
+    }
+    if let (Some(p), Some(missing)) = (&preload, preload_missing) {
+        checkers.push(CheckerVerdict::preload_intact(p.report.objects, missing));
+    }
     let mut report =
         RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
     report.kv_leases =
         LeaseReport { counts: leases.counts, evicted_objects: evicted, violations: leases.violations.len() };
     report.committed_bytes = committed.counts;
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
+    report.preload = preload.as_ref().map(|p| p.report);
+    report.follower_windows = windows;
     report.write(&history)?;
     write_lease_history(dir, &lease_records)?;
     if let Some((puts, _)) = &stall {
@@ -304,9 +367,10 @@ async fn read_back_bytes(
     addrs: &[String],
     shared: &Arc<Shared>,
     stall: Option<&(Vec<StallPut>, StallCounts)>,
+    prefixes: &[&str],
 ) -> anyhow::Result<(CommittedBytesVerdict, Option<StallPutsVerdict>)> {
     let client = Client::connect(ClientConfig::new(addrs.to_vec())).await.context("committed-bytes client")?;
-    let committed = check_committed_bytes(&client).await.context("committed-bytes check");
+    let committed = check_committed_bytes(&client, prefixes).await.context("committed-bytes check");
     let stall_puts = match (&committed, stall) {
         (Ok(_), Some((puts, _))) => {
             let remove_alls = shared.remove_alls.lock().await.clone();

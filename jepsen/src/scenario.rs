@@ -32,6 +32,11 @@ pub enum Fault {
     /// and PutEnd, SIGKILL the leader and restart it, let the workloads put
     /// on the new leader, then SIGCONT the writers.
     KillUnderStall,
+    /// Series of SIGSTOP bursts of one follower (stopped 1–3 s, running
+    /// 0.5–2 s); once, half way through the run, the leader is SIGKILLed
+    /// and restarted between two series. The leader must stay the leader
+    /// through every series (see `leader_stability.rs`).
+    FollowerBursts,
 }
 
 /// A named run configuration.
@@ -50,6 +55,7 @@ pub enum Scenario {
     ClockSkew,
     Mixed,
     StalledWriters,
+    LargeState,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -66,6 +72,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::ClockSkew,
     Scenario::Mixed,
     Scenario::StalledWriters,
+    Scenario::LargeState,
 ];
 
 /// The CI suite: one of each fault family, short enough for CI.
@@ -81,6 +88,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::ClockSkew,
     Scenario::Mixed,
     Scenario::StalledWriters,
+    Scenario::LargeState,
 ];
 
 impl Scenario {
@@ -99,6 +107,7 @@ impl Scenario {
             Scenario::ClockSkew => "clock-skew",
             Scenario::Mixed => "mixed",
             Scenario::StalledWriters => "stalled-writers",
+            Scenario::LargeState => "large-state",
         }
     }
 
@@ -120,6 +129,7 @@ impl Scenario {
                 &[Fault::IsolateLeader, Fault::Halves, Fault::Kill, Fault::Pause, Fault::Loss, Fault::Ring]
             }
             Scenario::StalledWriters => &[Fault::KillUnderStall],
+            Scenario::LargeState => &[Fault::FollowerBursts],
         }
     }
 
@@ -142,6 +152,17 @@ impl Scenario {
             Scenario::StalledWriters => STALLED_WRITERS_SEGMENT_SIZE,
             _ => STORE_SEGMENT_SIZE,
         }
+    }
+
+    /// A large metadata state is loaded before the workload (see `preload.rs`).
+    pub fn preloads(self) -> bool {
+        self == Scenario::LargeState
+    }
+
+    /// The lease workload runs RemoveAlls (in the first half of the run).
+    /// Not over a preloaded state: a RemoveAll would take it all away.
+    pub fn runs_remove_all(self) -> bool {
+        !self.preloads()
     }
 
     /// Stall writer processes run next to the workloads.

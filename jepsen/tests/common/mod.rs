@@ -499,5 +499,6 @@ pub fn chaos_run_options(
         results_root: results.to_path_buf(),
         master_flags,
         prefix: format!("{prefix}{}", std::process::id() % 10_000),
+        preload_objects: mooncake_jepsen::preload::PRELOAD_OBJECTS_DEFAULT,
     })
 }
