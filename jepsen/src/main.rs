@@ -213,6 +213,25 @@ fn table(reports: &[Result<RunReport, (Scenario, u64, String)>]) -> String {
     s
 }
 
+/// The first problems of every failed checker, after the table: a CI log that
+/// keeps only its tail still says why a scenario failed, not just which.
+fn failure_reasons(reports: &[Result<RunReport, (Scenario, u64, String)>]) -> String {
+    const SHOWN: usize = 3;
+    let mut s = String::new();
+    for r in reports.iter().filter_map(|r| r.as_ref().ok()).filter(|r| !r.valid) {
+        for c in r.checkers.iter().filter(|c| !c.valid) {
+            s += &format!("{} seed {} {}:\n", r.scenario, r.seed, c.checker);
+            for p in c.problems.iter().take(SHOWN) {
+                s += &format!("  {p}\n");
+            }
+            if c.problems.len() > SHOWN {
+                s += &format!("  ... {} more in {}\n", c.problems.len() - SHOWN, r.dir.join("summary.txt").display());
+            }
+        }
+    }
+    s
+}
+
 fn run_one(opts: RunOptions) -> Result<RunReport, (Scenario, u64, String)> {
     let (sc, seed) = (opts.scenario, opts.seed);
     match runner::run(opts) {
@@ -293,6 +312,7 @@ fn main() -> anyhow::Result<()> {
         }
     };
     println!("{}", table(&reports));
+    print!("{}", failure_reasons(&reports));
     let passed = reports.iter().filter(|r| matches!(r, Ok(r) if r.valid)).count();
     println!("{passed} passed, {} failed", reports.len() - passed);
     if violations {

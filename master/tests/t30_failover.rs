@@ -191,3 +191,35 @@ async fn scenario(cluster: &mut Cluster) -> bool {
     client.put_end(1, "after-membership", 1).await.expect("commit after membership changes");
     true
 }
+
+/// A leader's own entries replicate while they sync, so a crashed leader may
+/// restart without entries its followers hold. It must never lead its old
+/// term again (it would write different entries under the same log ids):
+/// it restarts as a follower, and the cluster's next leader has a new term.
+/// The other masters are paused across the restart, so without that rule the
+/// restarted master would be the leader of its old term before anyone else
+/// could run an election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leader_never_resumes_its_old_term() {
+    let mut cluster = Cluster::builder().masters(3).master_bin(env!("CARGO_BIN_EXE_mooncake-master")).start();
+    let (old_leader, old_term) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old_leader).collect();
+    for id in &others {
+        cluster.pause(*id);
+    }
+    cluster.kill(old_leader);
+    cluster.restart(old_leader);
+    let info = wait_until("the restarted master answers", Duration::from_secs(10), || async {
+        cluster.info(old_leader).await
+    })
+    .await;
+    assert!(
+        !(info.leader_id == old_leader && info.term == old_term),
+        "master {old_leader} restarted as the leader of its old term {old_term}"
+    );
+    for id in &others {
+        cluster.resume(*id);
+    }
+    let (leader, term) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert!(term > old_term, "master {leader} leads term {term}, not newer than the crashed leader's {old_term}");
+}

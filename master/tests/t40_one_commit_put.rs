@@ -228,8 +228,8 @@ async fn a_put_end_after_the_leader_restarted_in_its_own_term_is_still_recorded(
     client.remount_segments(STORE, vec![segment(1, 64 << 20)]).await.expect("mount");
     client.remount_segments(WRITER, vec![]).await.expect("register");
     let reserved = client.put_start(ask("k", 4096, 0)).await.expect("put start");
-    // The process restarts (a one-master cluster leads again, possibly in
-    // the same term): its reservations are gone, its arena is not.
+    // The process restarts (a one-master cluster elects itself again, in a
+    // new term): its reservations are gone, its arena is not.
     cluster.kill(leader);
     cluster.restart(leader);
     cluster.wait_for_leader(Duration::from_secs(10)).await;

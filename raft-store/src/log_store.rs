@@ -85,9 +85,33 @@ impl LogStore {
 
     /// This store belongs to master `id`: its own entries as leader are
     /// synced while they replicate (see `flushed.rs`).
-    pub fn with_own_id(mut self, id: NodeId) -> Self {
+    ///
+    /// Because of that, a leader that crashed may have sent followers
+    /// entries its own disk never got, and it restarts with a log that ends
+    /// before them. openraft restarts a node whose saved vote is its own
+    /// committed one as the leader of that same term, which would write new,
+    /// different entries under log ids the followers already hold and break
+    /// Raft's log matching (found by the chaos harness's power-loss
+    /// scenario). So such a vote is saved back uncommitted, durably, before
+    /// openraft reads it: the node keeps its term and whom it voted for, but
+    /// restarts as a follower, and leads again only by winning a new term.
+    pub fn with_own_id(mut self, id: NodeId) -> Result<Self, StoreError> {
         self.own_id = Some(id);
-        self
+        let saved = *self.vote.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(vote) = saved
+            && vote.is_committed()
+            && vote.leader_id().voted_for() == Some(id)
+        {
+            let resigned = Vote::new(vote.leader_id().get_term(), id);
+            self.write_meta(KEY_VOTE, &resigned)?;
+            self.sync.sync()?;
+            *self.vote.lock().unwrap_or_else(|p| p.into_inner()) = Some(resigned);
+            tracing::info!(
+                term = resigned.leader_id().get_term(),
+                "restarting as a follower of my own term: leading again needs a new election"
+            );
+        }
+        Ok(self)
     }
 
     /// How far the log is on stable storage.
@@ -533,7 +557,7 @@ mod tests {
     async fn only_this_nodes_entries_as_leader_of_its_term_are_synced_while_they_replicate() {
         let dir = tempfile::tempdir().unwrap();
         let (_db, store) = open_at(dir.path());
-        let mut store = store.with_own_id(1);
+        let mut store = store.with_own_id(1).unwrap();
         let me = |term| CommittedLeaderId::new(term, 1);
         assert!(!store.leads(&me(5)), "no vote yet");
         store.save_vote(&Vote::new(5, 1)).await.unwrap();
@@ -555,6 +579,41 @@ mod tests {
         assert_eq!(flushed.index(), 3);
         store.truncate(LogId::new(me(7), 2)).await.unwrap();
         assert_eq!(flushed.index(), 1, "a truncation cuts the synced prefix back");
+    }
+
+    /// A leader's unsynced entries may live on in followers only: it must
+    /// not resume its old term after a restart (see `with_own_id`).
+    #[tokio::test]
+    async fn a_leader_restarts_as_a_follower_of_its_term() {
+        let dir = tempfile::tempdir().unwrap();
+        let reopen = |own: Option<NodeId>| {
+            let (db, store) = open_at(dir.path());
+            let store = match own {
+                Some(id) => store.with_own_id(id).unwrap(),
+                None => store,
+            };
+            (db, store)
+        };
+        {
+            let (_db, mut store) = reopen(Some(1));
+            store.save_vote(&Vote::new_committed(5, 1)).await.unwrap();
+        }
+        {
+            let (_db, mut store) = reopen(None);
+            assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new_committed(5, 1)), "no id: left as saved");
+        }
+        {
+            let (_db, mut store) = reopen(Some(2));
+            assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new_committed(5, 1)), "another's leadership stays");
+        }
+        {
+            let (_db, mut store) = reopen(Some(1));
+            assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(5, 1)), "same term and vote, not leading");
+            assert!(!store.leads(&CommittedLeaderId::new(5, 1)));
+        }
+        // Durable: the next open (by anyone) reads the resigned vote.
+        let (_db, mut store) = reopen(None);
+        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(5, 1)));
     }
 
     #[tokio::test]

@@ -81,7 +81,7 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
     let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync, opts.observer.clone())?;
     let mut log = LogStore::open(&db, sync.clone())?;
     if let Some(id) = opts.node_id {
-        log = log.with_own_id(id);
+        log = log.with_own_id(id)?;
     }
     let sm = StateMachineStore::open(&db, sync, opts.node_id.map(|_| log.flushed()))?;
     Ok((log, sm))
