@@ -23,7 +23,7 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::convert;
 use crate::errors::{internal, invalid, response_status};
-use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, aligned};
+use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, aligned};
 use crate::shared::Shared;
 
 /// Rounds of placement one PutStart may go through (each may grant arenas
@@ -253,7 +253,10 @@ impl EndPlan {
 /// PutEnd of many objects: one proposal for all of them.
 pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let Some((owned, known)) = shared.leader.with(|t| {
-        let known: Vec<Option<Reservation>> = reqs.iter().map(|r| t.puts.find(&r.key).cloned()).collect();
+        // Marked as ending: a revoke racing this PutEnd's commit must not
+        // answer that the put had no effect.
+        let known: Vec<Option<Reservation>> =
+            reqs.iter().map(|r| t.puts.begin_end(&r.key, ClientId(r.client_id))).collect();
         // The arenas named that this leader granted (it knows their ranges).
         let owned: Vec<ArenaId> = reqs
             .iter()
@@ -388,8 +391,12 @@ pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
     let now = Instant::now();
     match shared.leader.with(|t| t.puts.revoke(&req.key, client, now)) {
         None => shared.not_leader(),
-        Some(true) => Status::ok(),
-        Some(false) => shared.reader.read(|s| match s.object(&req.key) {
+        Some(Revoke::Revoked) => Status::ok(),
+        Some(Revoke::Ending) => Status::with(
+            ErrorCode::ReplicaIsNotReady,
+            format!("a PutEnd of {:?} is being committed: its answer decides the put; read the key", req.key),
+        ),
+        Some(Revoke::NotInFlight) => shared.reader.read(|s| match s.object(&req.key) {
             Some(o) if o.status == ObjectStatus::Complete && o.writer == client => {
                 invalid(MetaError::InvalidParams(format!("{:?} is complete; use Remove", req.key)))
             }

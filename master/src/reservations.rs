@@ -42,6 +42,20 @@ pub struct Reservation {
     pub upsert: bool,
     pub replicas: Vec<PlacedReplica>,
     pub started: Instant,
+    /// PutEnds of this put being committed right now: while one is, a
+    /// revoke cannot promise the put had no effect.
+    pub ending: u32,
+}
+
+/// What a PutRevoke found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revoke {
+    /// The reservation is gone: the put can never be recorded by this leader.
+    Revoked,
+    /// No put of the key by this client is in flight here.
+    NotInFlight,
+    /// A PutEnd of the put is being committed: its answer decides the put.
+    Ending,
 }
 
 /// What a put asks for.
@@ -222,6 +236,7 @@ impl PutTable {
             upsert: ask.upsert,
             replicas: replicas.clone(),
             started: now,
+            ending: 0,
         };
         self.active.insert(ask.key.clone(), r);
         Reserve::Placed(replicas)
@@ -296,14 +311,27 @@ impl PutTable {
 
     /// The writer gave up: the key is free at once, the ranges are held for
     /// the quarantine. False when `client` has no put of `key` in flight.
-    pub fn revoke(&mut self, key: &str, client: ClientId, now: Instant) -> bool {
-        if self.active.get(key).is_none_or(|r| r.client != client) {
-            return false;
+    pub fn revoke(&mut self, key: &str, client: ClientId, now: Instant) -> Revoke {
+        match self.active.get(key) {
+            Some(r) if r.client == client && r.ending > 0 => return Revoke::Ending,
+            Some(r) if r.client == client => {}
+            _ => return Revoke::NotInFlight,
         }
         if let Some(r) = self.active.remove(key) {
             self.held.push((r.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
         }
-        true
+        Revoke::Revoked
+    }
+
+    /// A PutEnd of `client`'s put of `key` is about to be proposed; returns
+    /// the reservation as it was. [`finish`](Self::finish) ends it.
+    pub fn begin_end(&mut self, key: &str, client: ClientId) -> Option<Reservation> {
+        let r = self.active.get_mut(key)?;
+        let found = r.clone();
+        if r.client == client {
+            r.ending += 1;
+        }
+        Some(found)
     }
 
     /// Puts started longer than `discard_after` ago free their keys; their
@@ -461,7 +489,7 @@ mod tests {
             Reserve::Taken,
             "another size is another put"
         );
-        assert!(t.revoke("k", ClientId(1), t0));
+        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Revoked);
         assert!(
             matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], true, t0), Reserve::Placed(_)),
             "revoke frees the key"
@@ -540,6 +568,23 @@ mod tests {
         assert_eq!(t.arena_len(SegmentId(1), 64 << 10, 1 << 20), 64 << 10, "never smaller than the object");
     }
 
+    /// A writer whose PutEnd call failed sends PutRevoke; if the PutEnd is
+    /// still being committed here, "revoked" would be a lie (it may land).
+    #[test]
+    fn a_put_whose_end_is_being_committed_cannot_be_revoked() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        let c = [cand(1, "h1")];
+        placed(t.reserve(&ask("k", 1, 100, 1), &c, &[], true, t0));
+        assert_eq!(t.begin_end("k", ClientId(2)).map(|r| r.client), Some(ClientId(1)), "another writer's end");
+        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Revoked, "another writer's end marks nothing");
+        placed(t.reserve(&ask("k", 1, 100, 1), &c, &[], true, t0));
+        assert!(t.begin_end("k", ClientId(1)).is_some());
+        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Ending);
+        assert!(t.finish("k", ClientId(1)).is_some(), "the end finishes the put");
+        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::NotInFlight);
+    }
+
     #[test]
     fn revoked_and_expired_puts_hold_their_arena_until_the_writer_cannot_be_writing() {
         let t0 = Instant::now();
@@ -548,8 +593,8 @@ mod tests {
         placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &[], true, t0));
         placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &[], true, t0));
         t.relieve(SegmentId(1));
-        assert!(t.revoke("revoked", ClientId(1), t0));
-        assert!(!t.revoke("revoked", ClientId(1), t0), "a second revoke finds nothing");
+        assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::Revoked);
+        assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::NotInFlight, "a second revoke finds nothing");
         assert!(t.expire(t0 + discard, discard, release).is_empty(), "exactly the timeout is not past it");
         assert_eq!(t.expire(t0 + discard + Duration::from_millis(1), discard, release), vec!["stalled".to_string()]);
         assert!(t.find("stalled").is_none(), "its key is free");
