@@ -1,5 +1,6 @@
-//! The HTTP side of a master: `/health` (the process serves), `/ready` (a
-//! leader is known and this node has applied what it knows committed),
+//! The HTTP side of a master: `/health` (the Raft core runs), `/ready` (this
+//! node can serve: core running, a leader known, everything it knows
+//! committed applied, and as the leader a quorum heard from recently),
 //! `/leader`, and `/metrics` in Prometheus text format (see `metrics.rs`).
 
 use std::sync::Arc;
@@ -14,19 +15,52 @@ use crate::shared::Shared;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/health", get(|| async { "ok\n" }))
+        .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
         .with_state(shared)
 }
 
-async fn ready(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
-    let m = s.raft.metrics().borrow().clone();
-    match m.current_leader {
-        Some(l) => (StatusCode::OK, format!("ready: leader {l}, applied {:?}\n", m.last_applied.map(|l| l.index))),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader known\n".into()),
+async fn health(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
+    match &s.raft.metrics().borrow().running_state {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(fatal) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: the Raft core stopped: {fatal}\n")),
     }
+}
+
+async fn ready(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
+    let committed = s.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten();
+    let m = s.raft.metrics().borrow().clone();
+    match readiness(&m, committed, s.quorum_ack_max) {
+        Ok(why) => (StatusCode::OK, format!("ready: {why}\n")),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+    }
+}
+
+/// Whether a master with these metrics can serve, and why (`committed`: the
+/// commit index it knows; `quorum_ack_max`: how old a leader's last quorum
+/// acknowledgement may be).
+fn readiness(
+    m: &openraft::RaftMetrics<u64, openraft::BasicNode>,
+    committed: Option<u64>,
+    quorum_ack_max: std::time::Duration,
+) -> Result<String, String> {
+    if let Err(fatal) = &m.running_state {
+        return Err(format!("the Raft core stopped: {fatal}"));
+    }
+    let Some(leader) = m.current_leader else { return Err("no leader known".into()) };
+    let applied = m.last_applied.map(|l| l.index);
+    if applied < committed {
+        return Err(format!("catching up: applied {applied:?} of committed {committed:?}"));
+    }
+    if m.state == ServerState::Leader {
+        match m.millis_since_quorum_ack {
+            Some(ms) if u128::from(ms) <= quorum_ack_max.as_millis() => {}
+            other => return Err(format!("leader without a quorum: last quorum ack {other:?} ms ago")),
+        }
+    }
+    Ok(format!("leader {leader}, applied {applied:?}"))
 }
 
 async fn leader(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
@@ -72,4 +106,46 @@ async fn refresh_gauges(s: &Shared) {
     g.kv_leases.set(s.leader.with(|t| t.kv.lease_count(now)).unwrap_or(0) as i64);
     g.kv_fences.set(s.leader.with(|t| t.kv.fence_count()).unwrap_or(0) as i64);
     g.objects_processing.set(s.leader.with(|t| t.puts.active_count()).unwrap_or(0) as i64);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use openraft::error::Fatal;
+    use openraft::{CommittedLeaderId, LogId, RaftMetrics};
+
+    use super::*;
+
+    const QUORUM_ACK_MAX: Duration = Duration::from_millis(500);
+
+    fn follower(applied: u64) -> RaftMetrics<u64, openraft::BasicNode> {
+        let mut m = RaftMetrics::new_initial(2);
+        m.current_leader = Some(1);
+        m.state = ServerState::Follower;
+        m.last_applied = Some(LogId::new(CommittedLeaderId::new(1, 1), applied));
+        m
+    }
+
+    #[test]
+    fn a_master_is_ready_only_when_it_can_serve() {
+        assert!(readiness(&follower(10), Some(10), QUORUM_ACK_MAX).is_ok());
+        let behind = readiness(&follower(7), Some(10), QUORUM_ACK_MAX).unwrap_err();
+        assert!(behind.contains("catching up"), "{behind}");
+        let mut m = follower(10);
+        m.current_leader = None;
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).unwrap_err().contains("no leader"));
+        let mut m = follower(10);
+        m.running_state = Err(Fatal::Panicked);
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).unwrap_err().contains("core stopped"));
+        // A leader cut off from its followers is not ready.
+        let mut m = follower(10);
+        m.state = ServerState::Leader;
+        m.millis_since_quorum_ack = Some(100);
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).is_ok());
+        m.millis_since_quorum_ack = Some(5_000);
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).unwrap_err().contains("without a quorum"));
+        m.millis_since_quorum_ack = None;
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).is_err());
+    }
 }

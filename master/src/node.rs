@@ -119,6 +119,7 @@ impl MasterNode {
             flushed,
             arena_grants: tokio::sync::Mutex::new(()),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
+            quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -173,6 +174,23 @@ impl MasterNode {
         }
         tracing::info!(id = cfg.id, grpc = %grpc_addr, http = ?http_addr, data_dir = %cfg.data_dir.display(), "master started");
         Ok(MasterNode { shared, grpc_addr, http_addr, stop, tasks })
+    }
+
+    /// Resolves when the Raft core has stopped by itself (a storage error or
+    /// a panic inside it), with the reason. A node in that state can answer
+    /// nothing truthfully: the process must end (`run.rs`, crash-only).
+    pub async fn core_failed(&self) -> String {
+        let mut rx = self.shared.raft.metrics();
+        loop {
+            if let Err(fatal) = &rx.borrow_and_update().running_state
+                && !matches!(fatal, openraft::error::Fatal::Stopped)
+            {
+                return fatal.to_string();
+            }
+            if rx.changed().await.is_err() {
+                return "the Raft core ended".into();
+            }
+        }
     }
 
     /// Stops serving and shuts Raft down.

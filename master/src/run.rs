@@ -38,8 +38,28 @@ pub async fn run(cfg: MasterConfig) -> anyhow::Result<()> {
         std::process::exit(2);
     }
     let node = MasterNode::start(cfg).await?;
-    wait_for_signal().await;
+    tokio::select! {
+        _ = wait_for_signal() => {}
+        reason = node.core_failed() => core_failed_exit(&reason),
+    }
     tracing::info!("stopping");
     node.shutdown().await;
     Ok(())
+}
+
+/// Exit status of a master whose Raft core stopped on its own (EX_SOFTWARE).
+pub const EXIT_CORE_FAILED: i32 = 70;
+
+/// Crash-only: a master whose Raft core stopped (it cannot write its log, or
+/// the core panicked) ends the process with one line naming the cause, rather
+/// than staying up and answering nothing truthfully. Its supervisor restarts
+/// it; a restart recovers from the data dir and the leader.
+fn core_failed_exit(reason: &str) -> ! {
+    tracing::error!(reason, "the Raft core stopped; exiting");
+    eprintln!(
+        "mooncake-master: fatal: the Raft core stopped: {reason}. Exiting (status {EXIT_CORE_FAILED}) so a \
+         supervisor restarts this master; it recovers from its data dir and the leader. If the cause is the disk \
+         (full, read-only, failing), fix that first: the other masters keep serving meanwhile."
+    );
+    std::process::exit(EXIT_CORE_FAILED)
 }

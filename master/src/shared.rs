@@ -44,6 +44,9 @@ pub struct Shared {
     pub arena_grants: tokio::sync::Mutex<()>,
     /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
     pub unsafe_stale_reads: bool,
+    /// How old the leader's last quorum acknowledgement may be while `/ready`
+    /// still says yes (the election timeout: past it, followers may elect).
+    pub quorum_ack_max: Duration,
 }
 
 impl Shared {

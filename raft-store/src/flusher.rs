@@ -65,18 +65,18 @@ fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
-        let result = sync.sync();
-        match &result {
-            Ok(()) => {
-                for job in &waiting {
-                    flushed.advance_written(job.cuts, job.last);
-                }
-            }
-            Err(e) => tracing::error!(error = %e, waiting = waiting.len(), "log sync failed"),
+        // A failed sync ends the process (crash-only, `fatal.rs`): the
+        // leader's own entries were reported appended before their sync, so
+        // there is nobody to hand this error to that could undo that.
+        if let Err(e) = sync.sync() {
+            crate::fatal::storage_failed("sync of the Raft log", &e);
+        }
+        for job in &waiting {
+            flushed.advance_written(job.cuts, job.last);
         }
         for job in waiting {
             if let Some(cb) = job.callback {
-                cb.log_io_completed(result.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())));
+                cb.log_io_completed(Ok(()));
             }
         }
     }

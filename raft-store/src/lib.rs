@@ -9,6 +9,7 @@
 pub mod codec;
 mod durable;
 mod error;
+pub mod fatal;
 mod flushed;
 mod flusher;
 mod log_store;
