@@ -16,7 +16,7 @@ pub enum MemberOp {
         #[command(flatten)]
         masters: MastersArg,
     },
-    /// Remove master ID from the voters.
+    /// Remove master ID (a voter or a learner) from the membership.
     Remove {
         id: u64,
         #[command(flatten)]
@@ -31,11 +31,16 @@ pub enum MemberOp {
     },
 }
 
-/// Voters according to the leader.
-async fn voters(c: &MasterClient, m: &MastersArg) -> anyhow::Result<Vec<u64>> {
+/// Members according to the leader: (id, voter).
+async fn members(c: &MasterClient, m: &MastersArg) -> anyhow::Result<Vec<(u64, bool)>> {
     let s = status::gather(c, &m.masters).await;
     anyhow::ensure!(!s.members.is_empty(), "no leader answered among {:?}; is a quorum up?", m.masters);
-    Ok(s.members.iter().filter(|m| m.voter).map(|m| m.id).collect())
+    Ok(s.members.iter().map(|m| (m.id, m.voter)).collect())
+}
+
+/// Voters according to the leader.
+async fn voters(c: &MasterClient, m: &MastersArg) -> anyhow::Result<Vec<u64>> {
+    Ok(members(c, m).await?.into_iter().filter(|(_, voter)| *voter).map(|(id, _)| id).collect())
 }
 
 pub async fn run(op: MemberOp) -> anyhow::Result<()> {
@@ -49,8 +54,18 @@ pub async fn run(op: MemberOp) -> anyhow::Result<()> {
         }
         MemberOp::Remove { id, masters } => {
             let c = masters.client()?;
-            let v: Vec<u64> = voters(&c, &masters).await?.into_iter().filter(|x| *x != id).collect();
-            println!("{}", c.change_membership(v, false).await.context("removing voter")?);
+            let all = members(&c, &masters).await?;
+            match all.iter().find(|(m, _)| *m == id) {
+                None => {
+                    let ids: Vec<u64> = all.iter().map(|(m, _)| *m).collect();
+                    anyhow::bail!("master {id} is not a member (members: {ids:?}); nothing to remove")
+                }
+                Some((_, true)) => {
+                    let v: Vec<u64> = all.iter().filter(|(m, voter)| *voter && *m != id).map(|(m, _)| *m).collect();
+                    println!("{}", c.change_membership(v, false).await.context("removing voter")?);
+                }
+                Some((_, false)) => println!("{}", c.remove_learner(id).await.context("removing learner")?),
+            }
         }
         MemberOp::List { masters, json } => {
             let c = masters.client()?;

@@ -2,7 +2,8 @@
 //! the operations; a snapshot saved from one cluster restores into a new one
 //! with an identical state hash (and reaches masters added later); a master
 //! whose disk died is replaced by the membership procedure while a workload
-//! runs, losing nothing; `client evict` frees a dead client's segment at once.
+//! runs, losing nothing; `member remove` drops a learner and refuses an id
+//! that is no member; `client evict` frees a dead client's segment at once.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -211,6 +212,33 @@ async fn a_master_whose_disk_died_is_replaced_while_a_workload_runs() {
     let voters: Vec<u64> = info.members.iter().filter(|m| m.voter).map(|m| m.id).collect();
     assert!(!voters.contains(&victim) && voters.contains(&4), "voters {voters:?}");
     Arc::try_unwrap(client).ok().expect("sole owner").close().await;
+}
+
+/// `member remove` of a learner drops it (it used to print success and leave
+/// it, the leader retrying it forever); an id that is no member is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_remove_drops_a_learner_and_refuses_a_stranger() {
+    let mut cluster = Cluster::builder().masters(3).binary(BIN).start();
+    cluster.wait_for_leader(T).await;
+    let addr4 = cluster.start_joiner(4);
+    let masters = cluster.addrs().join(",");
+    cluster.client().add_learner(4, &addr4).await.expect("add learner");
+    let members = |info: &mooncake_proto::master::GetClusterInfoResponse| -> Vec<(u64, bool)> {
+        info.members.iter().map(|m| (m.id, m.voter)).collect()
+    };
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    assert!(members(&cluster.info(leader).await.unwrap()).contains(&(4, false)), "4 joined as a learner");
+    let out = mooncake(&["member", "remove", "4", "--masters", &masters]);
+    assert!(out.contains("learner 4 removed"), "{out}");
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let after = members(&cluster.info(leader).await.unwrap());
+    assert!(after.iter().all(|(id, _)| *id != 4), "learner 4 still a member: {after:?}");
+    assert_eq!(after.iter().filter(|(_, voter)| *voter).count(), 3, "the voters stay: {after:?}");
+
+    let out = Command::new(BIN).args(["member", "remove", "9", "--masters", &masters]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "removing a stranger must fail");
+    assert!(text.contains("master 9 is not a member"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

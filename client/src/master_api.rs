@@ -288,6 +288,14 @@ impl MasterClient {
         Ok(check(r)?.detail)
     }
 
+    /// Drops learner `node_id` from the membership (voters: use
+    /// [`change_membership`](Self::change_membership)).
+    pub async fn remove_learner(&self, node_id: u64) -> Result<String, MasterError> {
+        let req = RemoveLearnerRequest { node_id };
+        let r = self.call_admin(|mut c| async move { c.remove_learner(req).await }).await?;
+        Ok(check(r)?.detail)
+    }
+
     pub async fn trigger_snapshot(&self) -> Result<String, MasterError> {
         let r = self.call_admin(|mut c| async move { c.trigger_snapshot(TriggerSnapshotRequest {}).await }).await?;
         Ok(check(r)?.detail)

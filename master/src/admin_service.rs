@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mooncake_proto::admin::admin_service_server::AdminService;
 use mooncake_proto::admin::*;
 use mooncake_proto::{ErrorCode, Status};
-use openraft::BasicNode;
+use openraft::{BasicNode, ChangeMembers};
 use tonic::{Request, Response};
 
 use crate::errors::{unavailable, write_error_status};
@@ -88,6 +88,30 @@ impl AdminService for AdminServiceImpl {
             Ok(resp) => {
                 tracing::info!(?voters, log = %resp.log_id, "membership change: voters set");
                 answer(Status::ok(), format!("voters are now {voters:?} (log {})", resp.log_id))
+            }
+            Err(e) => answer(write_error_status(&e), ""),
+        }
+    }
+
+    async fn remove_learner(&self, req: Request<RemoveLearnerRequest>) -> RpcResult<AdminResponse> {
+        let id = req.into_inner().node_id;
+        let membership = self.shared.raft.metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        if membership.get_node(&id).is_none() {
+            let members: Vec<u64> = membership.nodes().map(|(id, _)| *id).collect();
+            let msg = format!("master {id} is not a member (members: {members:?}); nothing to remove");
+            return answer(Status::with(ErrorCode::InvalidParams, msg), "");
+        }
+        if membership.voter_ids().any(|v| v == id) {
+            let msg =
+                format!("master {id} is a voter: change the voter set without it (`mooncake member remove {id}`)");
+            return answer(Status::with(ErrorCode::InvalidParams, msg), "");
+        }
+        let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+        match self.shared.raft.change_membership(change, false).await {
+            Ok(resp) => {
+                tracing::info!(node = id, log = %resp.log_id, "membership change: learner removed");
+                answer(Status::ok(), format!("learner {id} removed (log {})", resp.log_id))
             }
             Err(e) => answer(write_error_status(&e), ""),
         }
