@@ -368,6 +368,15 @@ impl LocalCluster {
         }
     }
 
+    /// The exit status of a node that ended by itself; `None` while it runs
+    /// (or was never started).
+    pub fn exit_status(&mut self, role: Role, id: u64) -> Option<std::process::ExitStatus> {
+        let n = self.nodes.get_mut(&key(role, id))?;
+        let status = n.child.as_mut()?.try_wait().ok()??;
+        n.child = None;
+        Some(status)
+    }
+
     /// SIGSTOP: the node stops answering (a GC pause, an overloaded host)
     /// until [`LocalCluster::resume`].
     pub fn pause(&self, role: Role, id: u64) -> Result<(), String> {

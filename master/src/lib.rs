@@ -29,6 +29,7 @@ pub mod leader_lease;
 pub mod metrics;
 mod network;
 mod node;
+mod peers_heard;
 pub mod prevote;
 mod proposer;
 mod puts;

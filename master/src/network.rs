@@ -21,6 +21,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster_id::ClusterId;
 use crate::leader_lease::AckClock;
+use crate::peers_heard::PeersHeard;
 use crate::prevote::{PreVoteRequest, PreVoteResponse};
 
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
@@ -36,6 +37,8 @@ pub struct NetworkFactory {
     pub rpc_seconds: prometheus::HistogramVec,
     /// This master's log sync: followers are never told a commit index past it.
     pub flushed: mooncake_raft_store::FlushedLog,
+    /// Peers whose vote or log answers arrived (`peers_heard.rs`).
+    pub heard: Arc<PeersHeard>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -55,6 +58,7 @@ pub struct PeerClient {
     acks: Arc<AckClock>,
     rpc_seconds: prometheus::HistogramVec,
     flushed: mooncake_raft_store::FlushedLog,
+    heard: Arc<PeersHeard>,
 }
 
 #[derive(Clone, Copy)]
@@ -85,7 +89,7 @@ type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftE
 
 impl PeerClient {
     fn new(target: NodeId, addr: &str, factory: NetworkFactory) -> Self {
-        let NetworkFactory { cluster, acks, rpc_seconds, flushed } = factory;
+        let NetworkFactory { cluster, acks, rpc_seconds, flushed, heard } = factory;
         let client = Endpoint::from_shared(format!("http://{addr}"))
             .ok()
             .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
@@ -94,7 +98,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed }
+        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed, heard }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -126,6 +130,10 @@ impl PeerClient {
         }
         let result: Result<Resp, RaftError<NodeId, E>> =
             codec::decode("raft response", &reply.data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        // An answer from its vote or log: the peer has state to lose.
+        if !matches!(rpc, Rpc::PreVote) {
+            self.heard.record(self.target);
+        }
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

@@ -29,6 +29,7 @@ use crate::leader::LeaderState;
 use crate::leader_lease::AckClock;
 use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::network::NetworkFactory;
+use crate::peers_heard::PeersHeard;
 use crate::prevote::{ElectionDriver, LeaderContact};
 use crate::proposer::Proposer;
 use crate::raft_service::RaftServiceImpl;
@@ -78,6 +79,18 @@ impl MasterNode {
         let raft_config = Arc::new(cfg.raft_config().validate().context("raft config")?);
         let sm_handle = sm.clone();
         let cluster = Arc::new(ClusterId::load(log.clone()).context("reading the cluster id")?);
+        let heard = Arc::new(
+            PeersHeard::load(&cfg.data_dir)
+                .with_context(|| format!("reading the peers heard from in {}", cfg.data_dir.display()))?,
+        );
+        // No cluster id: a data dir that never held this master's state (or
+        // was wiped). A founding member checks its peers never heard from it.
+        if cluster.get().is_none()
+            && cfg.restore.is_none()
+            && let Some(c) = &cfg.initial_cluster
+        {
+            refuse_if_known(cfg.id, &cfg.data_dir, &founding_id(&cfg.cluster_name, &c.0), &c.0).await?;
+        }
         if let Some(c) = &cfg.initial_cluster {
             let id = cluster.adopt(&founding_id(&cfg.cluster_name, &c.0)).context("recording the cluster id")?;
             tracing::info!(cluster_id = %id, "cluster id");
@@ -88,6 +101,7 @@ impl MasterNode {
             acks: acks.clone(),
             rpc_seconds: metrics.raft_rpc.clone(),
             flushed: flushed.clone(),
+            heard: heard.clone(),
         };
         let log_reader = log.clone();
         let raft = Raft::new(cfg.id, raft_config, network.clone(), log, sm).await.context("starting raft")?;
@@ -132,6 +146,7 @@ impl MasterNode {
             contact.clone(),
             timing.quiet,
             metrics.raft_rpc_handled.clone(),
+            heard,
         );
         let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), raft_service, stop_rx.clone())?;
         tasks.push(grpc_task);
@@ -203,6 +218,45 @@ impl MasterNode {
             t.abort();
         }
     }
+}
+
+/// How long a master with an empty data dir waits for each peer's answer
+/// to `HeardFrom` (a peer that is down cannot vouch either way).
+const HEARD_FROM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A founding member whose data dir holds no state asks the other founding
+/// members whether they ever had a Raft exchange with its id. If one did,
+/// this master lost the votes and log it promised (its data dir was wiped or
+/// replaced): starting blank under the same id could let it vote twice in a
+/// term, so it refuses and says how to replace it (`peers_heard.rs`).
+async fn refuse_if_known(
+    id: u64,
+    data_dir: &std::path::Path,
+    cluster_id: &str,
+    members: &BTreeMap<u64, String>,
+) -> anyhow::Result<()> {
+    use mooncake_proto::raft::HeardFromRequest;
+    use mooncake_proto::raft::raft_service_client::RaftServiceClient;
+    for (peer, addr) in members.iter().filter(|(peer, _)| **peer != id) {
+        let asked = async {
+            let mut c = RaftServiceClient::connect(format!("http://{addr}")).await.ok()?;
+            c.heard_from(HeardFromRequest { node_id: id }).await.ok().map(|r| r.into_inner())
+        };
+        let Ok(Some(answer)) = tokio::time::timeout(HEARD_FROM_TIMEOUT, asked).await else {
+            continue;
+        };
+        if answer.heard && answer.cluster_id == cluster_id {
+            anyhow::bail!(
+                "data dir {} holds no state, but master {peer} ({addr}) has had Raft exchanges with master {id} of \
+                 cluster {cluster_id}: this master lost the votes and log it promised (wiped or replaced disk). It \
+                 must not rejoin under id {id}. Replace it: start a fresh master with a NEW id and --join, then \
+                 `mooncake member add <new-id> <addr>` and `mooncake member remove {id}` (docs/OPERATIONS.md, \
+                 Membership)",
+                data_dir.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Initializes the cluster on a pristine founding member. Every founding

@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
-use mooncake_proto::raft::RaftMessage;
 use mooncake_proto::raft::raft_service_server::RaftService;
+use mooncake_proto::raft::{HeardFromRequest, HeardFromResponse, RaftMessage};
 use mooncake_raft_store::{Raft, codec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
 
 use crate::cluster_id::ClusterId;
+use crate::peers_heard::PeersHeard;
 use crate::prevote::{self, LeaderContact, PreVoteRequest};
 
 pub struct RaftServiceImpl {
@@ -25,6 +26,8 @@ pub struct RaftServiceImpl {
     quiet: std::time::Duration,
     /// Time to handle each RPC received, by kind.
     handled: prometheus::HistogramVec,
+    /// Leaders and candidates whose requests arrived (`peers_heard.rs`).
+    heard: Arc<PeersHeard>,
 }
 
 impl RaftServiceImpl {
@@ -35,8 +38,16 @@ impl RaftServiceImpl {
         contact: Arc<LeaderContact>,
         quiet: std::time::Duration,
         handled: prometheus::HistogramVec,
+        heard: Arc<PeersHeard>,
     ) -> Self {
-        RaftServiceImpl { raft, log, cluster, contact, quiet, handled }
+        RaftServiceImpl { raft, log, cluster, contact, quiet, handled, heard }
+    }
+
+    /// The sender of a leader's or candidate's request: it has a vote.
+    fn record_sender(&self, vote: &openraft::Vote<mooncake_raft_store::NodeId>) {
+        if let Some(id) = vote.leader_id().voted_for() {
+            self.heard.record(id);
+        }
     }
 
     fn observe(&self, rpc: &str, since: std::time::Instant) {
@@ -82,6 +93,7 @@ impl RaftService for RaftServiceImpl {
         let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
         let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
         self.heard_if_from_leader(&rpc.vote);
+        self.record_sender(&rpc.vote);
         let result = self.raft.append_entries(rpc).await;
         let answer = reply(&result);
         self.observe(kind, since);
@@ -90,7 +102,8 @@ impl RaftService for RaftServiceImpl {
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
-        let rpc = self.decode(req)?;
+        let rpc: openraft::raft::VoteRequest<mooncake_raft_store::NodeId> = self.decode(req)?;
+        self.record_sender(&rpc.vote);
         let result = self.raft.vote(rpc).await;
         if matches!(&result, Ok(v) if v.vote_granted) {
             self.contact.heard();
@@ -104,6 +117,7 @@ impl RaftService for RaftServiceImpl {
         let since = std::time::Instant::now();
         let rpc: openraft::raft::InstallSnapshotRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
         self.heard_if_from_leader(&rpc.vote);
+        self.record_sender(&rpc.vote);
         let result = self.raft.install_snapshot(rpc).await;
         let answer = reply(&result);
         self.observe("snapshot", since);
@@ -121,5 +135,11 @@ impl RaftService for RaftServiceImpl {
         let answer = reply(&Ok::<_, openraft::error::RaftError<mooncake_raft_store::NodeId>>(answer));
         self.observe("pre_vote", since);
         answer
+    }
+
+    async fn heard_from(&self, req: Request<HeardFromRequest>) -> Result<Response<HeardFromResponse>, Status> {
+        let id = req.into_inner().node_id;
+        let cluster_id = self.cluster.get().unwrap_or_default();
+        Ok(Response::new(HeardFromResponse { heard: self.heard.contains(id), cluster_id }))
     }
 }

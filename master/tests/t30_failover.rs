@@ -223,3 +223,36 @@ async fn a_restarted_leader_never_resumes_its_old_term() {
     let (leader, term) = cluster.wait_for_leader(Duration::from_secs(10)).await;
     assert!(term > old_term, "master {leader} leads term {term}, not newer than the crashed leader's {old_term}");
 }
+
+/// A founding master whose data dir was wiped must not come back blank under
+/// its old id (it lost the votes and log it promised): its peers heard from
+/// it, so it refuses to start and says how to replace it. The cluster keeps
+/// serving without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_with_a_wiped_data_dir_refuses_to_rejoin_under_its_old_id() {
+    let mut cluster = Cluster::builder().masters(3).master_bin(env!("CARGO_BIN_EXE_mooncake-master")).start();
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let client = cluster.client();
+    let req = PutStartRequest { client_id: 7, key: "before".into(), size: 4096, replica_num: 1, ..Default::default() };
+    mount_segments(&client).await;
+    client.put_start(req).await.expect("put start");
+    client.put_end(7, "before", 0).await.expect("put end");
+    let victim = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    cluster.kill(victim);
+    let dir = cluster.inner.node(mooncake_client::Role::Master, victim).expect("node").data_dir.clone();
+    std::fs::remove_dir_all(&dir).expect("wipe the data dir");
+    cluster.restart(victim);
+    let status = wait_until("the blank master to exit", Duration::from_secs(20), || {
+        let status = cluster.master_exit_status(victim);
+        async move { status }
+    })
+    .await;
+    assert!(!status.success(), "a blank master under an old id must not run: {status:?}");
+    let log = std::fs::read_to_string(&cluster.inner.node(mooncake_client::Role::Master, victim).unwrap().log)
+        .unwrap_or_default();
+    assert!(log.contains(&format!("must not rejoin under id {victim}")), "the refusal says why: {log}");
+    assert!(log.contains("--join"), "and how to replace it: {log}");
+    // The others keep serving.
+    let req = PutStartRequest { client_id: 7, key: "after".into(), size: 4096, replica_num: 1, ..Default::default() };
+    client.put_start(req).await.expect("put start without the refused master");
+}

@@ -99,6 +99,10 @@ impl Cluster {
     pub fn resume(&self, id: u64) {
         self.inner.resume(Role::Master, id).unwrap_or_else(|e| panic!("resume master {id}: {e}"));
     }
+    /// Master `id`'s exit status once it ended by itself (`None` while it runs).
+    pub fn master_exit_status(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        self.inner.exit_status(Role::Master, id)
+    }
     pub fn restart(&mut self, id: u64) {
         self.inner.restart(Role::Master, id).unwrap_or_else(|e| panic!("restart master {id}: {e}"));
     }
