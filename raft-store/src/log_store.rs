@@ -8,22 +8,21 @@
 //! (group commit on the flusher thread, see `flusher.rs`) — except for the
 //! entries this node writes as the leader of its current term, whose sync
 //! runs while they are replicated and is tracked in [`FlushedLog`] (see
-//! `flushed.rs` for why that keeps every acknowledgement quorum-durable). `purge` records `last_purged` in the same sled
-//! transaction that deletes the entries, so a crash can never leave entries
-//! gone without the marker. `committed` is only flushed: losing it makes a
-//! restart re-apply less, never wrongly.
+//! `flushed.rs` for why that keeps every acknowledgement quorum-durable).
+//! `purge` syncs the `last_purged` marker before any entry is deleted (in the
+//! background, `purge_upto`), so a crash can never leave entries gone without
+//! the marker; entries at or below it are invisible at once. `committed` is
+//! only flushed: losing it makes a restart re-apply less, never wrongly.
 
-use std::convert::Infallible;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sled::Transactional;
-use sled::transaction::{ConflictableTransactionResult, TransactionError};
 
 use crate::codec::{decode, encode};
 use crate::durable::DataSync;
@@ -58,7 +57,13 @@ pub struct LogStore {
     own_id: Option<NodeId>,
     /// The last vote saved, to tell whether this node leads its term.
     vote: Arc<std::sync::Mutex<Option<Vote<NodeId>>>>,
+    /// Entries below this index are purged: the marker is saved, their
+    /// deletion may still be running in the background (`purge_upto`).
+    first_live: Arc<AtomicU64>,
 }
+
+/// Entries deleted per batch when purged entries are removed.
+const PURGE_BATCH: u64 = 4096;
 
 impl LogStore {
     /// Opens (or creates) the `raft_log` and `raft_meta` trees of `db`;
@@ -67,12 +72,16 @@ impl LogStore {
         let log = db.open_tree(LOG_TREE).map_err(StoreError::sled("open raft_log tree"))?;
         let meta = db.open_tree(META_TREE).map_err(StoreError::sled("open raft_meta tree"))?;
         let probe = LogStore::read_meta_in::<Vote<NodeId>>(&meta, KEY_VOTE)?;
+        let purged = LogStore::read_meta_in::<LogId>(&meta, KEY_LAST_PURGED)?;
+        // A purge whose background deletion a crash interrupted: finish it.
+        if let Some(p) = purged {
+            delete_upto(&log, p.index).map_err(StoreError::sled("delete purged log entries"))?;
+        }
         let last = match log.last().map_err(StoreError::sled("read last log entry"))? {
             Some((_, bytes)) => Some(decode::<Entry>("log entry", &bytes)?.log_id),
             None => None,
         };
         // What the log held (or purged into a snapshot) when opened is on disk.
-        let purged = LogStore::read_meta_in::<LogId>(&meta, KEY_LAST_PURGED)?;
         let flushed = FlushedLog::new(last.max(purged));
         let flusher = Flusher::start(sync.clone(), flushed.clone()).map_err(|source| StoreError::Io {
             op: "start log flusher thread",
@@ -80,7 +89,8 @@ impl LogStore {
             source,
         })?;
         let vote = Arc::new(std::sync::Mutex::new(probe));
-        Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher), flushed, own_id: None, vote })
+        let first_live = Arc::new(AtomicU64::new(purged.map_or(0, |p| p.index + 1)));
+        Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher), flushed, own_id: None, vote, first_live })
     }
 
     /// This store belongs to master `id`: its own entries as leader are
@@ -162,7 +172,11 @@ impl LogStore {
     /// The log id of the last entry present in the log.
     fn last_entry_log_id(&self) -> Result<Option<LogId>, StoreError> {
         match self.log.last().map_err(StoreError::sled("read last log entry"))? {
-            Some((_, bytes)) => Ok(Some(decode::<Entry>("log entry", &bytes)?.log_id)),
+            Some((_, bytes)) => {
+                let id = decode::<Entry>("log entry", &bytes)?.log_id;
+                // A purged entry whose deletion is still running is no entry.
+                Ok((id.index >= self.first_live.load(Ordering::Acquire)).then_some(id))
+            }
             None => Ok(None),
         }
     }
@@ -182,10 +196,16 @@ impl LogStore {
         Ok(LogState { last_purged_log_id, last_log_id })
     }
 
-    /// Decodes the entries whose indexes lie in `range`, in index order.
+    /// Decodes the entries whose indexes lie in `range`, in index order
+    /// (never a purged one).
     fn read_entries(&self, range: (Bound<[u8; 8]>, Bound<[u8; 8]>)) -> Result<Vec<Entry>, StoreError> {
+        let first_live = index_key(self.first_live.load(Ordering::Acquire));
+        let start = match range.0 {
+            Bound::Included(k) | Bound::Excluded(k) if k >= first_live => range.0,
+            _ => Bound::Included(first_live),
+        };
         self.log
-            .range(range)
+            .range((start, range.1))
             .map(|item| {
                 let (_, bytes) = item.map_err(StoreError::sled("read log entries"))?;
                 decode("log entry", &bytes)
@@ -226,21 +246,25 @@ impl LogStore {
         Ok(())
     }
 
-    /// Records `last_purged` and deletes entries with index <= its index in
-    /// one cross-tree transaction, then syncs.
+    /// Records `last_purged` durably; from then on entries up to it are
+    /// gone for every reader. Deleting them runs in the background: openraft
+    /// purges inline in its core loop, and deleting a large log there (read
+    /// through sled, in one transaction) silenced the leader's heartbeats
+    /// for long enough to start elections right after a learner caught up
+    /// by snapshot. A crash before the deletion ends leaves entries below the
+    /// marker, which `open` deletes and nothing reads meanwhile.
     async fn purge_upto(&self, log_id: &LogId) -> Result<(), StoreError> {
-        let marker = encode(KEY_LAST_PURGED, log_id)?;
-        let doomed = self.deletion_batch(..=index_key(log_id.index))?;
-        (&self.log, &self.meta)
-            .transaction(|(log, meta)| -> ConflictableTransactionResult<(), Infallible> {
-                log.apply_batch(&doomed)?;
-                meta.insert(KEY_LAST_PURGED, &marker[..])?;
-                Ok(())
-            })
-            .map_err(transaction_error("purge log"))?;
+        self.write_meta(KEY_LAST_PURGED, log_id)?;
         self.sync.sync_async().await?;
+        self.first_live.fetch_max(log_id.index + 1, Ordering::AcqRel);
         // Purged entries are covered by a stored snapshot.
         self.flushed.advance(*log_id);
+        let (log, upto) = (self.log.clone(), log_id.index);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = delete_upto(&log, upto) {
+                tracing::warn!(error = %e, upto, "deleting purged log entries (retried at the next start)");
+            }
+        });
         Ok(())
     }
 
@@ -278,6 +302,24 @@ impl LogStore {
     }
 }
 
+/// Deletes every entry with index <= `upto`, in batches, by key arithmetic
+/// from the first entry (nothing is read: entries can be large). Not synced:
+/// purged entries are already invisible, and a crash just repeats this.
+fn delete_upto(log: &sled::Tree, upto: u64) -> sled::Result<()> {
+    let Some((first, _)) = log.first()? else { return Ok(()) };
+    let mut from = u64::from_be_bytes(first.as_ref().try_into().unwrap_or([u8::MAX; 8]));
+    while from <= upto {
+        let to = upto.min(from.saturating_add(PURGE_BATCH - 1));
+        let mut batch = sled::Batch::default();
+        for i in from..=to {
+            batch.remove(&index_key(i));
+        }
+        log.apply_batch(batch)?;
+        from = to + 1;
+    }
+    Ok(())
+}
+
 /// The sled key of log index `index`: big-endian, so keys sort by index.
 fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
@@ -289,14 +331,6 @@ fn key_bound(bound: Bound<&u64>) -> Bound<[u8; 8]> {
         Bound::Included(i) => Bound::Included(index_key(*i)),
         Bound::Excluded(i) => Bound::Excluded(index_key(*i)),
         Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
-/// Maps a failed sled transaction (which never aborts by itself) to a StoreError.
-fn transaction_error(op: &'static str) -> impl FnOnce(TransactionError<Infallible>) -> StoreError {
-    move |e| match e {
-        TransactionError::Abort(never) => match never {},
-        TransactionError::Storage(source) => StoreError::Sled { op, source },
     }
 }
 
@@ -499,6 +533,31 @@ mod tests {
         let state = store.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(log_id(1, 4)));
         assert_eq!(state.last_log_id, Some(log_id(1, 10)));
+    }
+
+    /// Purged entries vanish for readers at once (their deletion runs in
+    /// the background); a restart finishes an interrupted deletion.
+    #[tokio::test]
+    async fn purged_entries_are_invisible_at_once_and_gone_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (db, mut store) = open_at(dir.path());
+            append(&mut store, 1, 1..=10).await;
+            // As if the background deletion had not run yet: the marker only.
+            store.write_meta(KEY_LAST_PURGED, &log_id(1, 6)).unwrap();
+            store.first_live.store(7, Ordering::Release);
+            assert_eq!(indexes(&mut store).await, (7..=10).collect::<Vec<_>>());
+            assert_eq!(db.open_tree(LOG_TREE).unwrap().len(), 10, "entries still on disk");
+            store.sync.sync().unwrap();
+        }
+        let (db, mut store) = open_at(dir.path());
+        assert_eq!(db.open_tree(LOG_TREE).unwrap().len(), 4, "the restart deleted what the marker covers");
+        assert_eq!(indexes(&mut store).await, (7..=10).collect::<Vec<_>>());
+        // Purging everything: no leftover counts as the last entry.
+        store.purge(log_id(1, 12)).await.unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(1, 12)));
+        assert!(indexes(&mut store).await.is_empty());
     }
 
     #[tokio::test]
