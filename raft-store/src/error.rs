@@ -59,6 +59,14 @@ pub enum StoreError {
          upgrade the binary or restore from a snapshot"
     )]
     SchemaVersion { found: u32, supported: u32 },
+    #[error(
+        "the data dir {dir} went backwards: it holds {holds}, but this master had made durable at least \
+         {had} (recorded in {dir}/durable-watermark). The disk lost writes this master acknowledged (corruption, \
+         a restored backup or copy, a failing disk); starting from it could break Raft's promises. Replace this \
+         master under a new id: start a fresh master with --join, `mooncake member add`, then `mooncake member \
+         remove` this id (docs/OPERATIONS.md, Membership)"
+    )]
+    WentBackwards { dir: String, holds: String, had: String },
 }
 
 impl StoreError {

@@ -12,6 +12,7 @@ mod error;
 pub mod fatal;
 mod flushed;
 mod flusher;
+mod janitor;
 mod log_store;
 mod observer;
 mod sm_store;
@@ -19,6 +20,7 @@ mod snapshot_file;
 pub mod state;
 mod store;
 mod types;
+mod watermark;
 
 pub use durable::DataSync;
 pub use error::{MetaError, StoreError};

@@ -29,7 +29,9 @@ use crate::durable::DataSync;
 use crate::error::StoreError;
 use crate::flushed::FlushedLog;
 use crate::flusher::{Flusher, Job};
+use crate::janitor::{Janitor, delete_upto};
 use crate::types::{LogId, NodeId, TypeConfig};
+use crate::watermark::Watermark;
 
 /// A log entry of this type configuration.
 type Entry = openraft::Entry<TypeConfig>;
@@ -60,10 +62,12 @@ pub struct LogStore {
     /// Entries below this index are purged: the marker is saved, their
     /// deletion may still be running in the background (`purge_upto`).
     first_live: Arc<AtomicU64>,
+    /// Deletes purged entries off the Raft core (`janitor.rs`).
+    janitor: Arc<Janitor>,
+    /// What this store is known to have made durable (`watermark.rs`);
+    /// `None` in tests and tools that open a log without a data dir.
+    watermark: Option<Arc<Watermark>>,
 }
-
-/// Entries deleted per batch when purged entries are removed.
-const PURGE_BATCH: u64 = 4096;
 
 impl LogStore {
     /// Opens (or creates) the `raft_log` and `raft_meta` trees of `db`;
@@ -90,7 +94,23 @@ impl LogStore {
         })?;
         let vote = Arc::new(std::sync::Mutex::new(probe));
         let first_live = Arc::new(AtomicU64::new(purged.map_or(0, |p| p.index + 1)));
-        Ok(LogStore { log, meta, sync, flusher: Arc::new(flusher), flushed, own_id: None, vote, first_live })
+        let janitor = Janitor::start(log.clone()).map_err(|source| StoreError::Io {
+            op: "start log janitor thread",
+            path: String::new(),
+            source,
+        })?;
+        Ok(LogStore {
+            log,
+            meta,
+            sync,
+            flusher: Arc::new(flusher),
+            flushed,
+            own_id: None,
+            vote,
+            first_live,
+            janitor: Arc::new(janitor),
+            watermark: None,
+        })
     }
 
     /// This store belongs to master `id`: its own entries as leader are
@@ -121,6 +141,19 @@ impl LogStore {
                 "restarting as a follower of my own term: leading again needs a new election"
             );
         }
+        Ok(self)
+    }
+
+    /// Checks the log and vote against the durable watermark kept in `dir`
+    /// and keeps that watermark up to date from now on: a data dir that
+    /// went backwards (sled recovered less than this master had made
+    /// durable) is refused with [`StoreError::WentBackwards`].
+    pub fn with_watermark(mut self, dir: &std::path::Path) -> Result<Self, StoreError> {
+        let watermark = Watermark::load(dir)?;
+        let last = self.log_state()?.last_log_id.map_or(0, |l| l.index);
+        let vote = self.vote.lock().unwrap_or_else(|p| p.into_inner()).map_or(0, |v| v.leader_id().get_term());
+        watermark.check(last, vote)?;
+        self.watermark = Some(Arc::new(watermark));
         Ok(self)
     }
 
@@ -247,24 +280,20 @@ impl LogStore {
     }
 
     /// Records `last_purged` durably; from then on entries up to it are
-    /// gone for every reader. Deleting them runs in the background: openraft
-    /// purges inline in its core loop, and deleting a large log there (read
-    /// through sled, in one transaction) silenced the leader's heartbeats
-    /// for long enough to start elections right after a learner caught up
-    /// by snapshot. A crash before the deletion ends leaves entries below the
-    /// marker, which `open` deletes and nothing reads meanwhile.
+    /// gone for every reader. Deleting them runs on the janitor thread
+    /// (`janitor.rs`): openraft purges inline in its core loop, and deleting
+    /// a large log there (read through sled, in one transaction) silenced
+    /// the leader's heartbeats for long enough to start elections right
+    /// after a learner caught up by snapshot. A crash before the deletion
+    /// ends leaves entries below the marker, which `open` deletes and
+    /// nothing reads meanwhile.
     async fn purge_upto(&self, log_id: &LogId) -> Result<(), StoreError> {
         self.write_meta(KEY_LAST_PURGED, log_id)?;
         self.sync.sync_async().await?;
         self.first_live.fetch_max(log_id.index + 1, Ordering::AcqRel);
         // Purged entries are covered by a stored snapshot.
         self.flushed.advance(*log_id);
-        let (log, upto) = (self.log.clone(), log_id.index);
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = delete_upto(&log, upto) {
-                tracing::warn!(error = %e, upto, "deleting purged log entries (retried at the next start)");
-            }
-        });
+        self.janitor.purged(log_id.index);
         Ok(())
     }
 
@@ -285,7 +314,10 @@ impl LogStore {
             (c, _) => c,
         };
         match committed {
-            Some(log_id) => self.write_meta(KEY_COMMITTED, &log_id)?,
+            Some(log_id) => {
+                self.write_meta(KEY_COMMITTED, &log_id)?;
+                self.raise_watermark(log_id.index);
+            }
             None => {
                 self.meta.remove(KEY_COMMITTED).map_err(StoreError::sled("clear committed"))?;
             }
@@ -293,31 +325,30 @@ impl LogStore {
         Ok(())
     }
 
+    /// A committed index synced here: recorded in the watermark now and
+    /// then, on a blocking thread (openraft calls this on its core loop).
+    fn raise_watermark(&self, index: u64) {
+        let Some(w) = &self.watermark else { return };
+        if let Some(mark) = w.committed_due(index, std::time::Instant::now()) {
+            let w = w.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = w.write_raised(mark) {
+                    tracing::warn!(error = %e, "cannot record the durable watermark");
+                }
+            });
+        }
+    }
+
     /// Saves `vote` and makes it durable.
     async fn store_vote(&self, vote: &Vote<NodeId>) -> Result<(), StoreError> {
         self.write_meta(KEY_VOTE, vote)?;
         self.sync.sync_async().await?;
+        if let Some(w) = &self.watermark {
+            w.raise_vote(vote.leader_id().get_term())?;
+        }
         *self.vote.lock().unwrap_or_else(|p| p.into_inner()) = Some(*vote);
         Ok(())
     }
-}
-
-/// Deletes every entry with index <= `upto`, in batches, by key arithmetic
-/// from the first entry (nothing is read: entries can be large). Not synced:
-/// purged entries are already invisible, and a crash just repeats this.
-fn delete_upto(log: &sled::Tree, upto: u64) -> sled::Result<()> {
-    let Some((first, _)) = log.first()? else { return Ok(()) };
-    let mut from = u64::from_be_bytes(first.as_ref().try_into().unwrap_or([u8::MAX; 8]));
-    while from <= upto {
-        let to = upto.min(from.saturating_add(PURGE_BATCH - 1));
-        let mut batch = sled::Batch::default();
-        for i in from..=to {
-            batch.remove(&index_key(i));
-        }
-        log.apply_batch(batch)?;
-        from = to + 1;
-    }
-    Ok(())
 }
 
 /// The sled key of log index `index`: big-endian, so keys sort by index.
@@ -558,6 +589,41 @@ mod tests {
         let state = store.get_log_state().await.unwrap();
         assert_eq!(state.last_log_id, Some(log_id(1, 12)));
         assert!(indexes(&mut store).await.is_empty());
+    }
+
+    /// A data dir whose log lost committed entries it had synced (sled
+    /// recovering silently to an older state) is refused at open.
+    #[tokio::test]
+    async fn a_log_that_went_backwards_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_db, store) = open_at(dir.path());
+            let mut store = store.with_watermark(dir.path()).unwrap();
+            append(&mut store, 1, 1..=10).await;
+            store.save_vote(&Vote::new(4, 1)).await.unwrap();
+            store.save_committed(Some(log_id(1, 8))).await.unwrap();
+            let w = store.watermark.clone().unwrap();
+            // The record is written on a blocking thread: wait for it.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while w.mark().committed_index != 8 {
+                assert!(std::time::Instant::now() < deadline, "the watermark was never recorded");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        {
+            // Still whole: accepted.
+            let (db, store) = open_at(dir.path());
+            store.with_watermark(dir.path()).unwrap();
+            // The disk loses the tail: entries 6..=10.
+            let log = db.open_tree(LOG_TREE).unwrap();
+            for i in 6..=10u64 {
+                log.remove(index_key(i)).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        let (_db, store) = open_at(dir.path());
+        let e = store.with_watermark(dir.path()).err().expect("refused").to_string();
+        assert!(e.contains("went backwards") && e.contains("index 5") && e.contains("index 8"), "{e}");
     }
 
     #[tokio::test]

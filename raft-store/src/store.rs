@@ -79,7 +79,7 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
         .map_err(StoreError::sled("open"))?;
     check_schema(&db)?;
     let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync, opts.observer.clone())?;
-    let mut log = LogStore::open(&db, sync.clone())?;
+    let mut log = LogStore::open(&db, sync.clone())?.with_watermark(&opts.dir)?;
     if let Some(id) = opts.node_id {
         log = log.with_own_id(id)?;
     }
