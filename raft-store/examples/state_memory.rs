@@ -13,7 +13,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use mooncake_raft_store::state::{ObjectMeta, REQUEST_DEDUP_WINDOW_MS};
+use mooncake_raft_store::state::{ObjectMeta, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_WINDOW_MS};
 use mooncake_raft_store::{
     ArenaId, Command, MetaState, NewObject, Pin, PlacedReplica, ReplicaPlacement, Request, Response, SegmentSpec, Tier,
 };
@@ -111,8 +111,14 @@ fn main() {
     ts += 1;
     apply(&mut s, ts, Command::ArenaReturn { arenas });
     let returned = LIVE.load(Ordering::Relaxed);
-    // One more request after the window: every remembered answer expires.
-    ts += REQUEST_DEDUP_WINDOW_MS + 1;
+    // Steady entries for longer than the window (the request clock moves at
+    // most one step per entry), then one more request: every remembered
+    // answer expires.
+    let window_end = s.request_clock().now_ms + REQUEST_DEDUP_WINDOW_MS + 1;
+    while s.request_clock().now_ms < window_end {
+        ts += REQUEST_CLOCK_STEP_MAX_MS;
+        apply(&mut s, ts, Command::Noop);
+    }
     apply(&mut s, ts, Command::Once { request_id: 0, cmd: Box::new(Command::Noop) });
     let steady = LIVE.load(Ordering::Relaxed);
     println!("objects: {n} (keys of 20 B)");

@@ -30,7 +30,9 @@ use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
 /// A newer binary reads older versions or refuses with a clear message.
 /// 1: objects, segments, clients, discarded puts, request ids.
 /// 2: + allocation arenas and objects retired by upserts.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 2;
+/// 3: request ids by age on the request clock, + the clock's anchor.
+/// The bytes of each version are pinned by `tests/t05_formats.rs`.
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 3;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 const CURRENT_KEY: &[u8] = b"current";
@@ -234,6 +236,7 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
     };
     let image = match u32::from_le_bytes(*version) {
         1 => StateImage::from_v1(codec::decode("state image (schema 1)", body)?),
+        2 => StateImage::from_v2(codec::decode("state image (schema 2)", body)?),
         SNAPSHOT_SCHEMA_VERSION => codec::decode("state image", body)?,
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };
@@ -319,5 +322,40 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let stored =
             off_the_workers(|| load_stored(&self.tree)).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
         Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, Membership};
+
+    use super::*;
+
+    /// The sled record of the current snapshot: openraft's metadata, then the
+    /// image bytes (whose own encoding `tests/t05_formats.rs` pins). Changing
+    /// it, or the tree and keys, needs a new `DATA_DIR_SCHEMA_VERSION`.
+    #[test]
+    fn the_stored_snapshot_record_is_pinned() {
+        assert_eq!(
+            (SNAPSHOT_TREE, CURRENT_KEY, RESTORE_BASE_KEY),
+            ("sm_snapshot", &b"current"[..], &b"restore_base"[..])
+        );
+        let nodes = std::collections::BTreeMap::from([(1, BasicNode::new("n1"))]);
+        let membership = Membership::new(vec![std::collections::BTreeSet::from([1])], nodes);
+        let log_id = openraft::LogId::new(CommittedLeaderId::new(3, 1), 9);
+        let meta = SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: StoredMembership::new(Some(log_id), membership),
+            snapshot_id: "3-1-9-0".into(),
+        };
+        let stored = StoredSnapshot { meta, data: vec![3, 0, 0, 0, 0xab] };
+        let bytes = codec::encode("snapshot", &stored).unwrap();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex, "01030109010301090101010101026e3107332d312d392d300503000000ab",
+            "the stored snapshot record changed; see docs/STATE_MACHINE.md, \"Changing the formats\""
+        );
+        let back: StoredSnapshot = codec::decode("snapshot", &bytes).unwrap();
+        assert_eq!((back.meta, back.data), (stored.meta, stored.data));
     }
 }

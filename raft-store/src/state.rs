@@ -5,6 +5,11 @@
 //! I/O, iterates only ordered maps, and takes time from the request
 //! (`now_ms` never moves backwards). Replicas that apply the same log reach
 //! byte-identical state and snapshots.
+//!
+//! Submodules: `arenas` (the one-commit put), `objects` (the object index),
+//! `requests` (deduplication of retried requests and the request clock that
+//! ages them without trusting leader wall time), `image` (the snapshot form
+//! and its older versions).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,14 +17,21 @@ use mooncake_segment::{ClientId, RangeAllocator, SegmentId};
 use openraft::{BasicNode, StoredMembership};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{MetaError, StoreError};
+use crate::error::MetaError;
 use crate::types::*;
 
 mod arenas;
+mod image;
 mod objects;
+mod requests;
 
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
+pub use image::{StateImage, StateImageV1, StateImageV2};
 use objects::ObjectIndex;
+use requests::RequestMemory;
+pub use requests::{
+    REQUEST_CLOCK_REORDER_MAX_MS, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_MAX, REQUEST_DEDUP_WINDOW_MS, RequestClock,
+};
 
 /// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
 /// and bounds the memory one entry can pin.
@@ -36,11 +48,6 @@ pub const SEGMENT_SIZE_MAX_BYTES: u64 = 1 << 44;
 pub const SEGMENT_ALIGN_BYTES: u64 = 4096;
 /// Longest endpoint, host id, zone label or shm path.
 pub const LABEL_MAX_BYTES: usize = 512;
-/// How long (state-machine time) a request id is remembered for
-/// deduplication: far longer than any client retries one call (15 s).
-pub const REQUEST_DEDUP_WINDOW_MS: u64 = 120_000;
-/// Most request ids remembered; the oldest go first beyond this.
-pub const REQUEST_DEDUP_MAX: usize = 1_000_000;
 
 /// Whether an object can be read yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,70 +131,13 @@ pub struct MetaState {
     objects: ObjectIndex,
     clients: BTreeMap<ClientId, ClientEntry>,
     discarded: BTreeMap<ObjectVersion, DiscardedPut>,
-    /// Answers of `Command::Once` by request id, with the time they were applied.
-    requests: BTreeMap<u64, (u64, Response)>,
-    /// The same ids ordered by time, for pruning.
-    request_times: BTreeSet<(u64, u64)>,
+    /// Answers of `Command::Once` by request id, aged on the request clock.
+    requests: RequestMemory,
     arenas: BTreeMap<ArenaId, Arena>,
     /// Arenas of each segment by offset (they never overlap).
     arenas_by_offset: BTreeMap<(SegmentId, u64), ArenaId>,
     next_arena: u64,
     retired: BTreeMap<ObjectVersion, RetiredObject>,
-}
-
-/// The serialisable form of [`MetaState`]; allocators are rebuilt from the
-/// ranges of objects and discarded puts (the free set is canonical, so the
-/// rebuilt allocator behaves exactly like the evolved one).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct StateImage {
-    pub last_applied: Option<LogId>,
-    pub last_membership: StoredMembership<NodeId, BasicNode>,
-    pub now_ms: u64,
-    pub next_version: u64,
-    pub segments: Vec<(SegmentSpec, ClientId)>,
-    pub objects: Vec<ObjectMeta>,
-    pub clients: Vec<ClientEntry>,
-    pub discarded: Vec<DiscardedPut>,
-    /// Remembered request ids: (id, applied at ms, answer).
-    pub requests: Vec<(u64, u64, Response)>,
-    pub arenas: Vec<Arena>,
-    pub next_arena: u64,
-    pub retired: Vec<RetiredObject>,
-}
-
-/// The image of schema version 1 (before arenas and upserts), read by
-/// [`StateImage::from_v1`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct StateImageV1 {
-    pub last_applied: Option<LogId>,
-    pub last_membership: StoredMembership<NodeId, BasicNode>,
-    pub now_ms: u64,
-    pub next_version: u64,
-    pub segments: Vec<(SegmentSpec, ClientId)>,
-    pub objects: Vec<ObjectMeta>,
-    pub clients: Vec<ClientEntry>,
-    pub discarded: Vec<DiscardedPut>,
-    pub requests: Vec<(u64, u64, Response)>,
-}
-
-impl StateImage {
-    /// Upgrades a version-1 image: no arenas, nothing retired.
-    pub fn from_v1(v1: StateImageV1) -> StateImage {
-        StateImage {
-            last_applied: v1.last_applied,
-            last_membership: v1.last_membership,
-            now_ms: v1.now_ms,
-            next_version: v1.next_version,
-            segments: v1.segments,
-            objects: v1.objects,
-            clients: v1.clients,
-            discarded: v1.discarded,
-            requests: v1.requests,
-            arenas: Vec::new(),
-            next_arena: 0,
-            retired: Vec::new(),
-        }
-    }
 }
 
 // ---------------------------------------------------------------- reads
@@ -240,92 +190,19 @@ impl MetaState {
     /// The first answer of `request_id` if a `Once` command with it was
     /// applied within the deduplication window.
     pub fn request_answer(&self, request_id: u64) -> Option<&Response> {
-        self.requests.get(&request_id).map(|(_, answer)| answer)
+        self.requests.answer(request_id)
+    }
+    /// The clock that ages remembered request ids (`requests.rs`). Only
+    /// differences of its readings mean anything: a state restored from an
+    /// image reads from another origin.
+    pub fn request_clock(&self) -> RequestClock {
+        self.requests.clock()
     }
     pub fn capacity_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.capacity_bytes()).sum()
     }
     pub fn used_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.used_bytes()).sum()
-    }
-
-    /// The serialisable image of the state.
-    pub fn to_image(&self) -> StateImage {
-        StateImage {
-            last_applied: self.last_applied,
-            last_membership: self.last_membership.clone(),
-            now_ms: self.now_ms,
-            next_version: self.next_version,
-            segments: self.segments.values().map(|s| (s.spec.clone(), s.owner)).collect(),
-            objects: self.objects.values().cloned().collect(),
-            clients: self.clients.values().cloned().collect(),
-            discarded: self.discarded.values().cloned().collect(),
-            requests: self.requests.iter().map(|(id, (ms, r))| (*id, *ms, r.clone())).collect(),
-            arenas: self.arenas.values().cloned().collect(),
-            next_arena: self.next_arena,
-            retired: self.retired.values().cloned().collect(),
-        }
-    }
-
-    /// Rebuilds the state (and every allocator) from an image.
-    pub fn from_image(image: StateImage) -> Result<Self, StoreError> {
-        let corrupt = |message: String| StoreError::Decode { what: "state image".into(), message };
-        let mut used: BTreeMap<SegmentId, Vec<mooncake_segment::Range>> = BTreeMap::new();
-        let placed = image.objects.iter().flat_map(|o| o.replicas.iter());
-        let held = image.discarded.iter().flat_map(|d| d.replicas.iter());
-        for r in placed.chain(held).chain(image.retired.iter().flat_map(|d| d.replicas.iter())) {
-            used.entry(r.segment).or_default().push(r.range);
-        }
-        let mut segments = BTreeMap::new();
-        for (spec, owner) in image.segments {
-            let ranges = used.remove(&spec.id).unwrap_or_default();
-            let alloc = RangeAllocator::with_allocated(spec.size_bytes, ranges)
-                .map_err(|e| corrupt(format!("segment {}: {e}", spec.id)))?;
-            segments.insert(spec.id, SegmentEntry { spec, owner, alloc });
-        }
-        if let Some(seg) = used.keys().next() {
-            return Err(corrupt(format!("replica on unknown segment {seg}")));
-        }
-        let mut arenas_by_offset = BTreeMap::new();
-        for a in &image.arenas {
-            if !segments.contains_key(&a.segment) {
-                return Err(corrupt(format!("{} on unknown segment {}", a.id, a.segment)));
-            }
-            for e in &a.extents {
-                arenas_by_offset.insert((a.segment, e.offset), a.id);
-            }
-        }
-        Ok(MetaState {
-            last_applied: image.last_applied,
-            last_membership: image.last_membership,
-            now_ms: image.now_ms,
-            next_version: image.next_version,
-            segments,
-            objects: image.objects.into_iter().collect(),
-            clients: image.clients.into_iter().map(|c| (c.id, c)).collect(),
-            discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
-            request_times: image.requests.iter().map(|(id, ms, _)| (*ms, *id)).collect(),
-            requests: image.requests.into_iter().map(|(id, ms, r)| (id, (ms, r))).collect(),
-            arenas: image.arenas.into_iter().map(|a| (a.id, a)).collect(),
-            arenas_by_offset,
-            next_arena: image.next_arena,
-            retired: image.retired.into_iter().map(|r| (r.version, r)).collect(),
-        })
-    }
-
-    /// A deterministic 64-bit hash (FNV-1a) of the replicated data (segments,
-    /// objects, clients, discarded puts, version counter), equal on replicas that applied
-    /// the same log. Raft bookkeeping (applied log id, membership) and the clock are left
-    /// out, so a cluster restored from a snapshot hashes like its source.
-    pub fn state_hash(&self) -> u64 {
-        let mut image = self.to_image();
-        image.last_applied = None;
-        image.last_membership = StoredMembership::default();
-        // The clock advances with every entry, refused ones included; it is
-        // not data a refused command may be said to change.
-        image.now_ms = 0;
-        let bytes = crate::codec::encode("state image", &image).unwrap_or_default();
-        bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
     }
 }
 
@@ -403,6 +280,7 @@ impl MetaState {
     /// Applies one request. Never fails as a whole: refusals are responses.
     pub fn apply(&mut self, req: &Request) -> Response {
         self.now_ms = self.now_ms.max(req.ts_ms);
+        self.requests.tick(req.ts_ms);
         self.apply_cmd(&req.cmd)
     }
 
@@ -453,26 +331,12 @@ impl MetaState {
         if matches!(cmd, Command::Batch(_) | Command::Once { .. }) {
             return Response::Err(invalid("Once wraps a single command"));
         }
-        if let Some((_, answer)) = self.requests.get(&request_id) {
+        if let Some(answer) = self.requests.answer(request_id) {
             return answer.clone();
         }
         let answer = self.apply_cmd(cmd);
-        self.remember(request_id, answer.clone());
+        self.requests.remember(request_id, answer.clone());
         answer
-    }
-
-    fn remember(&mut self, request_id: u64, answer: Response) {
-        let now = self.now_ms;
-        while let Some(&(ms, id)) = self.request_times.first() {
-            let expired = now.saturating_sub(ms) > REQUEST_DEDUP_WINDOW_MS;
-            if !expired && self.requests.len() < REQUEST_DEDUP_MAX {
-                break;
-            }
-            self.request_times.pop_first();
-            self.requests.remove(&id);
-        }
-        self.requests.insert(request_id, (now, answer));
-        self.request_times.insert((now, request_id));
     }
 
     fn register_client(&mut self, client: ClientId) {

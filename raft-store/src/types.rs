@@ -237,7 +237,9 @@ pub enum Command {
     /// Apply `cmd` at most once per `request_id`: a client retrying after an
     /// answer was lost (timeout, leader change) gets the first answer back
     /// instead of a second effect (a retried remove must not delete an object
-    /// put in between). Ids are kept for `REQUEST_DEDUP_WINDOW_MS`.
+    /// put in between). Ids are kept for `REQUEST_DEDUP_WINDOW_MS` of the
+    /// request clock, which no single leader clock jump can fast-forward
+    /// (`state/requests.rs`).
     Once {
         request_id: u64,
         cmd: Box<Command>,

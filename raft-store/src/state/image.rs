@@ -1,0 +1,227 @@
+//! The state image: the serialisable form of [`MetaState`] that snapshots
+//! and snapshot files carry, its older schema versions and their upgrades,
+//! and the state hash.
+//!
+//! Its encoding is pinned (`tests/t05_formats.rs`): a field is only ever
+//! added in a new schema version (`SNAPSHOT_SCHEMA_VERSION`), with the old
+//! layout kept here as `StateImageV<n>` and upgraded on decode.
+
+use std::collections::BTreeMap;
+
+use mooncake_segment::{ClientId, RangeAllocator, SegmentId};
+use openraft::{BasicNode, StoredMembership};
+use serde::{Deserialize, Serialize};
+
+use super::requests::RequestMemory;
+use super::{ClientEntry, DiscardedPut, MetaState, ObjectMeta, RetiredObject, SegmentEntry};
+use crate::error::StoreError;
+use crate::types::*;
+
+/// The serialisable form of [`MetaState`] (schema version 3); allocators are
+/// rebuilt from the ranges of objects and discarded puts (the free set is
+/// canonical, so the rebuilt allocator behaves exactly like the evolved one).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImage {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+    /// Remembered request ids: (id, age in request-clock ms, answer). Ages,
+    /// not readings: the request clock's origin is not replicated
+    /// (`requests.rs`). Schema version 2 stored the `now_ms` of each.
+    pub requests: Vec<(u64, u64, Response)>,
+    pub arenas: Vec<Arena>,
+    pub next_arena: u64,
+    pub retired: Vec<RetiredObject>,
+    /// The leader timestamp the request clock's next advance is measured
+    /// from (added in schema version 3).
+    pub request_anchor_ts_ms: u64,
+}
+
+/// The image of schema version 2 (request ids aged on `now_ms`, the largest
+/// leader timestamp), read by [`StateImage::from_v2`]. Also the layout the
+/// state hash is computed on, so hashes stay comparable across versions.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImageV2 {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+    /// Remembered request ids: (id, `now_ms` it was applied at, answer).
+    pub requests: Vec<(u64, u64, Response)>,
+    pub arenas: Vec<Arena>,
+    pub next_arena: u64,
+    pub retired: Vec<RetiredObject>,
+}
+
+/// The image of schema version 1 (before arenas and upserts), read by
+/// [`StateImage::from_v1`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImageV1 {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+    pub requests: Vec<(u64, u64, Response)>,
+}
+
+impl StateImage {
+    /// Upgrades a version-1 image: no arenas, nothing retired, request ids
+    /// as in [`StateImage::from_v2`].
+    pub fn from_v1(v1: StateImageV1) -> StateImage {
+        StateImage::from_v2(StateImageV2 {
+            last_applied: v1.last_applied,
+            last_membership: v1.last_membership,
+            now_ms: v1.now_ms,
+            next_version: v1.next_version,
+            segments: v1.segments,
+            objects: v1.objects,
+            clients: v1.clients,
+            discarded: v1.discarded,
+            requests: v1.requests,
+            arenas: Vec::new(),
+            next_arena: 0,
+            retired: Vec::new(),
+        })
+    }
+
+    /// Upgrades a version-2 image. Its request ids were stamped with
+    /// `now_ms`: each keeps the age it had there, and the request clock is
+    /// anchored at `now_ms`.
+    pub fn from_v2(v2: StateImageV2) -> StateImage {
+        let ages = v2.requests.into_iter().map(|(id, ms, answer)| (id, v2.now_ms.saturating_sub(ms), answer));
+        StateImage {
+            requests: ages.collect(),
+            request_anchor_ts_ms: v2.now_ms,
+            last_applied: v2.last_applied,
+            last_membership: v2.last_membership,
+            now_ms: v2.now_ms,
+            next_version: v2.next_version,
+            segments: v2.segments,
+            objects: v2.objects,
+            clients: v2.clients,
+            discarded: v2.discarded,
+            arenas: v2.arenas,
+            next_arena: v2.next_arena,
+            retired: v2.retired,
+        }
+    }
+
+    /// The replicated data of the image in the version-2 layout (what the
+    /// state hash covers): request ids stamped with `now_ms` less their age,
+    /// which for an upgraded version-2 image gives back the stamps it had.
+    fn hashed_part(self) -> StateImageV2 {
+        let now_ms = self.now_ms;
+        let stamped = self.requests.into_iter().map(|(id, age_ms, answer)| (id, now_ms.saturating_sub(age_ms), answer));
+        StateImageV2 {
+            last_applied: self.last_applied,
+            last_membership: self.last_membership,
+            now_ms: self.now_ms,
+            next_version: self.next_version,
+            segments: self.segments,
+            objects: self.objects,
+            clients: self.clients,
+            discarded: self.discarded,
+            requests: stamped.collect(),
+            arenas: self.arenas,
+            next_arena: self.next_arena,
+            retired: self.retired,
+        }
+    }
+}
+
+impl MetaState {
+    /// The serialisable image of the state.
+    pub fn to_image(&self) -> StateImage {
+        StateImage {
+            last_applied: self.last_applied,
+            last_membership: self.last_membership.clone(),
+            now_ms: self.now_ms,
+            next_version: self.next_version,
+            segments: self.segments.values().map(|s| (s.spec.clone(), s.owner)).collect(),
+            objects: self.objects.values().cloned().collect(),
+            clients: self.clients.values().cloned().collect(),
+            discarded: self.discarded.values().cloned().collect(),
+            requests: self.requests.image(),
+            arenas: self.arenas.values().cloned().collect(),
+            next_arena: self.next_arena,
+            retired: self.retired.values().cloned().collect(),
+            request_anchor_ts_ms: self.requests.clock().anchor_ts_ms,
+        }
+    }
+
+    /// Rebuilds the state (and every allocator) from an image.
+    pub fn from_image(image: StateImage) -> Result<Self, StoreError> {
+        let corrupt = |message: String| StoreError::Decode { what: "state image".into(), message };
+        let mut used: BTreeMap<SegmentId, Vec<mooncake_segment::Range>> = BTreeMap::new();
+        let placed = image.objects.iter().flat_map(|o| o.replicas.iter());
+        let held = image.discarded.iter().flat_map(|d| d.replicas.iter());
+        for r in placed.chain(held).chain(image.retired.iter().flat_map(|d| d.replicas.iter())) {
+            used.entry(r.segment).or_default().push(r.range);
+        }
+        let mut segments = BTreeMap::new();
+        for (spec, owner) in image.segments {
+            let ranges = used.remove(&spec.id).unwrap_or_default();
+            let alloc = RangeAllocator::with_allocated(spec.size_bytes, ranges)
+                .map_err(|e| corrupt(format!("segment {}: {e}", spec.id)))?;
+            segments.insert(spec.id, SegmentEntry { spec, owner, alloc });
+        }
+        if let Some(seg) = used.keys().next() {
+            return Err(corrupt(format!("replica on unknown segment {seg}")));
+        }
+        let mut arenas_by_offset = BTreeMap::new();
+        for a in &image.arenas {
+            if !segments.contains_key(&a.segment) {
+                return Err(corrupt(format!("{} on unknown segment {}", a.id, a.segment)));
+            }
+            for e in &a.extents {
+                arenas_by_offset.insert((a.segment, e.offset), a.id);
+            }
+        }
+        Ok(MetaState {
+            last_applied: image.last_applied,
+            last_membership: image.last_membership,
+            now_ms: image.now_ms,
+            next_version: image.next_version,
+            segments,
+            objects: image.objects.into_iter().collect(),
+            clients: image.clients.into_iter().map(|c| (c.id, c)).collect(),
+            discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
+            requests: RequestMemory::from_image(image.requests, image.request_anchor_ts_ms),
+            arenas: image.arenas.into_iter().map(|a| (a.id, a)).collect(),
+            arenas_by_offset,
+            next_arena: image.next_arena,
+            retired: image.retired.into_iter().map(|r| (r.version, r)).collect(),
+        })
+    }
+
+    /// A deterministic 64-bit hash (FNV-1a) of the replicated data (segments,
+    /// objects, clients, discarded puts, request ids, version counter), equal on replicas
+    /// that applied the same log. Raft bookkeeping (applied log id, membership) and the
+    /// clocks are left out, so a cluster restored from a snapshot hashes like its source
+    /// (request ids count with `now_ms` less their age: steady time leaves that alone).
+    /// It is computed on the version-2 layout: a state read from an older image (or
+    /// snapshot file) hashes as it did when it was written.
+    pub fn state_hash(&self) -> u64 {
+        let mut image = self.to_image().hashed_part();
+        image.last_applied = None;
+        image.last_membership = StoredMembership::default();
+        // The clocks advance with every entry, refused ones included; they
+        // are not data a refused command may be said to change.
+        image.now_ms = 0;
+        let bytes = crate::codec::encode("state image", &image).unwrap_or_default();
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    }
+}
