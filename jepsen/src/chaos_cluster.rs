@@ -305,6 +305,39 @@ impl ChaosCluster {
         self.launch_master(id)
     }
 
+    /// Fills master `id`'s disk (its loop filesystem); returns bytes written.
+    pub fn fill_disk(&self, id: u64) -> anyhow::Result<u64> {
+        let fs = self.loops.get(&id).context("a full disk needs loop filesystems")?;
+        Ok(fs.fill().with_context(|| format!("filling the disk of master {id}"))?)
+    }
+
+    /// Frees what [`ChaosCluster::fill_disk`] took, on every master.
+    pub fn free_disks(&self) -> anyhow::Result<()> {
+        for (id, fs) in &self.loops {
+            fs.unfill().with_context(|| format!("freeing the disk of master {id}"))?;
+        }
+        Ok(())
+    }
+
+    /// How master `id` ended, once it ended by itself (`None` while it
+    /// runs or when it was never started); reaps it.
+    pub fn master_exit(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        let p = self.masters.get_mut(&id)?;
+        let status = p.child.as_mut()?.try_wait().ok()??;
+        if let Some(child) = p.child.take() {
+            crate::registry::untrack(child.id());
+        }
+        p.paused = false;
+        Some(status)
+    }
+
+    /// The last non-empty line of master `id`'s log (its stderr included).
+    pub fn master_last_line(&self, id: u64) -> String {
+        let Some(p) = self.masters.get(&id) else { return String::new() };
+        let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+        text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default().to_string()
+    }
+
     /// Shifts master `id`'s wall clock by `secs` (monotonic untouched).
     pub fn skew_clock(&self, id: u64, secs: i64) -> anyhow::Result<()> {
         let c = self.clocks.get(&id).context("clock skew needs --fake-clock")?;

@@ -111,7 +111,29 @@ pub struct Nemesis {
     /// [`Fault::FollowerBursts`]: the series of bursts so far, for the
     /// leader-stability checker.
     pub windows: Vec<FollowerWindow>,
+    /// [`Fault::DiskFull`]: how each master whose disk filled ended.
+    pub disk_full: Vec<DiskFullOutcome>,
 }
+
+/// What a master did when its disk filled up.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DiskFullOutcome {
+    pub master: u64,
+    pub was_leader: bool,
+    /// Its exit code once it ended by itself (`None`: still running when
+    /// the wait ended, or killed by a signal — see `signal`).
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub ended: bool,
+    /// Seconds from the disk full to the exit (or to the end of the wait).
+    pub after_s: f64,
+    /// The last line of its log.
+    pub last_line: String,
+}
+
+/// How long a master whose disk is full may take to end itself: the
+/// workload appends to every master's log many times a second.
+const DISK_FULL_EXIT_MAX: Duration = Duration::from_secs(20);
 
 /// The leader most masters report.
 pub async fn find_leader(addrs: &[String]) -> Option<u64> {
@@ -264,6 +286,10 @@ impl Nemesis {
                 self.cluster.lock().await.power_cut(victim)?;
                 Ok(format!("power cut of master {victim} (unflushed writes dropped), restarted"))
             }
+            Fault::DiskFull => {
+                let victim = *self.rng.pick(&voters).unwrap_or(&leader);
+                self.fill_disk(victim, leader).await
+            }
             Fault::Membership => self.swap_member(leader, &others).await,
             Fault::KillUnderStall => self.kill_under_stall().await,
             // Run by `follower_round`, never injected as one fault.
@@ -353,7 +379,46 @@ impl Nemesis {
         ))
     }
 
+    /// Fills `victim`'s disk and waits for it to end itself (crash-only).
+    async fn fill_disk(&mut self, victim: u64, leader: u64) -> anyhow::Result<String> {
+        let bytes = self.cluster.lock().await.fill_disk(victim)?;
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = self.cluster.lock().await.master_exit(victim) {
+                break Some(status);
+            }
+            if start.elapsed() > DISK_FULL_EXIT_MAX {
+                break None;
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        };
+        let last_line = self.cluster.lock().await.master_last_line(victim);
+        let after_s = start.elapsed().as_secs_f64();
+        use std::os::unix::process::ExitStatusExt;
+        let outcome = DiskFullOutcome {
+            master: victim,
+            was_leader: victim == leader,
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            ended: status.is_some(),
+            after_s,
+            last_line: last_line.clone(),
+        };
+        self.disk_full.push(outcome);
+        let role = if victim == leader { " (leader)" } else { "" };
+        Ok(match status {
+            Some(s) => format!(
+                "disk of master {victim}{role} filled ({} MiB); it exited ({s}) after {after_s:.1} s: {last_line}",
+                bytes >> 20
+            ),
+            None => format!("disk of master {victim}{role} filled; still running after {after_s:.0} s"),
+        })
+    }
+
     async fn heal(&mut self, fault: Fault) -> anyhow::Result<String> {
+        if fault == Fault::DiskFull {
+            self.cluster.lock().await.free_disks()?;
+        }
         self.net.heal()?;
         self.cluster.lock().await.heal()?;
         if fault == Fault::KillUnderStall
@@ -374,6 +439,11 @@ impl Nemesis {
     pub async fn heal_all(&mut self) -> anyhow::Result<()> {
         self.shared.puts_held.store(false, Ordering::Relaxed);
         self.net.heal()?;
-        self.cluster.lock().await.heal()
+        let mut cluster = self.cluster.lock().await;
+        cluster.free_disks()?;
+        for id in cluster.voters.clone() {
+            cluster.master_exit(id); // reaped, so heal restarts it
+        }
+        cluster.heal()
     }
 }

@@ -33,6 +33,9 @@ const XFS_FSOP_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
 /// image is sparse, so a bigger size costs no disk space until written.
 pub const MIN_XFS_BYTES: u64 = 300 * 1024 * 1024 + 1;
 
+/// The file [`LoopFs::fill`] writes to fill the disk.
+const FILLER: &str = "disk-full-filler";
+
 /// A comfortable default image size for one node's data directory.
 pub const DEFAULT_IMAGE_BYTES: u64 = 512 * 1024 * 1024;
 
@@ -95,6 +98,41 @@ impl LoopFs {
     /// The loop device currently backing the mount, if attached.
     pub fn device(&self) -> Option<&Path> {
         self.device.as_deref()
+    }
+
+    /// Fills the filesystem: writes a filler file in the mounted directory
+    /// until the disk is full (ENOSPC). Returns the bytes written.
+    pub fn fill(&self) -> Result<u64, HostError> {
+        use std::io::Write;
+        let path = self.mountpoint.join(FILLER);
+        let mut f = File::create(&path).map_err(|e| HostError::io(format!("create {}", path.display()), e))?;
+        let chunk = vec![0u8; 1 << 20];
+        let mut written = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(n) => written += n as u64,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => return Err(HostError::io(format!("write {}", path.display()), e)),
+            }
+        }
+        // On disk, not only in the page cache: the space is really gone.
+        match f.sync_all() {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {}
+            Err(e) => return Err(HostError::io(format!("sync {}", path.display()), e)),
+        }
+        Ok(written)
+    }
+
+    /// Frees what [`LoopFs::fill`] took.
+    pub fn unfill(&self) -> Result<(), HostError> {
+        let path = self.mountpoint.join(FILLER);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(HostError::io(format!("remove {}", path.display()), e)),
+        }
     }
 
     /// Simulates a power cut: shuts the filesystem down without flushing its

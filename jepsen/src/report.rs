@@ -91,6 +91,24 @@ impl CheckerVerdict {
 
     /// Every preloaded key still exists at the end (`objects` loaded,
     /// `missing` gone).
+    /// Every master whose disk filled ended itself with a non-zero exit
+    /// status and a last line naming the cause (crash-only), rather than
+    /// staying up unable to write.
+    pub fn crash_only(outcomes: &[crate::nemesis::DiskFullOutcome]) -> Self {
+        let problems: Vec<String> = outcomes
+            .iter()
+            .filter_map(|o| match (o.ended, o.exit_code) {
+                (false, _) => Some(format!("master {} kept running {:.0} s on a full disk", o.master, o.after_s)),
+                (true, Some(code)) if code != 0 && o.last_line.contains("fatal") => None,
+                (true, code) => Some(format!(
+                    "master {} ended (code {code:?}, signal {:?}) without a clear fatal line; last line: {}",
+                    o.master, o.signal, o.last_line
+                )),
+            })
+            .collect();
+        CheckerVerdict { checker: "crash_only".into(), valid: problems.is_empty(), checked: outcomes.len(), problems }
+    }
+
     pub fn preload_intact(objects: u64, missing: u64) -> Self {
         let problems = match missing {
             0 => vec![],

@@ -26,7 +26,7 @@ use crate::leader_stability::{FollowerWindow, check_leader_stability};
 use crate::lease::{LeaseCheckConfig, check_kv_leases};
 use crate::lease_workload::{self, LeaseWorkloadOptions};
 use crate::linearizability::{LinearizabilityConfig, check_linearizable};
-use crate::nemesis::{FaultEvent, Nemesis, STALL_WAIT_MAX, find_leader};
+use crate::nemesis::{DiskFullOutcome, FaultEvent, Nemesis, STALL_WAIT_MAX, find_leader};
 use crate::net::Network;
 use crate::preload::{self, Preload};
 use crate::report::{CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_stall_history};
@@ -83,6 +83,7 @@ struct Extras {
     stall: Option<(Vec<StallPut>, StallCounts)>,
     windows: Vec<FollowerWindow>,
     preload: Option<Preload>,
+    disk_full: Vec<DiskFullOutcome>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -182,6 +183,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         leader_kill_at: opts.scenario.preloads().then(|| opts.duration / 2),
         leader_killed: false,
         windows: Vec::new(),
+        disk_full: Vec::new(),
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -210,6 +212,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         stall,
         windows: std::mem::take(&mut nemesis.windows),
         preload,
+        disk_full: std::mem::take(&mut nemesis.disk_full),
     };
     finish(&opts, &dir, &cluster, &shared, extras, started).await
 }
@@ -259,7 +262,7 @@ async fn finish(
     extras: Extras,
     started: Instant,
 ) -> anyhow::Result<RunReport> {
-    let Extras { faults, stall, windows, mut preload } = extras;
+    let Extras { faults, stall, windows, mut preload, disk_full } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
         (c.voters.clone(), c.master_addrs()?)
@@ -304,6 +307,9 @@ async fn finish(
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
         checkers.push(CheckerVerdict::from_leader_stability(&check_leader_stability(&windows)));
+    }
+    if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {
+        checkers.push(CheckerVerdict::crash_only(&disk_full));
     }
     if let (Some(p), Some(missing)) = (&preload, preload_missing) {
         checkers.push(CheckerVerdict::preload_intact(p.report.objects, missing));

@@ -22,6 +22,9 @@ pub enum Fault {
     Pause,
     /// Kill a master and drop its filesystem's unflushed writes.
     PowerLoss,
+    /// Fill a master's disk: it must end itself (crash-only) and, once
+    /// space returns, restart and catch up.
+    DiskFull,
     /// Replace a voter: remove a follower, add the spare master.
     Membership,
     /// Drop 20 % of all packets on the bridge.
@@ -50,6 +53,7 @@ pub enum Scenario {
     Kill,
     Pause,
     PowerLoss,
+    DiskFull,
     Membership,
     Loss,
     ClockSkew,
@@ -67,6 +71,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::Kill,
     Scenario::Pause,
     Scenario::PowerLoss,
+    Scenario::DiskFull,
     Scenario::Membership,
     Scenario::Loss,
     Scenario::ClockSkew,
@@ -83,6 +88,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::Kill,
     Scenario::Pause,
     Scenario::PowerLoss,
+    Scenario::DiskFull,
     Scenario::Membership,
     Scenario::Loss,
     Scenario::ClockSkew,
@@ -102,6 +108,7 @@ impl Scenario {
             Scenario::Kill => "kill",
             Scenario::Pause => "pause",
             Scenario::PowerLoss => "power-loss",
+            Scenario::DiskFull => "disk-full",
             Scenario::Membership => "membership",
             Scenario::Loss => "loss",
             Scenario::ClockSkew => "clock-skew",
@@ -122,6 +129,7 @@ impl Scenario {
             Scenario::Kill => &[Fault::Kill],
             Scenario::Pause => &[Fault::Pause],
             Scenario::PowerLoss => &[Fault::PowerLoss],
+            Scenario::DiskFull => &[Fault::DiskFull],
             Scenario::Membership => &[Fault::Membership],
             Scenario::Loss => &[Fault::Loss],
             Scenario::ClockSkew => &[Fault::ClockSkew],
@@ -133,8 +141,10 @@ impl Scenario {
         }
     }
 
+    /// Masters keep their data on loop-mounted filesystems of their own
+    /// (power cuts, full disks).
     pub fn needs_power_loss(self) -> bool {
-        self.faults().contains(&Fault::PowerLoss)
+        self.faults().iter().any(|f| matches!(f, Fault::PowerLoss | Fault::DiskFull))
     }
 
     pub fn needs_fake_clock(self) -> bool {
