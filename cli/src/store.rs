@@ -1,12 +1,19 @@
 //! `mooncake store`: a store node. Contributes a segment of memory, serves
-//! transfers on `--listen`, keeps the segment registered with heartbeats,
-//! and unmounts it on SIGINT/SIGTERM.
+//! transfers on `--listen` (within the `--transfer-*` connection limits and
+//! timeouts), keeps the segment registered with heartbeats (remounting it if
+//! the masters forget it), and unmounts it on SIGINT/SIGTERM. At start it
+//! removes the /dev/shm segment files a crashed node of the same
+//! `--client-id` left behind. See docs/OPERATIONS.md, "Store nodes".
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Context;
 use mooncake_client::{Client, ClientConfig, parse_size};
-use mooncake_transfer::Protocol;
+use mooncake_transfer::{
+    Protocol, SERVER_CONNECTIONS_DEFAULT, SERVER_HEADER_TIMEOUT_DEFAULT, SERVER_IDLE_TIMEOUT_DEFAULT,
+    SERVER_PEER_CONNECTIONS_DEFAULT, ServerConfig,
+};
 
 use crate::MastersArg;
 
@@ -38,6 +45,34 @@ pub struct StoreArgs {
     /// HTTP address for /health and /metrics (Prometheus text).
     #[arg(long)]
     pub http: Option<std::net::SocketAddr>,
+    /// Most transfer connections served at once; more are answered BUSY.
+    #[arg(long = "transfer-connections-max", default_value_t = SERVER_CONNECTIONS_DEFAULT)]
+    pub transfer_connections_max: usize,
+    /// Most transfer connections from one IP address (all clients of a host together).
+    #[arg(long = "transfer-peer-connections-max", default_value_t = SERVER_PEER_CONNECTIONS_DEFAULT)]
+    pub transfer_peer_connections_max: usize,
+    /// Seconds a request header may take to arrive before its connection is closed.
+    #[arg(long = "transfer-header-timeout-sec", default_value_t = SERVER_HEADER_TIMEOUT_DEFAULT.as_secs())]
+    pub transfer_header_timeout_sec: u64,
+    /// Seconds a transfer connection may stay idle before it is closed (clients reconnect).
+    #[arg(long = "transfer-idle-timeout-sec", default_value_t = SERVER_IDLE_TIMEOUT_DEFAULT.as_secs())]
+    pub transfer_idle_timeout_sec: u64,
+    /// Milliseconds between heartbeats to the masters.
+    #[arg(long = "heartbeat-interval-ms", default_value_t = mooncake_client::config::DEFAULT_HEARTBEAT_INTERVAL.as_millis() as u64)]
+    pub heartbeat_interval_ms: u64,
+}
+
+impl StoreArgs {
+    /// The transfer server's limits from the `--transfer-*` flags.
+    fn server_config(&self) -> ServerConfig {
+        ServerConfig {
+            connections_max: self.transfer_connections_max,
+            peer_connections_max: self.transfer_peer_connections_max,
+            header_timeout: Duration::from_secs(self.transfer_header_timeout_sec),
+            idle_timeout: Duration::from_secs(self.transfer_idle_timeout_sec),
+            ..ServerConfig::default()
+        }
+    }
 }
 
 pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
@@ -55,7 +90,8 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.prefault = a.prefault;
     cfg.shm_segment = !a.anonymous;
     cfg.protocol = Protocol::Tcp;
-    let client = Client::connect(cfg).await.context("starting the store node")?;
+    cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_interval_ms);
+    let client = Client::connect_with_server_config(cfg, a.server_config()).await.context("starting the store node")?;
     let seg = client.local_segment().map(|l| l.spec()).context("store node has no segment")?;
     eprintln!(
         "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {})",

@@ -1,6 +1,11 @@
 //! HTTP of a store node: `/health` and `/metrics` (Prometheus text) with the
-//! transfer server's counters, the segment's size and use, and the client's
-//! per-transport, per-peer transfer counters and get hit/miss counts.
+//! transfer server's counters (including connections open, refused at each
+//! limit and closed by a timeout), the segment's size and whether the masters
+//! know it, and the client's per-transport, per-peer transfer counters and
+//! get hit/miss counts.
+//!
+//! `/health` answers 503 while the masters do not know the node's segment
+//! (it is being remounted, or the remount fails): such a node serves nothing.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -9,19 +14,31 @@ use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::get;
 use mooncake_client::Client;
 use tokio::task::JoinHandle;
 
 pub async fn serve(addr: SocketAddr, client: Arc<Client>) -> anyhow::Result<JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let app =
-        Router::new().route("/health", get(|| async { "ok\n" })).route("/metrics", get(metrics)).with_state(client);
+    let app = Router::new().route("/health", get(health)).route("/metrics", get(metrics)).with_state(client);
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "store node HTTP stopped");
         }
     }))
+}
+
+/// 200 while the node serves a segment the masters know; 503 with the
+/// reason otherwise.
+async fn health(State(client): State<Arc<Client>>) -> (StatusCode, String) {
+    match client.local_segment() {
+        Some(seg) if !seg.is_mounted() => {
+            let why = seg.mount_error().unwrap_or_else(|| "the masters do not know this node's segment".into());
+            (StatusCode::SERVICE_UNAVAILABLE, format!("segment not mounted: {why}\n"))
+        }
+        _ => (StatusCode::OK, "ok\n".into()),
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -33,18 +50,48 @@ async fn metrics(State(client): State<Arc<Client>>) -> String {
     if let Some(seg) = client.local_segment() {
         family(&mut out, "mooncake_store_segment_bytes", "gauge", "Size of the segment this node serves.");
         let _ = writeln!(out, "mooncake_store_segment_bytes {}", seg.spec().size);
-        if let Some(s) = seg.server_stats().await {
-            let rows = [
+        let mut gauges = vec![(
+            "mooncake_store_segment_mounted",
+            "1 while the masters know this node's segment.",
+            u64::from(seg.is_mounted()),
+        )];
+        let mut counters = vec![(
+            "mooncake_store_segment_remounts_total",
+            "Remounts after the masters had forgotten the segment (expired or unmounted).",
+            seg.remounts(),
+        )];
+        let server = seg.server_stats().await;
+        if let Some(s) = server {
+            gauges.push(("mooncake_store_connections_open", "Transfer connections open now.", s.connections_open));
+            counters.extend([
                 ("mooncake_store_read_bytes_total", "Bytes served to READ requests.", s.read_bytes),
                 ("mooncake_store_written_bytes_total", "Bytes written by WRITE requests.", s.written_bytes),
                 ("mooncake_store_requests_total", "Transfer requests received.", s.ops),
                 ("mooncake_store_errors_total", "Transfer requests refused or broken.", s.errors),
                 ("mooncake_store_connections_total", "Transfer connections accepted.", s.connections),
-            ];
+                (
+                    "mooncake_store_idle_closed_total",
+                    "Transfer connections closed after the idle timeout.",
+                    s.idle_closed,
+                ),
+                (
+                    "mooncake_store_header_timeouts_total",
+                    "Transfer connections closed because a request header came too slowly.",
+                    s.header_timeouts,
+                ),
+            ]);
+        }
+        for (kind, rows) in [("gauge", gauges), ("counter", counters)] {
             for (name, help, v) in rows {
-                family(&mut out, name, "counter", help);
+                family(&mut out, name, kind, help);
                 let _ = writeln!(out, "{name} {v}");
             }
+        }
+        if let Some(s) = server {
+            let name = "mooncake_store_connections_refused_total";
+            family(&mut out, name, "counter", "Transfer connections answered BUSY, by the limit they hit.");
+            let _ = writeln!(out, "{name}{{limit=\"total\"}} {}", s.refused_total_limit);
+            let _ = writeln!(out, "{name}{{limit=\"peer\"}} {}", s.refused_peer_limit);
         }
     }
     let st = client.stats();

@@ -1,15 +1,128 @@
-//! The client heartbeat: `Ping` the leader every interval; when the master
-//! answers NEED_REMOUNT (it does not know this client, e.g. it expired while
-//! partitioned) remount this process's segments at once.
+//! The client heartbeat: `Ping` the leader every interval, and keep a store
+//! node's segment known to the masters.
+//!
+//! The Ping answer says whether the master knows the *client*
+//! (NEED_REMOUNT when it does not, e.g. it expired while partitioned), but
+//! not whether it still knows the client's *segment*: an operator's
+//! UnmountSegment, or a segment dropped while the registration survived,
+//! leaves a node that pings OK while its capacity is gone. So a store node
+//! also checks its segment in the leader's client listing (ListClients, a
+//! linearizable read): at once on NEED_REMOUNT, and every
+//! [`SEGMENT_CHECK_EVERY_PINGS`] pings while the master's view (the Ping's
+//! `view_version`, its applied log index) has moved since the last check
+//! that found the segment. An idle cluster therefore costs no checks.
+//!
+//! A segment found gone is renewed ([`LocalSegment::renew`]: same memory, new
+//! id) and remounted; the node reports itself unmounted
+//! ([`LocalSegment::is_mounted`]) until the remount succeeds. The decisions
+//! are [`SegmentWatch`], a pure state machine tested without sockets.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::PingRequest;
 use tokio::sync::watch;
 
 use crate::local_segment::LocalSegment;
-use crate::master_client::MasterClient;
+use crate::master_client::{MasterClient, MasterError, check};
 
+/// Pings between two checks of the segment while the master's view moves:
+/// 10 s at the default 1 s heartbeat. A check is one linearizable read on the
+/// leader that lists every client, so with 100 store nodes on a busy cluster
+/// this costs the leader 10 such reads a second; a forgotten segment is back
+/// within this many pings (at once after NEED_REMOUNT).
+pub const SEGMENT_CHECK_EVERY_PINGS: u32 = 10;
+
+/// What one Ping said about this client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PingAnswer {
+    /// The master knows the client; `view` is its applied log index.
+    Known { view: u64 },
+    /// NEED_REMOUNT: the master does not know the client.
+    Unknown,
+}
+
+/// What a check of the segment found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CheckOutcome {
+    /// The leader lists the segment under this client.
+    Present,
+    /// The segment was gone and is mounted again (under a new id).
+    Remounted,
+    /// The check failed (nothing changed); check again at the next ping.
+    Failed,
+    /// The segment was renewed but its remount failed: remount that one at
+    /// the next ping (the masters never knew it, so no renewing again).
+    RemountPending,
+}
+
+/// What to do after a Ping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    Nothing,
+    /// Look for the segment in the leader's listing (remount it if gone).
+    Check,
+    /// Retry the remount of the renewed segment.
+    Remount,
+}
+
+/// When to check the segment; see the module doc.
+#[derive(Debug)]
+pub(crate) struct SegmentWatch {
+    every_pings: u32,
+    pings_since_check: u32,
+    /// The view at which the segment was last found present; a Ping with the
+    /// same view means nothing changed since.
+    confirmed_view: Option<u64>,
+    /// The last check failed: check again at the next ping.
+    retry: bool,
+    /// A renewed segment waits for its remount.
+    remount_pending: bool,
+}
+
+impl SegmentWatch {
+    pub(crate) fn new(every_pings: u32) -> Self {
+        Self {
+            every_pings: every_pings.max(1),
+            pings_since_check: 0,
+            confirmed_view: None,
+            retry: false,
+            remount_pending: false,
+        }
+    }
+
+    /// What to do after a Ping that answered `answer`.
+    pub(crate) fn after_ping(&mut self, answer: PingAnswer) -> Next {
+        self.pings_since_check = self.pings_since_check.saturating_add(1);
+        if self.remount_pending {
+            return Next::Remount;
+        }
+        let check = match answer {
+            PingAnswer::Unknown => true,
+            _ if self.retry => true,
+            PingAnswer::Known { view } if Some(view) == self.confirmed_view => false,
+            PingAnswer::Known { .. } => self.pings_since_check >= self.every_pings,
+        };
+        if check { Next::Check } else { Next::Nothing }
+    }
+
+    /// Records a check (or remount) made after a Ping that answered `answer`.
+    pub(crate) fn checked(&mut self, answer: PingAnswer, outcome: CheckOutcome) {
+        self.pings_since_check = 0;
+        self.retry = outcome == CheckOutcome::Failed;
+        self.remount_pending = outcome == CheckOutcome::RemountPending;
+        self.confirmed_view = match (outcome, answer) {
+            (CheckOutcome::Present, PingAnswer::Known { view }) => Some(view),
+            // After a remount (our own write) or a failure, the next due
+            // check must look again.
+            _ => None,
+        };
+    }
+}
+
+/// The heartbeat task of one client: pings every `interval` and, for a store
+/// node (`local`), keeps its segment mounted; returns when `stop` changes.
 pub async fn run(
     master: Arc<MasterClient>,
     client_id: u64,
@@ -19,24 +132,181 @@ pub async fn run(
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut segment_watch = SegmentWatch::new(SEGMENT_CHECK_EVERY_PINGS);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        match master.ping(client_id).await {
-            Ok(true) => {}
-            Ok(false) => {
-                let segments = local.iter().map(|l| l.spec()).collect();
-                match master.remount_segments(client_id, segments).await {
-                    Ok(()) => tracing::info!(
-                        client = format!("{client_id:016x}"),
-                        "master asked for a remount; segments remounted"
-                    ),
-                    Err(e) => tracing::warn!(error = %e, "remount failed; will retry"),
+        let answer = match ping(&master, client_id).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat failed; will retry");
+                continue;
+            }
+        };
+        match &local {
+            Some(local) => {
+                let outcome = match segment_watch.after_ping(answer) {
+                    Next::Nothing => continue,
+                    Next::Check => check_segment(&master, client_id, local, answer).await,
+                    Next::Remount => remount_renewed(&master, client_id, local).await,
+                };
+                segment_watch.checked(answer, outcome);
+            }
+            None if answer == PingAnswer::Unknown => {
+                // A client without a segment only needs its registration back.
+                if let Err(e) = master.remount_segments(client_id, Vec::new()).await {
+                    tracing::warn!(error = %e, "re-registering failed; will retry");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
+            None => {}
         }
+    }
+}
+
+/// Ping, with the view version the bool-returning `MasterClient::ping` drops.
+async fn ping(master: &MasterClient, client_id: u64) -> Result<PingAnswer, MasterError> {
+    let r = master.call(|mut c| async move { c.ping(PingRequest { client_id }).await }).await?;
+    match r.reply.status.as_ref().map(|s| s.error_code()) {
+        Some(ErrorCode::NeedRemount) => Ok(PingAnswer::Unknown),
+        _ => check(r).map(|reply| PingAnswer::Known { view: reply.view_version }),
+    }
+}
+
+/// Looks for the segment in the leader's listing and, if it is gone, renews
+/// and remounts it.
+async fn check_segment(
+    master: &MasterClient,
+    client_id: u64,
+    local: &LocalSegment,
+    answer: PingAnswer,
+) -> CheckOutcome {
+    let client = format!("{client_id:016x}");
+    let spec = local.spec();
+    match master.list_clients().await {
+        Ok(clients) if clients.iter().any(|c| c.id == client_id && c.segments.contains(&spec.id)) => {
+            return CheckOutcome::Present;
+        }
+        Ok(_) => {}
+        Err(e) if answer == PingAnswer::Unknown => {
+            // Without the listing, do what NEED_REMOUNT asks with the same
+            // segment: a master that still knows it keeps it as it is.
+            tracing::warn!(%client, error = %e, "cannot list clients; remounting the same segment");
+            return match remount(master, client_id, spec).await {
+                Ok(()) => {
+                    tracing::info!(%client, "master asked for a remount; segment remounted");
+                    local.set_mounted(false);
+                    CheckOutcome::Remounted
+                }
+                Err(_) => CheckOutcome::Failed,
+            };
+        }
+        Err(e) => {
+            tracing::warn!(%client, error = %e, "cannot check that the masters know this node's segment; will retry");
+            return CheckOutcome::Failed;
+        }
+    }
+    tracing::warn!(%client, segment = format!("{:016x}", spec.id),
+        "the masters no longer know this node's segment (it expired, or was unmounted by an operator); \
+         its objects are gone: remounting its memory as a new segment");
+    local.set_unmounted("the masters no longer know this node's segment; remounting it".to_owned());
+    if let Err(e) = local.renew() {
+        tracing::error!(%client, error = %e, "cannot renew the segment for a remount; will retry");
+        local.set_unmounted(format!("cannot renew the segment for a remount: {e}"));
+        return CheckOutcome::Failed;
+    }
+    remount_renewed(master, client_id, local).await
+}
+
+/// Mounts the renewed segment; the node serves nothing until this succeeds.
+async fn remount_renewed(master: &MasterClient, client_id: u64, local: &LocalSegment) -> CheckOutcome {
+    let spec = local.spec();
+    let segment = format!("{:016x}", spec.id);
+    match remount(master, client_id, spec).await {
+        Ok(()) => {
+            tracing::warn!(client = format!("{client_id:016x}"), %segment,
+                "segment remounted; the node serves its full capacity again");
+            local.set_mounted(true);
+            CheckOutcome::Remounted
+        }
+        Err(e) => {
+            local.set_unmounted(format!("remount of segment {segment} failed (retrying every heartbeat): {e}"));
+            CheckOutcome::RemountPending
+        }
+    }
+}
+
+/// Registers this client with exactly `spec`, logging a failure.
+async fn remount(
+    master: &MasterClient,
+    client_id: u64,
+    spec: mooncake_proto::master::Segment,
+) -> Result<(), MasterError> {
+    let segment = format!("{:016x}", spec.id);
+    let result = master.remount_segments(client_id, vec![spec]).await;
+    if let Err(e) = &result {
+        tracing::error!(client = format!("{client_id:016x}"), %segment, error = %e,
+            "remount failed; will retry at the next heartbeat");
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVERY: u32 = 3;
+
+    fn known(view: u64) -> PingAnswer {
+        PingAnswer::Known { view }
+    }
+
+    #[test]
+    fn a_moving_view_is_checked_every_few_pings_and_a_still_one_never() {
+        let mut w = SegmentWatch::new(EVERY);
+        let due: Vec<Next> = (1..=EVERY as u64).map(|v| w.after_ping(known(v))).collect();
+        assert_eq!(due, [Next::Nothing, Next::Nothing, Next::Check], "the first check after {EVERY} pings");
+        w.checked(known(3), CheckOutcome::Present);
+        // Nothing was applied since the check: the segment is still there.
+        for _ in 0..10 * EVERY {
+            assert_eq!(w.after_ping(known(3)), Next::Nothing);
+        }
+        // The view moved: checked once the pings add up (they already do).
+        assert_eq!(w.after_ping(known(4)), Next::Check);
+    }
+
+    #[test]
+    fn need_remount_is_checked_at_once() {
+        let mut w = SegmentWatch::new(EVERY);
+        w.checked(known(7), CheckOutcome::Present);
+        assert_eq!(w.after_ping(PingAnswer::Unknown), Next::Check);
+    }
+
+    #[test]
+    fn a_failed_check_is_retried_at_the_next_ping_even_on_a_still_view() {
+        let mut w = SegmentWatch::new(EVERY);
+        w.checked(known(7), CheckOutcome::Failed);
+        assert_eq!(w.after_ping(known(8)), Next::Check);
+        w.checked(known(8), CheckOutcome::Present);
+        assert_eq!(w.after_ping(known(8)), Next::Nothing);
+    }
+
+    #[test]
+    fn a_failed_remount_of_a_renewed_segment_is_retried_without_renewing_again() {
+        let mut w = SegmentWatch::new(EVERY);
+        w.checked(known(5), CheckOutcome::RemountPending);
+        assert_eq!(w.after_ping(known(5)), Next::Remount);
+        assert_eq!(w.after_ping(PingAnswer::Unknown), Next::Remount, "even on NEED_REMOUNT");
+        w.checked(known(6), CheckOutcome::Remounted);
+        assert_ne!(w.after_ping(known(6)), Next::Remount);
+    }
+
+    #[test]
+    fn after_a_remount_the_next_due_check_looks_again() {
+        let mut w = SegmentWatch::new(EVERY);
+        w.checked(PingAnswer::Unknown, CheckOutcome::Remounted);
+        let due: Vec<Next> = (0..EVERY).map(|_| w.after_ping(known(9))).collect();
+        assert_eq!(due, [Next::Nothing, Next::Nothing, Next::Check], "a remount confirms nothing by itself");
     }
 }

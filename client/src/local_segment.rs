@@ -1,40 +1,78 @@
 //! The store-node role of a client: the memory it contributes (a segment in
-//! /dev/shm or anonymous memory), the transfer server that serves it, and the
-//! segment's declaration for the masters.
+//! /dev/shm or anonymous memory), the transfer server that serves it, the
+//! segment's declaration for the masters, and whether the masters still know
+//! it ([`LocalSegment::is_mounted`], kept by the heartbeat).
+//!
+//! A shm-backed store node first claims its identity with a
+//! [`ShmOwner`] (`/dev/shm/mooncake-<client id>-lock`, held for its life)
+//! and removes the segment files a dead predecessor of the same client id
+//! left behind, before it creates its own: a SIGKILLed node's file would
+//! otherwise hold its tmpfs memory for ever, and a restart with a full
+//! /dev/shm would fail. A second live store node with the same client id on
+//! the host is refused at start.
+//!
+//! When the masters have forgotten the segment (it expired, or an operator
+//! unmounted it), the heartbeat calls [`LocalSegment::renew`] before it
+//! remounts: the same memory is served under a new segment id (and its file
+//! renamed to match), so a writer still holding a range of the forgotten
+//! segment gets UNKNOWN_SEGMENT instead of overwriting an object the masters
+//! place there after the remount.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 
 use mooncake_proto::master::{Segment, Tier};
-use mooncake_segment::{SegmentId, SegmentMemory};
-use mooncake_transfer::{SegmentRegistry, TransferServer};
+use mooncake_segment::{FileIdentity, SHM_DIR, SegmentId, SegmentMemory};
+use mooncake_transfer::{SegmentRegistry, ServerConfig, ShmOwner, TransferError, TransferServer};
 use tokio::sync::Mutex;
 
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 
 pub struct LocalSegment {
-    spec: Segment,
+    /// The declaration the masters know (or should): its id and shm path
+    /// change on [`Self::renew`].
+    spec: std::sync::Mutex<Segment>,
     memory: Arc<SegmentMemory>,
+    registry: Arc<SegmentRegistry>,
     server: Mutex<Option<TransferServer>>,
     addr: SocketAddr,
+    /// The claim on this node's /dev/shm files (shm segments only).
+    owner: Option<ShmOwner>,
+    /// Whether the masters knew the segment at the last look (see the heartbeat).
+    mounted: AtomicBool,
+    /// Remounts after the masters had forgotten the segment.
+    remounts: AtomicU64,
+    /// Why the segment is not mounted, while it is not.
+    mount_error: std::sync::Mutex<Option<String>>,
 }
 
 impl LocalSegment {
-    /// Allocates the memory (a clear error when the host cannot back it),
-    /// starts serving it, and describes it for MountSegment.
-    pub async fn start(cfg: &ClientConfig, client_id: u64, size: u64) -> Result<Self, ClientError> {
-        let id = SegmentId(rand::random::<u64>() >> 1);
-        let memory = if cfg.shm_segment {
-            let name = format!("mooncake-{client_id:016x}-{:016x}", id.0);
-            SegmentMemory::create_shm(&name, size, cfg.prefault)?
+    /// Claims the identity and removes a dead predecessor's files (shm
+    /// segments), allocates the memory (a clear error when the host cannot
+    /// back it), starts serving it under `server_config`, and describes it
+    /// for MountSegment.
+    pub async fn start(
+        cfg: &ClientConfig,
+        client_id: u64,
+        size: u64,
+        server_config: ServerConfig,
+    ) -> Result<Self, ClientError> {
+        let id = fresh_segment_id(None);
+        let (memory, owner) = if cfg.shm_segment {
+            let owner = claim_identity(Path::new(SHM_DIR), client_id)?;
+            let memory = SegmentMemory::create_shm(&owner.segment_file_name(id), size, cfg.prefault)?;
+            (memory, Some(owner))
         } else {
-            SegmentMemory::anonymous(size, cfg.prefault)?
+            (SegmentMemory::anonymous(size, cfg.prefault)?, None)
         };
         let memory = Arc::new(memory);
         let registry = Arc::new(SegmentRegistry::new());
         registry.register(id, memory.clone())?;
-        let server = TransferServer::bind(cfg.transfer_listen, registry).await?;
+        let server = TransferServer::bind_with_config(cfg.transfer_listen, registry.clone(), server_config).await?;
         let addr = server.local_addr();
         let shm_path = memory.shm_path().map(|p| p.display().to_string()).unwrap_or_default();
         let spec = Segment {
@@ -46,12 +84,22 @@ impl LocalSegment {
             tier: Tier::Dram as i32,
             shm_path,
         };
-        Ok(LocalSegment { spec, memory, server: Mutex::new(Some(server)), addr })
+        Ok(LocalSegment {
+            spec: std::sync::Mutex::new(spec),
+            memory,
+            registry,
+            server: Mutex::new(Some(server)),
+            addr,
+            owner,
+            mounted: AtomicBool::new(true),
+            remounts: AtomicU64::new(0),
+            mount_error: std::sync::Mutex::new(None),
+        })
     }
 
     /// The declaration sent to the masters.
     pub fn spec(&self) -> Segment {
-        self.spec.clone()
+        self.spec.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub fn memory(&self) -> &SegmentMemory {
@@ -67,9 +115,114 @@ impl LocalSegment {
         self.server.lock().await.as_ref().map(|s| s.stats())
     }
 
+    /// Whether the masters knew this segment at the heartbeat's last look
+    /// (true from a successful start until a check finds it gone, and again
+    /// once it is remounted). A store node whose segment is not mounted
+    /// serves nothing and must not report itself healthy.
+    pub fn is_mounted(&self) -> bool {
+        self.mounted.load(Ordering::Relaxed)
+    }
+
+    /// Why the segment is not mounted (the last remount error), while it is not.
+    pub fn mount_error(&self) -> Option<String> {
+        self.mount_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Times the segment was remounted after the masters had forgotten it.
+    pub fn remounts(&self) -> u64 {
+        self.remounts.load(Ordering::Relaxed)
+    }
+
+    /// Records that the masters know the segment (again, after a remount).
+    pub(crate) fn set_mounted(&self, remounted: bool) {
+        self.mounted.store(true, Ordering::Relaxed);
+        *self.mount_error.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        if remounted {
+            self.remounts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records that the masters do not know the segment, and why it is not back.
+    pub(crate) fn set_unmounted(&self, why: String) {
+        self.mounted.store(false, Ordering::Relaxed);
+        *self.mount_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+    }
+
+    /// Serves the same memory under a new segment id (and renames its shm
+    /// file to match), for a remount after the masters forgot the segment;
+    /// returns the new declaration. Requests for the old id get
+    /// UNKNOWN_SEGMENT from now on, and same-host writers holding the old
+    /// file name fail. On error nothing changed.
+    pub fn renew(&self) -> Result<Segment, ClientError> {
+        let mut spec = self.spec.lock().unwrap_or_else(PoisonError::into_inner);
+        let old_id = SegmentId(spec.id);
+        let new_id = fresh_segment_id(Some(old_id));
+        let mut renewed = spec.clone();
+        renewed.id = new_id.0;
+        self.registry.register(new_id, self.memory.clone())?;
+        if let (Some(owner), false) = (&self.owner, spec.shm_path.is_empty()) {
+            let new_path = owner.dir().join(owner.segment_file_name(new_id));
+            if let Err(err) = std::fs::rename(&spec.shm_path, &new_path) {
+                self.registry.unregister(new_id);
+                let path = PathBuf::from(&spec.shm_path);
+                return Err(ClientError::Transfer(TransferError::ShmOwnerIo { op: "rename", path, source: err }));
+            }
+            renewed.shm_path = new_path.display().to_string();
+        }
+        self.registry.unregister(old_id);
+        *spec = renewed.clone();
+        Ok(renewed)
+    }
+
     pub async fn stop(&self) {
         if let Some(s) = self.server.lock().await.take() {
             s.shutdown().await;
+        }
+    }
+
+    /// The shm file, if [`Self::renew`] moved it away from the name the
+    /// memory was created under (which the memory removes by itself).
+    fn renamed_file(&self) -> Option<PathBuf> {
+        let current = PathBuf::from(self.spec.lock().unwrap_or_else(PoisonError::into_inner).shm_path.clone());
+        let created = self.memory.shm_path()?;
+        (current.as_os_str() != created.as_os_str()).then_some(current)
+    }
+}
+
+impl Drop for LocalSegment {
+    fn drop(&mut self) {
+        // A renewed segment's file has a name its memory does not know:
+        // remove it here, if it is still ours, like the memory removes the
+        // file it created.
+        let Some(path) = self.renamed_file() else { return };
+        let ours = std::fs::metadata(&path).ok().map(|m| FileIdentity { dev: m.dev(), ino: m.ino() })
+            == self.memory.file_identity();
+        if ours && let Err(err) = std::fs::remove_file(&path) {
+            tracing::warn!(path = %path.display(), "could not remove segment file: {err}");
+        }
+    }
+}
+
+/// Claims `mooncake-<client id>` in `dir` and removes its stale segment files.
+fn claim_identity(dir: &Path, client_id: u64) -> Result<ShmOwner, ClientError> {
+    let owner = ShmOwner::acquire(dir, &format!("mooncake-{client_id:016x}")).map_err(|err| match err {
+        // Two store nodes with one identity is a configuration error.
+        busy @ TransferError::ShmOwnerBusy { .. } => ClientError::Config(busy.to_string()),
+        other => ClientError::Transfer(other),
+    })?;
+    for stale in owner.remove_stale()? {
+        tracing::warn!(path = %stale.path.display(), size_bytes = stale.size_bytes,
+            "removed a segment file left by a previous store node of this client id that did not exit cleanly");
+    }
+    Ok(owner)
+}
+
+/// A random segment id (63 bits, as the masters store ids) other than `not`.
+fn fresh_segment_id(not: Option<SegmentId>) -> SegmentId {
+    loop {
+        let id = SegmentId(rand::random::<u64>() >> 1);
+        if Some(id) != not {
+            return id;
         }
     }
 }

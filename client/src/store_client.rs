@@ -12,7 +12,7 @@ use futures::future::join_all;
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{GetReplicaListResponse, PutEndRequest, PutRevokeRequest, PutStartRequest, Replica};
 use mooncake_segment::SegmentId;
-use mooncake_transfer::{BatchRead, RemoteSegment, TransferEngine};
+use mooncake_transfer::{BatchRead, RemoteSegment, ServerConfig, TransferEngine};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -75,7 +75,14 @@ impl Client {
     /// Connects to the masters; when `global_segment_size > 0`, also creates,
     /// serves and registers this process's segment.
     pub async fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
+        Self::connect_with_server_config(cfg, ServerConfig::default()).await
+    }
+
+    /// As [`connect`](Self::connect), serving the segment (if any) under
+    /// `server` (the transfer server's connection limits and timeouts).
+    pub async fn connect_with_server_config(cfg: ClientConfig, server: ServerConfig) -> Result<Client, ClientError> {
         cfg.validate().map_err(ClientError::Config)?;
+        server.validate().map_err(|e| ClientError::Config(e.to_string()))?;
         let client_id = cfg.client_id.unwrap_or_else(rand::random);
         let mut mcfg = MasterClientConfig::new(cfg.masters.clone());
         mcfg.rpc_timeout = mcfg.rpc_timeout.min(cfg.tcp.request_timeout);
@@ -83,7 +90,7 @@ impl Client {
         let engine = Arc::new(TransferEngine::new(cfg.local_hostname.clone(), cfg.protocol, cfg.tcp.clone())?);
         let local = match cfg.global_segment_size {
             0 => None,
-            size => Some(Arc::new(LocalSegment::start(&cfg, client_id, size).await?)),
+            size => Some(Arc::new(LocalSegment::start(&cfg, client_id, size, server).await?)),
         };
         // Register at once with our exact set of segments: a restarted
         // process with the same identity replaces its stale segments now

@@ -28,6 +28,17 @@ pub enum TransferError {
         #[source]
         source: io::Error,
     },
+    /// The store node is alive but at its connection limit (in total or
+    /// for this client's address) and closed the new connection unserved.
+    #[error(
+        "store node {endpoint} is alive but at its transfer connection limit and refused a new connection; \
+         retry later, or lower the lanes/clients per host, or raise its limits \
+         (--transfer-connections-max, --transfer-peer-connections-max)"
+    )]
+    Busy {
+        /// The peer, as `host:port`.
+        endpoint: String,
+    },
     /// The server refused the request.
     #[error("store node {endpoint} answered {status}")]
     Remote {
@@ -67,6 +78,32 @@ pub enum TransferError {
         /// The limit.
         max: usize,
     },
+    /// Another live process holds this store node's identity lock: a store
+    /// node with the same identity (client id) already runs on this host.
+    #[error(
+        "another live process holds {}: a store node with the same identity (client id) already runs on this host; \
+         stop it first, or give each store node on a host its own --client-id",
+        .lock_path.display()
+    )]
+    ShmOwnerBusy {
+        /// The lock file.
+        lock_path: PathBuf,
+    },
+    /// A file operation on the store node's shared-memory files failed.
+    #[error(
+        "{op} of {} failed on this store node's shared-memory files: {source}; \
+         check that the directory exists and this user may create, rename and remove files in it",
+        .path.display()
+    )]
+    ShmOwnerIo {
+        /// The operation (`open`, `lock`, `list`, `remove`, `rename`).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
     /// A configuration value is invalid.
     #[error("invalid transfer config: {0}")]
     InvalidConfig(String),
@@ -77,13 +114,15 @@ impl TransferError {
     /// reconnect). Exhaustive on purpose: a new case must decide.
     pub fn is_retryable(&self) -> bool {
         match self {
-            TransferError::Timeout { .. } | TransferError::PeerGone { .. } => true,
+            TransferError::Timeout { .. } | TransferError::PeerGone { .. } | TransferError::Busy { .. } => true,
             TransferError::Remote { status, .. } => status_is_retryable(*status),
             TransferError::Protocol { .. }
             | TransferError::Memory(_)
             | TransferError::ShmUnavailable { .. }
             | TransferError::DuplicateSegment { .. }
             | TransferError::TooManySegments { .. }
+            | TransferError::ShmOwnerBusy { .. }
+            | TransferError::ShmOwnerIo { .. }
             | TransferError::InvalidConfig(_) => false,
         }
     }
@@ -91,7 +130,7 @@ impl TransferError {
 
 fn status_is_retryable(status: Status) -> bool {
     match status {
-        Status::Internal => true,
+        Status::Internal | Status::Busy => true,
         Status::Ok | Status::UnknownSegment | Status::OutOfRange | Status::BadFrame | Status::TooLarge => false,
     }
 }

@@ -26,7 +26,7 @@
 //! |---|---|---|---|
 //! | 0 | 4 | magic | [`FRAME_MAGIC`] |
 //! | 4 | 1 | version | [`FRAME_VERSION`] |
-//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL |
+//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY |
 //! | 6 | 2 | reserved | must be 0 |
 //! | 8 | 8 | request_id | the request's id (0 if the request header was unreadable) |
 //! | 16 | 8 | length | READ OK: payload bytes that follow; WRITE OK: bytes written; errors: 0 |
@@ -34,6 +34,12 @@
 //! Only a READ OK response is followed by payload. After an error response to
 //! a WRITE, or after BAD_FRAME/TOO_LARGE, the server closes the connection: it
 //! never reads a refused payload, so it never writes a byte of it anywhere.
+//!
+//! BUSY is the one response not sent for a request: a server at its
+//! connection limit (in total, or for the client's IP address) answers a new
+//! connection with a BUSY header (request id 0, length 0) as soon as it
+//! accepts it, then closes it. A client reads it in place of the response to
+//! its first request.
 //!
 //! Decoding never panics on any input; it returns [`FrameError`].
 
@@ -79,6 +85,9 @@ pub enum Status {
     TooLarge = 4,
     /// The server failed for a reason of its own.
     Internal = 5,
+    /// The server is at its connection limit and closes this connection
+    /// unserved (sent once, at accept; see the module doc).
+    Busy = 6,
 }
 
 impl Status {
@@ -91,6 +100,7 @@ impl Status {
             Status::BadFrame => "BAD_FRAME",
             Status::TooLarge => "TOO_LARGE",
             Status::Internal => "INTERNAL",
+            Status::Busy => "BUSY",
         }
     }
 
@@ -102,6 +112,7 @@ impl Status {
             3 => Status::BadFrame,
             4 => Status::TooLarge,
             5 => Status::Internal,
+            6 => Status::Busy,
             _ => return None,
         })
     }
@@ -296,7 +307,7 @@ mod tests {
     }
 
     fn arb_response() -> impl Strategy<Value = ResponseHeader> {
-        (0u8..=5, any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(|(status, request_id, length)| ResponseHeader {
+        (0u8..=6, any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(|(status, request_id, length)| ResponseHeader {
             status: Status::from_u8(status).unwrap(),
             request_id,
             length,

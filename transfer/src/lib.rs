@@ -3,8 +3,10 @@
 //!
 //! Key types: [`TransferEngine`] (picks a backend per target), the
 //! [`Transport`] trait with [`TcpTransport`] and [`ShmTransport`], the store
-//! node side [`TransferServer`] serving a [`SegmentRegistry`], and the wire
-//! format in [`frame`]. [`testing`] is the conformance suite every transport
+//! node side [`TransferServer`] serving a [`SegmentRegistry`] (with its
+//! connection limits in [`ServerConfig`]), [`ShmOwner`] (a store node's claim
+//! on its `/dev/shm` files, and the removal of a dead predecessor's), and the
+//! wire format in [`frame`]. [`testing`] is the conformance suite every transport
 //! runs. Depends only on `segment`; knows nothing of Raft or the masters.
 
 mod error;
@@ -13,6 +15,7 @@ mod rdma;
 mod registry;
 mod server;
 mod shm;
+mod shm_owner;
 mod sockopt;
 mod stats;
 mod tcp;
@@ -21,8 +24,12 @@ mod transport;
 
 pub use error::TransferError;
 pub use registry::{REGISTRY_SEGMENTS_MAX, SegmentRegistry};
-pub use server::{ServerConfig, ServerStats, TransferServer};
+pub use server::{
+    SERVER_CONNECTIONS_DEFAULT, SERVER_CONNECTIONS_MAX, SERVER_HEADER_TIMEOUT_DEFAULT, SERVER_IDLE_TIMEOUT_DEFAULT,
+    SERVER_PEER_CONNECTIONS_DEFAULT, SERVER_REFUSALS_MAX, ServerConfig, ServerStats, TransferServer,
+};
 pub use shm::{SHM_MAPPINGS_MAX, ShmTransport};
+pub use shm_owner::{SHM_STALE_FILES_MAX, ShmOwner, StaleFile};
 pub use sockopt::{CONGESTION_NAME_MAX_BYTES, set_congestion, tune, validate_congestion};
 pub use stats::{EngineStats, PeerStats, STATS_PEERS_MAX, TransportKind};
 pub use tcp::{ItemResult, PIPELINE_ITEMS_MAX, ReadItem, TcpConfig, TcpTransport};

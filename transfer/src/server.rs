@@ -7,27 +7,76 @@
 //! straight from it. Every request is checked against the registered segment
 //! before a byte moves; a refused WRITE closes the connection instead of
 //! reading its payload, so nothing of it lands anywhere.
+//!
+//! This module owns the accept loop and the server's limits: at most
+//! [`ServerConfig::connections_max`] connections at once and
+//! [`ServerConfig::peer_connections_max`] from one IP address
+//! ([`admission`]); a connection beyond them is answered BUSY and closed, so
+//! the client reports a busy store node rather than a dead one. Each
+//! connection's deadlines (header, idle, payload) live in [`connection`].
+
+mod admission;
+mod connection;
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use mooncake_segment::SegmentMemory;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::frame::{self, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader, ResponseHeader, Status};
+use self::admission::{Admission, Refusal, SharedAdmission, Slot};
+use self::connection::{Connection, Deadlines};
+use crate::error::TransferError;
+use crate::frame::{self, RESPONSE_HEADER_BYTES, ResponseHeader, Status};
 use crate::registry::SegmentRegistry;
 use crate::sockopt;
 
-/// Most connections served at once. Each client keeps `lanes` connections
-/// per store node (4 by default), so this covers 250 clients; a further
-/// connection is closed at once rather than growing tasks without bound.
-pub const SERVER_CONNECTIONS_MAX: usize = 1024;
+/// Default of [`ServerConfig::connections_max`]. Each client keeps `lanes`
+/// connections per store node (4 by default), so this covers 256 clients.
+/// A connection costs a task, a socket and up to 72 KiB of buffers, so the
+/// default bounds that memory near 74 MiB.
+pub const SERVER_CONNECTIONS_DEFAULT: usize = 1024;
+
+/// Largest [`ServerConfig::connections_max`] accepted: 16,384 connections
+/// hold up to 1.2 GiB of buffers and as many file descriptors; a node that
+/// needs more should run more store nodes.
+pub const SERVER_CONNECTIONS_MAX: usize = 16 * 1024;
+
+/// Default of [`ServerConfig::peer_connections_max`]: 32 client processes on
+/// one host at the default 4 lanes, or two at the largest lane count (64).
+/// One address can then take at most an eighth of the default total.
+pub const SERVER_PEER_CONNECTIONS_DEFAULT: usize = 128;
+
+/// Default of [`ServerConfig::header_timeout`]: a 40-byte header takes
+/// microseconds on any network this runs on; 10 s tolerates a stalled host
+/// and still frees a trickling peer's place soon.
+pub const SERVER_HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// Default of [`ServerConfig::idle_timeout`]: a client's pooled lanes
+/// survive two minutes without a transfer; after that a reconnect (well
+/// under a millisecond on a LAN) is cheaper than holding the place.
+pub const SERVER_IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
+
+/// Most refused connections being answered BUSY at once. A refusal holds its
+/// socket for up to [`REFUSAL_LINGER`]; beyond this many, a new connection
+/// over the limits is closed without an answer (the client then reports the
+/// store node as gone), so a flood cannot grow refusal tasks without bound.
+pub const SERVER_REFUSALS_MAX: usize = 64;
+
+/// How long a refused connection is kept open after its BUSY answer, reading
+/// and discarding what the client had already sent: closing a socket with
+/// unread bytes resets it, and a reset can destroy the answer before the
+/// client reads it.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// Most bytes a refused connection reads and discards while it lingers (a
+/// client stops sending once it reads the BUSY answer).
+const REFUSAL_DRAIN_MAX_BYTES: usize = 1 << 20;
 
 /// Largest READ payload that is copied next to its header to leave in one
 /// send (64 KiB): below it a second packet costs more than the copy. It is
@@ -39,17 +88,18 @@ const COALESCE_MAX_BYTES: usize = 64 * 1024;
 /// of READs (40 bytes each), read with one call.
 const RECEIVE_BUFFER_BYTES: usize = 8 * 1024;
 
-/// A connection's socket, buffered both ways. Responses are flushed when no
-/// further whole request is already buffered, so a pipeline of small READs
-/// is answered with a few sends instead of one per request.
-type Buffered = BufReader<BufWriter<TcpStream>>;
-
 /// Pause after a failed `accept` (e.g. out of file descriptors) so the loop
 /// does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// How the server treats its connections.
-#[derive(Clone, Debug)]
+/// Shortest time between two warnings about refused connections; the ones in
+/// between are counted and reported with the next warning, so a flood of
+/// connections cannot flood the log.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the server treats its connections. [`ServerConfig::validate`] checks
+/// it; [`TransferServer::bind_with_config`] refuses an invalid one.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Congestion control set on every accepted socket (`TCP_CONGESTION`).
     /// The server is the sender of every READ, so this is where it matters
@@ -60,11 +110,79 @@ pub struct ServerConfig {
     /// was read; a peer that stalls mid-frame loses its connection instead of
     /// holding it forever. Default 30 s.
     pub payload_timeout: Duration,
+    /// Most connections served at once, from every peer together. A
+    /// connection beyond it is answered BUSY and closed. Higher serves more
+    /// clients' lanes at once, at one task, one descriptor and up to 72 KiB
+    /// of buffers each. Default [`SERVER_CONNECTIONS_DEFAULT`] (1024);
+    /// 1..=[`SERVER_CONNECTIONS_MAX`].
+    pub connections_max: usize,
+    /// Most connections from one IP address at once (all client processes
+    /// of a host count together). A connection beyond it is answered BUSY and
+    /// closed, so one misbehaving host cannot take every place. Lower
+    /// protects other hosts better; it must cover the lanes of every client
+    /// process on the busiest host. Default
+    /// [`SERVER_PEER_CONNECTIONS_DEFAULT`] (128); 1..=`connections_max`.
+    pub peer_connections_max: usize,
+    /// Longest time a request header may take to arrive: the first request
+    /// of a connection must arrive whole within this of the accept, a later
+    /// one within this of its first byte. A client sends its header at once
+    /// (40 bytes), so only a broken or hostile peer is ever this slow; the
+    /// connection is closed. Default [`SERVER_HEADER_TIMEOUT_DEFAULT`] (10 s).
+    pub header_timeout: Duration,
+    /// Longest time a connection may wait for its next request; then it is
+    /// closed. Clients keep pooled lanes open between transfers and
+    /// reconnect on the next one (one connect, well under a millisecond on a
+    /// LAN), so lower frees idle places sooner at a reconnect each. Default
+    /// [`SERVER_IDLE_TIMEOUT_DEFAULT`] (120 s).
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { congestion: Some("reno".to_owned()), payload_timeout: Duration::from_secs(30) }
+        Self {
+            congestion: Some("reno".to_owned()),
+            payload_timeout: Duration::from_secs(30),
+            connections_max: SERVER_CONNECTIONS_DEFAULT,
+            peer_connections_max: SERVER_PEER_CONNECTIONS_DEFAULT,
+            header_timeout: SERVER_HEADER_TIMEOUT_DEFAULT,
+            idle_timeout: SERVER_IDLE_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Checks every field and their relations, naming the bad value.
+    pub fn validate(&self) -> Result<(), TransferError> {
+        let bad = |msg: String| Err(TransferError::InvalidConfig(msg));
+        if let Some(name) = &self.congestion {
+            sockopt::validate_congestion(name).or_else(bad)?;
+        }
+        for (name, value) in [
+            ("payload_timeout", self.payload_timeout),
+            ("header_timeout", self.header_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if value.is_zero() {
+                return bad(format!("transfer server {name} must be positive"));
+            }
+        }
+        if !(1..=SERVER_CONNECTIONS_MAX).contains(&self.connections_max) {
+            return bad(format!(
+                "transfer server connections_max = {} must be in 1..={SERVER_CONNECTIONS_MAX}",
+                self.connections_max
+            ));
+        }
+        if !(1..=self.connections_max).contains(&self.peer_connections_max) {
+            return bad(format!(
+                "transfer server peer_connections_max = {} must be in 1..=connections_max ({})",
+                self.peer_connections_max, self.connections_max
+            ));
+        }
+        Ok(())
+    }
+
+    fn deadlines(&self) -> Deadlines {
+        Deadlines { header: self.header_timeout, idle: self.idle_timeout, payload: self.payload_timeout }
     }
 }
 
@@ -79,8 +197,19 @@ pub struct ServerStats {
     pub ops: u64,
     /// Requests refused, and connections that failed mid-request.
     pub errors: u64,
-    /// Connections accepted.
+    /// Connections accepted and served (refused ones are not counted here).
     pub connections: u64,
+    /// Connections open now.
+    pub connections_open: u64,
+    /// Connections refused because the server served `connections_max`.
+    pub refused_total_limit: u64,
+    /// Connections refused because their address held `peer_connections_max`.
+    pub refused_peer_limit: u64,
+    /// Connections closed after `idle_timeout` without a request.
+    pub idle_closed: u64,
+    /// Connections closed because a request header did not arrive whole
+    /// within `header_timeout`.
+    pub header_timeouts: u64,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +219,10 @@ struct Counters {
     ops: AtomicU64,
     errors: AtomicU64,
     connections: AtomicU64,
+    refused_total_limit: AtomicU64,
+    refused_peer_limit: AtomicU64,
+    idle_closed: AtomicU64,
+    header_timeouts: AtomicU64,
 }
 
 /// Serves segments over TCP until shut down or dropped. Dropping it stops
@@ -100,6 +233,7 @@ pub struct TransferServer {
     stop: watch::Sender<bool>,
     accept_task: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
+    admission: SharedAdmission,
 }
 
 impl TransferServer {
@@ -110,23 +244,30 @@ impl TransferServer {
         Self::bind_with_config(addr, registry, ServerConfig::default()).await
     }
 
-    /// As [`Self::bind`], with an explicit config.
+    /// As [`Self::bind`], with an explicit config; an invalid config is an
+    /// `InvalidInput` error that names the bad value.
     pub async fn bind_with_config(
         addr: SocketAddr,
         registry: Arc<SegmentRegistry>,
         config: ServerConfig,
     ) -> io::Result<TransferServer> {
-        if let Some(name) = &config.congestion {
-            sockopt::validate_congestion(name).map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
-        }
+        config.validate().map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))?;
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
-        let acceptor = Acceptor { listener, registry, config: Arc::new(config), counters: counters.clone() };
+        let admission = Arc::new(Mutex::new(Admission::new(config.connections_max, config.peer_connections_max)));
+        let acceptor = Acceptor {
+            listener,
+            registry,
+            config: Arc::new(config),
+            counters: counters.clone(),
+            admission: admission.clone(),
+            refusal_log: RefusalLog::default(),
+        };
         let accept_task = tokio::spawn(acceptor.run(stop_rx));
         tracing::info!(%local_addr, "transfer server listening");
-        Ok(TransferServer { local_addr, stop, accept_task: Some(accept_task), counters })
+        Ok(TransferServer { local_addr, stop, accept_task: Some(accept_task), counters, admission })
     }
 
     /// The address the server listens on.
@@ -137,12 +278,18 @@ impl TransferServer {
     /// A snapshot of the counters.
     pub fn stats(&self) -> ServerStats {
         let c = &self.counters;
+        let open = self.admission.lock().unwrap_or_else(PoisonError::into_inner).open();
         ServerStats {
             read_bytes: c.read_bytes.load(Ordering::Relaxed),
             written_bytes: c.written_bytes.load(Ordering::Relaxed),
             ops: c.ops.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
+            connections_open: open as u64,
+            refused_total_limit: c.refused_total_limit.load(Ordering::Relaxed),
+            refused_peer_limit: c.refused_peer_limit.load(Ordering::Relaxed),
+            idle_closed: c.idle_closed.load(Ordering::Relaxed),
+            header_timeouts: c.header_timeouts.load(Ordering::Relaxed),
         }
     }
 
@@ -173,18 +320,22 @@ struct Acceptor {
     registry: Arc<SegmentRegistry>,
     config: Arc<ServerConfig>,
     counters: Arc<Counters>,
+    admission: SharedAdmission,
+    refusal_log: RefusalLog,
 }
 
 impl Acceptor {
-    async fn run(self, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut connections = JoinSet::new();
+        let mut refusals = JoinSet::new();
         loop {
             tokio::select! {
                 // Err means the server handle is gone: stop as well.
                 () = stopped(&mut stop) => break,
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(_) = refusals.join_next(), if !refusals.is_empty() => {}
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => self.admit(&mut connections, stream, peer),
+                    Ok((stream, peer)) => self.admit(&mut connections, &mut refusals, stream, peer),
                     Err(err) => {
                         tracing::warn!("transfer server accept failed: {err}");
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -194,14 +345,29 @@ impl Acceptor {
         }
         // Dropping the listener and aborting the tasks closes every socket.
         drop(self.listener);
+        refusals.shutdown().await;
         connections.shutdown().await;
     }
 
-    fn admit(&self, connections: &mut JoinSet<()>, stream: TcpStream, peer: SocketAddr) {
-        if connections.len() >= SERVER_CONNECTIONS_MAX {
-            tracing::warn!(%peer, max = SERVER_CONNECTIONS_MAX, "too many transfer connections; closing the new one");
-            return;
-        }
+    fn admit(
+        &mut self,
+        connections: &mut JoinSet<()>,
+        refusals: &mut JoinSet<()>,
+        stream: TcpStream,
+        peer: SocketAddr,
+    ) {
+        let slot = match Slot::take(&self.admission, peer.ip()) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                self.count_refusal(peer, refusal);
+                // Past SERVER_REFUSALS_MAX the socket just closes: the
+                // client sees the node as gone, but the refusals stay bounded.
+                if refusals.len() < SERVER_REFUSALS_MAX {
+                    refusals.spawn(answer_busy(stream));
+                }
+                return;
+            }
+        };
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
         sockopt::tune(&stream, self.config.congestion.as_deref());
         let stream = BufReader::with_capacity(
@@ -213,10 +379,72 @@ impl Acceptor {
             peer,
             registry: self.registry.clone(),
             counters: self.counters.clone(),
-            payload_timeout: self.config.payload_timeout,
+            deadlines: self.config.deadlines(),
+            _slot: slot,
         };
         connections.spawn(connection.run());
     }
+
+    fn count_refusal(&mut self, peer: SocketAddr, refusal: Refusal) {
+        let (counter, limit, max) = match refusal {
+            Refusal::Total { max } => (&self.counters.refused_total_limit, "connections_max", max),
+            Refusal::Peer { max } => (&self.counters.refused_peer_limit, "peer_connections_max", max),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = self.refusal_log.should_log(Instant::now()) {
+            tracing::warn!(%peer, limit, max, suppressed,
+                "transfer server at its connection limit: refusing a connection with BUSY \
+                 (`suppressed` more were refused since the last warning); \
+                 raise the limit if the clients are legitimate");
+        }
+    }
+}
+
+/// Rate limit of the refusal warning: at most one per [`REFUSAL_LOG_INTERVAL`].
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RefusalLog {
+    /// `Some(refusals suppressed since the last warning)` when a warning is
+    /// due now; otherwise counts this one as suppressed.
+    fn should_log(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < REFUSAL_LOG_INTERVAL => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
+/// Answers a connection over the limits with a BUSY header and closes it
+/// gracefully: send the answer and a FIN, then read and discard what the
+/// client sent until it closes (at most [`REFUSAL_LINGER`] and
+/// [`REFUSAL_DRAIN_MAX_BYTES`]), so no reset destroys the answer in flight.
+async fn answer_busy(mut stream: TcpStream) {
+    let linger = async {
+        let _ = stream.set_nodelay(true);
+        let header = frame::encode_response(&ResponseHeader { status: Status::Busy, request_id: 0, length: 0 });
+        stream.write_all(&header).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN_MAX_BYTES {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<(), io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, linger).await;
 }
 
 /// Resolves once the server is told to stop or its handle is gone. The
@@ -225,131 +453,29 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
 }
 
-/// What to do with a connection after a request.
-enum After {
-    KeepOpen,
-    Close,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// One accepted connection: requests one at a time, in order.
-struct Connection {
-    stream: Buffered,
-    peer: SocketAddr,
-    registry: Arc<SegmentRegistry>,
-    counters: Arc<Counters>,
-    payload_timeout: Duration,
-}
-
-impl Connection {
-    async fn run(mut self) {
-        loop {
-            let mut raw = [0u8; REQUEST_HEADER_BYTES];
-            if let Err(err) = self.stream.read_exact(&mut raw).await {
-                if err.kind() != io::ErrorKind::UnexpectedEof {
-                    tracing::debug!(peer = %self.peer, "transfer connection closed: {err}");
-                }
-                return;
-            }
-            self.counters.ops.fetch_add(1, Ordering::Relaxed);
-            let after = self.serve(&raw).await;
-            let flushed = match after {
-                Ok(After::KeepOpen) if self.stream.buffer().len() >= REQUEST_HEADER_BYTES => Ok(()),
-                Ok(_) => with_timeout(self.payload_timeout, self.stream.flush()).await,
-                Err(_) => Ok(()),
-            };
-            match after.and_then(|after| flushed.map(|()| after)) {
-                Ok(After::KeepOpen) => {}
-                Ok(After::Close) => return,
-                Err(err) => {
-                    self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(peer = %self.peer, "transfer request failed, closing: {err}");
-                    return;
-                }
-            }
+    #[test]
+    fn refusal_warnings_are_rate_limited_and_count_what_they_skip() {
+        let mut log = RefusalLog::default();
+        let start = Instant::now();
+        assert_eq!(log.should_log(start), Some(0), "the first refusal is reported");
+        for _ in 0..5 {
+            assert_eq!(log.should_log(start + Duration::from_millis(10)), None);
         }
+        assert_eq!(log.should_log(start + REFUSAL_LOG_INTERVAL), Some(5), "the next warning counts the skipped");
+        assert_eq!(log.should_log(start + REFUSAL_LOG_INTERVAL), None);
     }
 
-    /// Validates one request header and serves it.
-    async fn serve(&mut self, raw: &[u8; REQUEST_HEADER_BYTES]) -> io::Result<After> {
-        let request = match frame::decode_request(raw) {
-            Ok(request) => request,
-            Err(err) => {
-                tracing::warn!(peer = %self.peer, "malformed transfer request: {err}");
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                self.send_header(err.status(), frame::request_id_of(raw), 0).await?;
-                // The stream cannot be trusted to be at a frame boundary.
-                return Ok(After::Close);
-            }
-        };
-        let Some(memory) = self.registry.lookup(request.segment_id) else {
-            return self.refuse(&request, Status::UnknownSegment).await;
-        };
-        if memory.check_range(request.offset, request.length).is_err() {
-            return self.refuse(&request, Status::OutOfRange).await;
-        }
-        match request.op {
-            Op::Read => self.serve_read(&request, &memory).await,
-            Op::Write => self.serve_write(&request, &memory).await,
-        }
-    }
-
-    /// Answers an error. A refused WRITE's payload is never read: the
-    /// connection closes instead, so the stream needs no resynchronising.
-    async fn refuse(&mut self, request: &RequestHeader, status: Status) -> io::Result<After> {
-        self.counters.errors.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(peer = %self.peer, segment = %request.segment_id, offset = request.offset,
-            length = request.length, "refusing transfer request: {status}");
-        self.send_header(status, request.request_id, 0).await?;
-        Ok(match request.op {
-            Op::Read => After::KeepOpen,
-            Op::Write => After::Close,
-        })
-    }
-
-    async fn serve_read(&mut self, request: &RequestHeader, memory: &SegmentMemory) -> io::Result<After> {
-        let src = memory.slice(request.offset, request.length).map_err(io::Error::other)?;
-        let header = frame::encode_response(&ResponseHeader {
-            status: Status::Ok,
-            request_id: request.request_id,
-            length: request.length,
-        });
-        // Up to COALESCE_MAX_BYTES, header and payload are copied into the
-        // send buffer together; a larger payload goes from the segment
-        // straight to the socket after the buffered bytes.
-        let send = async {
-            self.stream.write_all(&header).await?;
-            self.stream.write_all(src).await
-        };
-        with_timeout(self.payload_timeout, send).await?;
-        self.counters.read_bytes.fetch_add(request.length, Ordering::Relaxed);
-        Ok(After::KeepOpen)
-    }
-
-    async fn serve_write(&mut self, request: &RequestHeader, memory: &SegmentMemory) -> io::Result<After> {
-        // SAFETY: the range was checked against the segment. The master hands
-        // this range to exactly one writer (objects never overlap, and a range
-        // is not reused while a KV lease may be in flight), which is the
-        // exclusivity `slice_mut` requires.
-        let dst = unsafe { memory.slice_mut(request.offset, request.length) }.map_err(io::Error::other)?;
-        // Answers held back for pipelined READs leave before the payload is
-        // awaited: a client may wait for them before it sends the payload.
-        with_timeout(self.payload_timeout, self.stream.flush()).await?;
-        with_timeout(self.payload_timeout, self.stream.read_exact(dst)).await?;
-        self.counters.written_bytes.fetch_add(request.length, Ordering::Relaxed);
-        self.send_header(Status::Ok, request.request_id, request.length).await?;
-        Ok(After::KeepOpen)
-    }
-
-    async fn send_header(&mut self, status: Status, request_id: u64, length: u64) -> io::Result<()> {
-        let header = frame::encode_response(&ResponseHeader { status, request_id, length });
-        with_timeout(self.payload_timeout, self.stream.write_all(&header)).await
-    }
-}
-
-/// Runs one I/O step with a deadline; expiry is a `TimedOut` error.
-async fn with_timeout<T>(limit: Duration, io: impl Future<Output = io::Result<T>>) -> io::Result<T> {
-    match tokio::time::timeout(limit, io).await {
-        Ok(result) => result,
-        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, format!("peer stalled for {limit:?} mid-frame"))),
+    #[test]
+    fn the_default_config_is_valid_and_bad_limits_name_their_value() {
+        assert_eq!(ServerConfig::default().validate().map_err(|e| e.to_string()), Ok(()));
+        let too_many = ServerConfig { connections_max: SERVER_CONNECTIONS_MAX + 1, ..ServerConfig::default() };
+        let err = too_many.validate().unwrap_err().to_string();
+        assert!(err.contains(&format!("connections_max = {}", SERVER_CONNECTIONS_MAX + 1)), "{err}");
+        let peer = ServerConfig { peer_connections_max: 0, ..ServerConfig::default() };
+        assert!(peer.validate().unwrap_err().to_string().contains("peer_connections_max = 0"));
     }
 }

@@ -4,7 +4,9 @@
 //! A mapping is cached per path together with the file's identity (device
 //! and inode). Every use re-checks the path with one `stat`: a store node that
 //! restarted re-creates its file under the same name, and a write into the
-//! old, unlinked mapping would be lost without a trace.
+//! old, unlinked mapping would be lost without a trace. A path that no longer
+//! exists drops its cached mapping, so a removed segment's memory is given
+//! back to the host instead of staying mapped here.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -41,9 +43,18 @@ impl ShmTransport {
         if target.shm_path.is_empty() {
             return Err(unavailable("the segment has no shm file".to_owned()));
         }
-        let current = std::fs::metadata(path).map_err(|e| unavailable(e.to_string()))?;
-        let identity = FileIdentity { dev: current.dev(), ino: current.ino() };
         let mut mappings = self.mappings.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = match std::fs::metadata(path) {
+            Ok(current) => current,
+            Err(err) => {
+                // The file was removed or renamed (its store node stopped,
+                // restarted, or renewed its segment): drop our mapping too,
+                // or it would pin the dead segment's tmpfs memory.
+                mappings.remove(path);
+                return Err(unavailable(err.to_string()));
+            }
+        };
+        let identity = FileIdentity { dev: current.dev(), ino: current.ino() };
         if let Some(memory) = mappings.get(path)
             && memory.file_identity() == Some(identity)
             && memory.len() == target.size_bytes

@@ -445,6 +445,10 @@ async fn exchange_write(
 /// Decodes a response header, checks its id and status, and returns its length.
 fn check_response(endpoint: &str, raw: &[u8; RESPONSE_HEADER_BYTES], request_id: u64) -> Result<u64, TransferError> {
     let response = frame::decode_response(raw).map_err(|e| protocol_error(endpoint, e.to_string()))?;
+    // BUSY answers the connection, not a request: it names request 0.
+    if response.status == frame::Status::Busy {
+        return Err(TransferError::Busy { endpoint: endpoint.to_owned() });
+    }
     if response.request_id != request_id {
         return Err(protocol_error(
             endpoint,

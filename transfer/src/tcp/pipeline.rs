@@ -198,6 +198,7 @@ fn copy_of(endpoint: &str, err: &TransferError) -> TransferError {
         TransferError::Timeout { after_ms, .. } => {
             TransferError::Timeout { endpoint: endpoint.to_owned(), after_ms: *after_ms }
         }
+        TransferError::Busy { .. } => TransferError::Busy { endpoint: endpoint.to_owned() },
         TransferError::Remote { status, .. } => {
             TransferError::Remote { status: *status, endpoint: endpoint.to_owned() }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mooncake_segment::{SegmentId, SegmentMemory};
-use mooncake_transfer::{RemoteSegment, SegmentRegistry, TransferServer};
+use mooncake_transfer::{RemoteSegment, SegmentRegistry, ServerConfig, TransferServer};
 
 /// The host id every test node claims.
 pub const HOST_ID: &str = "test-host";
@@ -38,12 +38,22 @@ impl Node {
         Self::with_memory(SegmentMemory::create_shm(&shm_name(tag), size_bytes, true).unwrap()).await
     }
 
+    /// A node with an anonymous segment served under `config`.
+    pub async fn anonymous_with(size_bytes: u64, config: ServerConfig) -> Node {
+        Self::with_memory_and_config(SegmentMemory::anonymous(size_bytes, true).unwrap(), config).await
+    }
+
     async fn with_memory(memory: SegmentMemory) -> Node {
+        Self::with_memory_and_config(memory, ServerConfig::default()).await
+    }
+
+    async fn with_memory_and_config(memory: SegmentMemory, config: ServerConfig) -> Node {
         let memory = Arc::new(memory);
         let registry = Arc::new(SegmentRegistry::new());
         let id = SegmentId(0x5E6 + NEXT.fetch_add(1, Ordering::Relaxed));
         registry.register(id, memory.clone()).unwrap();
-        let server = TransferServer::bind("127.0.0.1:0".parse().unwrap(), registry.clone()).await.unwrap();
+        let server =
+            TransferServer::bind_with_config("127.0.0.1:0".parse().unwrap(), registry.clone(), config).await.unwrap();
         let target = RemoteSegment {
             id,
             endpoint: server.local_addr().to_string(),

@@ -1,0 +1,188 @@
+//! A store node's crash-only duties, with real processes (one master and one
+//! store node from the `mooncake` binary): a node restarted after SIGKILL
+//! removes the /dev/shm file its dead predecessor leaked, and a second node
+//! with the same --client-id is refused; a node whose segment the master
+//! forgot (an operator's unmount, or expiry during a pause) notices and
+//! remounts it under a new id, serving again, without a restart.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mooncake_client::{Client, ClientConfig, PutOptions, Role};
+use mooncake_proto::master::Segment;
+use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
+/// Bound on one waited-for event.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The segments the leader lists for `client_id`.
+async fn segments_of(cluster: &Cluster, client_id: u64) -> Option<Vec<Segment>> {
+    let (leader, _) = cluster.wait_for_leader(WAIT).await;
+    let info = cluster.info(leader).await?;
+    Some(info.segments.into_iter().filter(|u| u.owner_client_id == client_id).filter_map(|u| u.segment).collect())
+}
+
+/// Waits until the leader lists exactly one segment for `client_id`, other
+/// than `not` when given.
+async fn wait_for_segment(cluster: &Cluster, client_id: u64, not: Option<u64>, what: &str) -> Segment {
+    wait_until(what, WAIT, || async {
+        let owned = segments_of(cluster, client_id).await?;
+        match owned.as_slice() {
+            [one] if Some(one.id) != not => Some(one.clone()),
+            _ => None,
+        }
+    })
+    .await
+}
+
+/// Segment files of `client_id` in /dev/shm.
+fn shm_files_of(client_id: u64) -> Vec<PathBuf> {
+    let prefix = format!("mooncake-{client_id:016x}-");
+    let mut files: Vec<PathBuf> = std::fs::read_dir("/dev/shm")
+        .expect("list /dev/shm")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| !e.file_name().to_string_lossy().ends_with("-lock"))
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+}
+
+fn store_metric(http: &str, name: &str) -> f64 {
+    let (code, body) = http_get(http, "/metrics").expect("store metrics");
+    assert_eq!(code, 200, "{body}");
+    let samples = parse_prometheus(&body).unwrap_or_else(|e| panic!("malformed store metrics: {e}\n{body}"));
+    sample_value(&samples, name, &[]).unwrap_or_else(|| panic!("no {name} in\n{body}"))
+}
+
+async fn client_of(cluster: &Cluster) -> Client {
+    Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client")
+}
+
+/// Why: a SIGKILLed store node cannot remove its /dev/shm file; without a
+/// sweep at restart every crash leaks a segment's worth of host memory, and
+/// enough of them make the restart itself fail for want of /dev/shm space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_store_node_removes_the_segment_file_its_killed_predecessor_leaked() {
+    let mut cluster = Cluster::builder().masters(1).stores(1).segment_size("64MiB").binary(BIN).start();
+    let node = cluster.inner.store_client_id(1);
+    let old = wait_for_segment(&cluster, node, None, "the store node's segment").await;
+    assert_eq!(shm_files_of(node), vec![PathBuf::from(&old.shm_path)]);
+
+    // Phase 1: a second node with the same identity on this host is refused
+    // at start, with a message that says what to do.
+    let masters = cluster.addrs().join(",");
+    let listen = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut twin = Command::new(BIN)
+        .args(["store", "--masters", &masters, "--segment-size", "64MiB", "--listen", &listen])
+        .arg(format!("--client-id={node}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the twin");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = twin.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > WAIT {
+            let _ = twin.kill();
+            panic!("a second store node with client id {node} kept running");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut twin.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "the twin must fail: {stderr}");
+    assert!(stderr.contains("same identity") && stderr.contains("--client-id"), "{stderr}");
+    assert!(Path::new(&old.shm_path).exists(), "the twin touched the live node's file");
+
+    // Phase 2: SIGKILL leaks the file; the restart removes it and creates one.
+    cluster.kill_store(1);
+    assert!(Path::new(&old.shm_path).exists(), "a killed node cannot remove its file");
+    cluster.inner.restart(Role::Store, 1).unwrap_or_else(|e| panic!("restart: {e}"));
+    let new = wait_for_segment(&cluster, node, Some(old.id), "the restarted node's segment").await;
+    assert!(!Path::new(&old.shm_path).exists(), "the leaked file {} is still there", old.shm_path);
+    assert_eq!(shm_files_of(node), vec![PathBuf::from(&new.shm_path)], "exactly one file for the node");
+}
+
+/// Why: a store node whose segment the master unmounted pinged OK for ever
+/// with its capacity gone; it must notice and mount its memory again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_node_remounts_a_segment_the_operator_unmounted() {
+    let store_http = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .store_arg("--heartbeat-interval-ms=100")
+        .store_arg(format!("--http={store_http}"))
+        .binary(BIN)
+        .start();
+    let node = cluster.inner.store_client_id(1);
+    let old = wait_for_segment(&cluster, node, None, "the store node's segment").await;
+    let client = client_of(&cluster).await;
+    client.put("t55/before", &[1u8; 10_000], &PutOptions::default()).await.expect("put");
+
+    // Phase 1: the operator unmounts it; the client registration survives.
+    cluster.client().unmount_segment(node, old.id).await.expect("unmount");
+
+    // Phase 2: the node remounts its memory under a new id, renames its file
+    // to match, and says so in its metrics and health.
+    let new = wait_for_segment(&cluster, node, Some(old.id), "the segment to be remounted").await;
+    assert_eq!((new.size, &new.endpoint), (old.size, &old.endpoint), "the same memory and address");
+    assert!(!Path::new(&old.shm_path).exists() && Path::new(&new.shm_path).exists());
+    wait_until("the node to count the remount", WAIT, || async {
+        (store_metric(&store_http, "mooncake_store_segment_remounts_total") == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(store_metric(&store_http, "mooncake_store_segment_mounted"), 1.0);
+    assert_eq!(http_get(&store_http, "/health").expect("health").0, 200);
+
+    // Phase 3: the object on the unmounted segment is gone with it; the
+    // remounted segment serves puts and gets at full capacity.
+    assert!(client.get("t55/before").await.is_err(), "the unmount dropped the object");
+    let data: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8).collect();
+    client.put("t55/after", &data, &PutOptions::default()).await.expect("put after the remount");
+    assert_eq!(client.get("t55/after").await.expect("get after the remount"), data);
+    client.close().await;
+
+    // Phase 4: a clean stop removes the renamed file and the lock file too.
+    cluster.inner.stop();
+    assert_eq!(shm_files_of(node), Vec::<PathBuf>::new(), "files left after a clean stop");
+    assert!(!Path::new(&format!("/dev/shm/mooncake-{node:016x}-lock")).exists(), "lock file left");
+}
+
+/// Why: the NEED_REMOUNT path (the client expired while its node was
+/// paused) must also come back under a new id, so a writer that still holds a
+/// range of the expired segment cannot overwrite what is placed after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_node_paused_past_its_ttl_comes_back_under_a_new_segment() {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .arg("--client_ttl=2")
+        .store_arg("--heartbeat-interval-ms=200")
+        .binary(BIN)
+        .start();
+    let node = cluster.inner.store_client_id(1);
+    let old = wait_for_segment(&cluster, node, None, "the store node's segment").await;
+
+    cluster.inner.pause(Role::Store, 1).expect("pause");
+    wait_until("the paused node's client to expire", WAIT, || async {
+        segments_of(&cluster, node).await?.is_empty().then_some(())
+    })
+    .await;
+    cluster.inner.resume(Role::Store, 1).expect("resume");
+
+    let new = wait_for_segment(&cluster, node, Some(old.id), "the segment to be remounted").await;
+    assert!(Path::new(&new.shm_path).exists() && !Path::new(&old.shm_path).exists());
+    let client = client_of(&cluster).await;
+    client.put("t55/after-pause", &[7u8; 4096], &PutOptions::default()).await.expect("put");
+    assert_eq!(client.get("t55/after-pause").await.expect("get"), vec![7u8; 4096]);
+    client.close().await;
+}

@@ -1,0 +1,227 @@
+//! One accepted connection of a [`super::TransferServer`]: reads request
+//! headers one at a time, in order, and serves each against the registry.
+//!
+//! It owns the connection's deadlines: the first request header must arrive
+//! whole within `header_timeout` of the accept; after a request, the next
+//! one's first byte must come within `idle_timeout` and the rest of its
+//! header within `header_timeout` of that byte; a payload must move within
+//! `payload_timeout`. A connection that misses one is closed and counted, so
+//! idle or trickling peers cannot hold a place for ever.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mooncake_segment::SegmentMemory;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::Counters;
+use super::admission::Slot;
+use crate::frame::{self, Op, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader, Status};
+use crate::registry::SegmentRegistry;
+
+/// A connection's socket, buffered both ways. Responses are flushed when no
+/// further whole request is already buffered, so a pipeline of small READs
+/// is answered with a few sends instead of one per request.
+pub(super) type Buffered = BufReader<BufWriter<TcpStream>>;
+
+/// The deadlines of one connection (see the module doc).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Deadlines {
+    pub(super) header: Duration,
+    pub(super) idle: Duration,
+    pub(super) payload: Duration,
+}
+
+/// Why no request header was read.
+enum NoHeader {
+    /// The peer closed the connection at a frame boundary.
+    Closed,
+    /// No request began within the idle timeout.
+    Idle,
+    /// A header began (or the connection opened) but did not arrive whole in time.
+    Slow,
+    /// The socket failed, or the peer closed it mid-header.
+    Io(io::Error),
+}
+
+/// What to do with a connection after a request.
+enum After {
+    KeepOpen,
+    Close,
+}
+
+/// One accepted connection: requests one at a time, in order.
+pub(super) struct Connection {
+    pub(super) stream: Buffered,
+    pub(super) peer: SocketAddr,
+    pub(super) registry: Arc<SegmentRegistry>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) deadlines: Deadlines,
+    /// This connection's place in the server's limits, given back on drop.
+    pub(super) _slot: Slot,
+}
+
+impl Connection {
+    pub(super) async fn run(mut self) {
+        let mut first = true;
+        loop {
+            let mut raw = [0u8; REQUEST_HEADER_BYTES];
+            if let Err(why) = self.read_header(&mut raw, first).await {
+                self.closed(why);
+                return;
+            }
+            first = false;
+            self.counters.ops.fetch_add(1, Ordering::Relaxed);
+            let after = self.serve(&raw).await;
+            let flushed = match after {
+                Ok(After::KeepOpen) if self.stream.buffer().len() >= REQUEST_HEADER_BYTES => Ok(()),
+                Ok(_) => with_timeout(self.deadlines.payload, self.stream.flush()).await,
+                Err(_) => Ok(()),
+            };
+            match after.and_then(|after| flushed.map(|()| after)) {
+                Ok(After::KeepOpen) => {}
+                Ok(After::Close) => return,
+                Err(err) => {
+                    self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(peer = %self.peer, "transfer request failed, closing: {err}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads the next request header into `raw` under the connection's
+    /// deadlines: the first must arrive whole within the header timeout of
+    /// the accept (a client sends it right after connecting); a later one
+    /// must begin within the idle timeout and end within the header timeout
+    /// of its first byte. Bytes already buffered (pipelined requests) count
+    /// as arrived.
+    async fn read_header(&mut self, raw: &mut [u8; REQUEST_HEADER_BYTES], first: bool) -> Result<(), NoHeader> {
+        let now = Instant::now();
+        let (begin_by, late) = if first {
+            (now + self.deadlines.header, NoHeader::Slow)
+        } else {
+            (now + self.deadlines.idle, NoHeader::Idle)
+        };
+        match tokio::time::timeout_at(begin_by, self.stream.fill_buf()).await {
+            Err(_) => return Err(late),
+            Ok(Err(err)) => return Err(NoHeader::Io(err)),
+            Ok(Ok([])) => return Err(NoHeader::Closed),
+            Ok(Ok(_)) => {}
+        }
+        let end_by = if first { begin_by } else { Instant::now() + self.deadlines.header };
+        match tokio::time::timeout_at(end_by, self.stream.read_exact(raw)).await {
+            Err(_) => Err(NoHeader::Slow),
+            Ok(Err(err)) => Err(NoHeader::Io(err)),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// Counts and logs why the connection ends without another request.
+    fn closed(&self, why: NoHeader) {
+        match why {
+            NoHeader::Closed => {}
+            NoHeader::Idle => {
+                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, idle_timeout = ?self.deadlines.idle,
+                    "closing an idle transfer connection");
+            }
+            NoHeader::Slow => {
+                self.counters.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, header_timeout = ?self.deadlines.header,
+                    "closing a transfer connection whose request header did not arrive in time");
+            }
+            NoHeader::Io(err) if err.kind() == io::ErrorKind::UnexpectedEof => {}
+            NoHeader::Io(err) => tracing::debug!(peer = %self.peer, "transfer connection closed: {err}"),
+        }
+    }
+
+    /// Validates one request header and serves it.
+    async fn serve(&mut self, raw: &[u8; REQUEST_HEADER_BYTES]) -> io::Result<After> {
+        let request = match frame::decode_request(raw) {
+            Ok(request) => request,
+            Err(err) => {
+                tracing::warn!(peer = %self.peer, "malformed transfer request: {err}");
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                self.send_header(err.status(), frame::request_id_of(raw), 0).await?;
+                // The stream cannot be trusted to be at a frame boundary.
+                return Ok(After::Close);
+            }
+        };
+        let Some(memory) = self.registry.lookup(request.segment_id) else {
+            return self.refuse(&request, Status::UnknownSegment).await;
+        };
+        if memory.check_range(request.offset, request.length).is_err() {
+            return self.refuse(&request, Status::OutOfRange).await;
+        }
+        match request.op {
+            Op::Read => self.serve_read(&request, &memory).await,
+            Op::Write => self.serve_write(&request, &memory).await,
+        }
+    }
+
+    /// Answers an error. A refused WRITE's payload is never read: the
+    /// connection closes instead, so the stream needs no resynchronising.
+    async fn refuse(&mut self, request: &RequestHeader, status: Status) -> io::Result<After> {
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(peer = %self.peer, segment = %request.segment_id, offset = request.offset,
+            length = request.length, "refusing transfer request: {status}");
+        self.send_header(status, request.request_id, 0).await?;
+        Ok(match request.op {
+            Op::Read => After::KeepOpen,
+            Op::Write => After::Close,
+        })
+    }
+
+    async fn serve_read(&mut self, request: &RequestHeader, memory: &SegmentMemory) -> io::Result<After> {
+        let src = memory.slice(request.offset, request.length).map_err(io::Error::other)?;
+        let header = frame::encode_response(&ResponseHeader {
+            status: Status::Ok,
+            request_id: request.request_id,
+            length: request.length,
+        });
+        // Up to COALESCE_MAX_BYTES, header and payload are copied into the
+        // send buffer together; a larger payload goes from the segment
+        // straight to the socket after the buffered bytes.
+        let send = async {
+            self.stream.write_all(&header).await?;
+            self.stream.write_all(src).await
+        };
+        with_timeout(self.deadlines.payload, send).await?;
+        self.counters.read_bytes.fetch_add(request.length, Ordering::Relaxed);
+        Ok(After::KeepOpen)
+    }
+
+    async fn serve_write(&mut self, request: &RequestHeader, memory: &SegmentMemory) -> io::Result<After> {
+        // SAFETY: the range was checked against the segment. The master hands
+        // this range to exactly one writer (objects never overlap, and a range
+        // is not reused while a KV lease may be in flight), which is the
+        // exclusivity `slice_mut` requires.
+        let dst = unsafe { memory.slice_mut(request.offset, request.length) }.map_err(io::Error::other)?;
+        // Answers held back for pipelined READs leave before the payload is
+        // awaited: a client may wait for them before it sends the payload.
+        with_timeout(self.deadlines.payload, self.stream.flush()).await?;
+        with_timeout(self.deadlines.payload, self.stream.read_exact(dst)).await?;
+        self.counters.written_bytes.fetch_add(request.length, Ordering::Relaxed);
+        self.send_header(Status::Ok, request.request_id, request.length).await?;
+        Ok(After::KeepOpen)
+    }
+
+    async fn send_header(&mut self, status: Status, request_id: u64, length: u64) -> io::Result<()> {
+        let header = frame::encode_response(&ResponseHeader { status, request_id, length });
+        with_timeout(self.deadlines.payload, self.stream.write_all(&header)).await
+    }
+}
+
+/// Runs one I/O step with a deadline; expiry is a `TimedOut` error.
+async fn with_timeout<T>(limit: Duration, io: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+    match tokio::time::timeout(limit, io).await {
+        Ok(result) => result,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, format!("peer stalled for {limit:?} mid-frame"))),
+    }
+}

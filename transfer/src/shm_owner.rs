@@ -1,0 +1,293 @@
+//! Who owns a store node's shared-memory files: [`ShmOwner`] holds an
+//! exclusive `flock` on `<dir>/<identity>-lock` for the life of the store
+//! node, names its segment files `<identity>-<segment id as 16 hex digits>`,
+//! and removes the segment files a previous process of the same identity
+//! left behind when it died without cleaning up (SIGKILL, OOM kill, power).
+//!
+//! Why a lock and not a pid in the name: the kernel drops a `flock` when its
+//! holder dies, however it dies, so "the lock is free" means "no live process
+//! owns this identity", with no pid reuse to fool it. A store node takes the
+//! lock before it creates any segment file, so once the lock is ours every
+//! file of our identity is a dead predecessor's, and removing it never takes
+//! memory from a live process. Files of other identities are never touched.
+//!
+//! The lock file itself is removed on a clean exit. Taking the lock checks
+//! that the path still names the file that was locked (a previous holder may
+//! remove it in between), so removal never lets two holders in at once.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use mooncake_segment::{FileIdentity, SHM_NAME_MAX_BYTES, SegmentId};
+
+use crate::error::TransferError;
+
+/// Tries to take the identity lock before giving up: each retry means the
+/// previous holder removed the lock file between our open and our lock, which
+/// happens at most once per exiting holder.
+const LOCK_ATTEMPTS_MAX: usize = 8;
+
+/// Most stale segment files removed in one sweep. A dead node leaves one per
+/// segment (a handful); the cap bounds a sweep of a directory somebody
+/// filled with look-alike names.
+pub const SHM_STALE_FILES_MAX: usize = 1024;
+
+/// Characters after `<identity>-` in a segment file name: a u64 in hex.
+const SEGMENT_HEX_DIGITS: usize = 16;
+
+/// Suffix of the lock file after `<identity>`. Not 16 hex digits, so it can
+/// never be taken for a segment file.
+const LOCK_SUFFIX: &str = "-lock";
+
+/// A segment file removed by [`ShmOwner::remove_stale`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleFile {
+    /// The file that was removed.
+    pub path: PathBuf,
+    /// Its size: tmpfs memory given back to the host.
+    pub size_bytes: u64,
+}
+
+/// The exclusive claim of one store-node identity on one host's shared
+/// memory directory; see the module doc. Released (and its lock file
+/// removed) on drop.
+#[derive(Debug)]
+pub struct ShmOwner {
+    dir: PathBuf,
+    identity: String,
+    lock_path: PathBuf,
+    lock_file: File,
+}
+
+impl ShmOwner {
+    /// Claims `identity` in `dir` (e.g. `/dev/shm`). Fails with
+    /// [`TransferError::ShmOwnerBusy`] while a live process holds it, and
+    /// with [`TransferError::InvalidConfig`] for an identity that cannot be
+    /// part of a file name.
+    pub fn acquire(dir: &Path, identity: &str) -> Result<ShmOwner, TransferError> {
+        validate_identity(identity)?;
+        let lock_path = dir.join(format!("{identity}{LOCK_SUFFIX}"));
+        for _ in 0..LOCK_ATTEMPTS_MAX {
+            let lock_file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&lock_path)
+                .map_err(|source| owner_io("open", &lock_path, source))?;
+            lock_exclusive(&lock_file, &lock_path)?;
+            // The previous holder may have removed the file between our open
+            // and our lock: then we hold a lock nobody else can see. Retry.
+            if identity_of_path(&lock_path) == identity_of_file(&lock_file) {
+                let dir = dir.to_path_buf();
+                return Ok(ShmOwner { dir, identity: identity.to_owned(), lock_path, lock_file });
+            }
+        }
+        Err(owner_io(
+            "lock",
+            &lock_path,
+            io::Error::other(format!("the lock file kept being replaced ({LOCK_ATTEMPTS_MAX} tries)")),
+        ))
+    }
+
+    /// The file name (in [`Self::dir`]) of segment `segment` of this identity.
+    pub fn segment_file_name(&self, segment: SegmentId) -> String {
+        format!("{}-{:016x}", self.identity, segment.0)
+    }
+
+    /// The directory the files live in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The lock file held while this owner lives.
+    pub fn lock_path(&self) -> &Path {
+        &self.lock_path
+    }
+
+    /// Removes every segment file of this identity: they belong to a dead
+    /// predecessor, since we hold the identity lock and have not created any
+    /// yet. Call it before creating this process's segments. Files of other
+    /// identities, and names that only look alike, are left alone.
+    pub fn remove_stale(&self) -> Result<Vec<StaleFile>, TransferError> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| owner_io("list", &self.dir, source))?;
+        let mut removed = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| owner_io("list", &self.dir, source))?;
+            let name = entry.file_name();
+            if !name.to_str().is_some_and(|name| self.is_segment_file(name)) {
+                continue;
+            }
+            if removed.len() >= SHM_STALE_FILES_MAX {
+                tracing::warn!(dir = %self.dir.display(), max = SHM_STALE_FILES_MAX,
+                    "more stale segment files than one sweep removes; the next start removes more");
+                break;
+            }
+            let path = entry.path();
+            let size_bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            match fs::remove_file(&path) {
+                Ok(()) => removed.push(StaleFile { path, size_bytes }),
+                // Gone already (an operator, or a previous sweep racing us).
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => return Err(owner_io("remove", &path, source)),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Whether `name` is `<identity>-<16 lowercase hex digits>`.
+    fn is_segment_file(&self, name: &str) -> bool {
+        name.strip_prefix(self.identity.as_str()).and_then(|rest| rest.strip_prefix('-')).is_some_and(|hex| {
+            hex.len() == SEGMENT_HEX_DIGITS && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+    }
+}
+
+impl Drop for ShmOwner {
+    fn drop(&mut self) {
+        // Remove the lock file while still holding the lock, and only if the
+        // path still names our file; the lock goes with the descriptor.
+        if identity_of_path(&self.lock_path) == identity_of_file(&self.lock_file)
+            && let Err(err) = fs::remove_file(&self.lock_path)
+        {
+            tracing::warn!(path = %self.lock_path.display(), "could not remove the store node's lock file: {err}");
+        }
+    }
+}
+
+fn validate_identity(identity: &str) -> Result<(), TransferError> {
+    let longest = identity.len() + 1 + SEGMENT_HEX_DIGITS.max(LOCK_SUFFIX.len());
+    let plain = identity.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if identity.is_empty() || !plain || identity.starts_with('.') || longest > SHM_NAME_MAX_BYTES {
+        return Err(TransferError::InvalidConfig(format!(
+            "shared-memory identity {identity:?} must be 1..={} ASCII letters, digits, '-', '_' or '.', not starting with '.'",
+            SHM_NAME_MAX_BYTES - 1 - SEGMENT_HEX_DIGITS
+        )));
+    }
+    Ok(())
+}
+
+/// Takes an exclusive `flock` without waiting.
+fn lock_exclusive(file: &File, path: &Path) -> Result<(), TransferError> {
+    // SAFETY: flock(2) on a descriptor owned by `file` for the whole call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::WouldBlock {
+        return Err(TransferError::ShmOwnerBusy { lock_path: path.to_path_buf() });
+    }
+    Err(owner_io("lock", path, err))
+}
+
+fn identity_of_path(path: &Path) -> Option<FileIdentity> {
+    fs::metadata(path).ok().map(|m| FileIdentity { dev: m.dev(), ino: m.ino() })
+}
+
+fn identity_of_file(file: &File) -> Option<FileIdentity> {
+    file.metadata().ok().map(|m| FileIdentity { dev: m.dev(), ino: m.ino() })
+}
+
+fn owner_io(op: &'static str, path: &Path, source: io::Error) -> TransferError {
+    TransferError::ShmOwnerIo { op, path: path.to_path_buf(), source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> TempDir {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let name =
+                format!("mooncake-shm-owner-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+            let path = std::env::temp_dir().join(name);
+            fs::create_dir_all(&path).unwrap();
+            TempDir(path)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn touch(dir: &Path, name: &str, size_bytes: u64) -> PathBuf {
+        let path = dir.join(name);
+        File::create(&path).unwrap().set_len(size_bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_second_claim_of_a_held_identity_is_refused_and_the_lock_frees_on_drop() {
+        let dir = TempDir::new();
+        let first = ShmOwner::acquire(dir.path(), "mooncake-00000000000000aa").unwrap();
+        let err = ShmOwner::acquire(dir.path(), "mooncake-00000000000000aa").unwrap_err();
+        assert!(matches!(err, TransferError::ShmOwnerBusy { .. }), "{err}");
+        assert!(err.to_string().contains("same identity"), "{err}");
+        let other = ShmOwner::acquire(dir.path(), "mooncake-00000000000000bb").expect("another identity is free");
+        let lock = first.lock_path().to_path_buf();
+        assert!(lock.exists());
+        drop(first);
+        assert!(!lock.exists(), "a clean exit removes the lock file");
+        ShmOwner::acquire(dir.path(), "mooncake-00000000000000aa").expect("free again");
+        drop(other);
+    }
+
+    #[test]
+    fn a_lock_file_left_by_a_dead_holder_is_reused() {
+        let dir = TempDir::new();
+        // A crashed holder leaves its lock file, unlocked.
+        touch(dir.path(), "mooncake-00000000000000aa-lock", 0);
+        let owner = ShmOwner::acquire(dir.path(), "mooncake-00000000000000aa").unwrap();
+        assert!(owner.lock_path().ends_with("mooncake-00000000000000aa-lock"));
+    }
+
+    #[test]
+    fn only_segment_files_of_the_same_identity_are_removed() {
+        let dir = TempDir::new();
+        let d = dir.path();
+        let stale = touch(d, "mooncake-00000000000000aa-0123456789abcdef", 4096);
+        let keep = [
+            touch(d, "mooncake-00000000000000bb-0123456789abcdef", 1), // another identity
+            touch(d, "mooncake-00000000000000aa-0123456789ABCDEF", 1), // not our format
+            touch(d, "mooncake-00000000000000aa-0123456789abcde", 1),  // 15 digits
+            touch(d, "mooncake-00000000000000aa-0123456789abcdef0", 1), // 17 digits
+            touch(d, "mooncake-00000000000000aa", 1),
+            touch(d, "mooncake-00000000000000aaa-0123456789abcdef", 1), // a longer identity
+        ];
+        let owner = ShmOwner::acquire(d, "mooncake-00000000000000aa").unwrap();
+        let removed = owner.remove_stale().unwrap();
+        assert_eq!(removed, vec![StaleFile { path: stale.clone(), size_bytes: 4096 }]);
+        assert!(!stale.exists());
+        for path in &keep {
+            assert!(path.exists(), "{} was removed", path.display());
+        }
+        assert!(owner.lock_path().exists(), "the lock file is not a segment file");
+        assert_eq!(
+            owner.segment_file_name(SegmentId(0x0123_4567_89ab_cdef)),
+            "mooncake-00000000000000aa-0123456789abcdef"
+        );
+    }
+
+    #[test]
+    fn identities_that_cannot_be_file_names_are_refused() {
+        let dir = TempDir::new();
+        for bad in ["", "a/b", ".hidden", "x y", &"n".repeat(250)] {
+            let err = ShmOwner::acquire(dir.path(), bad).unwrap_err();
+            assert!(matches!(err, TransferError::InvalidConfig(_)), "{bad:?}: {err}");
+        }
+    }
+}
