@@ -127,13 +127,15 @@ pub struct DiskFullOutcome {
     pub ended: bool,
     /// Seconds from the disk full to the exit (or to the end of the wait).
     pub after_s: f64,
-    /// The last line of its log.
+    /// The line of its log that says why it ended (`master_exit_line`).
     pub last_line: String,
 }
 
-/// How long a master whose disk is full may take to end itself: the
-/// workload appends to every master's log many times a second.
-const DISK_FULL_EXIT_MAX: Duration = Duration::from_secs(20);
+/// How long a master whose disk is full may take to end itself. The
+/// workload appends to every master's log many times a second, but sled
+/// writes into space it already holds first: exits came 9-14 s after the
+/// disk filled.
+const DISK_FULL_EXIT_MAX: Duration = Duration::from_secs(30);
 
 /// The leader most masters report.
 pub async fn find_leader(addrs: &[String]) -> Option<u64> {
@@ -392,7 +394,7 @@ impl Nemesis {
             }
             tokio::time::sleep(LEADER_POLL).await;
         };
-        let last_line = self.cluster.lock().await.master_last_line(victim);
+        let last_line = self.cluster.lock().await.master_exit_line(victim);
         let after_s = start.elapsed().as_secs_f64();
         use std::os::unix::process::ExitStatusExt;
         let outcome = DiskFullOutcome {

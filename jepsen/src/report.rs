@@ -99,7 +99,7 @@ impl CheckerVerdict {
             .iter()
             .filter_map(|o| match (o.ended, o.exit_code) {
                 (false, _) => Some(format!("master {} kept running {:.0} s on a full disk", o.master, o.after_s)),
-                (true, Some(code)) if code != 0 && o.last_line.contains("fatal") => None,
+                (true, Some(code)) if code != 0 && o.last_line.contains("fatal:") => None,
                 (true, code) => Some(format!(
                     "master {} ended (code {code:?}, signal {:?}) without a clear fatal line; last line: {}",
                     o.master, o.signal, o.last_line
