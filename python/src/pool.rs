@@ -56,7 +56,7 @@ impl BufferPool {
     }
 
     fn base(&self) -> *const u8 {
-        self.memory.slice(0, 0).map_or(std::ptr::null(), <[u8]>::as_ptr)
+        self.memory.as_ptr()
     }
 }
 
@@ -78,7 +78,9 @@ impl AsMut<[u8]> for Lease {
 
 impl AsRef<[u8]> for Lease {
     fn as_ref(&self) -> &[u8] {
-        self.pool.memory.slice(self.range.offset, self.len as u64).expect("a lease lies inside its pool")
+        // SAFETY: the allocator gave this range to this lease alone; only its
+        // owner writes it, through `as_mut`, which needs `&mut self`.
+        unsafe { self.pool.memory.slice(self.range.offset, self.len as u64) }.expect("a lease lies inside its pool")
     }
 }
 

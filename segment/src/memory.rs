@@ -229,34 +229,49 @@ impl SegmentMemory {
         }
     }
 
-    /// Copies `buf.len()` bytes starting at `offset` into `buf`.
+    /// Copies `buf.len()` bytes starting at `offset` into `buf`, through raw
+    /// pointers: no Rust reference to the shared bytes is formed, so another
+    /// process writing them meanwhile gives torn bytes (caught by checksums),
+    /// never undefined behaviour here.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        let src = self.slice(offset, buf.len() as u64)?;
-        buf.copy_from_slice(src);
+        let start = self.check_range(offset, buf.len() as u64)?;
+        // SAFETY: `check_range` proved the source lies inside the mapping,
+        // which is valid while `self` lives; `buf` is a distinct allocation.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(start), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
-    /// Copies `data` into the segment starting at `offset`.
+    /// Copies `data` into the segment starting at `offset`, through raw
+    /// pointers (see [`SegmentMemory::read_at`]).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
-        // SAFETY: the range is bounds-checked by `slice_mut`; the reference
-        // lives only for this copy. Exclusive use of the range is the caller's
-        // contract (see the module doc), as for any shared memory.
-        let dst = unsafe { self.slice_mut(offset, data.len() as u64)? };
-        dst.copy_from_slice(data);
+        let start = self.check_range(offset, data.len() as u64)?;
+        // SAFETY: `check_range` proved the destination lies inside the
+        // mapping, valid while `self` lives; `data` is a distinct allocation.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(start), data.len()) };
         Ok(())
+    }
+
+    /// The first byte of the mapping (for address arithmetic; dereferencing
+    /// it is the caller's business).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
     }
 
     /// A view of `[offset, offset + len)` for zero-copy I/O (e.g. writing a
     /// socket straight from the segment).
     ///
-    /// The bytes may change while the view lives if another user writes the
-    /// same range (another process through `/dev/shm`, or a `slice_mut` in
-    /// this one). The master never places two live objects on overlapping
-    /// ranges, so this happens only if a caller reads a range it does not own.
-    pub fn slice(&self, offset: u64, len: u64) -> Result<&[u8], MemoryError> {
+    /// # Safety
+    ///
+    /// While the view lives, nobody may write an overlapping range (another
+    /// process through `/dev/shm`, or a [`SegmentMemory::slice_mut`] in this
+    /// one). The master never places two live objects on overlapping ranges
+    /// and never reuses a range a reader may still hold, so a caller that
+    /// reads only a range it was handed for an object meets this contract.
+    pub unsafe fn slice(&self, offset: u64, len: u64) -> Result<&[u8], MemoryError> {
         let start = self.check_range(offset, len)?;
         // SAFETY: `check_range` proved `start + len <= size_bytes`, and the
-        // mapping is valid for `size_bytes` bytes while `self` lives.
+        // mapping is valid for `size_bytes` bytes while `self` lives; no
+        // concurrent writer is the caller's contract.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), len as usize) })
     }
 
@@ -440,11 +455,13 @@ mod tests {
             mem.write_at(8191, &[1, 2]),
             Err(MemoryError::OutOfRange { offset: 8191, len: 2, size: 8192 })
         ));
-        assert!(matches!(mem.slice(u64::MAX, 2), Err(MemoryError::OutOfRange { .. })));
-        assert!(matches!(mem.slice(1, u64::MAX), Err(MemoryError::OutOfRange { .. })));
+        // SAFETY: no view is formed (out of range); nobody writes this memory.
+        assert!(matches!(unsafe { mem.slice(u64::MAX, 2) }, Err(MemoryError::OutOfRange { .. })));
+        assert!(matches!(unsafe { mem.slice(1, u64::MAX) }, Err(MemoryError::OutOfRange { .. })));
         let mut buf = [0u8; 4];
         assert!(mem.read_at(8189, &mut buf).is_err());
-        assert!(mem.slice(8192, 0).is_ok(), "an empty range at the end is inside");
+        // SAFETY: an empty view; nobody writes this memory.
+        assert!(unsafe { mem.slice(8192, 0) }.is_ok(), "an empty range at the end is inside");
         mem.read_at(8188, &mut buf).unwrap();
         assert_eq!(buf, [0, 0, 1, 2]);
     }

@@ -179,7 +179,11 @@ impl Connection {
     }
 
     async fn serve_read(&mut self, request: &RequestHeader, memory: &SegmentMemory) -> io::Result<After> {
-        let src = memory.slice(request.offset, request.length).map_err(io::Error::other)?;
+        // SAFETY: the range was checked against the segment. Nobody writes
+        // it while it is sent: the master hands a range to one writer, and
+        // a reader asks only for an object's range once its PutEnd committed
+        // (a range is not reused while a KV lease may be in flight).
+        let src = unsafe { memory.slice(request.offset, request.length) }.map_err(io::Error::other)?;
         let header = frame::encode_response(&ResponseHeader {
             status: Status::Ok,
             request_id: request.request_id,
