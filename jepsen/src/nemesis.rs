@@ -113,7 +113,19 @@ pub struct Nemesis {
     pub windows: Vec<FollowerWindow>,
     /// [`Fault::DiskFull`]: how each master whose disk filled ended.
     pub disk_full: Vec<DiskFullOutcome>,
+    /// [`Fault::StorePause`]: seconds until the resumed store node's segment
+    /// was mounted again (`None`: not within [`STORE_REMOUNT_MAX`]).
+    pub store_remounts: Vec<Option<f64>>,
 }
+
+/// How far past the client TTL the store node stays paused.
+const STORE_PAUSE_PAST_TTL: Duration = Duration::from_secs(3);
+/// How long a resumed store node may take to mount its segment again: its
+/// heartbeat notices within a few pings (`client/src/heartbeat.rs`).
+const STORE_REMOUNT_MAX: Duration = Duration::from_secs(15);
+/// Store segments mounted when every store node serves (the faulted one and
+/// the steady one).
+const STORE_SEGMENTS: u64 = 2;
 
 /// What a master did when its disk filled up.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -187,6 +199,8 @@ fn timing(fault: Fault) -> (Duration, Duration) {
         Fault::KillUnderStall => (Duration::ZERO, STALL_HOLD),
         // A round paces its own bursts.
         Fault::FollowerBursts => (FAULT_GAP, Duration::ZERO),
+        // Past the client TTL, so the masters expire the paused store node.
+        Fault::StorePause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         _ => (FAULT_GAP, FAULT_HOLD),
     }
 }
@@ -288,6 +302,10 @@ impl Nemesis {
                 self.cluster.lock().await.power_cut(victim)?;
                 Ok(format!("power cut of master {victim} (unflushed writes dropped), restarted"))
             }
+            Fault::StorePause => {
+                self.cluster.lock().await.pause(Target::Store)?;
+                Ok(format!("SIGSTOP the store node past the client TTL ({} s)", CLIENT_TTL.as_secs()))
+            }
             Fault::DiskFull => {
                 let victim = *self.rng.pick(&voters).unwrap_or(&leader);
                 self.fill_disk(victim, leader).await
@@ -381,6 +399,27 @@ impl Nemesis {
         ))
     }
 
+    /// After a store pause: waits until every store node's segment is
+    /// mounted again (the resumed one remounts by itself).
+    async fn wait_store_remount(&mut self) -> String {
+        let start = std::time::Instant::now();
+        let addrs = self.cluster.lock().await.master_addrs().unwrap_or_default();
+        let client = MasterClient::new(MasterClientConfig::new(addrs)).ok();
+        while start.elapsed() < STORE_REMOUNT_MAX {
+            if let Some(c) = &client
+                && let Ok(info) = c.cluster_info().await
+                && info.segment_count >= STORE_SEGMENTS
+            {
+                let s = start.elapsed().as_secs_f64();
+                self.store_remounts.push(Some(s));
+                return format!("store node resumed; its segment is mounted again after {s:.1} s");
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        }
+        self.store_remounts.push(None);
+        format!("store node resumed; its segment was not mounted again within {} s", STORE_REMOUNT_MAX.as_secs())
+    }
+
     /// Fills `victim`'s disk and waits for it to end itself (crash-only).
     async fn fill_disk(&mut self, victim: u64, leader: u64) -> anyhow::Result<String> {
         let bytes = self.cluster.lock().await.fill_disk(victim)?;
@@ -430,6 +469,9 @@ impl Nemesis {
             tokio::time::sleep(HOLD_SETTLE).await;
             stall.resume()?;
             return Ok("puts held, stall writers continued".into());
+        }
+        if fault == Fault::StorePause {
+            return Ok(self.wait_store_remount().await);
         }
         Ok(match fault {
             Fault::Membership => "new membership kept".into(),

@@ -109,6 +109,23 @@ impl CheckerVerdict {
         CheckerVerdict { checker: "crash_only".into(), valid: problems.is_empty(), checked: outcomes.len(), problems }
     }
 
+    /// Every store node paused past the client TTL (and so expired by the
+    /// masters) mounted its segment again by itself once resumed.
+    pub fn store_remounted(remounts: &[Option<f64>]) -> Self {
+        let problems: Vec<String> = remounts
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .map(|(i, _)| format!("after pause {}: the resumed store node's segment was not mounted again", i + 1))
+            .collect();
+        CheckerVerdict {
+            checker: "store_remounted".into(),
+            valid: problems.is_empty(),
+            checked: remounts.len(),
+            problems,
+        }
+    }
+
     pub fn preload_intact(objects: u64, missing: u64) -> Self {
         let problems = match missing {
             0 => vec![],

@@ -84,6 +84,7 @@ struct Extras {
     windows: Vec<FollowerWindow>,
     preload: Option<Preload>,
     disk_full: Vec<DiskFullOutcome>,
+    store_remounts: Vec<Option<f64>>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -184,6 +185,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         leader_killed: false,
         windows: Vec::new(),
         disk_full: Vec::new(),
+        store_remounts: Vec::new(),
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -213,6 +215,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         windows: std::mem::take(&mut nemesis.windows),
         preload,
         disk_full: std::mem::take(&mut nemesis.disk_full),
+        store_remounts: std::mem::take(&mut nemesis.store_remounts),
     };
     finish(&opts, &dir, &cluster, &shared, extras, started).await
 }
@@ -262,7 +265,7 @@ async fn finish(
     extras: Extras,
     started: Instant,
 ) -> anyhow::Result<RunReport> {
-    let Extras { faults, stall, windows, mut preload, disk_full } = extras;
+    let Extras { faults, stall, windows, mut preload, disk_full, store_remounts } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
         (c.voters.clone(), c.master_addrs()?)
@@ -307,6 +310,9 @@ async fn finish(
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
         checkers.push(CheckerVerdict::from_leader_stability(&check_leader_stability(&windows)));
+    }
+    if opts.scenario.faults().contains(&crate::scenario::Fault::StorePause) {
+        checkers.push(CheckerVerdict::store_remounted(&store_remounts));
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {
         checkers.push(CheckerVerdict::crash_only(&disk_full));

@@ -25,6 +25,9 @@ pub enum Fault {
     /// Fill a master's disk: it must end itself (crash-only) and, once
     /// space returns, restart and catch up.
     DiskFull,
+    /// SIGSTOP the store node for longer than the client TTL: the masters
+    /// expire it; resumed, it must mount its segment again by itself.
+    StorePause,
     /// Replace a voter: remove a follower, add the spare master.
     Membership,
     /// Drop 20 % of all packets on the bridge.
@@ -54,6 +57,7 @@ pub enum Scenario {
     Pause,
     PowerLoss,
     DiskFull,
+    StorePause,
     Membership,
     Loss,
     ClockSkew,
@@ -72,6 +76,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::Pause,
     Scenario::PowerLoss,
     Scenario::DiskFull,
+    Scenario::StorePause,
     Scenario::Membership,
     Scenario::Loss,
     Scenario::ClockSkew,
@@ -89,6 +94,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::Pause,
     Scenario::PowerLoss,
     Scenario::DiskFull,
+    Scenario::StorePause,
     Scenario::Membership,
     Scenario::Loss,
     Scenario::ClockSkew,
@@ -109,6 +115,7 @@ impl Scenario {
             Scenario::Pause => "pause",
             Scenario::PowerLoss => "power-loss",
             Scenario::DiskFull => "disk-full",
+            Scenario::StorePause => "store-pause",
             Scenario::Membership => "membership",
             Scenario::Loss => "loss",
             Scenario::ClockSkew => "clock-skew",
@@ -130,6 +137,7 @@ impl Scenario {
             Scenario::Pause => &[Fault::Pause],
             Scenario::PowerLoss => &[Fault::PowerLoss],
             Scenario::DiskFull => &[Fault::DiskFull],
+            Scenario::StorePause => &[Fault::StorePause],
             Scenario::Membership => &[Fault::Membership],
             Scenario::Loss => &[Fault::Loss],
             Scenario::ClockSkew => &[Fault::ClockSkew],
