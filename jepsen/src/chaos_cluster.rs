@@ -311,6 +311,18 @@ impl ChaosCluster {
         fs.fill().with_context(|| format!("filling the disk of master {id}"))
     }
 
+    /// Empties master `id`'s data dir (a dead disk replaced by a blank one).
+    /// Kill the master first.
+    pub fn wipe_data_dir(&self, id: u64) -> anyhow::Result<()> {
+        let dir = self.data_dir(id);
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) }
+                .with_context(|| format!("wiping {}", path.display()))?;
+        }
+        Ok(())
+    }
+
     /// Frees what [`ChaosCluster::fill_disk`] took, on every master.
     pub fn free_disks(&self) -> anyhow::Result<()> {
         for (id, fs) in &self.loops {

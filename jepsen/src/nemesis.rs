@@ -113,11 +113,17 @@ pub struct Nemesis {
     pub windows: Vec<FollowerWindow>,
     /// [`Fault::DiskFull`]: how each master whose disk filled ended.
     pub disk_full: Vec<DiskFullOutcome>,
+    /// [`Fault::WipeReplace`]: whether the wiped master refused to start
+    /// under its old id (`None` until tried), and the line that said so.
+    pub wipe_refused: Option<(bool, String)>,
     /// [`Fault::StorePause`]: seconds until the resumed store node's segment
     /// was mounted again (`None`: not within [`STORE_REMOUNT_MAX`]).
     pub store_remounts: Vec<Option<f64>>,
 }
 
+/// How long a master restarted on a wiped data dir may take to refuse
+/// (it asks its peers before it starts Raft).
+const WIPED_REFUSAL_MAX: Duration = Duration::from_secs(15);
 /// How far past the client TTL the store node stays paused.
 const STORE_PAUSE_PAST_TTL: Duration = Duration::from_secs(3);
 /// How long a resumed store node may take to mount its segment again: its
@@ -311,6 +317,7 @@ impl Nemesis {
                 self.fill_disk(victim, leader).await
             }
             Fault::Membership => self.swap_member(leader, &others).await,
+            Fault::WipeReplace => self.wipe_and_replace(leader, &others).await,
             Fault::KillUnderStall => self.kill_under_stall().await,
             // Run by `follower_round`, never injected as one fault.
             Fault::FollowerBursts => Ok("follower bursts run in rounds of their own".into()),
@@ -357,6 +364,59 @@ impl Nemesis {
         }
         self.membership_done = true;
         Ok(format!("master 4 added, master {out} removed; voters {voters:?}"))
+    }
+
+    /// A follower's disk is replaced by a blank one: restarted under its
+    /// old id it must refuse to start (its peers heard from it); then the
+    /// documented procedure replaces it (the spare joins, it leaves).
+    async fn wipe_and_replace(&mut self, leader: u64, others: &[u64]) -> anyhow::Result<String> {
+        if self.membership_done {
+            return Ok("a master was already replaced in this run".into());
+        }
+        let Some(&out) = others.first() else { return Ok("no follower to wipe".into()) };
+        {
+            let mut c = self.cluster.lock().await;
+            c.kill(Target::Master(out))?;
+            c.wipe_data_dir(out)?;
+            c.restart(Target::Master(out))?;
+        }
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = self.cluster.lock().await.master_exit(out) {
+                break Some(status);
+            }
+            if start.elapsed() > WIPED_REFUSAL_MAX {
+                break None;
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        };
+        let line = self.cluster.lock().await.master_exit_line(out);
+        let refused = status.is_some_and(|s| !s.success()) && line.contains("must not rejoin under id");
+        self.wipe_refused = Some((refused, line.clone()));
+        if status.is_none() {
+            // Still running blank: stop it before replacing it.
+            self.cluster.lock().await.kill(Target::Master(out))?;
+        }
+        let (spare_addr, addrs) = {
+            let mut c = self.cluster.lock().await;
+            c.start_spare(4)?;
+            (crate::chaos_cluster::master_addr(&self.net, 4)?, c.master_addrs()?)
+        };
+        let client = MasterClient::new(MasterClientConfig::new(addrs))?;
+        client.add_learner(4, &spare_addr).await?;
+        let mut voters: Vec<u64> = vec![leader];
+        voters.extend(others.iter().copied().filter(|o| *o != out));
+        voters.push(4);
+        client.change_membership(voters.clone(), false).await?;
+        self.cluster.lock().await.voters = voters.clone();
+        self.membership_done = true;
+        let how = match status {
+            Some(s) => format!("it refused to start ({s}): {line}"),
+            None => format!("it was still running blank after {} s", WIPED_REFUSAL_MAX.as_secs()),
+        };
+        Ok(format!(
+            "data dir of master {out} wiped and restarted; {how}; master 4 added, {out} removed; voters {voters:?}"
+        ))
     }
 
     /// Kills the leader while the stall writers hold its reservations, and

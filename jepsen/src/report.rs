@@ -126,6 +126,23 @@ impl CheckerVerdict {
         }
     }
 
+    /// The master restarted on a wiped data dir under its old id refused to
+    /// start, saying why (`None`: the fault never ran, a run too short).
+    pub fn wipe_refused(outcome: Option<&(bool, String)>) -> Self {
+        let problems = match outcome {
+            Some((false, line)) => {
+                vec![format!("a master with a wiped data dir did not refuse to start; last line: {line}")]
+            }
+            _ => vec![],
+        };
+        CheckerVerdict {
+            checker: "wipe_refused".into(),
+            valid: problems.is_empty(),
+            checked: usize::from(outcome.is_some()),
+            problems,
+        }
+    }
+
     pub fn preload_intact(objects: u64, missing: u64) -> Self {
         let problems = match missing {
             0 => vec![],

@@ -85,6 +85,7 @@ struct Extras {
     preload: Option<Preload>,
     disk_full: Vec<DiskFullOutcome>,
     store_remounts: Vec<Option<f64>>,
+    wipe_refused: Option<(bool, String)>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -186,6 +187,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         windows: Vec::new(),
         disk_full: Vec::new(),
         store_remounts: Vec::new(),
+        wipe_refused: None,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -216,6 +218,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         preload,
         disk_full: std::mem::take(&mut nemesis.disk_full),
         store_remounts: std::mem::take(&mut nemesis.store_remounts),
+        wipe_refused: nemesis.wipe_refused.take(),
     };
     finish(&opts, &dir, &cluster, &shared, extras, started).await
 }
@@ -265,7 +268,7 @@ async fn finish(
     extras: Extras,
     started: Instant,
 ) -> anyhow::Result<RunReport> {
-    let Extras { faults, stall, windows, mut preload, disk_full, store_remounts } = extras;
+    let Extras { faults, stall, windows, mut preload, disk_full, store_remounts, wipe_refused } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
         (c.voters.clone(), c.master_addrs()?)
@@ -310,6 +313,9 @@ async fn finish(
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
         checkers.push(CheckerVerdict::from_leader_stability(&check_leader_stability(&windows)));
+    }
+    if opts.scenario.faults().contains(&crate::scenario::Fault::WipeReplace) {
+        checkers.push(CheckerVerdict::wipe_refused(wipe_refused.as_ref()));
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::StorePause) {
         checkers.push(CheckerVerdict::store_remounted(&store_remounts));

@@ -28,6 +28,10 @@ pub enum Fault {
     /// SIGSTOP the store node for longer than the client TTL: the masters
     /// expire it; resumed, it must mount its segment again by itself.
     StorePause,
+    /// Once per run: a follower's data dir is wiped and it is restarted
+    /// under its old id — it must refuse to start — then it is replaced by
+    /// the membership procedure (the spare joins, the wiped id leaves).
+    WipeReplace,
     /// Replace a voter: remove a follower, add the spare master.
     Membership,
     /// Drop 20 % of all packets on the bridge.
@@ -58,6 +62,7 @@ pub enum Scenario {
     PowerLoss,
     DiskFull,
     StorePause,
+    WipeReplace,
     Membership,
     Loss,
     ClockSkew,
@@ -77,6 +82,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::PowerLoss,
     Scenario::DiskFull,
     Scenario::StorePause,
+    Scenario::WipeReplace,
     Scenario::Membership,
     Scenario::Loss,
     Scenario::ClockSkew,
@@ -95,6 +101,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::PowerLoss,
     Scenario::DiskFull,
     Scenario::StorePause,
+    Scenario::WipeReplace,
     Scenario::Membership,
     Scenario::Loss,
     Scenario::ClockSkew,
@@ -116,6 +123,7 @@ impl Scenario {
             Scenario::PowerLoss => "power-loss",
             Scenario::DiskFull => "disk-full",
             Scenario::StorePause => "store-pause",
+            Scenario::WipeReplace => "wipe-replace",
             Scenario::Membership => "membership",
             Scenario::Loss => "loss",
             Scenario::ClockSkew => "clock-skew",
@@ -138,6 +146,7 @@ impl Scenario {
             Scenario::PowerLoss => &[Fault::PowerLoss],
             Scenario::DiskFull => &[Fault::DiskFull],
             Scenario::StorePause => &[Fault::StorePause],
+            Scenario::WipeReplace => &[Fault::WipeReplace],
             Scenario::Membership => &[Fault::Membership],
             Scenario::Loss => &[Fault::Loss],
             Scenario::ClockSkew => &[Fault::ClockSkew],
