@@ -344,14 +344,15 @@ impl ChaosCluster {
     }
 
     /// The line of master `id`'s log (its stderr included) that says why it
-    /// ended: the last `fatal:` line among its last lines (other threads may
-    /// log after it before the exit), else its last non-empty line.
-    pub fn master_exit_line(&self, id: u64) -> String {
+    /// ended: the last line containing `needle` among its last 200 lines
+    /// (other threads, or a backtrace, may follow it before the exit), else
+    /// its last non-empty line.
+    pub fn master_exit_line(&self, id: u64, needle: &str) -> String {
         let Some(p) = self.masters.get(&id) else { return String::new() };
         let text = std::fs::read_to_string(&p.log).unwrap_or_default();
-        let mut tail = text.lines().rev().filter(|l| !l.trim().is_empty()).take(20);
+        let mut tail = text.lines().rev().filter(|l| !l.trim().is_empty()).take(200);
         let last = tail.clone().next().unwrap_or_default();
-        tail.find(|l| l.contains("fatal:")).unwrap_or(last).to_string()
+        tail.find(|l| l.contains(needle)).unwrap_or(last).to_string()
     }
 
     /// Shifts master `id`'s wall clock by `secs` (monotonic untouched).

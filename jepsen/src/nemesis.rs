@@ -124,6 +124,8 @@ pub struct Nemesis {
 /// How long a master restarted on a wiped data dir may take to refuse
 /// (it asks its peers before it starts Raft).
 const WIPED_REFUSAL_MAX: Duration = Duration::from_secs(15);
+/// What the refusal of a master on a wiped data dir says (`node.rs`).
+const WIPED_REFUSAL: &str = "must not rejoin under id";
 /// How far past the client TTL the store node stays paused.
 const STORE_PAUSE_PAST_TTL: Duration = Duration::from_secs(3);
 /// How long a resumed store node may take to mount its segment again: its
@@ -390,8 +392,8 @@ impl Nemesis {
             }
             tokio::time::sleep(LEADER_POLL).await;
         };
-        let line = self.cluster.lock().await.master_exit_line(out);
-        let refused = status.is_some_and(|s| !s.success()) && line.contains("must not rejoin under id");
+        let line = self.cluster.lock().await.master_exit_line(out, WIPED_REFUSAL);
+        let refused = status.is_some_and(|s| !s.success()) && line.contains(WIPED_REFUSAL);
         self.wipe_refused = Some((refused, line.clone()));
         if status.is_none() {
             // Still running blank: stop it before replacing it.
@@ -493,7 +495,7 @@ impl Nemesis {
             }
             tokio::time::sleep(LEADER_POLL).await;
         };
-        let last_line = self.cluster.lock().await.master_exit_line(victim);
+        let last_line = self.cluster.lock().await.master_exit_line(victim, "fatal:");
         let after_s = start.elapsed().as_secs_f64();
         use std::os::unix::process::ExitStatusExt;
         let outcome = DiskFullOutcome {
