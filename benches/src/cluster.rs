@@ -16,6 +16,9 @@ use mooncake_transfer::{Protocol, TcpConfig};
 
 /// How long a new cluster may take to elect a leader and mount its segments.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// More time per store node: a fleet of 100 starts its processes at once
+/// on a 2-vCPU machine (each execs, maps its segment and mounts it).
+const START_PER_STORE: Duration = Duration::from_millis(300);
 
 /// The shape of a cluster.
 #[derive(Clone, Copy, Debug)]
@@ -61,9 +64,11 @@ impl Cluster {
             b = b.master_arg(a);
         }
         let cluster = Cluster { inner: b.start().map_err(anyhow::Error::msg).context("starting a local cluster")? };
+        let timeout = START_TIMEOUT
+            .saturating_add(START_PER_STORE.saturating_mul(u32::try_from(spec.stores).unwrap_or(u32::MAX)));
         let ready = async {
-            cluster.wait_for_leader(START_TIMEOUT).await?;
-            cluster.wait_for_segments(spec.stores, START_TIMEOUT).await
+            cluster.wait_for_leader(timeout).await?;
+            cluster.wait_for_segments(spec.stores, timeout).await
         };
         if let Err(e) = ready.await {
             anyhow::bail!("the local cluster did not come up: {e}\n{}", cluster.log_tails(15));

@@ -17,6 +17,11 @@
 //! - and upstream Mooncake 0.3.13 itself ([`baseline::upstream`]) in `data`,
 //!   `meta` and `small`, on the same sizes and client counts.
 //!
+//! `mooncake bench scale [--objects N] [--stores K]` (not part of `all`)
+//! runs the quorum at size: [`scale`] loads N objects and kills masters
+//! under load (`--objects 0` skips it), then [`fleet`] runs K store node
+//! processes and 1,000 heartbeating clients against one quorum.
+//!
 //! Progress goes to stderr, the tables (or one JSON document) to stdout; see
 //! [`report`]. Every loop is bounded in operations and time ([`stats::Budget`]),
 //! all traffic stays on 127.0.0.1, and every child process and temporary
@@ -31,6 +36,7 @@ pub mod baseline;
 pub mod cluster;
 pub mod data;
 pub mod failover;
+pub mod fleet;
 pub mod meta;
 pub mod report;
 pub mod scale;
@@ -88,9 +94,14 @@ pub struct BenchArgs {
     /// client library's, 1 MiB).
     #[arg(long = "tcp-split-bytes", value_name = "BYTES")]
     pub tcp_split_bytes: Option<u64>,
-    /// `scale`: objects to load (default 10 M; `--quick` 1 M).
+    /// `scale`: objects to load (default 10 M; `--quick` 1 M); 0 skips the
+    /// load, snapshot and failover phases and runs only the fleet.
     #[arg(long)]
     pub objects: Option<u64>,
+    /// `scale`: store node processes of the fleet phase, 1 to 256 (default
+    /// 100, also with `--quick`).
+    #[arg(long)]
+    pub stores: Option<u64>,
 }
 
 /// What every scenario gets: the run's mode, the binary that runs the
@@ -123,19 +134,21 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
     let mut sections = Vec::new();
     let mut failures = Vec::new();
     for s in args.scenario.expand() {
-        let result = match s {
-            Scenario::Data => data::run(&mut ctx).await,
-            Scenario::Meta => meta::run(&mut ctx).await,
-            Scenario::Small => small::run(&mut ctx).await,
-            Scenario::Failover => failover::run(&mut ctx).await,
-            Scenario::Scale => scale::run(&mut ctx, args.objects).await,
+        let results = match s {
+            Scenario::Data => vec![data::run(&mut ctx).await],
+            Scenario::Meta => vec![meta::run(&mut ctx).await],
+            Scenario::Small => vec![small::run(&mut ctx).await],
+            Scenario::Failover => vec![failover::run(&mut ctx).await],
+            Scenario::Scale => scale_phases(&mut ctx, &args).await,
             Scenario::All => continue,
         };
-        match result {
-            Ok(sec) => sections.push(sec),
-            Err(e) => {
-                ctx.progress.say(&format!("{s:?} failed: {e:#}"));
-                failures.push(format!("{s:?}: {e:#}"));
+        for result in results {
+            match result {
+                Ok(sec) => sections.push(sec),
+                Err(e) => {
+                    ctx.progress.say(&format!("{s:?} failed: {e:#}"));
+                    failures.push(format!("{s:?}: {e:#}"));
+                }
             }
         }
     }
@@ -145,6 +158,17 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
     anyhow::ensure!(failures.is_empty(), "{} scenario(s) failed: {}", failures.len(), failures.join("; "));
     anyhow::ensure!(failed_ops == 0, "{failed_ops} Mooncake operations failed (see the err columns)");
     Ok(())
+}
+
+/// `scale`: the object load (unless `--objects 0`), then the fleet, each
+/// on a cluster of its own (the first is stopped before the second starts).
+async fn scale_phases(ctx: &mut Ctx, args: &BenchArgs) -> Vec<anyhow::Result<Section>> {
+    let mut results = Vec::new();
+    if args.objects != Some(0) {
+        results.push(scale::run(ctx, args.objects).await);
+    }
+    results.push(fleet::run(ctx, args.stores).await);
+    results
 }
 
 fn print_report(args: &BenchArgs, started: std::time::SystemTime, sections: &[Section], failures: &[String]) {

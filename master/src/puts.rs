@@ -62,6 +62,7 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
         host: g.spec.host_id.clone(),
         preferred,
         capacity_bytes: g.capacity_bytes(),
+        free_bytes: g.free_bytes(),
     };
     let mut candidates: Vec<Candidate> = Vec::new();
     for id in preferred {
