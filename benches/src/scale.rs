@@ -166,6 +166,9 @@ async fn put_batch(client: &MasterClient, prefix: &str, range: std::ops::Range<u
         })
         .collect();
     let started = client.batch_put_start(starts).await?;
+    if let Some(s) = started.reply.iter().filter_map(|r| r.status.as_ref()).find(|s| s.code != 0) {
+        eprintln!("scale: a PutStart of {prefix} was refused: code {} {}", s.code, s.message);
+    }
     let ends: Vec<PutEndRequest> = range
         .zip(&started.reply)
         .filter(|(_, r)| r.status.as_ref().is_none_or(|s| s.code == 0))
@@ -180,6 +183,9 @@ async fn put_batch(client: &MasterClient, prefix: &str, range: std::ops::Range<u
         })
         .collect();
     let ended = client.batch_put_end(ends).await?;
+    if let Some(s) = ended.reply.iter().filter_map(|r| r.status.as_ref()).find(|s| s.code != 0) {
+        eprintln!("scale: a PutEnd of {prefix} was refused: code {} {}", s.code, s.message);
+    }
     Ok(ended.reply.iter().filter(|r| r.status.as_ref().is_none_or(|s| s.code == 0)).count() as u64)
 }
 

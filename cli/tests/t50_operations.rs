@@ -122,7 +122,7 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
         .expect("start restored master");
     let mc = MasterClient::new(MasterClientConfig::new(vec![addr.clone()])).unwrap();
     let restored_hash = wait_until("the restored master to serve", T, || async {
-        let info = mc.cluster_info_of(&addr).await.ok()?;
+        let info = mc.cluster_info_with_hash_of(&addr).await.ok()?;
         (info.leader_id == 1).then_some(info.state_hash)
     })
     .await;
@@ -140,7 +140,7 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
         .expect("start joiner");
     mooncake(&["member", "add", "2", &addr2, "--masters", &addr]);
     wait_until("the new master to hold the restored state", T, || async {
-        let info = mc.cluster_info_of(&addr2).await.ok()?;
+        let info = mc.cluster_info_with_hash_of(&addr2).await.ok()?;
         (info.state_hash == hash).then_some(())
     })
     .await;

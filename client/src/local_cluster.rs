@@ -414,6 +414,13 @@ impl LocalCluster {
         c.cluster_info_of(&n.addr).await.ok()
     }
 
+    /// [`info`](Self::info) with the state hash (O(objects) on the master).
+    pub async fn info_with_hash(&self, id: u64) -> Option<GetClusterInfoResponse> {
+        let n = self.node(Role::Master, id).filter(|n| n.is_running())?;
+        let c = MasterClient::new(MasterClientConfig::new(vec![n.addr.clone()])).ok()?;
+        c.cluster_info_with_hash_of(&n.addr).await.ok()
+    }
+
     /// Waits until every running master agrees on one leader: `(id, term)`.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<(u64, u64), String> {
         wait_for("a leader all running masters agree on", timeout, || async {

@@ -55,7 +55,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
     let mut masters = Vec::new();
     let mut members = Vec::new();
     for addr in addrs {
-        match client.cluster_info_of(addr).await {
+        match client.cluster_info_with_hash_of(addr).await {
             Ok(info) => {
                 let me = info.members.iter().find(|m| m.id == info.node_id);
                 if info.leader_id == info.node_id {

@@ -367,7 +367,7 @@ async fn node_reports(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
     let mut out = Vec::new();
     for (id, addr) in voters.iter().zip(addrs) {
         let Ok(c) = MasterClient::new(MasterClientConfig::new(vec![addr.clone()])) else { continue };
-        if let Ok(info) = c.cluster_info_of(addr).await {
+        if let Ok(info) = c.cluster_info_with_hash_of(addr).await {
             out.push(NodeReport {
                 id: NodeId(*id),
                 leader_id: (info.leader_id != 0).then_some(NodeId(info.leader_id)),

@@ -135,7 +135,8 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn get_cluster_info(&self, req: Request<GetClusterInfoRequest>) -> RpcResult<GetClusterInfoResponse> {
-        ok(crate::cluster_info::cluster_info(&self.shared, req.into_inner().local_view).await)
+        let r = req.into_inner();
+        ok(crate::cluster_info::cluster_info(&self.shared, r.local_view, r.with_state_hash).await)
     }
 
     async fn mount_segment(&self, req: Request<MountSegmentRequest>) -> RpcResult<MountSegmentResponse> {

@@ -11,7 +11,9 @@ use openraft::ServerState;
 use crate::convert;
 use crate::shared::Shared;
 
-pub async fn cluster_info(shared: &Shared, local_view: bool) -> GetClusterInfoResponse {
+/// `with_hash`: also compute `state_hash` (O(objects), applies wait: only
+/// when asked).
+pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) -> GetClusterInfoResponse {
     let leads = shared.require_leader().is_ok();
     if !leads && !local_view {
         return GetClusterInfoResponse { status: Some(shared.not_leader()), ..Default::default() };
@@ -51,7 +53,7 @@ pub async fn cluster_info(shared: &Shared, local_view: bool) -> GetClusterInfoRe
         client_count: s.clients().count() as u64,
         capacity_bytes: s.capacity_bytes(),
         used_bytes: s.used_bytes(),
-        state_hash: s.state_hash(),
+        state_hash: if with_hash { s.state_hash() } else { 0 },
         applied_index: s.last_applied.map(|l| l.index).unwrap_or(0),
         segments: s
             .segments()

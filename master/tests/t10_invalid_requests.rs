@@ -22,7 +22,7 @@ fn put(key: &str, size: u64, replica_num: u32) -> PutStartRequest {
 }
 
 async fn hash(client: &MasterClient, addr: &str) -> u64 {
-    client.cluster_info_of(addr).await.expect("cluster info").state_hash
+    client.cluster_info_with_hash_of(addr).await.expect("cluster info").state_hash
 }
 
 fn code(s: &Option<mooncake_proto::Status>) -> ErrorCode {

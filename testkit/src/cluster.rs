@@ -109,8 +109,9 @@ impl Cluster {
     pub fn start_joiner(&mut self, id: u64) -> String {
         self.inner.start_joiner(id).unwrap_or_else(|e| panic!("start joiner {id}: {e}"))
     }
+    /// Master `id`'s own view, with the state hash (tests compare replicas).
     pub async fn info(&self, id: u64) -> Option<GetClusterInfoResponse> {
-        self.inner.info(id).await
+        self.inner.info_with_hash(id).await
     }
     pub async fn wait_for_leader(&self, timeout: Duration) -> (u64, u64) {
         match self.inner.wait_for_leader(timeout).await {
