@@ -214,6 +214,33 @@ async fn a_master_whose_disk_died_is_replaced_while_a_workload_runs() {
     Arc::try_unwrap(client).ok().expect("sole owner").close().await;
 }
 
+/// `mooncake status` says whether each master can serve, and why not: all
+/// ready in a healthy cluster; the last master standing of three is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_which_masters_cannot_serve() {
+    let mut cluster = Cluster::builder().masters(3).binary(BIN).start();
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let masters = cluster.addrs().join(",");
+    let out = mooncake(&["status", "--masters", &masters]);
+    assert!(out.contains("READY"), "{out}");
+    assert_eq!(out.matches(" yes ").count(), 3, "three ready masters: {out}");
+    assert!(!out.contains("not ready"), "{out}");
+    for id in cluster.ids().into_iter().filter(|id| *id != leader) {
+        cluster.kill(id);
+    }
+    let leader_addr = cluster.inner.node(Role::Master, leader).unwrap().addr.clone();
+    let why = wait_until("the lone master to say it cannot serve", T, || {
+        let leader_addr = leader_addr.clone();
+        async move {
+            let out = Command::new(BIN).args(["status", "--masters", &leader_addr]).output().ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.lines().find(|l| l.contains(&format!("master {leader} not ready"))).map(str::to_string)
+        }
+    })
+    .await;
+    assert!(why.contains("quorum") || why.contains("no leader"), "{why}");
+}
+
 /// `member remove` of a learner drops it (it used to print success and leave
 /// it, the leader retrying it forever); an id that is no member is an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,8 @@ pub struct MasterView {
     pub capacity_bytes: u64,
     pub used_bytes: u64,
     pub state_hash: String,
+    /// Why this master cannot serve (its `/ready` reason); `None` when ready.
+    pub not_ready: Option<String>,
 }
 
 /// A member as the leader reports it, with its replication lag.
@@ -95,6 +97,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
                     capacity_bytes: info.capacity_bytes,
                     used_bytes: info.used_bytes,
                     state_hash: format!("{:016x}", info.state_hash),
+                    not_ready: (!info.not_ready.is_empty()).then(|| info.not_ready.clone()),
                 });
             }
             Err(e) => masters.push(MasterView {
@@ -115,6 +118,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
                 capacity_bytes: 0,
                 used_bytes: 0,
                 state_hash: String::new(),
+                not_ready: Some("unreachable".into()),
             }),
         }
     }
@@ -149,10 +153,11 @@ pub fn render(status: &ClusterStatus) -> String {
     let _ = writeln!(out, "leader: {leader}");
     let _ = writeln!(
         out,
-        "\n{:<22} {:>4} {:<12} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>21}",
+        "\n{:<22} {:>4} {:<12} {:<5} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>21}",
         "MASTER",
         "ID",
         "ROLE",
+        "READY",
         "TERM",
         "COMMIT",
         "APPLIED",
@@ -170,10 +175,11 @@ pub fn render(status: &ClusterStatus) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<22} {:>4} {:<12} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>21}",
+            "{:<22} {:>4} {:<12} {:<5} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>21}",
             m.addr,
             m.node_id,
             m.role,
+            if m.not_ready.is_none() { "yes" } else { "no" },
             m.term,
             m.commit_index,
             m.applied_index,
@@ -183,6 +189,11 @@ pub fn render(status: &ClusterStatus) -> String {
             m.clients,
             format!("{} / {}", human_bytes(m.used_bytes), human_bytes(m.capacity_bytes)),
         );
+    }
+    for m in status.masters.iter().filter(|m| m.reachable) {
+        if let Some(why) = &m.not_ready {
+            let _ = writeln!(out, "  master {} not ready: {why}", m.node_id);
+        }
     }
     if !status.members.is_empty() {
         let _ = writeln!(out, "\nmembers (leader's view):");

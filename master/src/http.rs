@@ -41,7 +41,7 @@ async fn ready(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
 /// Whether a master with these metrics can serve, and why (`committed`: the
 /// commit index it knows; `quorum_ack_max`: how old a leader's last quorum
 /// acknowledgement may be).
-fn readiness(
+pub(crate) fn readiness(
     m: &openraft::RaftMetrics<u64, openraft::BasicNode>,
     committed: Option<u64>,
     quorum_ack_max: std::time::Duration,
