@@ -24,6 +24,17 @@ async fn mount_segment(client: &MasterClient) {
     client.mount_segment(900, seg).await.expect("mount segment");
 }
 
+/// Keeps client 900 (the segment's owner) alive, as a store node's
+/// heartbeat does: without it the master expires the client after the
+/// client TTL, unmounts its segment, and the puts stop (on a loaded machine
+/// a test outlives 10 s). Aborted at the end of the test.
+async fn heartbeat(client: Arc<MasterClient>) {
+    loop {
+        let _ = client.ping(900).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Puts small objects until `stop`; counts the acknowledged ones.
 async fn writer(client: Arc<MasterClient>, w: u64, stop: Arc<AtomicBool>, acked: Arc<AtomicU64>) {
     let mut i = 0u64;
@@ -64,6 +75,7 @@ async fn a_paused_follower_cannot_depose_a_healthy_leader() {
     let (leader, term) = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let client = Arc::new(cluster.client());
     mount_segment(&client).await;
+    let beat = tokio::spawn(heartbeat(client.clone()));
     let started_before = elections(&cluster, "started");
     let (stop, acked) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let tasks: Vec<_> = (0..4).map(|w| tokio::spawn(writer(client.clone(), w, stop.clone(), acked.clone()))).collect();
@@ -100,6 +112,7 @@ async fn a_paused_follower_cannot_depose_a_healthy_leader() {
     // The follower did wake up wanting an election (its timer had long
     // expired) and was talked out of it: the pre-vote path ran.
     assert!(elections(&cluster, "refused_by_pre_vote") >= 1.0, "the paused follower never asked for a pre-vote");
+    beat.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -110,6 +123,7 @@ async fn a_follower_far_behind_catches_up_by_snapshot() {
     let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let client = Arc::new(cluster.client());
     mount_segment(&client).await;
+    let beat = tokio::spawn(heartbeat(client.clone()));
     let follower = cluster.ids().into_iter().find(|&id| id != leader).expect("a follower");
     cluster.kill(follower);
     let start = cluster.info(leader).await.expect("leader").applied_index;
@@ -132,4 +146,5 @@ async fn a_follower_far_behind_catches_up_by_snapshot() {
     assert_eq!(f.state_hash, l.state_hash, "the follower's state differs from the leader's");
     let installs = sample_value(&cluster.metrics(follower), "mooncake_snapshot_install_seconds_count", &[]);
     assert!(installs.unwrap_or(0.0) >= 1.0, "master {follower} caught up without a snapshot: {installs:?}");
+    beat.abort();
 }

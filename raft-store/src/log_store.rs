@@ -483,7 +483,20 @@ mod tests {
 
     /// Opens a log store on a fresh sled handle at `dir`.
     fn open_at(dir: &Path) -> (sled::Db, LogStore) {
-        let db = sled::Config::new().path(dir).open().unwrap();
+        // The previous handle's background threads (sled's, blocking sync
+        // tasks) may still hold the directory's lock for a moment after the
+        // test dropped it: wait for the lock, as a restarted process would
+        // find it free.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let db = loop {
+            match sled::Config::new().path(dir).open() {
+                Ok(db) => break db,
+                Err(e) if e.to_string().contains("lock") && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => panic!("open sled at {}: {e}", dir.display()),
+            }
+        };
         let sync = DataSync::open(db.clone(), dir, true, std::sync::Arc::new(crate::NoopObserver)).unwrap();
         let store = LogStore::open(&db, sync).unwrap();
         (db, store)

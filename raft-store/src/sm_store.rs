@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec;
 use crate::durable::DataSync;
 use crate::error::StoreError;
+use crate::fatal;
 use crate::flushed::FlushedLog;
 use crate::state::{MetaState, StateImage};
 use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
@@ -55,10 +56,23 @@ impl StateReader {
     /// Runs `f` on the current applied state. Keep `f` short: apply waits.
     /// While `f` runs, [`in_state_read`] is true on this thread.
     pub fn read<R>(&self, f: impl FnOnce(&MetaState) -> R) -> R {
-        let guard = self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = self.0.read().unwrap_or_else(state_poisoned);
         let _depth = ReadDepth::enter();
         f(&guard)
     }
+}
+
+/// What a poisoned state lock means.
+const STATE_LOCK_POISONED: &str =
+    "the state lock is poisoned: a panic inside apply may have left the state half-applied";
+
+/// Ends the process: the state lock is poisoned. Only a panic while the
+/// lock was held for writing (inside apply or a snapshot install) poisons
+/// it, and the state may then be half-applied: reading through the poison
+/// would serve, and snapshot, a state no log produces. Release builds abort
+/// on panic before this can happen; debug builds unwind and end here.
+fn state_poisoned<G, T>(_: std::sync::PoisonError<G>) -> T {
+    fatal::invariant_broken(STATE_LOCK_POISONED)
 }
 
 thread_local! {
@@ -125,7 +139,7 @@ impl StateMachineStore {
     /// The state image (as in snapshots), the applied index and the state
     /// hash, taken atomically.
     pub fn export(&self) -> Result<(Vec<u8>, u64, u64), StoreError> {
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let state = self.state.read().unwrap_or_else(state_poisoned);
         let data = encode_image(&state)?;
         Ok((data, state.last_applied.map(|l| l.index).unwrap_or(0), state.state_hash()))
     }
@@ -141,7 +155,7 @@ impl StateMachineStore {
         let image = encode_image(&restored)?;
         let pristine = load_stored(&self.tree)?.is_none()
             && self.tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))?.is_none()
-            && self.state.read().unwrap_or_else(|p| p.into_inner()).last_applied.is_none();
+            && self.state.read().unwrap_or_else(state_poisoned).last_applied.is_none();
         if !pristine {
             return Err(StoreError::Decode {
                 what: "restore".into(),
@@ -165,9 +179,9 @@ impl StateMachineStore {
     fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, MetaState> {
         match self.state.try_write() {
             Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::Poisoned(p)) => state_poisoned(p),
             Err(std::sync::TryLockError::WouldBlock) => {
-                off_the_workers(|| self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner()))
+                off_the_workers(|| self.state.write().unwrap_or_else(state_poisoned))
             }
         }
     }
@@ -250,7 +264,7 @@ fn snapshot_err(e: StoreError) -> StorageError<NodeId> {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let (data, last_applied, membership) = off_the_workers(|| {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let state = self.state.read().unwrap_or_else(state_poisoned);
             encode_image(&state).map(|data| (data, state.last_applied, state.last_membership.clone()))
         })
         .map_err(snapshot_err)?;
@@ -277,7 +291,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn applied_state(
         &mut self,
     ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>> {
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let state = self.state.read().unwrap_or_else(state_poisoned);
         Ok((state.last_applied, state.last_membership.clone()))
     }
 
@@ -286,6 +300,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        // Each entry's commands are checked as they free and allocate, and
+        // in debug builds the whole state after each entry (`MetaState::apply`).
         let mut state = self.write_state();
         Ok(entries.into_iter().map(|e| Self::apply_one(&mut state, &e)).collect())
     }
@@ -357,5 +373,36 @@ mod tests {
         );
         let back: StoredSnapshot = codec::decode("snapshot", &bytes).unwrap();
         assert_eq!((back.meta, back.data), (stored.meta, stored.data));
+    }
+
+    /// A panic while apply holds the state lock (debug builds unwind)
+    /// poisons it; the next reader ends the process instead of serving the
+    /// half-applied state. Shown in a child process (this test binary,
+    /// re-run on just this test).
+    #[test]
+    fn a_poisoned_state_lock_ends_the_process() {
+        const CHILD: &str = "MOONCAKE_TEST_POISON_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let state = Arc::new(RwLock::new(MetaState::default()));
+            let writer = state.clone();
+            let panicked = std::thread::spawn(move || {
+                let _guard = writer.write().unwrap();
+                panic!("a panic inside apply");
+            })
+            .join();
+            assert!(panicked.is_err() && state.is_poisoned());
+            StateReader(state).read(|_| ());
+            unreachable!("a poisoned state lock must end the process");
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "sm_store::tests::a_poisoned_state_lock_ends_the_process", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(fatal::EXIT_INVARIANT_BROKEN), "{stderr}");
+        let line = fatal::invariant_broken_line(STATE_LOCK_POISONED);
+        assert!(stderr.lines().any(|l| l == line), "no line {line:?} in:\n{stderr}");
     }
 }

@@ -6,10 +6,16 @@
 //! (`now_ms` never moves backwards). Replicas that apply the same log reach
 //! byte-identical state and snapshots.
 //!
+//! Consistency is checked as apply goes: every free and allocation of
+//! segment bytes in every build, the whole state after every entry in debug
+//! builds and tests (`invariants`). A broken invariant ends the process
+//! rather than letting the state be read or replicated.
+//!
 //! Submodules: `arenas` (the one-commit put), `objects` (the object index),
 //! `requests` (deduplication of retried requests and the request clock that
 //! ages them without trusting leader wall time), `image` (the snapshot form
-//! and its older versions).
+//! and its older versions), `invariants` (what the state promises, and the
+//! checks).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,15 +24,19 @@ use openraft::{BasicNode, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use crate::error::MetaError;
+use crate::fatal;
 use crate::types::*;
 
 mod arenas;
 mod image;
+mod invariants;
 mod objects;
 mod requests;
 
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
 pub use image::{StateImage, StateImageV1, StateImageV2};
+use invariants::HeldBy;
+pub use invariants::{InvariantViolation, Record, SCAN_EVERY_ENTRY_RECORDS_MAX, SCAN_RECORDS_PER_ENTRY};
 use objects::ObjectIndex;
 use requests::RequestMemory;
 pub use requests::{
@@ -138,6 +148,9 @@ pub struct MetaState {
     arenas_by_offset: BTreeMap<(SegmentId, u64), ArenaId>,
     next_arena: u64,
     retired: BTreeMap<ObjectVersion, RetiredObject>,
+    /// Debug builds: records the full invariant scan may cover before it
+    /// runs again (`invariants.rs`). Local bookkeeping, not replicated.
+    scan_credit_records: u64,
 }
 
 // ---------------------------------------------------------------- reads
@@ -276,26 +289,77 @@ pub fn validate_put_start(put: &PutStart) -> Result<(), MetaError> {
 
 // ---------------------------------------------------------------- apply
 
+/// The outcome of a command that broke no invariant: its answer.
+type Applied = Result<Response, InvariantViolation>;
+
+/// Why a command stopped: refused (its answer), or it found the state
+/// broken (the node must stop).
+enum Stop {
+    Refused(MetaError),
+    Broken(InvariantViolation),
+}
+
+impl From<MetaError> for Stop {
+    fn from(e: MetaError) -> Stop {
+        Stop::Refused(e)
+    }
+}
+
+impl From<InvariantViolation> for Stop {
+    fn from(v: InvariantViolation) -> Stop {
+        Stop::Broken(v)
+    }
+}
+
+/// The answer of a command that stopped or finished.
+fn answer(result: Result<(), Stop>) -> Applied {
+    match result {
+        Ok(()) => Ok(Response::Ok),
+        Err(Stop::Refused(e)) => Ok(Response::Err(e)),
+        Err(Stop::Broken(v)) => Err(v),
+    }
+}
+
 impl MetaState {
     /// Applies one request. Never fails as a whole: refusals are responses.
+    /// A broken invariant ends the process (`fatal::invariant_broken`): a
+    /// restart rebuilds the state from the last snapshot and the log.
     pub fn apply(&mut self, req: &Request) -> Response {
-        self.now_ms = self.now_ms.max(req.ts_ms);
-        self.requests.tick(req.ts_ms);
-        self.apply_cmd(&req.cmd)
+        match self.try_apply(req) {
+            Ok(response) => response,
+            Err(broken) => {
+                let at = self.last_applied.map(|l| format!(" (applying log index {})", l.index)).unwrap_or_default();
+                fatal::invariant_broken(&format!("{broken}{at}"))
+            }
+        }
     }
 
-    fn apply_cmd(&mut self, cmd: &Command) -> Response {
-        let result = match cmd {
-            Command::MountSegment { client, segment } => self.mount(*client, segment),
-            Command::UnmountSegment { client, segment } => self.unmount(*client, *segment),
-            Command::RemountSegments { client, segments } => self.remount(*client, segments),
+    /// [`apply`](Self::apply), returning a broken invariant instead of
+    /// ending the process; the state is then unusable. Debug builds also
+    /// run [`check_invariants`](Self::check_invariants) after the request
+    /// (after every one on states of up to [`SCAN_EVERY_ENTRY_RECORDS_MAX`]
+    /// records, amortised on larger ones; see `invariants.rs`).
+    pub fn try_apply(&mut self, req: &Request) -> Result<Response, InvariantViolation> {
+        self.now_ms = self.now_ms.max(req.ts_ms);
+        self.requests.tick(req.ts_ms);
+        let response = self.apply_cmd(&req.cmd)?;
+        #[cfg(debug_assertions)]
+        self.scan_if_due()?;
+        Ok(response)
+    }
+
+    fn apply_cmd(&mut self, cmd: &Command) -> Applied {
+        let result: Result<(), Stop> = match cmd {
+            Command::MountSegment { client, segment } => self.mount(*client, segment).map_err(Stop::from),
+            Command::UnmountSegment { client, segment } => self.unmount(*client, *segment).map_err(Stop::from),
+            Command::RemountSegments { client, segments } => self.remount(*client, segments).map_err(Stop::from),
             Command::PutStart(put) => return self.put_start(put),
-            Command::PutEnd { client, key, checksum } => self.put_end(*client, key, *checksum),
+            Command::PutEnd { client, key, checksum } => self.put_end(*client, key, *checksum).map_err(Stop::from),
             Command::PutRevoke { client, key } => self.put_revoke(*client, key),
             Command::Remove { key } => self.remove(key),
             Command::RemoveObjects { victims, .. } => return self.remove_objects(victims),
-            Command::ExpireClient { client } => self.expire_client(*client),
-            Command::DiscardPuts { victims } => return self.discard_puts(victims),
+            Command::ExpireClient { client } => self.expire_client(*client).map_err(Stop::from),
+            Command::DiscardPuts { victims } => return Ok(self.discard_puts(victims)),
             Command::ReleaseDiscarded { versions } => return self.release_discarded(versions),
             Command::Batch(cmds) => return self.apply_batch(cmds),
             Command::Once { request_id, cmd } => return self.apply_once(*request_id, cmd),
@@ -304,39 +368,37 @@ impl MetaState {
             Command::ArenaGrant { segment, len_bytes, unit_bytes, term } => {
                 return self.grant_arena(*segment, *len_bytes, *unit_bytes, *term);
             }
-            Command::ArenaTrim { arena, keep_bytes } => self.trim_arena(*arena, *keep_bytes),
-            Command::ArenaReturn { arenas } => return self.return_arenas(arenas),
+            Command::ArenaTrim { arena, keep_bytes } => self.trim_arena(*arena, *keep_bytes).map_err(Stop::from),
+            Command::ArenaReturn { arenas } => return Ok(self.return_arenas(arenas)),
             Command::PutCommit(new) => return self.put_commit(new),
             Command::ReleaseRetired { versions } => return self.release_retired(versions),
         };
-        match result {
-            Ok(()) => Response::Ok,
-            Err(e) => Response::Err(e),
-        }
+        answer(result)
     }
 
-    fn apply_batch(&mut self, cmds: &[Command]) -> Response {
+    fn apply_batch(&mut self, cmds: &[Command]) -> Applied {
         if cmds.len() > BATCH_MAX {
-            return Response::Err(invalid(format!("batch of {} commands; the limit is {BATCH_MAX}", cmds.len())));
+            return Ok(Response::Err(invalid(format!("batch of {} commands; the limit is {BATCH_MAX}", cmds.len()))));
         }
         if cmds.iter().any(|c| matches!(c, Command::Batch(_))) {
-            return Response::Err(invalid("nested batch"));
+            return Ok(Response::Err(invalid("nested batch")));
         }
-        Response::Batch(cmds.iter().map(|c| self.apply_cmd(c)).collect())
+        let answers: Result<Vec<Response>, InvariantViolation> = cmds.iter().map(|c| self.apply_cmd(c)).collect();
+        Ok(Response::Batch(answers?))
     }
 
     /// Applies `cmd` unless `request_id` was applied already, in which case
     /// the first answer is returned and nothing changes.
-    fn apply_once(&mut self, request_id: u64, cmd: &Command) -> Response {
+    fn apply_once(&mut self, request_id: u64, cmd: &Command) -> Applied {
         if matches!(cmd, Command::Batch(_) | Command::Once { .. }) {
-            return Response::Err(invalid("Once wraps a single command"));
+            return Ok(Response::Err(invalid("Once wraps a single command")));
         }
         if let Some(answer) = self.requests.answer(request_id) {
-            return answer.clone();
+            return Ok(answer.clone());
         }
-        let answer = self.apply_cmd(cmd);
-        self.requests.remember(request_id, answer.clone());
-        answer
+        let answer = self.apply_cmd(cmd)?;
+        self.requests.remember(request_id, answer.clone())?;
+        Ok(answer)
     }
 
     fn register_client(&mut self, client: ClientId) {
@@ -448,18 +510,18 @@ impl MetaState {
         self.drop_arenas_of(id);
     }
 
-    fn put_start(&mut self, put: &PutStart) -> Response {
+    fn put_start(&mut self, put: &PutStart) -> Applied {
         if let Err(e) = validate_put_start(put) {
-            return Response::Err(e);
+            return Ok(Response::Err(e));
         }
         if let Some(existing) = self.objects.get(&put.key) {
             let retry = existing.status == ObjectStatus::Processing
                 && existing.writer == put.client
                 && existing.size_bytes == put.size_bytes;
             if retry {
-                return Response::Placed { version: existing.version, replicas: existing.replicas.clone() };
+                return Ok(Response::Placed { version: existing.version, replicas: existing.replicas.clone() });
             }
-            return Response::Err(MetaError::ObjectAlreadyExists(put.key.clone()));
+            return Ok(Response::Err(MetaError::ObjectAlreadyExists(put.key.clone())));
         }
         match self.place(put) {
             Ok(replicas) => {
@@ -478,29 +540,31 @@ impl MetaState {
                     completed_ms: None,
                 };
                 self.objects.insert(object);
-                Response::Placed { version, replicas }
+                Ok(Response::Placed { version, replicas })
             }
-            Err(e) => Response::Err(e),
+            Err(Stop::Refused(e)) => Ok(Response::Err(e)),
+            Err(Stop::Broken(v)) => Err(v),
         }
     }
 
     /// Chooses up to `replica_num` distinct segments with room: preferred
     /// segments first (in the caller's order), then the emptiest segments,
     /// one per host before a host gets a second replica.
-    fn place(&mut self, put: &PutStart) -> Result<Vec<ReplicaPlacement>, MetaError> {
+    fn place(&mut self, put: &PutStart) -> Result<Vec<ReplicaPlacement>, Stop> {
         let largest = self.segments.values().map(|s| s.capacity_bytes()).max();
         match largest {
-            None => return Err(MetaError::NoAvailableHandle("no segment is mounted".into())),
+            None => return Err(MetaError::NoAvailableHandle("no segment is mounted".into()).into()),
             Some(cap) if put.size_bytes > cap => {
                 return Err(invalid(format!(
                     "object {:?} of {} bytes is larger than the largest segment ({cap} bytes)",
                     put.key, put.size_bytes
-                )));
+                ))
+                .into());
             }
             Some(_) => {}
         }
         if let Some(unknown) = put.preferred.iter().find(|id| !self.segments.contains_key(id)) {
-            return Err(invalid(format!("preferred segment {unknown} is not mounted")));
+            return Err(invalid(format!("preferred segment {unknown} is not mounted")).into());
         }
         let mut order: Vec<(SegmentId, bool)> = Vec::new();
         let mut seen = BTreeSet::new();
@@ -528,7 +592,7 @@ impl MetaState {
                 if distinct_hosts && !preferred && hosts.contains(&seg.spec.host_id) {
                     continue;
                 }
-                if let Some(range) = seg.alloc.allocate(put.size_bytes) {
+                if let Some(range) = seg.allocate(HeldBy::Object(&put.key), put.size_bytes)? {
                     hosts.insert(seg.spec.host_id.clone());
                     chosen.push(ReplicaPlacement { segment: *id, range });
                 }
@@ -538,7 +602,8 @@ impl MetaState {
             return Err(MetaError::NoAvailableHandle(format!(
                 "no segment has {} free contiguous bytes for {:?}",
                 put.size_bytes, put.key
-            )));
+            ))
+            .into());
         }
         Ok(chosen)
     }
@@ -566,53 +631,51 @@ impl MetaState {
         done.unwrap_or_else(|| Err(MetaError::ObjectNotFound(key.to_string())))
     }
 
-    fn put_revoke(&mut self, client: ClientId, key: &str) -> Result<(), MetaError> {
+    fn put_revoke(&mut self, client: ClientId, key: &str) -> Result<(), Stop> {
         let Some(obj) = self.objects.get(key) else {
-            return Err(MetaError::ObjectNotFound(key.to_string()));
+            return Err(MetaError::ObjectNotFound(key.to_string()).into());
         };
         if obj.writer != client {
-            return Err(MetaError::IllegalClient(format!("{key:?} is being written by {}, not {client}", obj.writer)));
+            let e = MetaError::IllegalClient(format!("{key:?} is being written by {}, not {client}", obj.writer));
+            return Err(e.into());
         }
         if obj.status == ObjectStatus::Complete {
-            return Err(invalid(format!("{key:?} is complete; use Remove")));
+            return Err(invalid(format!("{key:?} is complete; use Remove")).into());
         }
-        self.free_object(key);
-        Ok(())
+        self.free_object(key).map_err(Stop::from)
     }
 
-    fn remove(&mut self, key: &str) -> Result<(), MetaError> {
+    fn remove(&mut self, key: &str) -> Result<(), Stop> {
         let Some(obj) = self.objects.get(key) else {
-            return Err(MetaError::ObjectNotFound(key.to_string()));
+            return Err(MetaError::ObjectNotFound(key.to_string()).into());
         };
         if obj.status != ObjectStatus::Complete {
-            return Err(MetaError::ReplicaNotReady(key.to_string()));
+            return Err(MetaError::ReplicaNotReady(key.to_string()).into());
         }
-        self.free_object(key);
-        Ok(())
+        self.free_object(key).map_err(Stop::from)
     }
 
-    fn remove_version(&mut self, key: &str, version: ObjectVersion) -> Result<(), MetaError> {
+    fn remove_version(&mut self, key: &str, version: ObjectVersion) -> Result<(), Stop> {
         match self.objects.get(key) {
             Some(o) if o.version == version && o.status == ObjectStatus::Complete => {
-                self.free_object(key);
-                Ok(())
+                self.free_object(key).map_err(Stop::from)
             }
             // The incarnation the leader checked is gone (removed, evicted,
             // or lost with its segments); a newer one is not ours to remove.
-            _ => Err(MetaError::ObjectNotFound(key.to_string())),
+            _ => Err(MetaError::ObjectNotFound(key.to_string()).into()),
         }
     }
 
-    fn remove_objects(&mut self, victims: &[VersionedKey]) -> Response {
+    fn remove_objects(&mut self, victims: &[VersionedKey]) -> Applied {
         let mut count = 0;
         for v in victims {
             let current = self.objects.get(&v.key);
             if current.is_some_and(|o| o.version == v.version && o.status == ObjectStatus::Complete) {
-                self.free_object(&v.key);
+                self.free_object(&v.key)?;
                 count += 1;
             }
         }
-        Response::Removed { count }
+        Ok(Response::Removed { count })
     }
 
     fn expire_client(&mut self, client: ClientId) -> Result<(), MetaError> {
@@ -659,32 +722,21 @@ impl MetaState {
         Response::Removed { count }
     }
 
-    fn release_discarded(&mut self, versions: &[ObjectVersion]) -> Response {
+    fn release_discarded(&mut self, versions: &[ObjectVersion]) -> Applied {
         let mut count = 0;
         for v in versions {
             if let Some(put) = self.discarded.remove(v) {
-                self.free_replicas(&put.replicas);
+                self.free_replicas(HeldBy::Discarded(*v), &put.replicas)?;
                 count += 1;
             }
         }
-        Response::Removed { count }
+        Ok(Response::Removed { count })
     }
 
-    fn free_object(&mut self, key: &str) {
-        if let Some(obj) = self.objects.remove(key) {
-            self.free_replicas(&obj.replicas);
-        }
-    }
-
-    fn free_replicas(&mut self, replicas: &[ReplicaPlacement]) {
-        for r in replicas {
-            if let Some(seg) = self.segments.get_mut(&r.segment) {
-                // Ranges we hand out are exactly the ranges we record; a failed
-                // free means the state is corrupt and must not go on.
-                if let Err(e) = seg.alloc.free(r.range) {
-                    panic!("state machine corrupt: freeing {:?} on {}: {e}", r.range, r.segment);
-                }
-            }
+    fn free_object(&mut self, key: &str) -> Result<(), InvariantViolation> {
+        match self.objects.remove(key) {
+            Some(obj) => self.free_replicas(HeldBy::Object(key), &obj.replicas),
+            None => Ok(()),
         }
     }
 }

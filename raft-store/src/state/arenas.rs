@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 
 use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 
-use super::{MetaState, ObjectMeta, ObjectStatus, RetiredObject, invalid, validate_key};
+use super::invariants::{InvariantViolation, Record};
+use super::{Applied, HeldBy, MetaState, ObjectMeta, ObjectStatus, RetiredObject, invalid, validate_key};
 
 /// Most holes one arena may gather on a fragmented segment: bounds the size
 /// of a grant entry and of the arena's record.
@@ -27,17 +28,19 @@ impl MetaState {
     /// smallest hole that fits it whole (lowest offset on ties); or, on a
     /// fragmented segment, the largest holes of at least `unit_bytes` until
     /// `len_bytes` (at most [`ARENA_EXTENTS_MAX`] of them).
-    pub(super) fn grant_arena(&mut self, segment: SegmentId, len_bytes: u64, unit_bytes: u64, term: u64) -> Response {
+    pub(super) fn grant_arena(&mut self, segment: SegmentId, len_bytes: u64, unit_bytes: u64, term: u64) -> Applied {
         let Some(seg) = self.segments.get(&segment) else {
-            return Response::Err(MetaError::SegmentNotFound(segment.to_string()));
+            return Ok(Response::Err(MetaError::SegmentNotFound(segment.to_string())));
         };
-        let len = len_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
-        let unit = unit_bytes.next_multiple_of(ALLOC_ALIGN_BYTES).max(ALLOC_ALIGN_BYTES);
+        // A length too large to round up to the allocation unit is larger
+        // than any segment: refused, never wrapped to 0.
+        let len = len_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).unwrap_or(u64::MAX);
+        let unit = unit_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).unwrap_or(u64::MAX).max(ALLOC_ALIGN_BYTES);
         if len == 0 || unit > len || len > seg.capacity_bytes() {
-            return Response::Err(invalid(format!(
+            return Ok(Response::Err(invalid(format!(
                 "arena of {len_bytes} bytes (pieces of at least {unit_bytes}) does not fit segment {segment} of {} bytes",
                 seg.capacity_bytes()
-            )));
+            ))));
         }
         let mut holes: Vec<Range> = Vec::new();
         for extent in seg.alloc.free_extents() {
@@ -62,18 +65,21 @@ impl MetaState {
             }
         };
         if extents.is_empty() {
-            return Response::Err(MetaError::NoAvailableHandle(format!(
+            return Ok(Response::Err(MetaError::NoAvailableHandle(format!(
                 "segment {segment} has no {unit} free contiguous bytes outside arenas"
-            )));
+            ))));
         }
         extents.sort_by_key(|e| e.offset);
         let arena = Arena { id: ArenaId(self.next_arena), segment, extents, term };
+        for e in &arena.extents {
+            seg.check_inside(HeldBy::Arena(arena.id), *e)?;
+        }
         self.next_arena += 1;
         for e in &arena.extents {
             self.arenas_by_offset.insert((segment, e.offset), arena.id);
         }
         self.arenas.insert(arena.id, arena.clone());
-        Response::ArenaGranted(arena)
+        Ok(Response::ArenaGranted(arena))
     }
 
     /// The parts of `extent` (of `segment`) not covered by any arena.
@@ -103,7 +109,9 @@ impl MetaState {
     /// across its extents in order; 0 ends it. Unknown arenas are fine (a
     /// retried trim).
     pub(super) fn trim_arena(&mut self, id: ArenaId, keep_bytes: u64) -> Result<(), MetaError> {
-        let keep = keep_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
+        // A length too large to round up to the allocation unit keeps the
+        // whole arena (wrapped to 0, it would end it).
+        let keep = keep_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).unwrap_or(u64::MAX);
         let Some(arena) = self.arenas.get(&id) else { return Ok(()) };
         if keep == 0 {
             self.remove_arena(id);
@@ -150,9 +158,9 @@ impl MetaState {
 
     /// Records a written object as complete. A retry of a commit that was
     /// applied (same writer, checksum and ranges) answers the same version.
-    pub(super) fn put_commit(&mut self, new: &NewObject) -> Response {
+    pub(super) fn put_commit(&mut self, new: &NewObject) -> Applied {
         if let Err(e) = validate_new_object(new) {
-            return Response::Err(e);
+            return Ok(Response::Err(e));
         }
         let placements: Vec<ReplicaPlacement> =
             new.replicas.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
@@ -162,14 +170,14 @@ impl MetaState {
                 && existing.checksum == Some(new.checksum)
                 && existing.replicas == placements;
             if same {
-                return Response::Committed { version: existing.version };
+                return Ok(Response::Committed { version: existing.version });
             }
             if !new.upsert || existing.status != ObjectStatus::Complete {
-                return Response::Err(MetaError::ObjectAlreadyExists(new.key.clone()));
+                return Ok(Response::Err(MetaError::ObjectAlreadyExists(new.key.clone())));
             }
         }
         if let Err(e) = self.check_placement(new) {
-            return Response::Err(e);
+            return Ok(Response::Err(e));
         }
         if new.upsert
             && let Some(old) = self.objects.remove(&new.key)
@@ -180,11 +188,14 @@ impl MetaState {
                 RetiredObject { version: old.version, key: old.key, replicas: old.replicas, retired_ms: self.now_ms };
             self.retired.insert(retired.version, retired);
         }
+        // check_placement found every segment and every range free.
         for r in &placements {
-            let seg = self.segments.get_mut(&r.segment).expect("checked by check_placement");
-            if let Err(e) = seg.alloc.reserve(r.range) {
-                panic!("state machine corrupt: {:?} on {} was free a moment ago: {e}", r.range, r.segment);
-            }
+            let holder = HeldBy::Object(&new.key);
+            let Some(seg) = self.segments.get_mut(&r.segment) else {
+                let record = Record::Object(new.key.clone());
+                return Err(InvariantViolation::UnknownSegment { holder: record, segment: r.segment, range: r.range });
+            };
+            seg.reserve(holder, r.range)?;
         }
         let version = ObjectVersion(self.next_version);
         self.next_version += 1;
@@ -201,7 +212,7 @@ impl MetaState {
             completed_ms: Some(self.now_ms),
         };
         self.objects.insert(object);
-        Response::Committed { version }
+        Ok(Response::Committed { version })
     }
 
     /// Every replica lies inside the live arena it names, on its segment,
@@ -222,15 +233,15 @@ impl MetaState {
     }
 
     /// Frees the ranges of the listed retired objects (unknown ones skipped).
-    pub(super) fn release_retired(&mut self, versions: &[ObjectVersion]) -> Response {
+    pub(super) fn release_retired(&mut self, versions: &[ObjectVersion]) -> Applied {
         let mut count = 0;
         for v in versions {
             if let Some(old) = self.retired.remove(v) {
-                self.free_replicas(&old.replicas);
+                self.free_replicas(HeldBy::Retired(*v), &old.replicas)?;
                 count += 1;
             }
         }
-        Response::Removed { count }
+        Ok(Response::Removed { count })
     }
 }
 
@@ -248,7 +259,9 @@ pub fn validate_new_object(new: &NewObject) -> Result<(), MetaError> {
     if segments.len() != n {
         return Err(invalid(format!("two replicas of {:?} on one segment", new.key)));
     }
-    let len = new.size_bytes.next_multiple_of(ALLOC_ALIGN_BYTES);
+    let Some(len) = new.size_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES) else {
+        return Err(invalid(format!("object {:?} of {} bytes is larger than any segment", new.key, new.size_bytes)));
+    };
     if let Some(r) = new.replicas.iter().find(|r| r.range.len != len) {
         return Err(invalid(format!(
             "replica range {:?} is not {len} bytes long (the object's size, aligned)",

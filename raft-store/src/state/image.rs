@@ -203,6 +203,7 @@ impl MetaState {
             arenas: image.arenas.into_iter().map(|a| (a.id, a)).collect(),
             arenas_by_offset,
             next_arena: image.next_arena,
+            scan_credit_records: 0,
             retired: image.retired.into_iter().map(|r| (r.version, r)).collect(),
         })
     }

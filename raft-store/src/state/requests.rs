@@ -33,6 +33,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::invariants::{InvariantViolation, Record};
 use crate::types::Response;
 
 /// How long (request-clock time) a request id is remembered for
@@ -107,6 +108,8 @@ impl RequestMemory {
     /// The entries of a state image: (id, age on the request clock, answer),
     /// by id.
     pub(super) fn image(&self) -> Vec<(u64, u64, Response)> {
+        // No id is after the clock (`remember` and `check` hold that); a
+        // snapshot is no place to stop on it, so this one saturates.
         let now = self.clock.now_ms;
         self.answers.iter().map(|(id, (ms, answer))| (*id, now.saturating_sub(*ms), answer.clone())).collect()
     }
@@ -120,16 +123,23 @@ impl RequestMemory {
         self.clock.tick(ts_ms);
     }
 
+    /// How many request ids are remembered.
+    pub(super) fn count(&self) -> usize {
+        self.answers.len()
+    }
+
     pub(super) fn answer(&self, request_id: u64) -> Option<&Response> {
         self.answers.get(&request_id).map(|(_, answer)| answer)
     }
 
     /// Records the first answer of `request_id`, first forgetting ids older
-    /// than the window (and the oldest beyond [`REQUEST_DEDUP_MAX`]).
-    pub(super) fn remember(&mut self, request_id: u64, answer: Response) {
+    /// than the window (and the oldest beyond [`REQUEST_DEDUP_MAX`]). An id
+    /// remembered after the clock's reading is a broken state (the clock
+    /// never moves back): reported, not aged as if it were new.
+    pub(super) fn remember(&mut self, request_id: u64, answer: Response) -> Result<(), InvariantViolation> {
         let now = self.clock.now_ms;
         while let Some(&(ms, id)) = self.by_time.first() {
-            let expired = now.saturating_sub(ms) > REQUEST_DEDUP_WINDOW_MS;
+            let expired = self.age_ms(id, ms)? > REQUEST_DEDUP_WINDOW_MS;
             if !expired && self.answers.len() < REQUEST_DEDUP_MAX {
                 break;
             }
@@ -138,6 +148,47 @@ impl RequestMemory {
         }
         self.answers.insert(request_id, (now, answer));
         self.by_time.insert((now, request_id));
+        Ok(())
+    }
+
+    /// How long ago (request-clock ms) `id`, remembered at `ms`, was applied.
+    fn age_ms(&self, id: u64, ms: u64) -> Result<u64, InvariantViolation> {
+        self.clock.now_ms.checked_sub(ms).ok_or_else(|| InvariantViolation::Malformed {
+            record: Record::Requests,
+            problem: format!(
+                "request id {id} remembered at {ms} ms, after the request clock's {} ms",
+                self.clock.now_ms
+            ),
+        })
+    }
+
+    /// Test hook: records `request_id` at request-clock time `ms` in the
+    /// answers (and, if `indexed`, by time) as given, consistent or not.
+    #[cfg(test)]
+    pub(super) fn insert_raw(&mut self, request_id: u64, ms: u64, indexed: bool) {
+        self.answers.insert(request_id, (ms, Response::Ok));
+        if indexed {
+            self.by_time.insert((ms, request_id));
+        }
+    }
+
+    /// The two indexes name the same ids at the same times, none after the
+    /// clock, at most [`REQUEST_DEDUP_MAX`] of them.
+    pub(super) fn check(&self) -> Result<(), InvariantViolation> {
+        let bad = |problem: String| Err(InvariantViolation::Malformed { record: Record::Requests, problem });
+        if self.answers.len() > REQUEST_DEDUP_MAX {
+            return bad(format!("{} ids remembered; the limit is {REQUEST_DEDUP_MAX}", self.answers.len()));
+        }
+        if self.answers.len() != self.by_time.len() {
+            return bad(format!("{} answers but {} ids by time", self.answers.len(), self.by_time.len()));
+        }
+        for &(ms, id) in &self.by_time {
+            if self.answers.get(&id).map(|(at, _)| *at) != Some(ms) {
+                return bad(format!("request id {id} is listed at {ms} ms but its answer is not"));
+            }
+            self.age_ms(id, ms)?;
+        }
+        Ok(())
     }
 }
 
