@@ -116,6 +116,19 @@ impl MasterServiceImpl {
     }
 }
 
+/// A segment's shared-memory file, if it names one, must be a segment file
+/// (`/dev/shm/mooncake-*`): same-host clients map it and copy object bytes
+/// into it, so a mount naming any other path could make them write into
+/// (or read from) an arbitrary file. Checked here, on the way in; apply
+/// keeps accepting what older logs hold.
+fn validate_shm_path(spec: &mooncake_raft_store::SegmentSpec) -> Result<(), MetaError> {
+    if spec.shm_path.is_empty() {
+        return Ok(());
+    }
+    mooncake_segment::validate_segment_path(std::path::Path::new(&spec.shm_path))
+        .map_err(|e| MetaError::InvalidParams(format!("segment {}: {e}", spec.id)))
+}
+
 #[tonic::async_trait]
 impl MasterService for MasterServiceImpl {
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
@@ -147,7 +160,7 @@ impl MasterService for MasterServiceImpl {
             });
         };
         let spec = convert::segment_spec(seg);
-        if let Err(e) = validate_segment(&spec) {
+        if let Err(e) = validate_segment(&spec).and_then(|()| validate_shm_path(&spec)) {
             return ok(MountSegmentResponse { status: Some(invalid(e)) });
         }
         // Registering is hearing from the client: without this, a client that
@@ -167,7 +180,7 @@ impl MasterService for MasterServiceImpl {
     async fn remount_segment(&self, req: Request<RemountSegmentRequest>) -> RpcResult<RemountSegmentResponse> {
         let r = req.into_inner();
         let segments: Vec<_> = r.segments.iter().map(convert::segment_spec).collect();
-        if let Some(e) = segments.iter().find_map(|s| validate_segment(s).err()) {
+        if let Some(e) = segments.iter().find_map(|s| validate_segment(s).and_then(|()| validate_shm_path(s)).err()) {
             return ok(RemountSegmentResponse { status: Some(invalid(e)) });
         }
         self.shared.leader.heartbeat(ClientId(r.client_id), self.shared.now());

@@ -64,6 +64,21 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         ("segment missing", MountSegmentRequest { client_id: 9, segment: None }),
         ("segment size 0", MountSegmentRequest { client_id: 9, segment: Some(seg(2, 0, "127.0.0.1:1")) }),
         ("no endpoint", MountSegmentRequest { client_id: 9, segment: Some(seg(2, 1 << 20, "")) }),
+        // A forged mount must not point same-host clients at any file.
+        (
+            "shm_path outside the segment directory",
+            MountSegmentRequest {
+                client_id: 9,
+                segment: Some(Segment { shm_path: "/etc/passwd".into(), ..seg(3, 1 << 20, "127.0.0.1:1") }),
+            },
+        ),
+        (
+            "shm_path escaping the segment directory",
+            MountSegmentRequest {
+                client_id: 9,
+                segment: Some(Segment { shm_path: "/dev/shm/../etc/shadow".into(), ..seg(3, 1 << 20, "127.0.0.1:1") }),
+            },
+        ),
     ];
     for (what, req) in mounts {
         let r = raw.mount_segment(req).await.expect("rpc").into_inner();

@@ -13,4 +13,7 @@ mod memory;
 
 pub use allocator::{ALLOC_ALIGN_BYTES, AllocError, Range, RangeAllocator};
 pub use ids::{ClientId, SegmentId};
-pub use memory::{FileIdentity, MemoryError, SHM_DIR, SHM_NAME_MAX_BYTES, SegmentMemory, free_bytes};
+pub use memory::{
+    FileIdentity, MemoryError, SEGMENT_FILE_PREFIX, SHM_DIR, SHM_NAME_MAX_BYTES, SegmentMemory, free_bytes,
+    validate_segment_path,
+};

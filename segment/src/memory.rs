@@ -20,7 +20,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
@@ -28,6 +28,29 @@ use memmap2::{MmapMut, MmapOptions};
 
 /// Directory whose files are shared-memory segments (tmpfs on Linux).
 pub const SHM_DIR: &str = "/dev/shm";
+
+/// Every segment file's name starts with this; a path to anything else is
+/// never mounted or mapped ([`validate_segment_path`]).
+pub const SEGMENT_FILE_PREFIX: &str = "mooncake-";
+
+/// Whether `path` may name a segment file: absolute, directly inside
+/// [`SHM_DIR`], named `mooncake-*` (a plain name: no `/`, `..`, NUL). The
+/// master checks this on every mount and clients before they map a file,
+/// so a forged mount cannot make a client write into (or read from) an
+/// arbitrary file. Only the path: [`SegmentMemory::open_shm`] also checks
+/// the file itself.
+pub fn validate_segment_path(path: &Path) -> Result<(), MemoryError> {
+    let refuse = |reason: &str| MemoryError::NotASegmentFile { path: path.to_path_buf(), reason: reason.to_owned() };
+    if path.parent() != Some(Path::new(SHM_DIR)) {
+        return Err(refuse(&format!("it is not directly inside {SHM_DIR}")));
+    }
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| refuse("it has no plain file name"))?;
+    validate_name(name).map_err(|e| refuse(&e.to_string()))?;
+    if !name.starts_with(SEGMENT_FILE_PREFIX) {
+        return Err(refuse(&format!("its name does not start with {SEGMENT_FILE_PREFIX:?}")));
+    }
+    Ok(())
+}
 
 /// Longest segment file name, in bytes: Linux `NAME_MAX`. Longer names would
 /// fail in `open` with a less helpful `ENAMETOOLONG`.
@@ -77,6 +100,19 @@ pub enum MemoryError {
         name: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// A segment file path outside the segment directory, or a file that is
+    /// not a segment file (a symlink, not a regular file, a stranger's).
+    #[error(
+        "refusing segment file {}: {reason}; segment files are regular files named {SHM_DIR}/{SEGMENT_FILE_PREFIX}*, \
+         created by their store node (docs/SECURITY.md)",
+        .path.display()
+    )]
+    NotASegmentFile {
+        /// The path given.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
     /// An existing segment file has another size than the owner announced.
     #[error("segment file {} is {actual} bytes, expected {expected}; the owner re-created it or the metadata is stale", .path.display())]
@@ -170,10 +206,31 @@ impl SegmentMemory {
 
     /// Maps an existing segment file that another process created, expecting
     /// it to be `expected_size` bytes. Never removes the file.
+    ///
+    /// Only a segment file is mapped: the path must pass
+    /// [`validate_segment_path`], a symlink is never followed, and the file
+    /// must be a regular file owned by this user (or root).
     pub fn open_shm(path: &Path, expected_size: u64) -> Result<Self, MemoryError> {
+        validate_segment_path(path)?;
         let len = checked_len(expected_size)?;
-        let file = io_ctx("open", path, OpenOptions::new().read(true).write(true).open(path))?;
-        let actual = io_ctx("stat", path, file.metadata())?.len();
+        let opened = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOFOLLOW).open(path);
+        let file = match opened {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(MemoryError::NotASegmentFile {
+                    path: path.to_path_buf(),
+                    reason: "it is a symlink".into(),
+                });
+            }
+            other => io_ctx("open", path, other)?,
+        };
+        let meta = io_ctx("stat", path, file.metadata())?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.file_type().is_file() || (meta.uid() != me && meta.uid() != 0) {
+            let reason = format!("it is not a regular file owned by uid {me} or root (uid {})", meta.uid());
+            return Err(MemoryError::NotASegmentFile { path: path.to_path_buf(), reason });
+        }
+        let actual = meta.len();
         if actual != expected_size {
             return Err(MemoryError::SizeMismatch { path: path.to_path_buf(), expected: expected_size, actual });
         }
@@ -340,8 +397,20 @@ fn checked_len(size_bytes: u64) -> Result<usize, MemoryError> {
     }
 }
 
+/// A new segment file, readable and writable by its owner only (0600):
+/// other users' processes cannot read or change the objects in it.
 fn create_file(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    // An existing file keeps its mode through O_TRUNC: set it.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(file)
 }
 
 fn identity_of(file: &File) -> Option<FileIdentity> {
@@ -442,6 +511,37 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     static NEXT: AtomicU64 = AtomicU64::new(0);
+
+    /// A forged mount must not turn a client into a tool that writes into
+    /// (or reads from) any file: only segment files are ever mapped.
+    #[test]
+    fn only_segment_files_are_mapped() {
+        for bad in
+            ["/etc/passwd", "/dev/shm/../etc/passwd", "/dev/shm/other-file", "relative/mooncake-x", "/tmp/mooncake-x"]
+        {
+            let e = SegmentMemory::open_shm(Path::new(bad), 4096).map(|_| ()).unwrap_err();
+            assert!(matches!(e, MemoryError::NotASegmentFile { .. }), "{bad}: {e}");
+        }
+        assert!(validate_segment_path(Path::new("/dev/shm/mooncake-abc")).is_ok());
+        // A symlink named like a segment file, pointing at a real file, is refused.
+        let target = std::env::temp_dir().join(format!("mooncake-victim-{}", std::process::id()));
+        std::fs::write(&target, vec![7u8; 4096]).unwrap();
+        let link = Path::new(SHM_DIR).join(unique_name("link"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = SegmentMemory::open_shm(&link, 4096).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        let _ = std::fs::remove_file(&link);
+        assert_eq!(std::fs::read(&target).unwrap(), vec![7u8; 4096], "the victim file is untouched");
+        let _ = std::fs::remove_file(&target);
+    }
+
+    #[test]
+    fn segment_files_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let mem = SegmentMemory::create_shm(&unique_name("mode"), 4096, false).unwrap();
+        let mode = std::fs::metadata(mem.shm_path().unwrap()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
 
     fn unique_name(tag: &str) -> String {
         format!("mooncake-test-{tag}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
