@@ -126,16 +126,18 @@ impl OwnArena {
     fn handed_out(&self) -> u64 {
         self.arena.extents[..self.extent].iter().map(|e| e.len).sum::<u64>() + self.used_in_extent
     }
+
+    /// Bytes not handed out yet.
+    fn room(&self) -> u64 {
+        let total: u64 = self.arena.extents.iter().map(|e| e.len).sum();
+        total.saturating_sub(self.handed_out())
+    }
 }
 
 /// Reservations and arenas of one leadership term.
 #[derive(Default)]
 pub struct PutTable {
     active: HashMap<String, Reservation>,
-    /// Bytes of the active reservations, per segment: placement counts them
-    /// as taken, so the puts of one batch (all placed before any commits)
-    /// spread over the segments instead of piling onto the emptiest two.
-    pending: HashMap<SegmentId, u64>,
     arenas: BTreeMap<ArenaId, OwnArena>,
     open: HashMap<SegmentId, ArenaId>,
     next_len: HashMap<SegmentId, u64>,
@@ -182,6 +184,11 @@ impl PutTable {
         (self.arenas.len(), self.arenas.values().map(|a| a.arena.len_bytes()).sum())
     }
 
+    /// Bytes left in this leader's open arena on `segment` (0 without one).
+    fn open_room(&self, segment: SegmentId) -> u64 {
+        self.open.get(&segment).and_then(|id| self.arenas.get(id)).filter(|a| !a.sealed).map_or(0, OwnArena::room)
+    }
+
     /// Whether `segment`'s open arena can take `len` more bytes.
     pub fn has_room(&self, segment: SegmentId, len: u64) -> bool {
         self.open.get(&segment).and_then(|id| self.arenas.get(id)).is_some_and(|a| a.fit(aligned(len)).is_some())
@@ -209,11 +216,17 @@ impl PutTable {
         }
         let len = aligned(ask.size_bytes);
         // The caller's preferred segments first, in its order; then the
-        // others, the emptiest first counting puts in flight here.
+        // others, the emptiest first, where empty is the segment's free
+        // bytes plus what is left in this leader's open arena there (a
+        // granted arena counts as used in the state). Each reservation
+        // lowers it, so the puts of one batch — all placed before any
+        // commits — spread over equally free segments instead of piling
+        // onto one; a new arena leaves it unchanged, so a put that had an
+        // arena granted is placed in it on the next round. Ties by id.
         let mut ranked: Vec<&Candidate> = candidates.iter().collect();
         ranked.sort_by_key(|c| {
-            let pending = self.pending.get(&c.segment).copied().unwrap_or(0);
-            (!c.preferred, if c.preferred { 0 } else { u64::MAX - c.free_bytes.saturating_sub(pending) })
+            let empty = c.free_bytes.saturating_add(self.open_room(c.segment));
+            (!c.preferred, if c.preferred { (0, SegmentId(0)) } else { (u64::MAX - empty, c.segment) })
         });
         let mut chosen: Vec<SegmentId> = Vec::new();
         let mut needs: Vec<&Candidate> = Vec::new();
@@ -385,29 +398,11 @@ impl PutTable {
     }
 
     fn insert_active(&mut self, key: String, r: Reservation) {
-        for p in &r.replicas {
-            *self.pending.entry(p.segment).or_default() += p.range.len;
-        }
-        if let Some(old) = self.active.insert(key, r) {
-            self.forget_pending(&old);
-        }
+        self.active.insert(key, r);
     }
 
     fn remove_active(&mut self, key: &str) -> Option<Reservation> {
-        let r = self.active.remove(key)?;
-        self.forget_pending(&r);
-        Some(r)
-    }
-
-    fn forget_pending(&mut self, r: &Reservation) {
-        for p in &r.replicas {
-            if let Some(n) = self.pending.get_mut(&p.segment) {
-                *n = n.saturating_sub(p.range.len);
-                if *n == 0 {
-                    self.pending.remove(&p.segment);
-                }
-            }
-        }
+        self.active.remove(key)
     }
 
     fn release(&mut self, arenas: &[ArenaId]) {
@@ -624,12 +619,29 @@ mod tests {
             }
         }
         assert_eq!(used.len(), 8);
-        // Finished puts no longer count: the first segments are chosen again.
-        for k in 0..4 {
-            assert!(t.finish(&format!("k{k}"), ClientId(1)).is_some());
-        }
+        // All as full again: ties go by id.
         let again = placed(t.reserve(&ask("again", 1, 4096, 2), &c, &[], true, t0));
         assert_eq!(again.iter().map(|p| p.segment).collect::<Vec<_>>(), vec![SegmentId(1), SegmentId(2)]);
+    }
+
+    /// A granted arena counts as used in the state; placement must count its
+    /// room as free, or every grant makes another segment look emptier and
+    /// the put asks for arena after arena without ever being placed (a
+    /// 1 M-object load lost a put that way: NO_AVAILABLE_HANDLE).
+    #[test]
+    fn a_put_lands_in_the_arena_just_granted_for_it() {
+        let t0 = Instant::now();
+        let mut t = PutTable::default();
+        let mut c: Vec<Candidate> = (1..=4).map(|i| cand(i, &format!("h{i}"))).collect();
+        assert_eq!(
+            t.reserve(&ask("k", 1, 4096, 1), &c, &[], false, t0),
+            Reserve::NeedArenas(vec![(SegmentId(1), t.arena_len(SegmentId(1), 4096, SEG))])
+        );
+        // The grant: segment 1's free bytes drop in the state by the arena.
+        t.add_arena(arena(7, 1, 0, 4 * MB), SEG);
+        c[0].free_bytes = SEG - 4 * MB;
+        let p = placed(t.reserve(&ask("k", 1, 4096, 1), &c, &[], false, t0));
+        assert_eq!(p[0].segment, SegmentId(1), "placed in the new arena, not sent to ask for another");
     }
 
     /// A writer whose PutEnd call failed sends PutRevoke; if the PutEnd is
