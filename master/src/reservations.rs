@@ -138,6 +138,10 @@ impl OwnArena {
 #[derive(Default)]
 pub struct PutTable {
     active: HashMap<String, Reservation>,
+    /// Bytes this leader handed out per segment in its term: among equally
+    /// free segments, placement prefers the one it used least, so puts
+    /// rotate over them (a batch's puts are placed before any commits).
+    taken: HashMap<SegmentId, u64>,
     arenas: BTreeMap<ArenaId, OwnArena>,
     open: HashMap<SegmentId, ArenaId>,
     next_len: HashMap<SegmentId, u64>,
@@ -154,6 +158,10 @@ pub struct PutTable {
 fn arena_cap(capacity: u64) -> u64 {
     ARENA_MAX_BYTES.min(aligned(capacity / ARENA_SHARE_DIVISOR).max(ALLOC_ALIGN_BYTES))
 }
+
+/// Placement tells segments apart by emptiness in steps of 1/this of their
+/// size; within a step it rotates (`PutTable::reserve`).
+const EMPTINESS_STEPS: u64 = 16;
 
 /// An arena is at most 1/this of its segment.
 pub const ARENA_SHARE_DIVISOR: u64 = 64;
@@ -216,17 +224,22 @@ impl PutTable {
         }
         let len = aligned(ask.size_bytes);
         // The caller's preferred segments first, in its order; then the
-        // others, the emptiest first, where empty is the segment's free
-        // bytes plus what is left in this leader's open arena there (a
-        // granted arena counts as used in the state). Each reservation
-        // lowers it, so the puts of one batch — all placed before any
-        // commits — spread over equally free segments instead of piling
-        // onto one; a new arena leaves it unchanged, so a put that had an
-        // arena granted is placed in it on the next round. Ties by id.
+        // others: the emptier (in sixteenths of the segment) first, where
+        // empty is the free bytes plus what is left in this leader's open
+        // arena there (a granted arena counts as used in the state, and the
+        // state the caller read may predate the grant: capped at the
+        // capacity); among equally empty ones, the one this leader handed
+        // out least of in its term, then the lowest id. So the puts of one
+        // batch, all placed before any commits, rotate over equally free
+        // segments, and a put that had an arena granted lands in it.
         let mut ranked: Vec<&Candidate> = candidates.iter().collect();
         ranked.sort_by_key(|c| {
-            let empty = c.free_bytes.saturating_add(self.open_room(c.segment));
-            (!c.preferred, if c.preferred { (0, SegmentId(0)) } else { (u64::MAX - empty, c.segment) })
+            if c.preferred {
+                return (false, 0, 0, SegmentId(0));
+            }
+            let empty = c.free_bytes.saturating_add(self.open_room(c.segment)).min(c.capacity_bytes);
+            let sixteenths = empty.saturating_mul(EMPTINESS_STEPS) / c.capacity_bytes.max(1);
+            (true, EMPTINESS_STEPS - sixteenths, self.taken.get(&c.segment).copied().unwrap_or(0), c.segment)
         });
         let mut chosen: Vec<SegmentId> = Vec::new();
         let mut needs: Vec<&Candidate> = Vec::new();
@@ -277,6 +290,7 @@ impl PutTable {
         a.extent = extent;
         a.used_in_extent = used + len;
         a.outstanding += 1;
+        *self.taken.entry(segment).or_default() += len;
         PlacedReplica { segment, arena: id, range }
     }
 
@@ -622,6 +636,36 @@ mod tests {
         // All as full again: ties go by id.
         let again = placed(t.reserve(&ask("again", 1, 4096, 2), &c, &[], true, t0));
         assert_eq!(again.iter().map(|p| p.segment).collect::<Vec<_>>(), vec![SegmentId(1), SegmentId(2)]);
+    }
+
+    /// Concurrent puts read the state before the arenas granted for their
+    /// neighbours commit: even then the puts of a batch rotate over equally
+    /// free segments instead of filling one arena after another (the fleet
+    /// bench: 42 of 100 segments with batches of 100).
+    #[test]
+    fn puts_placed_on_a_stale_view_still_rotate() {
+        let t0 = Instant::now();
+        let mut t = PutTable::default();
+        let c: Vec<Candidate> = (1..=8).map(|i| cand(i, &format!("h{i}"))).collect();
+        let mut used = std::collections::BTreeSet::new();
+        let mut next_arena = 100;
+        for k in 0..16 {
+            let key = format!("k{k}");
+            let p = loop {
+                match t.reserve(&ask(&key, 1, 16 << 10, 1), &c, &[], false, t0) {
+                    Reserve::Placed(p) => break p,
+                    Reserve::NeedArenas(wanted) => {
+                        for (segment, len) in wanted {
+                            next_arena += 1;
+                            t.add_arena(arena(next_arena, segment.0, 0, len), SEG);
+                        }
+                    }
+                    other => panic!("{other:?}"),
+                }
+            };
+            used.insert(p[0].segment);
+        }
+        assert_eq!(used.len(), 8, "16 puts on a view that never saw the grants used {used:?}");
     }
 
     /// A granted arena counts as used in the state; placement must count its
