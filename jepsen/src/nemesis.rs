@@ -348,6 +348,15 @@ impl Nemesis {
             return Ok("membership already changed in this run".into());
         }
         let Some(&out) = others.first() else { return Ok("no follower to remove".into()) };
+        let voters = self.replace_with_spare(leader, others, out).await?;
+        self.membership_done = true;
+        Ok(format!("master 4 added, master {out} removed; voters {voters:?}"))
+    }
+
+    /// The documented replacement of master `out`: the spare (master 4)
+    /// joins as a learner, becomes a voter in `out`'s place, and `out` is
+    /// stopped. Returns the new voters.
+    async fn replace_with_spare(&mut self, leader: u64, others: &[u64], out: u64) -> anyhow::Result<Vec<u64>> {
         let (spare_addr, addrs) = {
             let mut c = self.cluster.lock().await;
             c.start_spare(4)?;
@@ -359,13 +368,24 @@ impl Nemesis {
         voters.extend(others.iter().copied().filter(|o| *o != out));
         voters.push(4);
         client.change_membership(voters.clone(), false).await?;
-        {
-            let mut c = self.cluster.lock().await;
-            c.voters = voters.clone();
-            c.kill(Target::Master(out))?;
+        let mut c = self.cluster.lock().await;
+        c.voters = voters.clone();
+        c.kill(Target::Master(out))?;
+        Ok(voters)
+    }
+
+    /// How master `id` ended, once it ends by itself within `max` (reaped).
+    async fn wait_master_exit(&self, id: u64, max: Duration) -> Option<std::process::ExitStatus> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.cluster.lock().await.master_exit(id) {
+                return Some(status);
+            }
+            if start.elapsed() > max {
+                return None;
+            }
+            tokio::time::sleep(LEADER_POLL).await;
         }
-        self.membership_done = true;
-        Ok(format!("master 4 added, master {out} removed; voters {voters:?}"))
     }
 
     /// A follower's disk is replaced by a blank one: restarted under its
@@ -382,35 +402,12 @@ impl Nemesis {
             c.wipe_data_dir(out)?;
             c.restart(Target::Master(out))?;
         }
-        let start = std::time::Instant::now();
-        let status = loop {
-            if let Some(status) = self.cluster.lock().await.master_exit(out) {
-                break Some(status);
-            }
-            if start.elapsed() > WIPED_REFUSAL_MAX {
-                break None;
-            }
-            tokio::time::sleep(LEADER_POLL).await;
-        };
+        let status = self.wait_master_exit(out, WIPED_REFUSAL_MAX).await;
         let line = self.cluster.lock().await.master_exit_line(out, WIPED_REFUSAL);
         let refused = status.is_some_and(|s| !s.success()) && line.contains(WIPED_REFUSAL);
         self.wipe_refused = Some((refused, line.clone()));
-        if status.is_none() {
-            // Still running blank: stop it before replacing it.
-            self.cluster.lock().await.kill(Target::Master(out))?;
-        }
-        let (spare_addr, addrs) = {
-            let mut c = self.cluster.lock().await;
-            c.start_spare(4)?;
-            (crate::chaos_cluster::master_addr(&self.net, 4)?, c.master_addrs()?)
-        };
-        let client = MasterClient::new(MasterClientConfig::new(addrs))?;
-        client.add_learner(4, &spare_addr).await?;
-        let mut voters: Vec<u64> = vec![leader];
-        voters.extend(others.iter().copied().filter(|o| *o != out));
-        voters.push(4);
-        client.change_membership(voters.clone(), false).await?;
-        self.cluster.lock().await.voters = voters.clone();
+        // Still running blank (the check failed): replace_with_spare stops it.
+        let voters = self.replace_with_spare(leader, others, out).await?;
         self.membership_done = true;
         let how = match status {
             Some(s) => format!("it refused to start ({s}): {line}"),
@@ -486,15 +483,7 @@ impl Nemesis {
     async fn fill_disk(&mut self, victim: u64, leader: u64) -> anyhow::Result<String> {
         let bytes = self.cluster.lock().await.fill_disk(victim)?;
         let start = std::time::Instant::now();
-        let status = loop {
-            if let Some(status) = self.cluster.lock().await.master_exit(victim) {
-                break Some(status);
-            }
-            if start.elapsed() > DISK_FULL_EXIT_MAX {
-                break None;
-            }
-            tokio::time::sleep(LEADER_POLL).await;
-        };
+        let status = self.wait_master_exit(victim, DISK_FULL_EXIT_MAX).await;
         let last_line = self.cluster.lock().await.master_exit_line(victim, "fatal:");
         let after_s = start.elapsed().as_secs_f64();
         use std::os::unix::process::ExitStatusExt;
