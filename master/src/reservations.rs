@@ -277,7 +277,7 @@ impl PutTable {
             started: now,
             ending: 0,
         };
-        self.insert_active(ask.key.clone(), r);
+        self.active.insert(ask.key.clone(), r);
         Reserve::Placed(replicas)
     }
 
@@ -344,7 +344,7 @@ impl PutTable {
         if self.active.get(key).is_none_or(|r| r.client != client) {
             return None;
         }
-        let r = self.remove_active(key)?;
+        let r = self.active.remove(key)?;
         self.release(&r.replicas.iter().map(|p| p.arena).collect::<Vec<_>>());
         Some(r)
     }
@@ -357,7 +357,7 @@ impl PutTable {
             Some(r) if r.client == client => {}
             _ => return Revoke::NotInFlight,
         }
-        if let Some(r) = self.remove_active(key) {
+        if let Some(r) = self.active.remove(key) {
             self.held.push((r.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
         }
         Revoke::Revoked
@@ -386,7 +386,7 @@ impl PutTable {
             .map(|(k, _)| k.clone())
             .collect();
         for key in &old {
-            if let Some(r) = self.remove_active(key) {
+            if let Some(r) = self.active.remove(key) {
                 self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
             }
         }
@@ -405,18 +405,10 @@ impl PutTable {
         let keys: Vec<String> =
             self.active.iter().filter(|(_, r)| r.client == client).map(|(k, _)| k.clone()).collect();
         for key in keys {
-            if let Some(r) = self.remove_active(&key) {
+            if let Some(r) = self.active.remove(&key) {
                 self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
             }
         }
-    }
-
-    fn insert_active(&mut self, key: String, r: Reservation) {
-        self.active.insert(key, r);
-    }
-
-    fn remove_active(&mut self, key: &str) -> Option<Reservation> {
-        self.active.remove(key)
     }
 
     fn release(&mut self, arenas: &[ArenaId]) {
