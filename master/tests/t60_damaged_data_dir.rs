@@ -32,6 +32,12 @@ fn flip_middle(path: &Path, len: u64) -> bool {
     true
 }
 
+/// The committed index the data dir's durable watermark holds (0 if none).
+fn watermark_index(dir: &Path) -> u64 {
+    let text = std::fs::read_to_string(dir.join("durable-watermark")).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["committed_index"].as_u64()).unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_on_a_damaged_data_dir_refuses_or_keeps_everything_it_acknowledged() {
     let mut cluster = Cluster::builder().masters(1).master_bin(BIN).arg("--snapshot-logs=100").start();
@@ -54,14 +60,22 @@ async fn a_master_on_a_damaged_data_dir_refuses_or_keeps_everything_it_acknowled
         put(i).await;
     }
     // sled writes its own snapshot file now and then; make sure there is
-    // state in every kind of file, and that the watermark saw the end.
+    // state in every kind of file, and that the watermark saw the load: it
+    // records at most once a second (at a commit), so put until it does.
     client.trigger_snapshot().await.expect("snapshot");
-    tokio::time::sleep(Duration::from_millis(1_100)).await; // the watermark records at most once a second
-    put(OBJECTS).await;
+    let dir = cluster.inner.node(Role::Master, id).expect("node").data_dir.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let loaded = cluster.info(id).await.expect("info").applied_index;
+    let mut next = OBJECTS;
+    while watermark_index(&dir) < loaded {
+        assert!(std::time::Instant::now() < deadline, "the durable watermark never reached index {loaded}");
+        put(next).await;
+        next += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let before = cluster.info(id).await.expect("info");
     cluster.kill(id);
 
-    let dir = cluster.inner.node(Role::Master, id).expect("node").data_dir.clone();
     let mut damaged = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("data dir") {
         let path = entry.expect("entry").path();
