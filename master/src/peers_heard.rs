@@ -10,7 +10,6 @@
 //! peer is heard from, so its fsync is rare.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -48,23 +47,10 @@ impl PeersHeard {
             return;
         }
         let text: String = heard.iter().map(|id| format!("{id}\n")).collect();
-        if let Err(e) = write_durably(&self.path, text.as_bytes()) {
+        if let Err(e) = mooncake_raft_store::write_file_durably(&self.path, text.as_bytes()) {
             tracing::warn!(peer = id, error = %e, path = %self.path.display(), "cannot record a peer heard from");
         }
     }
-}
-
-/// Writes `bytes` to `path` through a synced temporary file and a rename.
-fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -75,3 +75,19 @@ impl DataSync {
         }
     }
 }
+
+/// Replaces `path` with `bytes` durably: a synced temporary file renamed
+/// over it, then the directory synced (a crash leaves the old or the new
+/// content, never a mix). For small files written rarely.
+pub fn write_file_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}

@@ -22,7 +22,7 @@ mod store;
 mod types;
 mod watermark;
 
-pub use durable::DataSync;
+pub use durable::{DataSync, write_file_durably};
 pub use error::{MetaError, StoreError};
 pub use flushed::FlushedLog;
 pub use log_store::LogStore;

@@ -12,7 +12,6 @@
 //! once per [`COMMITTED_EVERY`] on a blocking thread (one small fsync), so a
 //! rollback of entries older than that is always caught.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -119,20 +118,15 @@ impl Watermark {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes `mark` through a synced temporary file and a rename.
+    /// Writes `mark` durably (`durable::write_file_durably`).
     fn write(&self, mark: &Mark) -> Result<(), StoreError> {
-        let io = |op, source| StoreError::Io { op, path: self.path.display().to_string(), source };
         let bytes = serde_json::to_vec(mark)
             .map_err(|e| StoreError::Encode { what: "durable watermark".into(), message: e.to_string() })?;
-        let tmp = self.path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create durable watermark", e))?;
-        f.write_all(&bytes).map_err(|e| io("write durable watermark", e))?;
-        f.sync_all().map_err(|e| io("sync durable watermark", e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| io("rename durable watermark", e))?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync data dir", e))?;
-        }
-        Ok(())
+        crate::durable::write_file_durably(&self.path, &bytes).map_err(|source| StoreError::Io {
+            op: "write durable watermark",
+            path: self.path.display().to_string(),
+            source,
+        })
     }
 }
 
