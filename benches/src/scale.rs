@@ -166,9 +166,7 @@ async fn put_batch(client: &MasterClient, prefix: &str, range: std::ops::Range<u
         })
         .collect();
     let started = client.batch_put_start(starts).await?;
-    if let Some(s) = started.reply.iter().filter_map(|r| r.status.as_ref()).find(|s| s.code != 0) {
-        eprintln!("scale: a PutStart of {prefix} was refused: code {} {}", s.code, s.message);
-    }
+    say_first_refusal("PutStart", prefix, started.reply.iter().map(|r| r.status.as_ref()));
     let ends: Vec<PutEndRequest> = range
         .zip(&started.reply)
         .filter(|(_, r)| r.status.as_ref().is_none_or(|s| s.code == 0))
@@ -183,10 +181,16 @@ async fn put_batch(client: &MasterClient, prefix: &str, range: std::ops::Range<u
         })
         .collect();
     let ended = client.batch_put_end(ends).await?;
-    if let Some(s) = ended.reply.iter().filter_map(|r| r.status.as_ref()).find(|s| s.code != 0) {
-        eprintln!("scale: a PutEnd of {prefix} was refused: code {} {}", s.code, s.message);
-    }
+    say_first_refusal("PutEnd", prefix, ended.reply.iter().map(|r| r.status.as_ref()));
     Ok(ended.reply.iter().filter(|r| r.status.as_ref().is_none_or(|s| s.code == 0)).count() as u64)
+}
+
+/// Prints the first refused item of a batch reply: a load that comes up
+/// short says why.
+fn say_first_refusal<'a>(rpc: &str, prefix: &str, statuses: impl Iterator<Item = Option<&'a mooncake_proto::Status>>) {
+    if let Some(s) = statuses.flatten().find(|s| s.code != 0) {
+        eprintln!("scale: a {rpc} of {prefix} was refused: code {} {}", s.code, s.message);
+    }
 }
 
 /// A request id unique to this bench process (for retried PutEnds): the
