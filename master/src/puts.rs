@@ -23,7 +23,7 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::convert;
 use crate::errors::{internal, invalid, response_status};
-use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, aligned};
+use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
 use crate::shared::Shared;
 
 /// Rounds of placement one PutStart may go through (each may grant arenas
@@ -96,10 +96,9 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         upsert: req.upsert,
     };
     let need = aligned(ask.size_bytes).saturating_mul(ask.replica_num as u64);
-    let mut excluded: Vec<SegmentId> = Vec::new();
-    let mut evictions = 0u32;
     // Fewer replicas than asked are placed only once eviction cannot help.
-    let mut allow_fewer = false;
+    let mut round = Round::default();
+    let mut evictions = 0u32;
     for _ in 0..PLACE_ROUNDS_MAX {
         let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &spec.preferred)).await;
         let look = match found {
@@ -111,8 +110,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone())));
         }
         let now = Instant::now();
-        let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &excluded, allow_fewer, now))
-        else {
+        let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &round, now)) else {
             return refuse(shared.not_leader());
         };
         match r {
@@ -123,41 +121,60 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
                 for (segment, len) in wanted {
-                    if !grant_arena(shared, segment, len, aligned(ask.size_bytes)).await {
-                        excluded.push(segment);
+                    match grant_arena(shared, segment, len, aligned(ask.size_bytes)).await {
+                        Grant::Room => round.granted.push(segment),
+                        Grant::NoRoom => round.excluded.push(segment),
+                        Grant::NotLeading => return refuse(shared.not_leader()),
                     }
                 }
             }
-            Reserve::NoRoom if allow_fewer => break,
+            Reserve::NoRoom if round.allow_fewer => {
+                return refuse(invalid(MetaError::NoAvailableHandle(format!(
+                    "no segment has {} free contiguous bytes for {:?} (after evicting what could be evicted)",
+                    aligned(ask.size_bytes),
+                    ask.key
+                ))));
+            }
             Reserve::NoRoom => {
                 let target = need.saturating_mul(1 << (2 * evictions));
                 evictions += 1;
                 // Once eviction cannot help any more, take what room there is.
                 if evictions > EVICT_ROUNDS_MAX || shared.evictor.round(target).await == 0 {
-                    allow_fewer = true;
+                    round.allow_fewer = true;
                 }
-                excluded.clear();
+                round.excluded.clear();
             }
         }
     }
     refuse(invalid(MetaError::NoAvailableHandle(format!(
-        "no segment has {} free contiguous bytes for {:?} (after evicting what could be evicted)",
-        aligned(ask.size_bytes),
+        "{:?} was not placed in {PLACE_ROUNDS_MAX} rounds: concurrent puts kept taking the space granted for it; \
+         put it again",
         ask.key
     ))))
+}
+
+/// What an arena grant for a put came to.
+enum Grant {
+    /// The segment's open arena has room for the put (granted now, or by a
+    /// concurrent put).
+    Room,
+    /// The segment has no room for the put (or the grant failed).
+    NoRoom,
+    /// This master stopped leading: the put goes to the new leader.
+    NotLeading,
 }
 
 /// Grants this leader an arena of `len` (at least `min_len`) on `segment`,
 /// unless a concurrent put already did. Under pressure it first gives back
 /// the tail of the segment's open arena and every own arena with nothing in
-/// flight. False when the segment has no room for `min_len`.
-async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> bool {
+/// flight.
+async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> Grant {
     let _one_grant_at_a_time = shared.arena_grants.lock().await;
     let Some((term, room)) = shared.leader.with(|t| (t.term, t.puts.has_room(segment, min_len))) else {
-        return false;
+        return Grant::NotLeading;
     };
     if room {
-        return true;
+        return Grant::Room;
     }
     // The segment's holes first (as many as make `len`, each at least the
     // object); then again after giving back what this leader holds but
@@ -170,24 +187,29 @@ async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64
         match shared.proposer.propose(grant).await {
             Ok(Response::ArenaGranted(arena)) => {
                 let capacity = shared.reader.read(|s| s.segment(segment).map(|g| g.capacity_bytes()).unwrap_or(0));
-                let trim = shared.leader.with(|t| t.puts.add_arena(arena, capacity)).flatten();
-                if let Some((id, keep)) = trim {
-                    trim_arena(shared, id, keep).await;
+                // Adopted only by the term that asked for it (a later term
+                // of this node leaves it to the release timeout, as any
+                // deposed leader's arena).
+                let trim = shared.leader.with(|t| (t.term == term).then(|| t.puts.add_arena(arena, capacity)));
+                match trim {
+                    None | Some(None) => return Grant::NotLeading,
+                    Some(Some(Some((id, keep)))) => trim_arena(shared, id, keep).await,
+                    Some(Some(None)) => {}
                 }
-                return true;
+                return Grant::Room;
             }
             Ok(Response::Err(MetaError::NoAvailableHandle(_))) => continue,
             Ok(other) => {
                 tracing::warn!(%segment, ?other, "arena grant refused");
-                return false;
+                return Grant::NoRoom;
             }
             Err(s) => {
                 tracing::warn!(%segment, code = ?s.error_code(), message = %s.message, "arena grant failed");
-                return false;
+                return Grant::NoRoom;
             }
         }
     }
-    false
+    Grant::NoRoom
 }
 
 /// Gives back what this leader holds but does not use: the tail of

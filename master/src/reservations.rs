@@ -47,6 +47,17 @@ pub struct Reservation {
     pub ending: u32,
 }
 
+/// What one PutStart learned in its earlier rounds of placement.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Segments an arena grant failed on: not tried again.
+    pub excluded: Vec<SegmentId>,
+    /// Segments arenas were granted on for this put: placed there first.
+    pub granted: Vec<SegmentId>,
+    /// Fewer replicas than asked are acceptable (eviction cannot help).
+    pub allow_fewer: bool,
+}
+
 /// What a PutRevoke found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Revoke {
@@ -204,17 +215,10 @@ impl PutTable {
 
     /// Reserves ranges for `ask` on up to `replica_num` of `candidates`
     /// (in their order, one replica per host first unless preferred),
-    /// skipping `excluded` segments. Fewer replicas than asked only with
-    /// `allow_fewer` (after eviction could not make room); otherwise that is
-    /// [`Reserve::NoRoom`].
-    pub fn reserve(
-        &mut self,
-        ask: &PutAsk,
-        candidates: &[Candidate],
-        excluded: &[SegmentId],
-        allow_fewer: bool,
-        now: Instant,
-    ) -> Reserve {
+    /// skipping the round's excluded segments. Fewer replicas than asked only
+    /// with `allow_fewer` (after eviction could not make room); otherwise
+    /// that is [`Reserve::NoRoom`].
+    pub fn reserve(&mut self, ask: &PutAsk, candidates: &[Candidate], round: &Round, now: Instant) -> Reserve {
         if let Some(r) = self.active.get(&ask.key) {
             return if r.client == ask.client && r.size_bytes == ask.size_bytes {
                 Reserve::Again(r.replicas.clone())
@@ -222,7 +226,6 @@ impl PutTable {
                 Reserve::Taken
             };
         }
-        let len = aligned(ask.size_bytes);
         // The caller's preferred segments first, in its order; then the
         // others: the emptier (in sixteenths of the segment) first, where
         // empty is the free bytes plus what is left in this leader's open
@@ -231,21 +234,27 @@ impl PutTable {
         // capacity); among equally empty ones, the one this leader handed
         // out least of in its term, then the lowest id. So the puts of one
         // batch, all placed before any commits, rotate over equally free
-        // segments, and a put that had an arena granted lands in it.
+        // segments. A segment an arena was just granted on for this very put
+        // comes first while that arena has room: otherwise concurrent puts,
+        // rotating, could take turns making every grant of a put useless.
+        let len = aligned(ask.size_bytes);
         let mut ranked: Vec<&Candidate> = candidates.iter().collect();
         ranked.sort_by_key(|c| {
             if c.preferred {
-                return (false, 0, 0, SegmentId(0));
+                return (0, 0, 0, SegmentId(0));
+            }
+            if round.granted.contains(&c.segment) && self.has_room(c.segment, len) {
+                return (1, 0, 0, c.segment);
             }
             let empty = c.free_bytes.saturating_add(self.open_room(c.segment)).min(c.capacity_bytes);
             let sixteenths = empty.saturating_mul(EMPTINESS_STEPS) / c.capacity_bytes.max(1);
-            (true, EMPTINESS_STEPS - sixteenths, self.taken.get(&c.segment).copied().unwrap_or(0), c.segment)
+            (2, EMPTINESS_STEPS - sixteenths, self.taken.get(&c.segment).copied().unwrap_or(0), c.segment)
         });
         let mut chosen: Vec<SegmentId> = Vec::new();
         let mut needs: Vec<&Candidate> = Vec::new();
         let mut hosts: Vec<&str> = Vec::new();
         for distinct_hosts in [true, false] {
-            for c in ranked.iter().copied().filter(|c| !excluded.contains(&c.segment)) {
+            for c in ranked.iter().copied().filter(|c| !round.excluded.contains(&c.segment)) {
                 if chosen.len() + needs.len() == ask.replica_num {
                     break;
                 }
@@ -264,7 +273,7 @@ impl PutTable {
                 needs.into_iter().map(|c| (c.segment, self.arena_len(c.segment, len, c.capacity_bytes))).collect(),
             );
         }
-        if chosen.is_empty() || (chosen.len() < ask.replica_num && !allow_fewer) {
+        if chosen.is_empty() || (chosen.len() < ask.replica_num && !round.allow_fewer) {
             return Reserve::NoRoom;
         }
         let replicas: Vec<PlacedReplica> = chosen.iter().map(|s| self.take(*s, len)).collect();
@@ -466,6 +475,11 @@ mod tests {
     const MB: u64 = 1 << 20;
     const SEG: u64 = 1 << 30;
 
+    /// A round that accepts fewer replicas than asked.
+    fn fewer() -> Round {
+        Round { allow_fewer: true, ..Round::default() }
+    }
+
     fn cand(id: u64, host: &str) -> Candidate {
         Candidate { segment: SegmentId(id), host: host.into(), preferred: false, capacity_bytes: SEG, free_bytes: SEG }
     }
@@ -505,13 +519,13 @@ mod tests {
     fn ranges_are_handed_out_once_each_by_a_bump_pointer() {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
-        let a = placed(t.reserve(&ask("a", 1, 1000, 1), &[cand(1, "h1")], &[], true, t0));
-        let b = placed(t.reserve(&ask("b", 1, 1000, 1), &[cand(1, "h1")], &[], true, t0));
+        let a = placed(t.reserve(&ask("a", 1, 1000, 1), &[cand(1, "h1")], &fewer(), t0));
+        let b = placed(t.reserve(&ask("b", 1, 1000, 1), &[cand(1, "h1")], &fewer(), t0));
         assert_eq!(a[0].range, Range::new(0, aligned(1000)));
         assert_eq!(b[0].range, Range::new(aligned(1000), aligned(1000)));
         // Even after a's put ends, its range is never handed out again.
         t.finish("a", ClientId(1));
-        let c = placed(t.reserve(&ask("c", 1, 1000, 1), &[cand(1, "h1")], &[], true, t0));
+        let c = placed(t.reserve(&ask("c", 1, 1000, 1), &[cand(1, "h1")], &fewer(), t0));
         assert_eq!(c[0].range.offset, 2 * aligned(1000));
     }
 
@@ -520,18 +534,18 @@ mod tests {
         let t0 = Instant::now();
         let mut t = table(2, 4 * MB);
         let cands = [cand(1, "h1"), cand(2, "h2")];
-        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0));
+        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &fewer(), t0));
         assert_eq!(p.len(), 2);
-        assert_eq!(t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0), Reserve::Again(p));
-        assert_eq!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], true, t0), Reserve::Taken);
+        assert_eq!(t.reserve(&ask("k", 1, 100, 2), &cands, &fewer(), t0), Reserve::Again(p));
+        assert_eq!(t.reserve(&ask("k", 2, 100, 2), &cands, &fewer(), t0), Reserve::Taken);
         assert_eq!(
-            t.reserve(&ask("k", 1, 200, 2), &cands, &[], true, t0),
+            t.reserve(&ask("k", 1, 200, 2), &cands, &fewer(), t0),
             Reserve::Taken,
             "another size is another put"
         );
         assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Revoked);
         assert!(
-            matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &[], true, t0), Reserve::Placed(_)),
+            matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &fewer(), t0), Reserve::Placed(_)),
             "revoke frees the key"
         );
     }
@@ -542,27 +556,31 @@ mod tests {
         let mut t = table(1, 4 * MB);
         let cands = [cand(1, "h1"), cand(3, "h1"), cand(2, "h2")];
         // Segment 2 (another host) has no arena yet: ask for one there, not on 3.
-        let r = t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0);
+        let r = t.reserve(&ask("k", 1, 100, 2), &cands, &fewer(), t0);
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(2), ARENA_START_BYTES)]));
         t.add_arena(arena(7, 2, 0, ARENA_START_BYTES), SEG);
-        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &[], true, t0));
+        let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &fewer(), t0));
         let segs: Vec<u64> = p.iter().map(|r| r.segment.0).collect();
         assert_eq!(segs, vec![1, 2]);
         // With segment 2 excluded (it could not grant), the same host is reused.
-        let r = t.reserve(&ask("j", 1, 100, 3), &[cand(1, "h1")], &[], false, t0);
+        let r = t.reserve(&ask("j", 1, 100, 3), &[cand(1, "h1")], &Round::default(), t0);
         assert_eq!(r, Reserve::NoRoom, "fewer replicas than asked only when allowed");
-        let r =
-            t.reserve(&ask("j", 1, 100, 2), &[cand(1, "h1"), cand(2, "h2"), cand(3, "h1")], &[SegmentId(2)], true, t0);
+        let r = t.reserve(
+            &ask("j", 1, 100, 2),
+            &[cand(1, "h1"), cand(2, "h2"), cand(3, "h1")],
+            &Round { excluded: vec![SegmentId(2)], ..fewer() },
+            t0,
+        );
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(3), ARENA_START_BYTES)]));
-        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &[], true, t0), Reserve::NoRoom);
+        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &fewer(), t0), Reserve::NoRoom);
     }
 
     #[test]
     fn a_put_that_does_not_fit_asks_for_a_new_arena_and_the_old_one_is_sealed_and_trimmed() {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
-        placed(t.reserve(&ask("a", 1, 3 * MB, 1), &[cand(1, "h1")], &[], true, t0));
-        let r = t.reserve(&ask("b", 1, 2 * MB, 1), &[cand(1, "h1")], &[], true, t0);
+        placed(t.reserve(&ask("a", 1, 3 * MB, 1), &[cand(1, "h1")], &fewer(), t0));
+        let r = t.reserve(&ask("b", 1, 2 * MB, 1), &[cand(1, "h1")], &fewer(), t0);
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(1), 8 * MB)]), "the next arena doubles");
         let trim = t.add_arena(arena(200, 1, 4 * MB, 8 * MB), SEG);
         assert_eq!(trim, Some((ArenaId(101), 3 * MB)), "the old arena keeps only what it handed out");
@@ -581,15 +599,15 @@ mod tests {
         let holes = vec![Range::new(0, 2 * MB), Range::new(8 * MB, MB), Range::new(16 * MB, 4 * MB)];
         t.add_arena(Arena { id: ArenaId(1), segment: SegmentId(1), extents: holes, term: 1 }, SEG);
         let c = [cand(1, "h1")];
-        let a = placed(t.reserve(&ask("a", 1, 1536 << 10, 1), &c, &[], true, t0));
+        let a = placed(t.reserve(&ask("a", 1, 1536 << 10, 1), &c, &fewer(), t0));
         assert_eq!(a[0].range, Range::new(0, 1536 << 10));
         // 1 MiB does not fit the 512 KiB left of the first hole: the next hole.
-        let b = placed(t.reserve(&ask("b", 1, MB, 1), &c, &[], true, t0));
+        let b = placed(t.reserve(&ask("b", 1, MB, 1), &c, &fewer(), t0));
         assert_eq!(b[0].range, Range::new(8 * MB, MB));
-        let d = placed(t.reserve(&ask("d", 1, 3 * MB, 1), &c, &[], true, t0));
+        let d = placed(t.reserve(&ask("d", 1, 3 * MB, 1), &c, &fewer(), t0));
         assert_eq!(d[0].range, Range::new(16 * MB, 3 * MB));
         // The cursor never goes back, even for what would fit behind it.
-        let e = placed(t.reserve(&ask("e", 1, 256 << 10, 1), &c, &[], true, t0));
+        let e = placed(t.reserve(&ask("e", 1, 256 << 10, 1), &c, &fewer(), t0));
         assert_eq!(e[0].range.offset, 19 * MB);
         assert_eq!(t.relieve(SegmentId(1)), Some((ArenaId(1), 2 * MB + MB + 3 * MB + (256 << 10))));
     }
@@ -620,13 +638,13 @@ mod tests {
         let c: Vec<Candidate> = (1..=8).map(|i| cand(i, &hosts[i as usize - 1])).collect();
         let mut used = std::collections::BTreeSet::new();
         for k in 0..4 {
-            for p in placed(t.reserve(&ask(&format!("k{k}"), 1, 4096, 2), &c, &[], true, t0)) {
+            for p in placed(t.reserve(&ask(&format!("k{k}"), 1, 4096, 2), &c, &fewer(), t0)) {
                 assert!(used.insert(p.segment), "segment {:?} chosen twice while others were as free", p.segment);
             }
         }
         assert_eq!(used.len(), 8);
         // All as full again: ties go by id.
-        let again = placed(t.reserve(&ask("again", 1, 4096, 2), &c, &[], true, t0));
+        let again = placed(t.reserve(&ask("again", 1, 4096, 2), &c, &fewer(), t0));
         assert_eq!(again.iter().map(|p| p.segment).collect::<Vec<_>>(), vec![SegmentId(1), SegmentId(2)]);
     }
 
@@ -644,7 +662,7 @@ mod tests {
         for k in 0..16 {
             let key = format!("k{k}");
             let p = loop {
-                match t.reserve(&ask(&key, 1, 16 << 10, 1), &c, &[], false, t0) {
+                match t.reserve(&ask(&key, 1, 16 << 10, 1), &c, &Round::default(), t0) {
                     Reserve::Placed(p) => break p,
                     Reserve::NeedArenas(wanted) => {
                         for (segment, len) in wanted {
@@ -670,14 +688,36 @@ mod tests {
         let mut t = PutTable::default();
         let mut c: Vec<Candidate> = (1..=4).map(|i| cand(i, &format!("h{i}"))).collect();
         assert_eq!(
-            t.reserve(&ask("k", 1, 4096, 1), &c, &[], false, t0),
+            t.reserve(&ask("k", 1, 4096, 1), &c, &Round::default(), t0),
             Reserve::NeedArenas(vec![(SegmentId(1), t.arena_len(SegmentId(1), 4096, SEG))])
         );
         // The grant: segment 1's free bytes drop in the state by the arena.
         t.add_arena(arena(7, 1, 0, 4 * MB), SEG);
         c[0].free_bytes = SEG - 4 * MB;
-        let p = placed(t.reserve(&ask("k", 1, 4096, 1), &c, &[], false, t0));
+        let p = placed(t.reserve(&ask("k", 1, 4096, 1), &c, &Round::default(), t0));
         assert_eq!(p[0].segment, SegmentId(1), "placed in the new arena, not sent to ask for another");
+    }
+
+    /// A put waiting for its arena grant while another writer's puts go on:
+    /// they rotate to the least-used segment, and so would this put, asking
+    /// for an arena there too. Chasing the rotation, a put in a 1 M-object
+    /// load with two writers used up its rounds on 8 empty 1 TiB segments
+    /// (NO_AVAILABLE_HANDLE in CI). It is placed where its arena was granted.
+    #[test]
+    fn a_put_is_placed_in_its_granted_arena_while_another_writer_rotates() {
+        let t0 = Instant::now();
+        let mut t = PutTable::default();
+        let c: Vec<Candidate> = (1..=8).map(|i| cand(i, &format!("h{i}"))).collect();
+        let b = ask("b", 2, 16 << 10, 1);
+        let mut round = Round::default();
+        let Reserve::NeedArenas(wanted) = t.reserve(&b, &c, &round, t0) else { panic!("no arena yet") };
+        assert_eq!(wanted.iter().map(|w| w.0).collect::<Vec<_>>(), vec![SegmentId(1)]);
+        t.add_arena(arena(7, 1, 0, 4 * MB), SEG);
+        round.granted.push(SegmentId(1));
+        // Meanwhile the other writer puts into the arena just granted.
+        assert_eq!(placed(t.reserve(&ask("a", 1, 16 << 10, 1), &c, &Round::default(), t0))[0].segment, SegmentId(1));
+        let p = placed(t.reserve(&b, &c, &round, t0));
+        assert_eq!(p[0].segment, SegmentId(1), "placed in its own grant, not sent after segment 2");
     }
 
     /// A writer whose PutEnd call failed sends PutRevoke; if the PutEnd is
@@ -687,10 +727,10 @@ mod tests {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
         let c = [cand(1, "h1")];
-        placed(t.reserve(&ask("k", 1, 100, 1), &c, &[], true, t0));
+        placed(t.reserve(&ask("k", 1, 100, 1), &c, &fewer(), t0));
         assert_eq!(t.begin_end("k", ClientId(2)).map(|r| r.client), Some(ClientId(1)), "another writer's end");
         assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Revoked, "another writer's end marks nothing");
-        placed(t.reserve(&ask("k", 1, 100, 1), &c, &[], true, t0));
+        placed(t.reserve(&ask("k", 1, 100, 1), &c, &fewer(), t0));
         assert!(t.begin_end("k", ClientId(1)).is_some());
         assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Ending);
         assert!(t.finish("k", ClientId(1)).is_some(), "the end finishes the put");
@@ -702,8 +742,8 @@ mod tests {
         let t0 = Instant::now();
         let (discard, release) = (Duration::from_secs(30), Duration::from_secs(600));
         let mut t = table(1, 4 * MB);
-        placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &[], true, t0));
-        placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &[], true, t0));
+        placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &fewer(), t0));
+        placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &fewer(), t0));
         t.relieve(SegmentId(1));
         assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::Revoked);
         assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::NotInFlight, "a second revoke finds nothing");
@@ -720,7 +760,7 @@ mod tests {
     fn an_expired_client_frees_its_keys_and_holds_its_ranges() {
         let t0 = Instant::now();
         let mut t = table(1, 4 * MB);
-        placed(t.reserve(&ask("k", 9, 100, 1), &[cand(1, "h1")], &[], true, t0));
+        placed(t.reserve(&ask("k", 9, 100, 1), &[cand(1, "h1")], &fewer(), t0));
         t.expire_client(ClientId(9), Duration::from_secs(60));
         assert!(t.find("k").is_none());
         t.relieve(SegmentId(1));
