@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_segment::{SegmentId, SegmentMemory};
+use mooncake_transfer::capability::{self, Access, Requested, SegmentKey};
 use mooncake_transfer::frame::{Op, RESPONSE_HEADER_BYTES, RequestHeader, encode_request};
 use mooncake_transfer::{SegmentRegistry, TcpConfig, TcpTransport, TransferServer};
 
@@ -35,7 +36,16 @@ fn main() -> anyhow::Result<()> {
     let (server_rt, client_rt) = (runtime("probe-server")?, runtime("probe-client")?);
     let memory = Arc::new(SegmentMemory::anonymous(OBJECTS * OBJECT_BYTES as u64, true)?);
     let registry = Arc::new(SegmentRegistry::new());
+    let size = memory.len();
     registry.register(SEGMENT, memory)?;
+    // The probe plays the master too: it keys the segment and grants itself
+    // READ of all of it (capabilities cost one HMAC per request).
+    let key = SegmentKey::new(&[7; capability::SEGMENT_KEY_BYTES]);
+    registry.set_key(SEGMENT, key.clone())?;
+    let expires_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64 + 3_600_000;
+    let requested = Requested { segment_id: SEGMENT.0, offset: 0, len: size, access: Access::Read };
+    let read = capability::issue(&key, &requested, expires_unix_ms);
     let server = server_rt.block_on(TransferServer::bind("127.0.0.1:0".parse()?, registry))?;
     let endpoint = server.local_addr().to_string();
     let mut buf = vec![1u8; OBJECT_BYTES];
@@ -53,6 +63,7 @@ fn main() -> anyhow::Result<()> {
                 segment_id: SEGMENT,
                 offset: offset(round),
                 length: OBJECT_BYTES as u64,
+                capability: read.encode(),
             };
             let start = Instant::now();
             let mut response = [0u8; RESPONSE_HEADER_BYTES];
@@ -74,9 +85,9 @@ fn main() -> anyhow::Result<()> {
             for round in 0..ROUNDS {
                 let start = Instant::now();
                 let read = if checksum {
-                    tcp.read_from_checksummed(&endpoint, SEGMENT, offset(round), &mut buf).await.map(drop)
+                    tcp.read_from_checksummed(&endpoint, SEGMENT, Some(&read), offset(round), &mut buf).await.map(drop)
                 } else {
-                    tcp.read_from(&endpoint, SEGMENT, offset(round), &mut buf).await
+                    tcp.read_from(&endpoint, SEGMENT, Some(&read), offset(round), &mut buf).await
                 };
                 times.push(read.map(|()| start.elapsed()).map_err(anyhow::Error::from));
             }

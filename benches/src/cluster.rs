@@ -43,6 +43,12 @@ pub struct Cluster {
 impl Cluster {
     /// Starts the cluster and waits for a leader and every segment.
     pub async fn start(exe: &Path, spec: Spec, master_args: &[String]) -> anyhow::Result<Cluster> {
+        Self::start_with_tls(exe, spec, master_args, false).await
+    }
+
+    /// [`start`](Self::start), with mutual TLS everywhere when `tls` (a
+    /// development PKI in the cluster's dir; its clients use it too).
+    pub async fn start_with_tls(exe: &Path, spec: Spec, master_args: &[String], tls: bool) -> anyhow::Result<Cluster> {
         let mut b = LocalCluster::builder()
             .master_command(exe, &["master"])
             .store_command(exe, &["store"])
@@ -51,6 +57,9 @@ impl Cluster {
             .segment_size(spec.segment_size);
         if spec.prefault {
             b = b.store_arg("--prefault");
+        }
+        if tls {
+            b = b.tls();
         }
         // Keep the masters' data and logs for a look afterwards.
         if let Some(dir) = std::env::var_os(KEEP_DIR_ENV) {
@@ -79,8 +88,11 @@ impl Cluster {
     /// A connected workload client (contributes no memory).
     pub async fn client(&self, protocol: Protocol, tcp: &TcpConfig) -> anyhow::Result<Client> {
         let mut cfg = ClientConfig::new(self.master_addrs());
+        // The bench clears its objects between cells (forced RemoveAll).
+        cfg.admin_token = Some(self.admin_token().clone());
         cfg.protocol = protocol;
         cfg.tcp = tcp.clone();
+        cfg.tls = self.inner.tls_config(mooncake_tls::Role::Client).map_err(anyhow::Error::msg)?;
         Client::connect(cfg).await.context("connecting a workload client")
     }
 }

@@ -4,6 +4,11 @@
 //! against 3 masters (fsync on) and 2 store nodes with pre-faulted segments.
 //! `--quick`: 4 MiB only, 1 client, replicas 1, a few dozen ops.
 //!
+//! TLS: after the plain cells, the same cluster shape is started again with
+//! mutual TLS everywhere, and tcp put and get of every size (1 client,
+//! replicas 1) are measured over it; each is reported next to the plain
+//! cell of the same size from this run, as a ratio.
+//!
 //! Baselines of the same size and concurrency, measured in the same run
 //! right before the Mooncake cells of that size: a raw TCP request/response
 //! loop with the engine's socket options ([`baseline::raw_tcp`]) for tcp,
@@ -132,8 +137,23 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
             }
         }
     }
-    section.tables.push(targets(&tables.results, &plan.sizes));
+    // One cluster at a time: the TLS cluster's segments take the memory the
+    // plain one gave back.
+    drop(cluster);
+    let tls = tls_cells(ctx, &plan, segment_size, &tables.results).await?;
+    section.failed_ops += tls.failed;
+    let mut goals = targets(&tables.results, &plan.sizes);
+    target_row(
+        &mut goals,
+        "tcp get 4MiB TLS / plain",
+        tls.table.value(&[("size", "4MiB"), ("op", "get")], "ratio"),
+        0.85,
+        true,
+        2,
+    );
+    section.tables.push(goals);
     section.tables.push(tables.results);
+    section.tables.push(tls.table);
     section.tables.push(tables.baselines);
     section.note(format!(
         "baselines use the engine's socket options: TCP_NODELAY, TCP_CONGESTION={}",
@@ -145,6 +165,71 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
          /up = our GB/s over its",
     );
     Ok(section)
+}
+
+/// The TLS rows and the ops that failed in them.
+struct TlsCells {
+    table: Table,
+    failed: u64,
+}
+
+/// tcp put and get of every size over a cluster with mutual TLS (1 client,
+/// replicas 1), each beside the plain cell of `results`.
+async fn tls_cells(
+    ctx: &mut Ctx,
+    plan: &Plan,
+    segment_size: &'static str,
+    results: &Table,
+) -> anyhow::Result<TlsCells> {
+    ctx.progress.step("data: starting 3 masters and 2 store nodes with mutual TLS");
+    let spec = Spec { masters: 3, stores: 2, segment_size, prefault: true };
+    let cluster = Cluster::start_with_tls(&ctx.exe, spec, &ctx.master_args, true).await?;
+    let client = Arc::new(cluster.client(Protocol::Tcp, &ctx.tcp).await?);
+    let mut cells = TlsCells { table: tls_table(), failed: 0 };
+    for &size in &plan.sizes {
+        ctx.progress.step(&format!("data: {} tcp x1 replicas 1 over TLS", size_name(size)));
+        let tag = format!("{}-tls", size_name(size));
+        let (put, get) = cell(std::slice::from_ref(&client), size, 1, plan.budget(size), &tag).await?;
+        for (op, s) in [("put", &put), ("get", &get)] {
+            if let Some(e) = s.error_texts.first() {
+                ctx.progress.say(&format!("data: {tag} {op}: {} failed, first: {e}", s.errors));
+            }
+            cells.failed += s.errors;
+            let plain = pick(results, &size_name(size), "tcp", op, "gb_per_s");
+            cells.table.row(vec![
+                Cell::text(size_name(size)),
+                Cell::text(op),
+                Cell::Int(s.ops()),
+                Cell::Int(s.errors),
+                Cell::Num(s.gb_per_s(), 2),
+                Cell::Num(s.p50_ms(), 3),
+                Cell::Num(s.p99_ms(), 3),
+                Cell::opt(plain, 2),
+                Cell::opt(ratio(s.gb_per_s(), plain), 2),
+            ]);
+        }
+    }
+    if let Ok(c) = Arc::try_unwrap(client) {
+        c.close().await;
+    }
+    Ok(cells)
+}
+
+fn tls_table() -> Table {
+    Table::new(
+        "data path over mutual TLS: tcp, 1 client, replicas 1, vs the plain cell of this run",
+        cols(&[
+            ("size", "size"),
+            ("op", "op"),
+            ("ops", "ops"),
+            ("errors", "err"),
+            ("gb_per_s", "GB/s"),
+            ("p50_ms", "p50 ms"),
+            ("p99_ms", "p99 ms"),
+            ("plain_gb_per_s", "plain GB/s"),
+            ("ratio", "ratio"),
+        ]),
+    )
 }
 
 /// Upstream's put and get of one size and concurrency, as our [`cell`] does them.

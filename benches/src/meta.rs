@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, MasterClient, MasterClientConfig, PutOptions, PutOutcome};
+use mooncake_client::{Client, MasterClient, PutOptions, PutOutcome};
 use mooncake_proto::master::PutStartRequest;
 use tokio::task::JoinHandle;
 
@@ -261,7 +261,7 @@ async fn start_etcd(ctx: &mut Ctx, section: &mut Section) -> Option<EtcdCluster>
 
 fn mooncake_system(cluster: &Cluster, registered: &Arc<Client>, conc: usize) -> anyhow::Result<Arc<System>> {
     let conns = (0..conc.min(CONNECTIONS_MAX))
-        .map(|_| MasterClient::new(MasterClientConfig::new(cluster.master_addrs())))
+        .map(|_| MasterClient::new(cluster.client_config()))
         .collect::<Result<Vec<_>, _>>()?;
     let value = crate::data::pattern(PUT_VALUE_BYTES, 4);
     Ok(Arc::new(System::Mooncake { conns, client: registered.clone(), value }))

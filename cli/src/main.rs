@@ -4,6 +4,7 @@
 //! role, so `mooncake up` needs nothing else.
 
 mod admin;
+mod certs;
 mod demo;
 mod members;
 mod objects;
@@ -29,11 +30,35 @@ pub struct MastersArg {
     /// Master addresses, comma separated (`host:port,host:port`).
     #[arg(long, env = "MOONCAKE_MASTERS", value_delimiter = ',', default_value = "127.0.0.1:50051")]
     pub masters: Vec<String>,
+    /// Mutual TLS to the masters (and store nodes): all three of
+    /// --tls-cert, --tls-key, --tls-ca, or none.
+    #[command(flatten)]
+    pub tls: mooncake_tls::TlsArgs,
+    /// Act as admin with this token file (membership, eviction, snapshots,
+    /// forced RemoveAll). Every master writes `admin.token` in its data dir;
+    /// `mooncake up` writes one in its cluster dir.
+    #[arg(long = "admin-token-file", env = "MOONCAKE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<std::path::PathBuf>,
 }
 
 impl MastersArg {
     pub fn client(&self) -> anyhow::Result<MasterClient> {
-        Ok(MasterClient::new(MasterClientConfig::new(self.masters.clone()))?)
+        Ok(MasterClient::new(self.master_config()?)?)
+    }
+
+    /// The master client configuration these flags describe.
+    pub fn master_config(&self) -> anyhow::Result<MasterClientConfig> {
+        let mut cfg = MasterClientConfig::new(self.masters.clone());
+        cfg.tls = self.tls.load()?;
+        Ok(match &self.admin_token_file {
+            Some(f) => cfg.with_admin_token_file(f)?,
+            None => cfg,
+        })
+    }
+
+    /// The admin token, when `--admin-token-file` is given.
+    pub fn admin_token(&self) -> anyhow::Result<Option<mooncake_auth::admin::AdminToken>> {
+        Ok(self.master_config()?.admin_token)
     }
 }
 
@@ -64,6 +89,12 @@ enum Cmd {
     Client {
         #[command(subcommand)]
         op: admin::ClientOp,
+    },
+    /// Create a development PKI for mutual TLS: a CA and certificates for
+    /// masters, store nodes, clients and admins.
+    Certs {
+        #[command(subcommand)]
+        op: certs::CertsOp,
     },
     /// Run a master (same flags as `mooncake-master`).
     Master(mooncake_master::MasterConfig),
@@ -137,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Snapshot { op } => admin::snapshot(op).await,
         Cmd::Client { op } => admin::client(op).await,
         Cmd::Store(a) => store::run(a).await,
+        Cmd::Certs { op } => certs::run(op),
         Cmd::Put(a) => objects::put(a).await,
         Cmd::Get(a) => objects::get(a).await,
         Cmd::Rm(a) => objects::rm(a).await,

@@ -75,6 +75,8 @@ pub struct StatArgs {
 
 async fn connect(masters: &MastersArg, protocol: &str) -> anyhow::Result<Client> {
     let mut cfg = ClientConfig::new(masters.masters.clone());
+    cfg.tls = masters.tls.load()?;
+    cfg.admin_token = masters.admin_token()?;
     cfg.protocol = protocol.parse::<Protocol>().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Client::connect(cfg).await?)
 }

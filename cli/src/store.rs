@@ -36,6 +36,12 @@ pub struct StoreArgs {
     /// Stable identity; keep it across restarts so stale segments are replaced at once.
     #[arg(long = "client-id")]
     pub client_id: Option<u64>,
+    /// The credential that proves this node is its --client-id (32 random
+    /// bytes, mode 0600): read if the file exists, else created. Keep it
+    /// with --client-id across restarts: a node restarted without it waits
+    /// for its old registration to expire (client_ttl).
+    #[arg(long = "credential-file", env = "MOONCAKE_CREDENTIAL_FILE")]
+    pub credential_file: Option<std::path::PathBuf>,
     /// Touch every page at start (no page faults later; fails early if memory is short).
     #[arg(long)]
     pub prefault: bool,
@@ -60,9 +66,22 @@ pub struct StoreArgs {
     /// Milliseconds between heartbeats to the masters.
     #[arg(long = "heartbeat-interval-ms", default_value_t = mooncake_client::config::DEFAULT_HEARTBEAT_INTERVAL.as_millis() as u64)]
     pub heartbeat_interval_ms: u64,
+    /// Serve plain TCP on addresses that are not loopback (--listen,
+    /// --http) without TLS. Without this flag such a store node refuses to start.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 impl StoreArgs {
+    /// The loopback rule (docs/SECURITY.md): without TLS, --listen and
+    /// --http must be loopback unless --insecure.
+    pub fn exposure(&self) -> anyhow::Result<mooncake_tls::Exposure> {
+        self.masters.tls.validate()?;
+        let mut binds = vec![("--listen", self.listen)];
+        binds.extend(self.http.map(|http| ("--http", http)));
+        mooncake_tls::check_binds(&binds, self.masters.tls.enabled(), self.insecure).map_err(anyhow::Error::msg)
+    }
+
     /// The transfer server's limits from the `--transfer-*` flags.
     fn server_config(&self) -> ServerConfig {
         ServerConfig {
@@ -81,11 +100,18 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
         "--listen {} binds every address; give --local-hostname so other nodes know how to reach this one",
         a.listen
     );
+    if let mooncake_tls::Exposure::Insecure { warning } = a.exposure()? {
+        tracing::warn!("{warning}");
+    }
     let mut cfg = ClientConfig::new(a.masters.masters.clone());
+    cfg.tls = a.masters.tls.load()?;
     cfg.local_hostname = a.local_hostname.clone().unwrap_or_else(|| a.listen.ip().to_string());
     cfg.zone = a.zone.clone();
     cfg.global_segment_size = a.segment_size;
     cfg.client_id = a.client_id;
+    if let Some(file) = &a.credential_file {
+        cfg.credential = Some(mooncake_auth::Credential::load_or_create(file).context("--credential-file")?);
+    }
     cfg.transfer_listen = a.listen;
     cfg.prefault = a.prefault;
     cfg.shm_segment = !a.anonymous;
@@ -94,12 +120,13 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     let client = Client::connect_with_server_config(cfg, a.server_config()).await.context("starting the store node")?;
     let seg = client.local_segment().map(|l| l.spec()).context("store node has no segment")?;
     eprintln!(
-        "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {})",
+        "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {}, tls {})",
         client.client_id(),
         seg.id,
         seg.size,
         seg.endpoint,
-        if seg.shm_path.is_empty() { "off" } else { &seg.shm_path }
+        if seg.shm_path.is_empty() { "off" } else { &seg.shm_path },
+        if a.masters.tls.enabled() { "on" } else { "off" }
     );
     let client = std::sync::Arc::new(client);
     let http = match a.http {

@@ -79,6 +79,16 @@ async fn metrics(State(client): State<Arc<Client>>) -> String {
                     "Transfer connections closed because a request header came too slowly.",
                     s.header_timeouts,
                 ),
+                (
+                    "mooncake_store_tls_handshake_failures_total",
+                    "Transfer connections closed because their TLS handshake failed (no or a foreign certificate).",
+                    s.tls_handshake_failures,
+                ),
+                (
+                    "mooncake_store_unauthorized_total",
+                    "Transfer requests refused UNAUTHORIZED: no valid capability (also in errors_total).",
+                    s.unauthorized,
+                ),
             ]);
         }
         for (kind, rows) in [("gauge", gauges), ("counter", counters)] {

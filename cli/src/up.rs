@@ -75,6 +75,10 @@ pub async fn run(a: UpArgs) -> anyhow::Result<()> {
     let masters = cluster.master_addrs().join(",");
     println!("masters: {masters}");
     println!("try:     export MOONCAKE_MASTERS={masters}");
+    println!(
+        "admin:   export MOONCAKE_ADMIN_TOKEN_FILE={}   (for mooncake member/snapshot/client evict)",
+        cluster.dir().join(mooncake_auth::admin::ADMIN_TOKEN_FILE).display()
+    );
     println!("         mooncake status; echo hello | mooncake put greeting -; mooncake get greeting");
     println!("Ctrl-C stops everything.");
     crate::store::wait_for_signal().await;

@@ -275,8 +275,10 @@ async fn replicas_story(story: &mut Story) {
         let segs: BTreeSet<u64> = obj.replicas.iter().map(|r| r.segment_id).collect();
         assert_eq!(segs, BTreeSet::from([seg1.id, seg2.id]), "{key}: replicas on distinct segments of both nodes");
 
-        // Phase 3: every replica holds the same bytes, and the client's get returns them.
-        for r in &obj.replicas {
+        // Phase 3: every replica holds the same bytes, and the client's get
+        // returns them. (Read under the capabilities GetReplicaList grants:
+        // the listing's replicas carry none.)
+        for r in &replica_list(&client, &key).await {
             // The range is the allocation (rounded up to the allocator's alignment).
             assert!(r.len >= size as u64, "{key}: range of {} bytes", r.len);
             assert!(r.endpoint == seg1.endpoint || r.endpoint == seg2.endpoint, "{r:?}");
@@ -726,4 +728,50 @@ async fn leader_kill_put_story(story: &mut Story) {
         let i: u64 = o.key.trim_start_matches("t40-kill/").parse().expect("a key of this story");
         assert_get(&writer, &o.key, &payload(900 + i, 50_000 + i as usize)).await;
     }
+}
+
+/// Why: a store node must serve only what the masters granted. The probe of
+/// issue 14, on real processes: a peer that reaches the transfer port
+/// without a capability, with one for another range, or with a READ grant
+/// used to WRITE, neither reads nor overwrites the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_node_serves_only_what_the_masters_granted() {
+    let mut story = Story::start(1, &[]);
+    within("capability story", capability_story(&mut story)).await;
+}
+
+async fn capability_story(story: &mut Story) {
+    use mooncake_transfer::frame::Status;
+    use mooncake_transfer::{TcpTransport, TransferError, Transport};
+
+    story.ready(1).await;
+    let client = story.client().await;
+    let key = "t40-capability/object";
+    let data = payload(1100, 100_000);
+    put(&client, key, &data, &replicas(1, &[])).await;
+
+    // Phase 1: the replica as GetReplicaList hands it out reads back.
+    let replica = replica_list(&client, key).await.remove(0);
+    let target = remote(&replica);
+    assert!(target.capability.is_some(), "GetReplicaList grants a capability: {replica:?}");
+    let tcp = TcpTransport::new(TcpConfig::default()).expect("transport");
+    let mut buf = vec![0u8; data.len()];
+    tcp.read(&target, replica.offset, &mut buf).await.expect("read under the granted capability");
+    assert!(buf == data);
+
+    // Phase 2: everything else is refused UNAUTHORIZED, and nothing is served.
+    let (endpoint, segment, read) = (&replica.endpoint, target.id, target.capability.as_ref());
+    let unauthorized = |what: &str, r: Result<(), TransferError>| match r {
+        Err(TransferError::Remote { status: Status::Unauthorized, .. }) => {}
+        other => panic!("{what}: expected UNAUTHORIZED, got {other:?}"),
+    };
+    let mut stolen = vec![0u8; 4096];
+    unauthorized("a read without a capability", tcp.read_from(endpoint, segment, None, 0, &mut stolen).await);
+    let past = replica.offset + replica.len;
+    unauthorized("a read past the granted range", tcp.read_from(endpoint, segment, read, past, &mut stolen).await);
+    let junk = vec![0xEE; data.len()];
+    unauthorized("a write without a capability", tcp.write_to(endpoint, segment, None, replica.offset, &junk).await);
+    unauthorized("a write under a READ grant", tcp.write_to(endpoint, segment, read, replica.offset, &junk).await);
+    assert!(stolen.iter().all(|b| *b == 0), "a refused read returned bytes");
+    assert_get(&client, key, &data).await;
 }

@@ -23,6 +23,11 @@ fn mooncake(args: &[&str]) -> String {
     text
 }
 
+/// The flag that makes a CLI command act as `cluster`'s admin.
+fn admin_of(cluster: &Cluster) -> String {
+    format!("--admin-token-file={}", cluster.inner.dir().join("admin.token").display())
+}
+
 async fn client_of(cluster: &Cluster) -> Client {
     Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client")
 }
@@ -107,7 +112,7 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("meta.snap");
     let masters = source.addrs().join(",");
-    let out = mooncake(&["snapshot", "save", file.to_str().unwrap(), "--masters", &masters]);
+    let out = mooncake(&["snapshot", "save", file.to_str().unwrap(), "--masters", &masters, &admin_of(&source)]);
     assert!(out.contains(&format!("{hash:016x}")), "{out}");
 
     // Phase 3: a new one-master cluster restored from the file.
@@ -135,10 +140,14 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
     let mut joiner = Command::new(BIN)
         .args(["master", "--id=2", &format!("--listen={addr2}"), "--join"])
         .arg(format!("--data-dir={}", dir.path().join("joiner").display()))
+        // The secret a restored one-master cluster made for itself, copied as an operator would.
+        .arg(format!("--cluster-secret-file={}", data.join("cluster-secret").display()))
         .stderr(std::fs::File::create(dir.path().join("joiner.log")).unwrap())
         .spawn()
         .expect("start joiner");
-    mooncake(&["member", "add", "2", &addr2, "--masters", &addr]);
+    // The restored master wrote its cluster's admin token in its data dir.
+    let restored_admin = format!("--admin-token-file={}", data.join("admin.token").display());
+    mooncake(&["member", "add", "2", &addr2, "--masters", &addr, &restored_admin]);
     wait_until("the new master to hold the restored state", T, || async {
         let info = mc.cluster_info_with_hash_of(&addr2).await.ok()?;
         (info.state_hash == hash).then_some(())
@@ -184,8 +193,8 @@ async fn a_master_whose_disk_died_is_replaced_while_a_workload_runs() {
     // The documented procedure: start a fresh master with --join, add it, remove the dead one.
     let addr4 = cluster.start_joiner(4);
     let masters = cluster.addrs().join(",");
-    mooncake(&["member", "add", "4", &addr4, "--masters", &masters]);
-    mooncake(&["member", "remove", &victim.to_string(), "--masters", &masters]);
+    mooncake(&["member", "add", "4", &addr4, "--masters", &masters, &admin_of(&cluster)]);
+    mooncake(&["member", "remove", &victim.to_string(), "--masters", &masters, &admin_of(&cluster)]);
     // The workload keeps going on the new membership.
     let after_change = progress.load(Ordering::Relaxed);
     wait_until("puts to succeed after the membership change", T, || async {
@@ -255,14 +264,15 @@ async fn member_remove_drops_a_learner_and_refuses_a_stranger() {
     };
     let (leader, _) = cluster.wait_for_leader(T).await;
     assert!(members(&cluster.info(leader).await.unwrap()).contains(&(4, false)), "4 joined as a learner");
-    let out = mooncake(&["member", "remove", "4", "--masters", &masters]);
+    let out = mooncake(&["member", "remove", "4", "--masters", &masters, &admin_of(&cluster)]);
     assert!(out.contains("learner 4 removed"), "{out}");
     let (leader, _) = cluster.wait_for_leader(T).await;
     let after = members(&cluster.info(leader).await.unwrap());
     assert!(after.iter().all(|(id, _)| *id != 4), "learner 4 still a member: {after:?}");
     assert_eq!(after.iter().filter(|(_, voter)| *voter).count(), 3, "the voters stay: {after:?}");
 
-    let out = Command::new(BIN).args(["member", "remove", "9", "--masters", &masters]).output().unwrap();
+    let out =
+        Command::new(BIN).args(["member", "remove", "9", "--masters", &masters, &admin_of(&cluster)]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "removing a stranger must fail");
     assert!(text.contains("master 9 is not a member"), "{text}");
@@ -279,14 +289,21 @@ async fn client_evict_frees_a_dead_clients_segment_at_once() {
     assert!(listed.contains(&format!("0x{:016x}", cluster.inner.store_client_id(1))), "{listed}");
     cluster.kill_store(1);
 
+    // Not the admin: refused, and nothing changes.
+    let out = Command::new(BIN).args(["client", "evict", &id, "--masters", &masters]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PermissionDenied"), "{out:?}");
+    assert_eq!(cluster.info(1).await.expect("info").segment_count, 1, "a refused evict changed nothing");
+
     let evicted_at = Instant::now();
-    mooncake(&["client", "evict", &id, "--masters", &masters]);
+    mooncake(&["client", "evict", &id, "--masters", &masters, &admin_of(&cluster)]);
     let info = cluster.info(1).await.expect("info");
     assert_eq!(info.segment_count, 0, "segment still mounted after evict");
     assert_eq!(info.client_count, 0);
     assert!(evicted_at.elapsed() < Duration::from_secs(5), "evict was not immediate");
     // Evicting again is a clear error, not a crash.
-    let out = Command::new(BIN).args(["client", "evict", &id, "--masters", &masters]).output().unwrap();
+    let out =
+        Command::new(BIN).args(["client", "evict", &id, "--masters", &masters, &admin_of(&cluster)]).output().unwrap();
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("ILLEGAL_CLIENT")

@@ -3,13 +3,15 @@
 //! removes the /dev/shm file its dead predecessor leaked, and a second node
 //! with the same --client-id is refused; a node whose segment the master
 //! forgot (an operator's unmount, or expiry during a pause) notices and
-//! remounts it under a new id, serving again, without a restart.
+//! remounts it under a new id, serving again, without a restart; a node is
+//! its --client-id only with its --credential-file (restarted without it,
+//! it waits for the old registration to go).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, PutOptions, Role};
+use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions, Role};
 use mooncake_proto::master::Segment;
 use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
 
@@ -127,8 +129,12 @@ async fn a_store_node_remounts_a_segment_the_operator_unmounted() {
     let client = client_of(&cluster).await;
     client.put("t55/before", &[1u8; 10_000], &PutOptions::default()).await.expect("put");
 
-    // Phase 1: the operator unmounts it; the client registration survives.
-    cluster.client().unmount_segment(node, old.id).await.expect("unmount");
+    // Phase 1: the segment is unmounted (by whoever holds the node's
+    // credential: an operator on its host); the client registration survives.
+    let file = cluster.inner.dir().join("store-1").join(mooncake_auth::credential::CREDENTIAL_FILE);
+    let credential = Some(mooncake_auth::Credential::load_or_create(&file).expect("the node's credential"));
+    let as_node = MasterClient::new(MasterClientConfig { credential, ..MasterClientConfig::new(cluster.addrs()) });
+    as_node.expect("client").unmount_segment(node, old.id).await.expect("unmount");
 
     // Phase 2: the node remounts its memory under a new id, renames its file
     // to match, and says so in its metrics and health.
@@ -185,4 +191,76 @@ async fn a_store_node_paused_past_its_ttl_comes_back_under_a_new_segment() {
     client.put("t55/after-pause", &[7u8; 4096], &PutOptions::default()).await.expect("put");
     assert_eq!(client.get("t55/after-pause").await.expect("get"), vec![7u8; 4096]);
     client.close().await;
+}
+
+/// Why: a store node proves its --client-id with the credential in its
+/// --credential-file. Restarted with the file it is the same client and
+/// re-registers at once; restarted without it, it is another process: the
+/// masters refuse it (another process could otherwise take the node's
+/// segment key), so it says why once and waits, serving nothing, until the
+/// old registration expires or an admin evicts it, and then registers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_node_is_its_client_id_only_with_its_credential_file() {
+    // A TTL far longer than the waits below: only the credential explains
+    // a registration within them.
+    let mut cluster =
+        Cluster::builder().masters(1).stores(1).segment_size("64MiB").arg("--client_ttl=60").binary(BIN).start();
+    let node = cluster.inner.store_client_id(1);
+    let first = wait_for_segment(&cluster, node, None, "the store node's segment").await;
+
+    // Phase 1: restarted with its credential file, at once.
+    cluster.kill_store(1);
+    cluster.inner.restart(Role::Store, 1).unwrap_or_else(|e| panic!("restart: {e}"));
+    let second = wait_for_segment(&cluster, node, Some(first.id), "the restarted node's segment").await;
+
+    // Phase 2: restarted without it: refused, said once, not serving.
+    cluster.kill_store(1);
+    let log = cluster.inner.dir().join("store-1-without-credential.log");
+    let http = format!("127.0.0.1:{}", free_port().unwrap());
+    let listen = format!("127.0.0.1:{}", free_port().unwrap());
+    let masters = cluster.addrs().join(",");
+    let stranger = Command::new(BIN)
+        .args(["store", "--masters", &masters, "--segment-size", "64MiB", "--listen", &listen, "--http", &http])
+        .args([format!("--client-id={node}"), "--heartbeat-interval-ms=200".to_string()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start the node without its credential file");
+    let _stranger = KillOnDrop(stranger);
+    let said = wait_until("the node to say its id is held", WAIT, || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("is registered by another process").then_some(text)
+    })
+    .await;
+    assert!(said.contains("client_ttl") && said.contains("evict"), "the line says what it waits for: {said}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let owned = segments_of(&cluster, node).await.expect("segments");
+    assert_eq!(owned.iter().map(|s| s.id).collect::<Vec<_>>(), vec![second.id], "the old registration stands");
+    assert_ne!(http_get(&http, "/health").expect("health").0, 200, "a node whose id is held serves nothing");
+    let lines = std::fs::read_to_string(&log).unwrap_or_default().matches("is registered by another process").count();
+    assert_eq!(lines, 1, "said once, not at every heartbeat");
+
+    // Phase 3: the operator evicts the old registration: the node registers
+    // at its next heartbeat and serves.
+    cluster.client().evict_client(node).await.expect("evict");
+    let third = wait_for_segment(&cluster, node, Some(second.id), "the node to register once the id is free").await;
+    assert_eq!(third.endpoint, listen, "the new process's segment");
+    wait_until("the node to report itself healthy", WAIT, || async {
+        (http_get(&http, "/health").ok()?.0 == 200).then_some(())
+    })
+    .await;
+    let client = client_of(&cluster).await;
+    client.put("t55/stranger", &[5u8; 4096], &PutOptions::default()).await.expect("put");
+    assert_eq!(client.get("t55/stranger").await.expect("get"), vec![5u8; 4096]);
+    client.close().await;
+}
+
+/// A child process killed when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -38,9 +38,24 @@ pub struct ClientConfig {
     /// Back the segment by a file in /dev/shm (same-host clients map it).
     pub shm_segment: bool,
     pub tcp: TcpConfig,
+    /// Mutual TLS for every connection this client makes (masters, store
+    /// nodes) and accepts (its own segment's transfer server). Overrides
+    /// `tcp.tls`. `None` = plain TCP: loopback or a network only the
+    /// cluster reaches (docs/SECURITY.md).
+    pub tls: Option<mooncake_tls::TlsConfig>,
     pub heartbeat_interval: Duration,
     /// Replicas per put unless the call says otherwise.
     pub default_replicas: u32,
+    /// Act as admin (forced RemoveAll, membership, eviction, snapshots).
+    pub admin_token: Option<mooncake_auth::admin::AdminToken>,
+    /// Proof that this process is `client_id`: sent with every mount,
+    /// unmount, remount and ping. The first credential to register an id
+    /// holds it until the registration expires (client_ttl) or an admin
+    /// evicts it. `None` = random per process: a restarted process with the
+    /// same `client_id` then waits for its old registration to expire; give
+    /// the same credential across restarts to be the same client at once
+    /// (`mooncake store --credential-file`).
+    pub credential: Option<mooncake_auth::Credential>,
 }
 
 impl ClientConfig {
@@ -58,8 +73,11 @@ impl ClientConfig {
             prefault: false,
             shm_segment: true,
             tcp: TcpConfig::default(),
+            tls: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             default_replicas: 1,
+            admin_token: None,
+            credential: None,
         }
     }
 

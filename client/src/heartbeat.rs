@@ -16,14 +16,23 @@
 //! id) and remounted; the node reports itself unmounted
 //! ([`LocalSegment::is_mounted`]) until the remount succeeds. The decisions
 //! are [`SegmentWatch`], a pure state machine tested without sockets.
+//!
+//! Every call as the client id carries this process's credential. When the
+//! masters refuse it (PERMISSION_DENIED: another process registered the id,
+//! e.g. this node restarted without its `--credential-file`), the heartbeat
+//! says so once ([`HeldId`]) and keeps pinging at its pace: the other
+//! registration no longer hears from anyone, so it expires after client_ttl
+//! (or an admin evicts it), the Ping answers NEED_REMOUNT, and the node
+//! registers. A segment the masters never knew is then mounted as it is;
+//! one they knew and dropped is renewed first, as above.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use mooncake_proto::ErrorCode;
-use mooncake_proto::master::PingRequest;
 use tokio::sync::watch;
 
+use crate::error::ClientError;
 use crate::local_segment::LocalSegment;
 use crate::master_client::{MasterClient, MasterError, check};
 
@@ -41,6 +50,9 @@ pub(crate) enum PingAnswer {
     Known { view: u64 },
     /// NEED_REMOUNT: the master does not know the client.
     Unknown,
+    /// PERMISSION_DENIED: another process (another credential) holds the
+    /// client id; nothing was refreshed.
+    HeldByAnother,
 }
 
 /// What a check of the segment found.
@@ -92,13 +104,22 @@ impl SegmentWatch {
         }
     }
 
+    /// The segment was never mounted (its first registration was refused):
+    /// mount it as it is at the next ping that is not refused.
+    pub(crate) fn never_mounted(mut self) -> Self {
+        self.remount_pending = true;
+        self
+    }
+
     /// What to do after a Ping that answered `answer`.
     pub(crate) fn after_ping(&mut self, answer: PingAnswer) -> Next {
         self.pings_since_check = self.pings_since_check.saturating_add(1);
-        if self.remount_pending {
+        if self.remount_pending && answer != PingAnswer::HeldByAnother {
             return Next::Remount;
         }
         let check = match answer {
+            // Nothing to do until the other registration is gone.
+            PingAnswer::HeldByAnother => false,
             PingAnswer::Unknown => true,
             _ if self.retry => true,
             PingAnswer::Known { view } if Some(view) == self.confirmed_view => false,
@@ -121,30 +142,82 @@ impl SegmentWatch {
     }
 }
 
+/// Whether another process holds this client id, so that the heartbeat
+/// says so once per episode rather than at every ping.
+#[derive(Debug, Default)]
+pub(crate) struct HeldId {
+    said: bool,
+}
+
+impl HeldId {
+    /// The masters refused this process's credential for `client_id`: logs
+    /// the one line of this episode (and, for a store node, why it serves
+    /// nothing).
+    pub(crate) fn refused(&mut self, client_id: u64, local: Option<&LocalSegment>) {
+        let why = held_by_another(client_id);
+        if let Some(local) = local {
+            local.set_unmounted(why.clone());
+        }
+        if !self.said {
+            tracing::warn!(client = format!("{client_id:016x}"), "{why}");
+            self.said = true;
+        }
+    }
+
+    /// The masters accept the credential again.
+    fn accepted(&mut self, client_id: u64) {
+        if std::mem::take(&mut self.said) {
+            tracing::info!(
+                client = format!("{client_id:016x}"),
+                "client id {client_id} is free again (the other registration expired or was evicted); registering"
+            );
+        }
+    }
+}
+
+/// What a process whose client id another credential holds is told.
+pub(crate) fn held_by_another(client_id: u64) -> String {
+    format!(
+        "client id {client_id} is registered by another process; waiting for it to expire (client_ttl) or for an \
+         admin to evict it (a store node keeps its identity across restarts with --credential-file)"
+    )
+}
+
 /// The heartbeat task of one client: pings every `interval` and, for a store
 /// node (`local`), keeps its segment mounted; returns when `stop` changes.
-pub async fn run(
+/// `held` is [`HeldId::refused`] already when the client's first
+/// registration was refused (its segment, if any, then waits to be mounted).
+pub(crate) async fn run(
     master: Arc<MasterClient>,
     client_id: u64,
     local: Option<Arc<LocalSegment>>,
     interval: Duration,
+    mut held: HeldId,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut segment_watch = SegmentWatch::new(SEGMENT_CHECK_EVERY_PINGS);
+    if held.said {
+        segment_watch = segment_watch.never_mounted();
+    }
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
         let answer = match ping(&master, client_id).await {
+            Ok(PingAnswer::HeldByAnother) => {
+                held.refused(client_id, local.as_deref());
+                continue;
+            }
             Ok(answer) => answer,
             Err(e) => {
                 tracing::warn!(error = %e, "heartbeat failed; will retry");
                 continue;
             }
         };
+        held.accepted(client_id);
         match &local {
             Some(local) => {
                 let outcome = match segment_watch.after_ping(answer) {
@@ -156,8 +229,10 @@ pub async fn run(
             }
             None if answer == PingAnswer::Unknown => {
                 // A client without a segment only needs its registration back.
-                if let Err(e) = master.remount_segments(client_id, Vec::new()).await {
-                    tracing::warn!(error = %e, "re-registering failed; will retry");
+                match master.remount_segments(client_id, Vec::new()).await {
+                    Ok(_) => {}
+                    Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => held.refused(client_id, None),
+                    Err(e) => tracing::warn!(error = %e, "re-registering failed; will retry"),
                 }
             }
             None => {}
@@ -167,9 +242,16 @@ pub async fn run(
 
 /// Ping, with the view version the bool-returning `MasterClient::ping` drops.
 async fn ping(master: &MasterClient, client_id: u64) -> Result<PingAnswer, MasterError> {
-    let r = master.call(|mut c| async move { c.ping(PingRequest { client_id }).await }).await?;
+    let req = master.ping_request(client_id);
+    let r = master
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.ping(req).await }
+        })
+        .await?;
     match r.reply.status.as_ref().map(|s| s.error_code()) {
         Some(ErrorCode::NeedRemount) => Ok(PingAnswer::Unknown),
+        Some(ErrorCode::PermissionDenied) => Ok(PingAnswer::HeldByAnother),
         _ => check(r).map(|reply| PingAnswer::Known { view: reply.view_version }),
     }
 }
@@ -193,7 +275,7 @@ async fn check_segment(
             // Without the listing, do what NEED_REMOUNT asks with the same
             // segment: a master that still knows it keeps it as it is.
             tracing::warn!(%client, error = %e, "cannot list clients; remounting the same segment");
-            return match remount(master, client_id, spec).await {
+            return match remount(master, client_id, local, spec).await {
                 Ok(()) => {
                     tracing::info!(%client, "master asked for a remount; segment remounted");
                     local.set_mounted(false);
@@ -223,7 +305,7 @@ async fn check_segment(
 async fn remount_renewed(master: &MasterClient, client_id: u64, local: &LocalSegment) -> CheckOutcome {
     let spec = local.spec();
     let segment = format!("{:016x}", spec.id);
-    match remount(master, client_id, spec).await {
+    match remount(master, client_id, local, spec).await {
         Ok(()) => {
             tracing::warn!(client = format!("{client_id:016x}"), %segment,
                 "segment remounted; the node serves its full capacity again");
@@ -237,14 +319,19 @@ async fn remount_renewed(master: &MasterClient, client_id: u64, local: &LocalSeg
     }
 }
 
-/// Registers this client with exactly `spec`, logging a failure.
+/// Registers this client with exactly `spec` and hands the segment's
+/// capability key from the answer to the transfer server; logs a failure.
 async fn remount(
     master: &MasterClient,
     client_id: u64,
+    local: &LocalSegment,
     spec: mooncake_proto::master::Segment,
-) -> Result<(), MasterError> {
+) -> Result<(), ClientError> {
     let segment = format!("{:016x}", spec.id);
-    let result = master.remount_segments(client_id, vec![spec]).await;
+    let result = match master.remount_segments(client_id, vec![spec]).await {
+        Ok(keys) => local.install_keys(&keys),
+        Err(e) => Err(e.into()),
+    };
     if let Err(e) = &result {
         tracing::error!(client = format!("{client_id:016x}"), %segment, error = %e,
             "remount failed; will retry at the next heartbeat");
@@ -300,6 +387,29 @@ mod tests {
         assert_eq!(w.after_ping(PingAnswer::Unknown), Next::Remount, "even on NEED_REMOUNT");
         w.checked(known(6), CheckOutcome::Remounted);
         assert_ne!(w.after_ping(known(6)), Next::Remount);
+    }
+
+    #[test]
+    fn a_segment_whose_first_registration_was_refused_is_mounted_once_the_id_is_free() {
+        let mut w = SegmentWatch::new(EVERY).never_mounted();
+        for _ in 0..3 * EVERY {
+            assert_eq!(w.after_ping(PingAnswer::HeldByAnother), Next::Nothing, "nothing while another holds the id");
+        }
+        // The other registration expired: mount the segment as it is (the
+        // masters never knew it, so no renewing).
+        assert_eq!(w.after_ping(PingAnswer::Unknown), Next::Remount);
+        w.checked(PingAnswer::Unknown, CheckOutcome::Remounted);
+        assert_eq!(w.after_ping(known(4)), Next::Nothing);
+    }
+
+    #[test]
+    fn a_mounted_segment_whose_id_another_process_took_is_checked_once_the_id_is_free() {
+        let mut w = SegmentWatch::new(EVERY);
+        w.checked(known(3), CheckOutcome::Present);
+        assert_eq!(w.after_ping(PingAnswer::HeldByAnother), Next::Nothing);
+        // Evicted, then held by another, then free: its segment was dropped,
+        // so it is checked (and renewed before its remount).
+        assert_eq!(w.after_ping(PingAnswer::Unknown), Next::Check);
     }
 
     #[test]

@@ -164,9 +164,21 @@ pub struct LocalClusterBuilder {
     dir: Option<PathBuf>,
     master_cmd: Option<(PathBuf, Vec<String>)>,
     store_cmd: Option<(PathBuf, Vec<String>)>,
+    tls: bool,
 }
 
+/// Master certificates a TLS local cluster issues beyond its founding
+/// masters, for joiners (`start_joiner` with ids up to masters + this).
+const TLS_SPARE_MASTERS: u64 = 4;
+
 impl LocalClusterBuilder {
+    /// Mutual TLS everywhere: a development PKI in `<dir>/tls`
+    /// (`mooncake certs init`), each node started with its role's
+    /// certificate, and this cluster's clients using the admin's.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
     pub fn masters(mut self, n: u64) -> Self {
         self.masters = n;
         self
@@ -221,6 +233,16 @@ impl LocalClusterBuilder {
             }
         };
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        // The cluster's secret, made before any master starts (they all read
+        // it), and the admin token derived from it, for this cluster's tools.
+        let secret = mooncake_auth::ClusterSecret::create_file(&dir.join(SECRET_FILE)).map_err(|e| e.to_string())?;
+        let admin_token = mooncake_auth::admin::admin_token(&secret);
+        mooncake_auth::admin::write_token_file(&dir.join(mooncake_auth::admin::ADMIN_TOKEN_FILE), &admin_token)
+            .map_err(|e| e.to_string())?;
+        let tls = match self.tls {
+            false => None,
+            true => Some(ClusterTls::generate(&dir.join("tls"), self.masters + TLS_SPARE_MASTERS)?),
+        };
         let master_cmd = match self.master_cmd {
             Some(c) => c,
             None => (find_binary("mooncake-master")?, Vec::new()),
@@ -235,6 +257,8 @@ impl LocalClusterBuilder {
             store_args: self.store_args,
             segment_size: self.segment_size,
             store_id_base: next_store_id_base(),
+            tls,
+            admin_token,
         };
         let port = |_| free_port().map_err(|e| e.to_string());
         let addrs: Vec<(u64, String)> =
@@ -261,7 +285,15 @@ pub struct LocalCluster {
     store_args: Vec<String>,
     segment_size: String,
     store_id_base: u64,
+    /// Set when the cluster runs with mutual TLS.
+    tls: Option<ClusterTls>,
+    /// This cluster's admin token (also in `<dir>/admin.token`).
+    admin_token: mooncake_auth::admin::AdminToken,
 }
+
+/// The cluster secret's file in a local cluster's dir (every master gets
+/// `--cluster-secret-file` naming it).
+pub const SECRET_FILE: &str = "cluster.secret";
 
 fn key(role: Role, id: u64) -> (u8, u64) {
     (if role == Role::Master { 0 } else { 1 }, id)
@@ -278,6 +310,7 @@ impl LocalCluster {
             dir: None,
             master_cmd: None,
             store_cmd: None,
+            tls: false,
         }
     }
 
@@ -299,8 +332,11 @@ impl LocalCluster {
             format!("--listen={addr}"),
             format!("--data-dir={}", data_dir.display()),
             format!("--http={http}"),
+            // One secret for the whole local cluster (made in `start`).
+            format!("--cluster-secret-file={}", self.dir.join(SECRET_FILE).display()),
         ]);
         args.extend(membership);
+        args.extend(self.tls_args(mooncake_tls::Role::Master { id }));
         args.extend(self.master_args.iter().cloned());
         let log = self.dir.join(format!("master-{id}.log"));
         let mut node = Node { role: Role::Master, id, addr, http, data_dir, log, bin, args, child: None };
@@ -322,9 +358,15 @@ impl LocalCluster {
             format!("--client-id={}", self.store_client_id(id)),
             format!("--zone=zone-{}", (id - 1) % 2),
         ]);
+        args.extend(self.tls_args(mooncake_tls::Role::Store));
         args.extend(self.store_args.iter().cloned());
         let log = self.dir.join(format!("store-{id}.log"));
         let data_dir = self.dir.join(format!("store-{id}"));
+        // A restarted node (same --client-id, same credential) re-registers
+        // at once instead of waiting for its old registration to expire.
+        std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+        let credential = data_dir.join(mooncake_auth::credential::CREDENTIAL_FILE);
+        args.push(format!("--credential-file={}", credential.display()));
         let addr = format!("127.0.0.1:{port}");
         let mut node = Node { role: Role::Store, id, addr, http: String::new(), data_dir, log, bin, args, child: None };
         node.launch().map_err(|e| e.to_string())?;
@@ -357,8 +399,23 @@ impl LocalCluster {
     }
 
     /// A master client that knows every master.
+    /// A client of this cluster acting as admin (an operator's tool).
     pub fn client(&self) -> Result<MasterClient, String> {
-        MasterClient::new(MasterClientConfig::new(self.master_addrs())).map_err(|e| e.to_string())
+        MasterClient::new(self.client_config()).map_err(|e| e.to_string())
+    }
+
+    /// The master client configuration of this cluster's admin.
+    pub fn client_config(&self) -> MasterClientConfig {
+        MasterClientConfig {
+            admin_token: Some(self.admin_token.clone()),
+            tls: self.tls.as_ref().map(|t| t.admin.clone()),
+            ..MasterClientConfig::new(self.master_addrs())
+        }
+    }
+
+    /// This cluster's admin token.
+    pub fn admin_token(&self) -> &mooncake_auth::admin::AdminToken {
+        &self.admin_token
     }
 
     /// SIGKILL.
@@ -410,14 +467,14 @@ impl LocalCluster {
     /// Cluster info from master `id`, if it answers.
     pub async fn info(&self, id: u64) -> Option<GetClusterInfoResponse> {
         let n = self.node(Role::Master, id).filter(|n| n.is_running())?;
-        let c = MasterClient::new(MasterClientConfig::new(vec![n.addr.clone()])).ok()?;
+        let c = MasterClient::new(self.config_for(vec![n.addr.clone()])).ok()?;
         c.cluster_info_of(&n.addr).await.ok()
     }
 
     /// [`info`](Self::info) with the state hash (O(objects) on the master).
     pub async fn info_with_hash(&self, id: u64) -> Option<GetClusterInfoResponse> {
         let n = self.node(Role::Master, id).filter(|n| n.is_running())?;
-        let c = MasterClient::new(MasterClientConfig::new(vec![n.addr.clone()])).ok()?;
+        let c = MasterClient::new(self.config_for(vec![n.addr.clone()])).ok()?;
         c.cluster_info_with_hash_of(&n.addr).await.ok()
     }
 
@@ -474,6 +531,44 @@ impl LocalCluster {
         for n in self.nodes.values_mut() {
             n.stop(Duration::from_secs(3));
         }
+    }
+}
+
+/// The development PKI of a TLS local cluster.
+struct ClusterTls {
+    dir: PathBuf,
+    /// The admin's identity, loaded once: this cluster's own tools use it.
+    admin: mooncake_tls::TlsConfig,
+}
+
+impl ClusterTls {
+    fn generate(dir: &Path, masters: u64) -> Result<ClusterTls, String> {
+        mooncake_tls::generate(dir, masters, &[]).map_err(|e| e.to_string())?;
+        let admin = mooncake_tls::TlsFiles::in_dir(dir, mooncake_tls::Role::Admin).load().map_err(|e| e.to_string())?;
+        Ok(ClusterTls { dir: dir.to_owned(), admin })
+    }
+}
+
+impl LocalCluster {
+    /// The TLS flags of a node of `role` (none without TLS).
+    fn tls_args(&self, role: mooncake_tls::Role) -> Vec<String> {
+        self.tls.as_ref().map(|t| mooncake_tls::TlsFiles::in_dir(&t.dir, role).to_args()).unwrap_or_default()
+    }
+
+    /// The directory of the cluster's development PKI, if it runs with TLS.
+    pub fn tls_dir(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|t| t.dir.as_path())
+    }
+
+    /// The TLS identity of `role` in this cluster's PKI (`None` without TLS).
+    pub fn tls_config(&self, role: mooncake_tls::Role) -> Result<Option<mooncake_tls::TlsConfig>, String> {
+        let Some(dir) = self.tls_dir() else { return Ok(None) };
+        mooncake_tls::TlsFiles::in_dir(dir, role).load().map(Some).map_err(|e| e.to_string())
+    }
+
+    /// An admin's configuration for `masters` (with TLS when the cluster has it).
+    fn config_for(&self, masters: Vec<String>) -> MasterClientConfig {
+        MasterClientConfig { tls: self.tls.as_ref().map(|t| t.admin.clone()), ..MasterClientConfig::new(masters) }
     }
 }
 

@@ -11,6 +11,11 @@
 //! /dev/shm would fail. A second live store node with the same client id on
 //! the host is refused at start.
 //!
+//! The transfer server refuses every request for the segment until the
+//! masters' answer to its mount brings the segment's capability key
+//! ([`LocalSegment::install_keys`]); from then on it serves a request only
+//! under a capability the masters issued for it (docs/SECURITY.md).
+//!
 //! When the masters have forgotten the segment (it expired, or an operator
 //! unmounted it), the heartbeat calls [`LocalSegment::renew`] before it
 //! remounts: the same memory is served under a new segment id (and its file
@@ -24,7 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 
-use mooncake_proto::master::{Segment, Tier};
+use mooncake_auth::capability::SegmentKey;
+use mooncake_proto::master::{self as pb, Segment, Tier};
 use mooncake_segment::{FileIdentity, SHM_DIR, SegmentId, SegmentMemory};
 use mooncake_transfer::{SegmentRegistry, ServerConfig, ShmOwner, TransferError, TransferServer};
 use tokio::sync::Mutex;
@@ -131,6 +137,24 @@ impl LocalSegment {
     /// Times the segment was remounted after the masters had forgotten it.
     pub fn remounts(&self) -> u64 {
         self.remounts.load(Ordering::Relaxed)
+    }
+
+    /// Hands the capability key the masters sent for this node's segment
+    /// (in a MountSegment or RemountSegment answer) to the transfer server,
+    /// which serves the segment from now on. An answer without a usable key
+    /// for the segment is an error: the node would serve nothing.
+    pub fn install_keys(&self, keys: &[pb::SegmentKey]) -> Result<(), ClientError> {
+        let id = SegmentId(self.spec.lock().unwrap_or_else(PoisonError::into_inner).id);
+        let Some(sent) = keys.iter().find(|k| k.segment_id == id.0) else {
+            return Err(ClientError::Config(format!(
+                "the master's mount answer carries no capability key for segment {id}: it predates capabilities; \
+                 upgrade the masters (this node would refuse every transfer)"
+            )));
+        };
+        let key = SegmentKey::from_slice(&sent.key)
+            .map_err(|e| ClientError::Config(format!("the master's capability key for segment {id}: {e}")))?;
+        self.registry.set_key(id, key)?;
+        Ok(())
     }
 
     /// Records that the masters know the segment (again, after a remount).

@@ -8,17 +8,33 @@ use mooncake_proto::master::*;
 use crate::master_client::{Attempted, MasterClient, MasterError, check};
 
 impl MasterClient {
-    /// Heartbeat. `Ok(false)` means the master wants the client's segments remounted.
+    /// The Ping of `client_id`, with this client's credential.
+    pub(crate) fn ping_request(&self, client_id: u64) -> PingRequest {
+        PingRequest { client_id, credential: self.credential().as_bytes().to_vec() }
+    }
+
+    /// Heartbeat. `Ok(false)` means the master wants the client's segments
+    /// remounted; `PERMISSION_DENIED`, that another process (another
+    /// credential) holds the client id.
     pub async fn ping(&self, client_id: u64) -> Result<bool, MasterError> {
-        let r = self.call(|mut c| async move { c.ping(PingRequest { client_id }).await }).await?;
+        let req = self.ping_request(client_id);
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.ping(req).await }
+            })
+            .await?;
         match r.reply.status.as_ref().map(|s| s.error_code()) {
             Some(mooncake_proto::ErrorCode::NeedRemount) => Ok(false),
             _ => check(r).map(|_| true),
         }
     }
 
-    pub async fn mount_segment(&self, client_id: u64, segment: Segment) -> Result<(), MasterError> {
-        let req = MountSegmentRequest { client_id, segment: Some(segment) };
+    /// Mounts `segment` for `client_id`; returns its capability key (for
+    /// the transfer server that serves it).
+    pub async fn mount_segment(&self, client_id: u64, segment: Segment) -> Result<Vec<SegmentKey>, MasterError> {
+        let credential = self.credential().as_bytes().to_vec();
+        let req = MountSegmentRequest { client_id, segment: Some(segment), credential };
         check(
             self.call(|mut c| {
                 let req = req.clone();
@@ -26,16 +42,31 @@ impl MasterClient {
             })
             .await?,
         )
-        .map(drop)
+        .map(|r| r.segment_keys)
     }
 
     pub async fn unmount_segment(&self, client_id: u64, segment_id: u64) -> Result<(), MasterError> {
-        let req = UnmountSegmentRequest { client_id, segment_id };
-        check(self.call(|mut c| async move { c.unmount_segment(req).await }).await?).map(drop)
+        let credential = self.credential().as_bytes().to_vec();
+        let req = UnmountSegmentRequest { client_id, segment_id, credential };
+        check(
+            self.call(|mut c| {
+                let req = req.clone();
+                async move { c.unmount_segment(req).await }
+            })
+            .await?,
+        )
+        .map(drop)
     }
 
-    pub async fn remount_segments(&self, client_id: u64, segments: Vec<Segment>) -> Result<(), MasterError> {
-        let req = RemountSegmentRequest { client_id, segments };
+    /// Registers `client_id` with exactly `segments`; returns their
+    /// capability keys (for the transfer server that serves them).
+    pub async fn remount_segments(
+        &self,
+        client_id: u64,
+        segments: Vec<Segment>,
+    ) -> Result<Vec<SegmentKey>, MasterError> {
+        let credential = self.credential().as_bytes().to_vec();
+        let req = RemountSegmentRequest { client_id, segments, credential };
         check(
             self.call(|mut c| {
                 let req = req.clone();
@@ -43,7 +74,7 @@ impl MasterClient {
             })
             .await?,
         )
-        .map(drop)
+        .map(|r| r.segment_keys)
     }
 
     pub async fn put_start(&self, req: PutStartRequest) -> Result<Vec<Replica>, MasterError> {
@@ -365,8 +396,9 @@ enum Export {
 async fn export_from(client: &MasterClient, addr: &str) -> Result<Export, String> {
     use mooncake_proto::ErrorCode;
     let ch = client.channel(addr).map_err(|e| e.to_string())?;
-    let mut admin = mooncake_proto::admin::admin_service_client::AdminServiceClient::new(ch)
-        .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES);
+    let mut admin =
+        mooncake_proto::admin::admin_service_client::AdminServiceClient::with_interceptor(ch, client.credentials())
+            .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES);
     let mut stream = admin
         .export_snapshot(ExportSnapshotRequest {})
         .await

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use mooncake_proto::admin::admin_service_client::AdminServiceClient;
 use mooncake_proto::master::master_service_client::MasterServiceClient;
 use mooncake_proto::{ErrorCode, GRPC_MESSAGE_MAX_BYTES, HasStatus};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// Most redirects followed within one call before backing off (guards
@@ -34,6 +35,16 @@ pub struct MasterClientConfig {
     /// First and largest pause between attempts.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// Mutual TLS to the masters (`https://`); `None` = plain HTTP/2.
+    pub tls: Option<mooncake_tls::TlsConfig>,
+    /// The admin token, sent with every call when set: admin operations
+    /// (membership, eviction, snapshots, forced RemoveAll) need it.
+    pub admin_token: Option<mooncake_auth::admin::AdminToken>,
+    /// The client credential sent with MountSegment, UnmountSegment,
+    /// RemountSegment and Ping: it proves the caller is the process that
+    /// registered the client id it names. `None` = this process's
+    /// ([`mooncake_auth::Credential::of_process`]).
+    pub credential: Option<mooncake_auth::Credential>,
 }
 
 impl MasterClientConfig {
@@ -44,9 +55,41 @@ impl MasterClientConfig {
             deadline: Duration::from_secs(15),
             backoff_initial: Duration::from_millis(10),
             backoff_max: Duration::from_millis(50),
+            tls: None,
+            admin_token: None,
+            credential: None,
         }
     }
+
+    /// Acts as admin with the token in `file` (a master's data dir holds
+    /// `admin.token`; `mooncake up` writes one in its cluster dir).
+    pub fn with_admin_token_file(mut self, file: &std::path::Path) -> Result<Self, MasterError> {
+        let token = mooncake_auth::admin::read_token_file(file).map_err(|e| MasterError::Config(e.to_string()))?;
+        self.admin_token = Some(token);
+        Ok(self)
+    }
 }
+
+/// Adds the caller's credentials to every request (today: the admin
+/// token, when configured).
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    admin: Option<tonic::metadata::AsciiMetadataValue>,
+}
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.admin {
+            req.metadata_mut().insert(mooncake_auth::admin::ADMIN_TOKEN_HEADER, token.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The client API over one channel, with the caller's credentials.
+pub type MasterRpc = MasterServiceClient<InterceptedService<Channel, Credentials>>;
+/// The admin API over one channel, with the caller's credentials.
+pub type AdminRpc = AdminServiceClient<InterceptedService<Channel, Credentials>>;
 
 /// Why a call to the masters failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -102,6 +145,9 @@ pub struct MasterClient {
     channels: Mutex<HashMap<String, Channel>>,
     /// The master to try first: the last leader seen.
     preferred: Mutex<String>,
+    credentials: Credentials,
+    /// The client credential (`cfg.credential`, or this process's).
+    credential: mooncake_auth::Credential,
 }
 
 /// What one attempt told us.
@@ -118,11 +164,35 @@ impl MasterClient {
         for m in &cfg.masters {
             endpoint(m, &cfg)?;
         }
-        Ok(MasterClient { cfg, channels: Mutex::new(HashMap::new()), preferred: Mutex::new(first) })
+        let admin = match &cfg.admin_token {
+            Some(t) => Some(
+                t.as_str().parse().map_err(|_| MasterError::Config("the admin token is not printable ASCII".into()))?,
+            ),
+            None => None,
+        };
+        let credentials = Credentials { admin };
+        let credential = match &cfg.credential {
+            Some(c) => c.clone(),
+            None => mooncake_auth::Credential::of_process().map_err(|e| MasterError::Config(e.to_string()))?,
+        };
+        let preferred = Mutex::new(first);
+        Ok(MasterClient { cfg, channels: Mutex::new(HashMap::new()), preferred, credentials, credential })
+    }
+
+    /// The client credential this client sends with the calls that act as a
+    /// client id (mounts, unmounts, remounts, pings).
+    pub fn credential(&self) -> &mooncake_auth::Credential {
+        &self.credential
     }
 
     pub fn config(&self) -> &MasterClientConfig {
         &self.cfg
+    }
+
+    /// What this client adds to each request (for calls made outside
+    /// [`call`](Self::call), such as streams).
+    pub fn credentials(&self) -> Credentials {
+        self.credentials.clone()
     }
 
     /// The master currently believed to lead (or the first to try).
@@ -159,11 +229,11 @@ impl MasterClient {
     pub async fn call<R, F, Fut>(&self, f: F) -> Result<Attempted<R>, MasterError>
     where
         R: HasStatus,
-        F: Fn(MasterServiceClient<Channel>) -> Fut,
+        F: Fn(MasterRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
         self.retrying(|ch| {
-            let client = MasterServiceClient::new(ch)
+            let client = MasterServiceClient::with_interceptor(ch, self.credentials.clone())
                 .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
                 .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
             f(client)
@@ -175,10 +245,10 @@ impl MasterClient {
     pub async fn call_admin<R, F, Fut>(&self, f: F) -> Result<Attempted<R>, MasterError>
     where
         R: HasStatus,
-        F: Fn(AdminServiceClient<Channel>) -> Fut,
+        F: Fn(AdminRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        self.retrying(|ch| f(AdminServiceClient::new(ch))).await
+        self.retrying(|ch| f(AdminServiceClient::with_interceptor(ch, self.credentials.clone()))).await
     }
 
     async fn retrying<R, F, Fut>(&self, f: F) -> Result<Attempted<R>, MasterError>
@@ -243,7 +313,7 @@ impl MasterClient {
 }
 
 fn endpoint(addr: &str, cfg: &MasterClientConfig) -> Result<Endpoint, MasterError> {
-    Endpoint::from_shared(format!("http://{addr}"))
+    mooncake_tls::grpc::endpoint(addr, cfg.tls.as_ref())
         .map(|e| e.connect_timeout(cfg.rpc_timeout).tcp_nodelay(true))
         .map_err(|e| MasterError::Config(format!("bad master address {addr:?}: {e}")))
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::join_all;
+use mooncake_auth::capability::Capability;
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{GetReplicaListResponse, PutEndRequest, PutRevokeRequest, PutStartRequest, Replica};
 use mooncake_segment::SegmentId;
@@ -84,7 +85,11 @@ impl Client {
         cfg.validate().map_err(ClientError::Config)?;
         server.validate().map_err(|e| ClientError::Config(e.to_string()))?;
         let client_id = cfg.client_id.unwrap_or_else(rand::random);
+        let (cfg, server) = with_tls(cfg, server);
         let mut mcfg = MasterClientConfig::new(cfg.masters.clone());
+        mcfg.tls = cfg.tls.clone();
+        mcfg.admin_token = cfg.admin_token.clone();
+        mcfg.credential = cfg.credential.clone();
         mcfg.rpc_timeout = mcfg.rpc_timeout.min(cfg.tcp.request_timeout);
         let master = Arc::new(MasterClient::new(mcfg)?);
         let engine = Arc::new(TransferEngine::new(cfg.local_hostname.clone(), cfg.protocol, cfg.tcp.clone())?);
@@ -94,15 +99,27 @@ impl Client {
         };
         // Register at once with our exact set of segments: a restarted
         // process with the same identity replaces its stale segments now
-        // instead of waiting for its old registration to expire.
+        // instead of waiting for its old registration to expire. Unless that
+        // registration is another process's (another credential): then the
+        // heartbeat waits for it to expire and registers.
         let segments = local.iter().map(|l| l.spec()).collect();
-        master.remount_segments(client_id, segments).await?;
+        let mut held = crate::heartbeat::HeldId::default();
+        match master.remount_segments(client_id, segments).await {
+            Ok(keys) => {
+                if let Some(local) = &local {
+                    local.install_keys(&keys)?;
+                }
+            }
+            Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => held.refused(client_id, local.as_deref()),
+            Err(e) => return Err(e.into()),
+        }
         let (stop, stop_rx) = watch::channel(false);
         let heartbeat = Some(tokio::spawn(crate::heartbeat::run(
             master.clone(),
             client_id,
             local.clone(),
             cfg.heartbeat_interval,
+            held,
             stop_rx,
         )));
         tracing::info!(client = format!("{client_id:016x}"), segment = ?local.as_ref().map(|l| l.spec().id), "client connected");
@@ -650,6 +667,16 @@ const BATCH_ITEMS_MAX: usize = 1024;
 
 /// The master refused a PutStart because the key exists (or is being
 /// written by another client): the put keeps that object.
+/// `cfg.tls` is the one switch: it turns on TLS for the transfer lanes
+/// and for this client's own transfer server too.
+fn with_tls(mut cfg: ClientConfig, mut server: ServerConfig) -> (ClientConfig, ServerConfig) {
+    if let Some(tls) = &cfg.tls {
+        cfg.tcp.tls = Some(tls.clone());
+        server.tls = Some(tls.clone());
+    }
+    (cfg, server)
+}
+
 fn is_already_exists(e: &ClientError) -> bool {
     matches!(e, ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectAlreadyExists, .. }))
 }
@@ -706,7 +733,9 @@ fn part_offsets<'a>(parts: &'a [&'a [u8]]) -> impl Iterator<Item = (u64, &'a [u8
         .filter(|(_, part)| !part.is_empty())
 }
 
-/// Where a replica lives, for the transfer engine.
+/// Where a replica lives, for the transfer engine, with the capability the
+/// master granted for its range (a malformed one is sent as none: the store
+/// node refuses it either way, and says so).
 pub fn remote(r: &Replica) -> RemoteSegment {
     RemoteSegment {
         id: SegmentId(r.segment_id),
@@ -714,6 +743,7 @@ pub fn remote(r: &Replica) -> RemoteSegment {
         host_id: r.host_id.clone(),
         shm_path: r.shm_path.clone(),
         size_bytes: r.segment_size,
+        capability: Capability::decode(&r.capability).ok(),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The system under test inside the harness's network: three masters (and a
 //! spare for membership changes) and two store nodes, each a real `mooncake`
 //! process in its own namespace, started, killed, paused, power-cut and
-//! restarted from its data directory. Queries to the masters are made by the
+//! restarted from its data directory. By default every one of them, and
+//! every client of the harness ([`Access`]), speaks mutual TLS with
+//! certificates of a CA made for the run. Queries to the masters are made by the
 //! caller from a thread inside the client namespace, never from the root one.
 
 use std::collections::BTreeMap;
@@ -12,6 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use mooncake_tls::Role;
+
+use crate::access::Access;
 use crate::clock::FakeClock;
 use crate::faults;
 use crate::net::Network;
@@ -82,6 +87,10 @@ pub struct ClusterOptions {
     /// ([`EVICTION_HIGH_WATERMARK_RATIO`] and [`EVICTION_RATIO`], but for
     /// a preloaded state: `preload::eviction_flags`).
     pub eviction: (f64, f64),
+    /// Mutual TLS everywhere (a development PKI in `<dir>/tls`); off, the
+    /// masters and store nodes run `--insecure` (plain TCP on the
+    /// namespaces' private addresses).
+    pub tls: bool,
 }
 
 /// One process of the cluster.
@@ -110,7 +119,22 @@ pub struct ChaosCluster {
     /// Processes started under libfaketime: it leaves /dev/shm files named
     /// after the pid, removed at shutdown.
     faked_pids: Vec<u32>,
+    /// The admin token of the cluster (its secret is made before any master
+    /// starts, in `<dir>/cluster.secret`).
+    admin_token: mooncake_auth::admin::AdminToken,
+    /// The run's PKI (`<dir>/tls`), when TLS is on.
+    tls_dir: Option<PathBuf>,
+    /// How the harness's clients connect (the PKI's client certificate).
+    access: Access,
 }
+
+/// The cluster secret's file in the run's dir.
+const SECRET_FILE: &str = "cluster.secret";
+/// The run's PKI, in the run's dir: a CA and the certificates of masters
+/// 1-4, the store nodes, the harness's clients and the admin.
+const TLS_DIR: &str = "tls";
+/// Masters the PKI issues certificates for: the three voters and the spare.
+const TLS_MASTERS: u64 = 4;
 
 /// Host name of master `id`.
 pub fn master_host(id: u64) -> String {
@@ -121,6 +145,19 @@ impl ChaosCluster {
     /// Starts masters 1..=3 and the store node; master 4 is a spare.
     pub fn start(net: Arc<Network>, opts: ClusterOptions) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&opts.dir)?;
+        let secret = mooncake_auth::ClusterSecret::create_file(&opts.dir.join(SECRET_FILE))?;
+        let admin_token = mooncake_auth::admin::admin_token(&secret);
+        let tls_dir = opts.tls.then(|| opts.dir.join(TLS_DIR));
+        let access = match &tls_dir {
+            Some(dir) => {
+                // Every certificate carries `localhost`, the name clients
+                // check servers against, so no host names are needed.
+                mooncake_tls::generate(dir, TLS_MASTERS, &[]).context("generating the run's PKI")?;
+                let files = mooncake_tls::TlsFiles::in_dir(dir, Role::Client);
+                Access::tls(files.load().context("loading the harness's client certificate")?)
+            }
+            None => Access::plain(),
+        };
         let initial =
             (1..=3u64).map(|id| Ok(format!("{id}={}", master_addr(&net, id)?))).collect::<anyhow::Result<Vec<_>>>()?;
         let store =
@@ -137,6 +174,9 @@ impl ChaosCluster {
             clocks: BTreeMap::new(),
             voters: vec![1, 2, 3],
             faked_pids: Vec::new(),
+            admin_token,
+            tls_dir,
+            access,
         };
         for id in 1..=4 {
             c.prepare_master(id, &initial.join(","))?;
@@ -174,6 +214,7 @@ impl ChaosCluster {
             format!("--listen={addr}"),
             format!("--http={}:{MASTER_HTTP_PORT}", self.net.host_ip(&master_host(id))?),
             format!("--data-dir={}", self.data_dir(id).display()),
+            format!("--cluster-secret-file={}", self.opts.dir.join(SECRET_FILE).display()),
             // Short TTLs keep expiry and reclaim inside a short run.
             format!("--client_ttl={}", CLIENT_TTL.as_secs()),
             format!("--put_start_discard_timeout_sec={}", PUT_START_DISCARD_TIMEOUT.as_secs()),
@@ -183,6 +224,7 @@ impl ChaosCluster {
             format!("--eviction_ratio={}", self.opts.eviction.1),
         ];
         args.push(if id <= 3 { format!("--initial-cluster={initial}") } else { "--join".to_string() });
+        args.extend(self.security_args(Role::Master { id }));
         args.extend(self.opts.master_flags.iter().cloned());
         let log = self.opts.dir.join(format!("master-{id}.log"));
         self.masters.insert(id, Proc { host: master_host(id), args, log, child: None, paused: false });
@@ -192,14 +234,27 @@ impl ChaosCluster {
     fn store_args(&self, n: u64) -> anyhow::Result<Vec<String>> {
         let ip = self.net.host_ip(&format!("s{n}"))?;
         let masters: Vec<String> = (1..=4).map(|id| master_addr(&self.net, id)).collect::<anyhow::Result<_>>()?;
-        Ok(vec![
+        let mut args = vec![
             "store".into(),
             format!("--masters={}", masters.join(",")),
             format!("--listen={ip}:{STORE_PORT}"),
             format!("--segment-size={}", self.opts.segment_size),
             format!("--client-id={}", STORE_CLIENT_ID + n),
+            format!("--credential-file={}", self.opts.dir.join(format!("store-{n}.credential")).display()),
             "--anonymous".into(),
-        ])
+        ];
+        args.extend(self.security_args(Role::Store));
+        Ok(args)
+    }
+
+    /// `role`'s `--tls-cert --tls-key --tls-ca` with TLS on; `--insecure`
+    /// without: the namespaces' private addresses are not loopback, and
+    /// only this harness can reach them (the loopback rule, docs/SECURITY.md).
+    fn security_args(&self, role: Role) -> Vec<String> {
+        match &self.tls_dir {
+            Some(dir) => mooncake_tls::TlsFiles::in_dir(dir, role).to_args(),
+            None => vec!["--insecure".into()],
+        }
     }
 
     fn launch_master(&mut self, id: u64) -> anyhow::Result<()> {
@@ -220,6 +275,7 @@ impl ChaosCluster {
         };
         let mut cmd = net.command(&p.host, &bin)?;
         cmd.args(&p.args);
+        crate::access::clear_tls_env(&mut cmd);
         if let Some(c) = &clock {
             c.apply(&mut cmd);
         }
@@ -385,6 +441,20 @@ impl ChaosCluster {
 
     pub fn master_addrs(&self) -> anyhow::Result<Vec<String>> {
         self.masters.keys().map(|id| master_addr(&self.net, *id)).collect()
+    }
+
+    /// A master client configuration of the cluster's admin (membership
+    /// faults): the admin token, over the harness's usual connection (the
+    /// token is the admin identity with TLS and without).
+    pub fn admin_config(&self) -> anyhow::Result<mooncake_client::MasterClientConfig> {
+        let mut cfg = self.access.master(self.master_addrs()?);
+        cfg.admin_token = Some(self.admin_token.clone());
+        Ok(cfg)
+    }
+
+    /// How the harness's clients connect to this cluster.
+    pub fn access(&self) -> Access {
+        self.access.clone()
     }
 
     /// Objects evicted by every leader of the run, from the masters' logs

@@ -192,17 +192,31 @@ async fn check_replica(client: &Client, object: &ObjectInfo, replica: &Replica) 
     }
     let mut buf = vec![0u8; object.size as usize];
     let mut last = String::new();
+    // The listing's replicas carry no capability: a store node serves a read
+    // only under the READ capability GetReplicaList grants with the replica.
+    let mut granted: Option<Replica> = None;
     for attempt in 0..READ_ATTEMPTS_MAX {
         if attempt > 0 {
             tokio::time::sleep(READ_RETRY_PAUSE).await;
         }
-        let read = client.engine().read_checksummed(&remote(replica), replica.offset, &mut buf).await;
+        let target = match granted.take() {
+            Some(r) => r,
+            None => match still_listed(client, object, replica).await {
+                Listed::No => return ReplicaCheck::Vanished,
+                Listed::Yes(r) => r,
+                Listed::Unknown(why) => {
+                    last = why;
+                    continue;
+                }
+            },
+        };
+        let read = client.engine().read_checksummed(&remote(&target), target.offset, &mut buf).await;
         if matches!(read, Ok(crc) if crc == object.checksum) {
             return ReplicaCheck::Intact;
         }
         match still_listed(client, object, replica).await {
             Listed::No => return ReplicaCheck::Vanished,
-            Listed::Yes => {}
+            Listed::Yes(r) => granted = Some(r),
             Listed::Unknown(why) => {
                 last = why;
                 continue;
@@ -219,9 +233,11 @@ async fn check_replica(client: &Client, object: &ObjectInfo, replica: &Replica) 
     ))
 }
 
-/// Whether the master still lists the object with this replica and checksum.
+/// Whether the master still lists the object with this replica and
+/// checksum (and if so, the replica as GetReplicaList hands it out: with a
+/// READ capability).
 enum Listed {
-    Yes,
+    Yes(Replica),
     No,
     Unknown(String),
 }
@@ -229,9 +245,12 @@ enum Listed {
 async fn still_listed(client: &Client, object: &ObjectInfo, replica: &Replica) -> Listed {
     match client.master().get_replica_list(client.client_id(), &object.key).await {
         Ok(list) => {
-            let same = list.checksum == object.checksum
-                && list.replicas.iter().any(|r| r.segment_id == replica.segment_id && r.offset == replica.offset);
-            if same { Listed::Yes } else { Listed::No }
+            let same =
+                list.replicas.into_iter().find(|r| r.segment_id == replica.segment_id && r.offset == replica.offset);
+            match same {
+                Some(r) if list.checksum == object.checksum => Listed::Yes(r),
+                _ => Listed::No,
+            }
         }
         Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) => Listed::No,
         Err(e) => Listed::Unknown(format!("looking it up again: {e}")),

@@ -9,8 +9,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use mooncake_client::{MasterClient, MasterClientConfig};
+use mooncake_client::MasterClient;
 
+use crate::access::Access;
 use crate::chaos_cluster::{MASTER_HTTP_PORT, Target, master_addr, master_host};
 use crate::leader_stability::{FollowerWindow, MasterSample, elections_started, scrape_metrics};
 use crate::nemesis::{Nemesis, leader_and_term, stable_leader};
@@ -58,7 +59,7 @@ impl Nemesis {
     /// leader and elections-started counter before and after.
     async fn follower_window(&mut self, stop: &AtomicBool) -> anyhow::Result<()> {
         let (voters, addrs) = self.voters_and_addrs().await?;
-        let Some((leader, term)) = stable_leader(&addrs, WINDOW_STEADY, SETTLE_MAX).await else {
+        let Some((leader, term)) = stable_leader(&self.access, &addrs, WINDOW_STEADY, SETTLE_MAX).await else {
             tracing::warn!("no steady leader: no follower window this round");
             return Ok(());
         };
@@ -104,7 +105,7 @@ impl Nemesis {
         for id in voters {
             let addr = master_addr(&self.net, *id)?;
             let http = format!("{}:{MASTER_HTTP_PORT}", self.net.host_ip(&master_host(*id))?);
-            let client = MasterClient::new(MasterClientConfig::new(vec![addr.clone()]))?;
+            let client = MasterClient::new(self.access.master(vec![addr.clone()]))?;
             let info =
                 tokio::time::timeout(INFO_TIMEOUT, client.cluster_info_of(&addr)).await.ok().and_then(Result::ok);
             out.push(MasterSample {
@@ -121,7 +122,7 @@ impl Nemesis {
     /// term, and waits until it has caught up and one leader is steady.
     async fn kill_leader_once(&mut self) -> anyhow::Result<()> {
         let (_, addrs) = self.voters_and_addrs().await?;
-        let Some((leader, term)) = leader_and_term(&addrs).await else {
+        let Some((leader, term)) = leader_and_term(&self.access, &addrs).await else {
             tracing::warn!("no leader to kill");
             return Ok(());
         };
@@ -129,7 +130,7 @@ impl Nemesis {
         self.record("start", Fault::Kill, format!("SIGKILL leader {leader} (term {term}), half way through the run"));
         let deadline = tokio::time::Instant::now() + SETTLE_MAX;
         let new = loop {
-            match leader_and_term(&addrs).await {
+            match leader_and_term(&self.access, &addrs).await {
                 Some((id, t)) if t > term && id != leader => break format!("master {id} leads term {t}"),
                 _ if tokio::time::Instant::now() >= deadline => break "no new leader".to_string(),
                 _ => tokio::time::sleep(CATCH_UP_POLL).await,
@@ -137,7 +138,7 @@ impl Nemesis {
         };
         self.cluster.lock().await.restart(Target::Master(leader))?;
         let caught_up = self.caught_up(leader).await?;
-        let steady = stable_leader(&addrs, WINDOW_STEADY, SETTLE_MAX).await;
+        let steady = stable_leader(&self.access, &addrs, WINDOW_STEADY, SETTLE_MAX).await;
         let steady = steady.map_or("no steady leader".to_string(), |(id, t)| format!("master {id} steady in term {t}"));
         self.record("heal", Fault::Kill, format!("{new}; {leader} restarted, caught up: {caught_up}; {steady}"));
         Ok(())
@@ -149,9 +150,9 @@ impl Nemesis {
         let addr = master_addr(&self.net, id)?;
         let deadline = tokio::time::Instant::now() + SETTLE_MAX;
         while tokio::time::Instant::now() < deadline {
-            if let Some((leader, _)) = leader_and_term(&addrs).await
+            if let Some((leader, _)) = leader_and_term(&self.access, &addrs).await
                 && let Some(pos) = voters.iter().position(|v| *v == leader)
-                && let (Some(l), Some(me)) = (info(&addrs[pos]).await, info(&addr).await)
+                && let (Some(l), Some(me)) = (info(&self.access, &addrs[pos]).await, info(&self.access, &addr).await)
                 && me.applied_index >= l.commit_index
             {
                 return Ok(true);
@@ -162,7 +163,7 @@ impl Nemesis {
     }
 }
 
-async fn info(addr: &str) -> Option<mooncake_proto::master::GetClusterInfoResponse> {
-    let client = MasterClient::new(MasterClientConfig::new(vec![addr.to_string()])).ok()?;
+async fn info(access: &Access, addr: &str) -> Option<mooncake_proto::master::GetClusterInfoResponse> {
+    let client = MasterClient::new(access.master(vec![addr.to_string()])).ok()?;
     tokio::time::timeout(INFO_TIMEOUT, client.cluster_info_of(addr)).await.ok()?.ok()
 }

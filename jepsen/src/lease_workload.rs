@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, MasterError, PutOptions, PutOutcome, remote};
+use mooncake_client::{Client, MasterError, PutOptions, PutOutcome, remote};
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::GetReplicaListResponse;
 use tokio::task::JoinSet;
 
+use crate::access::Access;
 use crate::history::Outcome;
 use crate::lease::{LeaseOp, LeaseOutcome, LeaseRecord};
 use crate::rng::Rng;
@@ -57,6 +58,8 @@ const SEED_SALT: u64 = 0x1ea5_e5ee_d000_0001;
 /// What the lease workload needs.
 #[derive(Clone, Debug)]
 pub struct LeaseWorkloadOptions {
+    /// How the client connects (TLS or plain).
+    pub access: Access,
     pub masters: Vec<String>,
     pub local_hostname: String,
     pub seed: u64,
@@ -99,7 +102,7 @@ enum Racer {
 
 /// Runs rounds until `shared.stop` is set, then waits for its holders.
 pub async fn run(opts: LeaseWorkloadOptions, shared: Arc<Shared>) -> anyhow::Result<()> {
-    let mut cfg = ClientConfig::new(opts.masters.clone());
+    let mut cfg = opts.access.client(opts.masters.clone());
     cfg.local_hostname = opts.local_hostname.clone();
     cfg.tcp.request_timeout = OP_TIMEOUT;
     let client = connect_with_retry(cfg).await?;

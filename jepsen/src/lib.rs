@@ -46,6 +46,7 @@ pub mod safety;
 
 // Orchestration: the cluster under test, workloads, stall writers, nemesis,
 // end-of-run byte checks, runs and reports.
+pub mod access;
 pub mod chaos_cluster;
 pub mod committed_bytes;
 pub mod follower_bursts;

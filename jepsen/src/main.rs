@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use mooncake_jepsen::access::Access;
 use mooncake_jepsen::report::RunReport;
 use mooncake_jepsen::runner::{self, RunOptions};
 use mooncake_jepsen::scenario::{self, Scenario};
@@ -45,6 +46,11 @@ struct Common {
     /// (`large-state`), at least (the fake segment is filled up: ~1.5 % more).
     #[arg(long, default_value_t = mooncake_jepsen::preload::PRELOAD_OBJECTS_DEFAULT)]
     preload_objects: u64,
+    /// Run masters, store nodes and every client of the harness without
+    /// TLS (plain TCP, servers `--insecure`), to compare with the default:
+    /// mutual TLS with a PKI made in each run's dir.
+    #[arg(long)]
+    no_tls: bool,
 }
 
 #[derive(Subcommand)]
@@ -107,11 +113,19 @@ struct StallWriterArgs {
     object_bytes: usize,
     #[arg(long, default_value_t = stall_writer::STALL_PUTS_PER_ROUND)]
     puts_per_stall: usize,
+    /// The run's client certificate (none: plain TCP).
+    #[command(flatten)]
+    tls: mooncake_tls::TlsArgs,
 }
 
 /// Runs the stall writer until it is killed.
 fn stall_writer_main(args: StallWriterArgs) -> anyhow::Result<()> {
+    let access = match args.tls.load()? {
+        Some(tls) => Access::tls(tls),
+        None => Access::plain(),
+    };
     let opts = StallWriterOptions {
+        access,
         masters: args.masters,
         local_hostname: args.local_hostname,
         key_prefix: args.key_prefix,
@@ -156,6 +170,7 @@ fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> an
         master_flags: common.master_flags.clone(),
         prefix: format!("mcj{}", std::process::id() % 100_000),
         preload_objects: common.preload_objects,
+        tls: !common.no_tls,
     })
 }
 
@@ -282,13 +297,13 @@ fn main() -> anyhow::Result<()> {
     if !matches!(cli.cmd, Cmd::StallWriter(_)) {
         install_ctrl_c();
     }
-    let (reports, violations) = match cli.cmd {
+    let (reports, violations, tls) = match cli.cmd {
         Cmd::StallWriter(args) => return stall_writer_main(args),
         Cmd::Run { scenario, seed, time, common } => {
             let seed = seed.unwrap_or_else(clock_seed);
             let r = run_one(options(&common, scenario, seed, time)?);
             let bad = !matches!(&r, Ok(r) if r.valid);
-            (vec![r], bad)
+            (vec![r], bad, !common.no_tls)
         }
         Cmd::Suite { ci, time, seed, common } => {
             let set: &[Scenario] = if ci { scenario::CI_SUITE } else { scenario::ALL };
@@ -298,7 +313,7 @@ fn main() -> anyhow::Result<()> {
                 out.push(run_one(options(&common, *sc, base.wrapping_add(i as u64), time)?));
             }
             let bad = out.iter().any(|r| !matches!(r, Ok(r) if r.valid));
-            (out, bad)
+            (out, bad, !common.no_tls)
         }
         Cmd::Soak { runs, time, common } => {
             let mut rng = mooncake_jepsen::rng::Rng::new(clock_seed());
@@ -308,13 +323,14 @@ fn main() -> anyhow::Result<()> {
                 out.push(run_one(options(&common, sc, rng.next_u64(), time)?));
             }
             let bad = out.iter().any(|r| !matches!(r, Ok(r) if r.valid));
-            (out, bad)
+            (out, bad, !common.no_tls)
         }
     };
     println!("{}", table(&reports));
     print!("{}", failure_reasons(&reports));
     let passed = reports.iter().filter(|r| matches!(r, Ok(r) if r.valid)).count();
-    println!("{passed} passed, {} failed", reports.len() - passed);
+    let transport = if tls { "mutual TLS" } else { "plain TCP (--no-tls)" };
+    println!("{passed} passed, {} failed ({transport})", reports.len() - passed);
     if violations {
         std::process::exit(1);
     }

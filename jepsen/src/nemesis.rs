@@ -25,10 +25,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use mooncake_client::{MasterClient, MasterClientConfig};
+use mooncake_client::MasterClient;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
+use crate::access::Access;
 use crate::chaos_cluster::{CLIENT_TTL, ChaosCluster, PUT_START_DISCARD_TIMEOUT, Target, master_host};
 use crate::leader_stability::FollowerWindow;
 use crate::net::Network;
@@ -94,6 +95,8 @@ pub struct FaultEvent {
 
 pub struct Nemesis {
     pub net: Arc<Network>,
+    /// How its queries reach the masters (the run's client certificate).
+    pub access: Access,
     pub cluster: Arc<Mutex<ChaosCluster>>,
     pub shared: Arc<Shared>,
     pub faults: &'static [Fault],
@@ -158,15 +161,15 @@ pub struct DiskFullOutcome {
 const DISK_FULL_EXIT_MAX: Duration = Duration::from_secs(30);
 
 /// The leader most masters report.
-pub async fn find_leader(addrs: &[String]) -> Option<u64> {
-    leader_and_term(addrs).await.map(|(id, _)| id)
+pub async fn find_leader(access: &Access, addrs: &[String]) -> Option<u64> {
+    leader_and_term(access, addrs).await.map(|(id, _)| id)
 }
 
 /// The (leader, term) most masters report.
-pub(crate) async fn leader_and_term(addrs: &[String]) -> Option<(u64, u64)> {
+pub(crate) async fn leader_and_term(access: &Access, addrs: &[String]) -> Option<(u64, u64)> {
     let mut votes = std::collections::BTreeMap::new();
     for a in addrs {
-        let Ok(c) = MasterClient::new(MasterClientConfig::new(vec![a.clone()])) else { continue };
+        let Ok(c) = MasterClient::new(access.master(vec![a.clone()])) else { continue };
         if let Ok(Ok(info)) = tokio::time::timeout(Duration::from_secs(1), c.cluster_info_of(a)).await
             && info.leader_id != 0
         {
@@ -179,12 +182,17 @@ pub(crate) async fn leader_and_term(addrs: &[String]) -> Option<(u64, u64)> {
 /// Waits until the same leader has led the same term for `steady` (a
 /// restarted master may force one more election soon after it rejoins);
 /// gives up after `within`.
-pub(crate) async fn stable_leader(addrs: &[String], steady: Duration, within: Duration) -> Option<(u64, u64)> {
+pub(crate) async fn stable_leader(
+    access: &Access,
+    addrs: &[String],
+    steady: Duration,
+    within: Duration,
+) -> Option<(u64, u64)> {
     let deadline = tokio::time::Instant::now() + within;
     let mut seen: Option<((u64, u64), tokio::time::Instant)> = None;
     loop {
         let now = tokio::time::Instant::now();
-        match (leader_and_term(addrs).await, seen) {
+        match (leader_and_term(access, addrs).await, seen) {
             (Some(lt), Some((prev, since))) if lt == prev => {
                 if now.duration_since(since) >= steady {
                     return Some(lt);
@@ -250,7 +258,7 @@ impl Nemesis {
             let c = self.cluster.lock().await;
             (c.voters.clone(), c.master_addrs()?)
         };
-        Ok((voters, find_leader(&addrs).await))
+        Ok((voters, find_leader(&self.access, &addrs).await))
     }
 
     async fn inject(&mut self, fault: Fault) -> anyhow::Result<String> {
@@ -357,12 +365,12 @@ impl Nemesis {
     /// joins as a learner, becomes a voter in `out`'s place, and `out` is
     /// stopped. Returns the new voters.
     async fn replace_with_spare(&mut self, leader: u64, others: &[u64], out: u64) -> anyhow::Result<Vec<u64>> {
-        let (spare_addr, addrs) = {
+        let (spare_addr, admin) = {
             let mut c = self.cluster.lock().await;
             c.start_spare(4)?;
-            (crate::chaos_cluster::master_addr(&self.net, 4)?, c.master_addrs()?)
+            (crate::chaos_cluster::master_addr(&self.net, 4)?, c.admin_config()?)
         };
-        let client = MasterClient::new(MasterClientConfig::new(addrs))?;
+        let client = MasterClient::new(admin)?;
         client.add_learner(4, &spare_addr).await?;
         let mut voters: Vec<u64> = vec![leader];
         voters.extend(others.iter().copied().filter(|o| *o != out));
@@ -428,7 +436,7 @@ impl Nemesis {
         let half_written = stall.half_written();
         let addrs = self.cluster.lock().await.master_addrs()?;
         let budget = self.stall_kills < STALL_KILLS_MAX;
-        let leader = if stopped && budget { leader_and_term(&addrs).await } else { None };
+        let leader = if stopped && budget { leader_and_term(&self.access, &addrs).await } else { None };
         let Some((leader, term)) = leader else {
             self.shared.puts_held.store(false, Ordering::Relaxed);
             return Ok(format!(
@@ -442,14 +450,14 @@ impl Nemesis {
         // (its vote is committed), and no other leader would take over.
         let deadline = tokio::time::Instant::now() + NEW_LEADER_WAIT_MAX;
         let new = loop {
-            match leader_and_term(&addrs).await {
+            match leader_and_term(&self.access, &addrs).await {
                 Some((id, t)) if t > term && id != leader => break format!("master {id} leads term {t}"),
                 _ if tokio::time::Instant::now() >= deadline => break "no new leader yet".to_string(),
                 _ => tokio::time::sleep(LEADER_POLL).await,
             }
         };
         self.cluster.lock().await.restart(Target::Master(leader))?;
-        let settled = stable_leader(&addrs, RECLAIM_SWEEP_WAIT, NEW_LEADER_WAIT_MAX).await;
+        let settled = stable_leader(&self.access, &addrs, RECLAIM_SWEEP_WAIT, NEW_LEADER_WAIT_MAX).await;
         self.shared.puts_held.store(false, Ordering::Relaxed);
         let settled =
             settled.map_or("no stable leader".to_string(), |(id, t)| format!("master {id} steady in term {t}"));
@@ -463,7 +471,7 @@ impl Nemesis {
     async fn wait_store_remount(&mut self) -> String {
         let start = std::time::Instant::now();
         let addrs = self.cluster.lock().await.master_addrs().unwrap_or_default();
-        let client = MasterClient::new(MasterClientConfig::new(addrs)).ok();
+        let client = MasterClient::new(self.access.master(addrs)).ok();
         while start.elapsed() < STORE_REMOUNT_MAX {
             if let Some(c) = &client
                 && let Ok(info) = c.cluster_info().await

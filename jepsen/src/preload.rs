@@ -31,10 +31,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{MasterClient, MasterClientConfig};
+use mooncake_client::MasterClient;
 use mooncake_proto::master::{PutEndRequest, PutRevokeRequest, PutStartRequest, Segment};
 use serde::Serialize;
 
+use crate::access::Access;
 use crate::chaos_cluster::{CLIENT_TTL, EVICTION_HIGH_WATERMARK_RATIO};
 
 /// Objects preloaded by `large-state` unless `--preload-objects` says otherwise.
@@ -118,8 +119,8 @@ pub struct Preload {
 impl Preload {
     /// Registers the fake segment and fills it through the batch RPCs:
     /// at least `asked` objects.
-    pub async fn load(masters: &[String], asked: u64) -> anyhow::Result<Preload> {
-        let client = Arc::new(MasterClient::new(MasterClientConfig::new(masters.to_vec()))?);
+    pub async fn load(access: &Access, masters: &[String], asked: u64) -> anyhow::Result<Preload> {
+        let client = Arc::new(MasterClient::new(access.master(masters.to_vec()))?);
         let seg = Segment {
             id: SEGMENT_ID,
             size: segment_bytes(asked),

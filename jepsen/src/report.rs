@@ -208,6 +208,8 @@ pub struct RunReport {
     pub elapsed_s: f64,
     pub valid: bool,
     pub commit: String,
+    /// Whether every master, store node and client spoke mutual TLS.
+    pub tls: bool,
 }
 
 fn commit() -> String {
@@ -255,6 +257,7 @@ impl RunReport {
             elapsed_s: elapsed.as_secs_f64(),
             valid,
             commit: commit(),
+            tls: true,
         }
     }
 
@@ -274,12 +277,14 @@ impl RunReport {
     /// The readable summary, with the command that replays the run.
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        let tls = if self.tls { "mutual TLS" } else { "plain TCP" };
         let _ = writeln!(
             s,
-            "scenario {}  seed {}  commit {}  ({:.0} s)",
+            "scenario {}  seed {}  commit {}  {tls}  ({:.0} s)",
             self.scenario, self.seed, self.commit, self.elapsed_s
         );
-        let _ = writeln!(s, "replay:   mooncake-jepsen run --scenario {} --seed {}", self.scenario, self.seed);
+        let no_tls = if self.tls { "" } else { " --no-tls" };
+        let _ = writeln!(s, "replay:   mooncake-jepsen run --scenario {} --seed {}{no_tls}", self.scenario, self.seed);
         let _ = writeln!(
             s,
             "ops {}  ok {}  failed {}  unknown {}  faults {}",

@@ -13,9 +13,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, ClientError, MasterClient, MasterClientConfig};
+use mooncake_client::{Client, ClientError, MasterClient};
 use tokio::sync::Mutex;
 
+use crate::access::Access;
 use crate::chaos_cluster::{
     ChaosCluster, ClusterOptions, EVICTION_HIGH_WATERMARK_RATIO, EVICTION_RATIO, KV_LEASE_TTL, STORE_SEGMENT_BYTES,
 };
@@ -75,6 +76,9 @@ pub struct RunOptions {
     pub prefix: String,
     /// Objects preloaded by scenarios that preload (at least; see `preload.rs`).
     pub preload_objects: u64,
+    /// Mutual TLS for every master, store node and client of the run (a
+    /// PKI made in the run's dir); off (`--no-tls`) they speak plain TCP.
+    pub tls: bool,
 }
 
 /// What the run did besides the workloads, handed to the checkers.
@@ -126,15 +130,19 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         master_flags: opts.master_flags.clone(),
         segment_size: opts.scenario.store_segment_size().into(),
         eviction,
+        tls: opts.tls,
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
-    let addrs = cluster.lock().await.master_addrs()?;
+    let (addrs, access) = {
+        let c = cluster.lock().await;
+        (c.master_addrs()?, c.access())
+    };
     let voters3: Vec<String> = addrs[..3].to_vec();
-    wait_ready(&voters3).await?;
+    wait_ready(&access, &voters3).await?;
     let preload = match preload_objects {
         Some(n) => {
             eprintln!("preloading at least {n} objects (metadata only, batch RPCs)");
-            let p = Preload::load(&voters3, n).await.context("preloading the large state")?;
+            let p = Preload::load(&access, &voters3, n).await.context("preloading the large state")?;
             let r = &p.report;
             eprintln!(
                 "preloaded {} objects in {:.1} s ({:.0}/s); fake segment {} of {} bytes used",
@@ -147,6 +155,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
 
     let shared = Shared::new(Instant::now());
     let wl_opts = WorkloadOptions {
+        access: access.clone(),
         masters: voters3.clone(),
         local_hostname: net.host_ip("c1")?.to_string(),
         clients: opts.clients,
@@ -154,6 +163,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         seed: opts.seed,
     };
     let lease_opts = LeaseWorkloadOptions {
+        access: access.clone(),
         masters: voters3.clone(),
         local_hostname: wl_opts.local_hostname.clone(),
         seed: opts.seed,
@@ -166,7 +176,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         // writers' first reservations are alone in the first leader's arena.
         true => {
             shared.puts_held.store(true, Ordering::Relaxed);
-            Some(start_stall_writers(&opts, &net, &voters3, &dir, shared.clone())?)
+            Some(start_stall_writers(&opts, &net, &access, &voters3, &dir, shared.clone())?)
         }
         false => None,
     };
@@ -174,6 +184,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     let leases = tokio::spawn(lease_workload::run(lease_opts, shared.clone()));
     let mut nemesis = Nemesis {
         net: net.clone(),
+        access: access.clone(),
         cluster: cluster.clone(),
         shared: shared.clone(),
         faults: opts.scenario.faults(),
@@ -220,12 +231,13 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         store_remounts: std::mem::take(&mut nemesis.store_remounts),
         wipe_refused: nemesis.wipe_refused.take(),
     };
-    finish(&opts, &dir, &cluster, &shared, extras, started).await
+    finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
 }
 
 fn start_stall_writers(
     opts: &RunOptions,
     net: &Network,
+    access: &Access,
     masters: &[String],
     dir: &std::path::Path,
     shared: Arc<Shared>,
@@ -234,6 +246,7 @@ fn start_stall_writers(
         bin: opts.harness_bin.clone(),
         host: "c1".into(),
         masters: masters.to_vec(),
+        tls: access.tls_files().cloned(),
         local_hostname: net.host_ip("c1")?.to_string(),
         writers: STALL_WRITERS,
         object_bytes: STALL_OBJECT_BYTES,
@@ -245,11 +258,11 @@ fn start_stall_writers(
 }
 
 /// Waits until a leader serves and both store nodes are mounted.
-async fn wait_ready(addrs: &[String]) -> anyhow::Result<()> {
+async fn wait_ready(access: &Access, addrs: &[String]) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE;
     loop {
-        if let Some(leader) = find_leader(addrs).await {
-            let c = MasterClient::new(MasterClientConfig::new(addrs.to_vec()))?;
+        if let Some(leader) = find_leader(access, addrs).await {
+            let c = MasterClient::new(access.master(addrs.to_vec()))?;
             let addr = &addrs[(leader - 1) as usize % addrs.len()];
             if c.cluster_info_of(addr).await.is_ok_and(|i| i.segment_count >= 2) {
                 return Ok(());
@@ -264,6 +277,7 @@ async fn finish(
     opts: &RunOptions,
     dir: &std::path::Path,
     cluster: &Arc<Mutex<ChaosCluster>>,
+    access: &Access,
     shared: &Arc<Shared>,
     extras: Extras,
     started: Instant,
@@ -274,13 +288,13 @@ async fn finish(
         (c.voters.clone(), c.master_addrs()?)
     };
     let voter_addrs: Vec<String> = voters.iter().map(|v| addrs[(*v - 1) as usize].clone()).collect();
-    let nodes = converge(&voters, &voter_addrs).await;
+    let nodes = converge(access, &voters, &voter_addrs).await;
     let keys = shared.all_keys().await;
-    let (final_reads, corrupt_final) = final_reads(&voter_addrs, &keys).await?;
+    let (final_reads, corrupt_final) = final_reads(access, &voter_addrs, &keys).await?;
     // Over a preloaded state only the harness's own keys are listed: the
     // preloaded objects have no bytes, and are too many for one listing.
     let prefixes: &[&str] = if preload.is_some() { &HARNESS_KEY_PREFIXES } else { &[""] };
-    let (committed, stall_puts) = read_back_bytes(&voter_addrs, shared, stall.as_ref(), prefixes).await?;
+    let (committed, stall_puts) = read_back_bytes(access, &voter_addrs, shared, stall.as_ref(), prefixes).await?;
     let preload_missing = match preload.as_mut() {
         Some(p) => {
             let missing = p.verify().await.context("reading the preloaded keys back")?;
@@ -331,6 +345,7 @@ async fn finish(
     report.kv_leases =
         LeaseReport { counts: leases.counts, evicted_objects: evicted, violations: leases.violations.len() };
     report.committed_bytes = committed.counts;
+    report.tls = access.is_tls();
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);
     report.follower_windows = windows;
@@ -344,10 +359,10 @@ async fn finish(
 
 /// Waits (bounded) until every voter agrees on a leader and has applied the
 /// same state; returns what each reports (the health checker judges it).
-async fn converge(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
+async fn converge(access: &Access, voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
     let deadline = Instant::now() + SETTLE;
     loop {
-        let reports = node_reports(voters, addrs).await;
+        let reports = node_reports(access, voters, addrs).await;
         let agreed = reports.len() == voters.len()
             && reports.windows(2).all(|w| {
                 w[0].leader_id == w[1].leader_id
@@ -363,10 +378,10 @@ async fn converge(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
     }
 }
 
-async fn node_reports(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
+async fn node_reports(access: &Access, voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
     let mut out = Vec::new();
     for (id, addr) in voters.iter().zip(addrs) {
-        let Ok(c) = MasterClient::new(MasterClientConfig::new(vec![addr.clone()])) else { continue };
+        let Ok(c) = MasterClient::new(access.master(vec![addr.clone()])) else { continue };
         if let Ok(info) = c.cluster_info_with_hash_of(addr).await {
             out.push(NodeReport {
                 id: NodeId(*id),
@@ -382,12 +397,13 @@ async fn node_reports(voters: &[u64], addrs: &[String]) -> Vec<NodeReport> {
 
 /// Reads every committed replica raw, and every acknowledged stall put.
 async fn read_back_bytes(
+    access: &Access,
     addrs: &[String],
     shared: &Arc<Shared>,
     stall: Option<&(Vec<StallPut>, StallCounts)>,
     prefixes: &[&str],
 ) -> anyhow::Result<(CommittedBytesVerdict, Option<StallPutsVerdict>)> {
-    let client = Client::connect(ClientConfig::new(addrs.to_vec())).await.context("committed-bytes client")?;
+    let client = Client::connect(access.client(addrs.to_vec())).await.context("committed-bytes client")?;
     let committed = check_committed_bytes(&client, prefixes).await.context("committed-bytes check");
     let stall_puts = match (&committed, stall) {
         (Ok(_), Some((puts, _))) => {
@@ -402,8 +418,12 @@ async fn read_back_bytes(
 
 /// Reads every key after healing: its value, or `None` if absent. Bytes that
 /// match no put count as corrupt.
-async fn final_reads(addrs: &[String], keys: &[String]) -> anyhow::Result<(BTreeMap<String, Option<u64>>, u64)> {
-    let client = Client::connect(ClientConfig::new(addrs.to_vec())).await.context("final-read client")?;
+async fn final_reads(
+    access: &Access,
+    addrs: &[String],
+    keys: &[String],
+) -> anyhow::Result<(BTreeMap<String, Option<u64>>, u64)> {
+    let client = Client::connect(access.client(addrs.to_vec())).await.context("final-read client")?;
     let mut out = BTreeMap::new();
     let mut corrupt = 0;
     for key in keys {

@@ -44,6 +44,8 @@ pub struct StallSpawn {
     /// Namespace (host) they run in.
     pub host: String,
     pub masters: Vec<String>,
+    /// The client certificate files they connect with (`None`: plain TCP).
+    pub tls: Option<mooncake_tls::TlsFiles>,
     pub local_hostname: String,
     pub writers: usize,
     pub object_bytes: usize,
@@ -248,6 +250,8 @@ impl StallProcess {
             format!("--object-bytes={}", spawn.object_bytes),
             format!("--puts-per-stall={}", spawn.puts_per_stall),
         ]);
+        cmd.args(spawn.tls.as_ref().map(mooncake_tls::TlsFiles::to_args).unwrap_or_default());
+        crate::access::clear_tls_env(&mut cmd);
         let log = log_file(&spawn.log_dir, index)?;
         cmd.env("RUST_LOG", "info").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
         let mut child = cmd.spawn().with_context(|| format!("starting stall writer {index}"))?;

@@ -20,11 +20,12 @@
 use std::io::Write;
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, MasterError, remote};
+use mooncake_client::{Client, MasterError, remote};
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{PutEndRequest, PutStartRequest, Replica};
 use serde::{Deserialize, Serialize};
 
+use crate::access::Access;
 use crate::rng::Rng;
 use crate::workload::{OP_TIMEOUT, connect_with_retry, value_bytes};
 
@@ -52,6 +53,8 @@ pub const STALL_VALUE_WRITER_SHIFT: u32 = 40;
 /// What the stall writer process needs (its command line).
 #[derive(Clone, Debug)]
 pub struct StallWriterOptions {
+    /// How it connects (the harness passes the run's client certificate).
+    pub access: Access,
     pub masters: Vec<String>,
     pub local_hostname: String,
     /// Keys are `<prefix>r<round>/k<i>`.
@@ -100,7 +103,7 @@ struct InFlight {
 /// Runs rounds until killed.
 pub async fn run(opts: StallWriterOptions) -> anyhow::Result<()> {
     anyhow::ensure!(opts.object_bytes >= 2, "a stall writer object needs two halves");
-    let mut cfg = ClientConfig::new(opts.masters.clone());
+    let mut cfg = opts.access.client(opts.masters.clone());
     cfg.local_hostname = opts.local_hostname.clone();
     cfg.tcp.request_timeout = OP_TIMEOUT;
     let client = connect_with_retry(cfg).await.context("stall writer client")?;

@@ -21,6 +21,7 @@ use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome}
 use mooncake_proto::ErrorCode;
 use tokio::sync::Mutex;
 
+use crate::access::Access;
 use crate::history::{OpKind, OpRecord, Outcome, ProcessId};
 use crate::lease::LeaseRecord;
 use crate::rng::Rng;
@@ -45,6 +46,8 @@ pub const OP_TIMEOUT: Duration = Duration::from_secs(4);
 /// What the workload needs.
 #[derive(Clone, Debug)]
 pub struct WorkloadOptions {
+    /// How the clients connect (TLS or plain).
+    pub access: Access,
     pub masters: Vec<String>,
     pub local_hostname: String,
     pub clients: usize,
@@ -228,7 +231,7 @@ pub async fn run(opts: WorkloadOptions, shared: Arc<Shared>) -> anyhow::Result<(
 /// A reader pinned to a home master and a writer that knows them all.
 async fn connect_pair(opts: &WorkloadOptions, i: usize) -> anyhow::Result<(Client, Client)> {
     let home = opts.masters[i % opts.masters.len()].clone();
-    let mut cfg = ClientConfig::new(vec![home]);
+    let mut cfg = opts.access.client(vec![home]);
     cfg.local_hostname = opts.local_hostname.clone();
     cfg.tcp.request_timeout = OP_TIMEOUT;
     let reader = connect_with_retry(cfg.clone()).await?;

@@ -1,5 +1,7 @@
 //! The operator API (`AdminService`): membership changes and snapshots.
 //! Membership changes run on the leader; followers answer NOT_LEADER.
+//! Everything that changes the cluster or exports its state needs the admin
+//! identity (`roles.rs`); ClusterStatus and ListClients are open.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -58,6 +60,15 @@ impl AdminServiceImpl {
     }
 }
 
+/// Answers PERMISSION_DENIED unless the request comes from an admin.
+macro_rules! admin {
+    ($self:ident, $req:ident, $what:literal) => {
+        if let Err(s) = $self.shared.roles.require_admin(&$req, $what) {
+            return answer(s, "");
+        }
+    };
+}
+
 fn answer(status: Status, detail: impl Into<String>) -> RpcResult<AdminResponse> {
     Ok(Response::new(AdminResponse { status: Some(status), detail: detail.into() }))
 }
@@ -65,6 +76,7 @@ fn answer(status: Status, detail: impl Into<String>) -> RpcResult<AdminResponse>
 #[tonic::async_trait]
 impl AdminService for AdminServiceImpl {
     async fn add_learner(&self, req: Request<AddLearnerRequest>) -> RpcResult<AdminResponse> {
+        admin!(self, req, "AddLearner");
         let r = req.into_inner();
         if r.node_id == 0 || !r.addr.contains(':') {
             return answer(Status::with(ErrorCode::InvalidParams, "need a node id > 0 and an address HOST:PORT"), "");
@@ -79,6 +91,7 @@ impl AdminService for AdminServiceImpl {
     }
 
     async fn change_membership(&self, req: Request<ChangeMembershipRequest>) -> RpcResult<AdminResponse> {
+        admin!(self, req, "ChangeMembership");
         let r = req.into_inner();
         let voters: BTreeSet<u64> = r.voters.iter().copied().collect();
         if voters.is_empty() || voters.contains(&0) {
@@ -94,6 +107,7 @@ impl AdminService for AdminServiceImpl {
     }
 
     async fn remove_learner(&self, req: Request<RemoveLearnerRequest>) -> RpcResult<AdminResponse> {
+        admin!(self, req, "RemoveLearner");
         let id = req.into_inner().node_id;
         let membership = self.shared.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
@@ -117,7 +131,8 @@ impl AdminService for AdminServiceImpl {
         }
     }
 
-    async fn trigger_snapshot(&self, _req: Request<TriggerSnapshotRequest>) -> RpcResult<AdminResponse> {
+    async fn trigger_snapshot(&self, req: Request<TriggerSnapshotRequest>) -> RpcResult<AdminResponse> {
+        admin!(self, req, "TriggerSnapshot");
         match self.shared.raft.trigger().snapshot().await {
             Ok(()) => answer(Status::ok(), "snapshot triggered"),
             Err(e) => answer(unavailable(e.to_string()), ""),
@@ -126,8 +141,14 @@ impl AdminService for AdminServiceImpl {
 
     type ExportSnapshotStream = futures::stream::Iter<std::vec::IntoIter<Result<SnapshotChunk, tonic::Status>>>;
 
-    async fn export_snapshot(&self, _req: Request<ExportSnapshotRequest>) -> RpcResult<Self::ExportSnapshotStream> {
-        let chunks = match self.export().await {
+    async fn export_snapshot(&self, req: Request<ExportSnapshotRequest>) -> RpcResult<Self::ExportSnapshotStream> {
+        let allowed = self.shared.roles.require_admin(&req, "ExportSnapshot");
+        let chunks = match async {
+            allowed?;
+            self.export().await
+        }
+        .await
+        {
             Ok(chunks) => chunks,
             Err(status) => vec![SnapshotChunk { status: Some(status), ..Default::default() }],
         };
@@ -165,6 +186,7 @@ impl AdminService for AdminServiceImpl {
     }
 
     async fn evict_client(&self, req: Request<EvictClientRequest>) -> RpcResult<AdminResponse> {
+        admin!(self, req, "EvictClient");
         let client = mooncake_segment::ClientId(req.into_inner().client_id);
         let cmd = mooncake_raft_store::Command::ExpireClient { client };
         match self.shared.proposer.propose(cmd).await {

@@ -6,11 +6,13 @@
 
 use std::sync::Arc;
 
+use mooncake_auth::Credential;
+use mooncake_auth::capability::Access;
 use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_segment};
-use mooncake_raft_store::{Command, MetaError, MetaState};
+use mooncake_raft_store::{Command, CredentialHash, MetaError, MetaState};
 use mooncake_segment::{ClientId, SegmentId};
 use tonic::{Request, Response};
 
@@ -59,6 +61,47 @@ impl MasterServiceImpl {
         }
     }
 
+    /// Refuses early a caller holding `credential` that names a client
+    /// registered under another credential. Only the leader answers early
+    /// (its applied state is the freshest); apply decides in any case.
+    fn may_act_as(&self, client: ClientId, credential: &CredentialHash) -> Result<(), Status> {
+        if self.shared.require_leader().is_err() {
+            return Ok(());
+        }
+        self.shared.reader.read(|s| s.check_credential(client, credential)).map_err(|e| meta_status(&e))
+    }
+
+    /// The credential of a mount or remount, checked as [`Self::may_act_as`];
+    /// then the client counts as heard from. Registering is hearing from the
+    /// client: without the heartbeat, a client that registers more than
+    /// client_ttl after the election counts as silent since the election and
+    /// is expired before its first Ping. A refused caller is not heard from:
+    /// it must not keep another process's registration alive.
+    fn registering(&self, client: ClientId, credential: &[u8]) -> Result<CredentialHash, Status> {
+        let credential = credential_hash(credential)?;
+        self.may_act_as(client, &credential)?;
+        self.shared.leader.heartbeat(client, self.shared.now());
+        Ok(credential)
+    }
+
+    /// The capability keys of `segments`, now mounted by `owner`, for the
+    /// owner's store node: none unless the mount succeeded.
+    fn segment_keys(
+        &self,
+        status: &Status,
+        owner: ClientId,
+        segments: impl IntoIterator<Item = SegmentId>,
+    ) -> Vec<SegmentKey> {
+        if status.error_code() != ErrorCode::Ok {
+            return vec![];
+        }
+        let issuer = &self.shared.capabilities;
+        segments
+            .into_iter()
+            .map(|id| SegmentKey { segment_id: id.0, key: issuer.key_bytes(id, owner).to_vec() })
+            .collect()
+    }
+
     /// GetReplicaList of one key on the applied state (its KV lease was
     /// granted before the read).
     fn replica_list(&self, s: &MetaState, key: &str) -> GetReplicaListResponse {
@@ -69,9 +112,12 @@ impl MasterServiceImpl {
                 Status::with(ErrorCode::ReplicaIsNotReady, format!("object {key:?} is still being written"))
             }
             Some(o) => {
+                let mut replicas: Vec<Replica> =
+                    o.replicas.iter().map(|r| convert::replica_pb(s, r, o.status)).collect();
+                self.shared.capabilities.grant(s, &mut replicas, Access::Read);
                 return GetReplicaListResponse {
                     status: Some(Status::ok()),
-                    replicas: o.replicas.iter().map(|r| convert::replica_pb(s, r, o.status)).collect(),
+                    replicas,
                     size: o.size_bytes,
                     checksum: o.checksum.unwrap_or(0),
                     lease_ttl_ms,
@@ -116,6 +162,21 @@ impl MasterServiceImpl {
     }
 }
 
+/// The hash of the credential a request carries (what the state machine
+/// keeps and compares); a request without a well-formed one is refused.
+fn credential_hash(bytes: &[u8]) -> Result<CredentialHash, Status> {
+    match Credential::from_bytes(bytes) {
+        Ok(c) => Ok(CredentialHash(c.hash())),
+        Err(e) => Err(Status::with(
+            ErrorCode::InvalidParams,
+            format!(
+                "{e}: MountSegment, UnmountSegment, RemountSegment and Ping carry the client's credential \
+                 (docs/SECURITY.md); upgrade the client"
+            ),
+        )),
+    }
+}
+
 /// A segment's shared-memory file, if it names one, must be a segment file
 /// (`/dev/shm/mooncake-*`): same-host clients map it and copy object bytes
 /// into it, so a mount naming any other path could make them write into
@@ -132,13 +193,26 @@ fn validate_shm_path(spec: &mooncake_raft_store::SegmentSpec) -> Result<(), Meta
 #[tonic::async_trait]
 impl MasterService for MasterServiceImpl {
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
-        let client = ClientId(req.into_inner().client_id);
+        let r = req.into_inner();
+        let client = ClientId(r.client_id);
+        let refused = |status: Status| ok(PingResponse { status: Some(status), view_version: 0 });
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
         if let Err(s) = self.shared.require_leader() {
-            return ok(PingResponse { status: Some(s), view_version: 0 });
+            return refused(s);
         }
+        // Another process's ping must not keep the client alive: it is
+        // checked before the heartbeat counts.
+        let (known, applied) = match self.shared.reader.read(|s| {
+            let applied = s.last_applied.map(|l| l.index).unwrap_or(0);
+            s.check_credential(client, &credential).map(|()| (s.client(client).is_some(), applied))
+        }) {
+            Ok(seen) => seen,
+            Err(e) => return refused(meta_status(&e)),
+        };
         self.shared.leader.heartbeat(client, self.shared.now());
-        let (known, applied) =
-            self.shared.reader.read(|s| (s.client(client).is_some(), s.last_applied.map(|l| l.index).unwrap_or(0)));
         let status = if known {
             Status::ok()
         } else {
@@ -154,38 +228,52 @@ impl MasterService for MasterServiceImpl {
 
     async fn mount_segment(&self, req: Request<MountSegmentRequest>) -> RpcResult<MountSegmentResponse> {
         let r = req.into_inner();
+        let refused = |status: Status| ok(MountSegmentResponse { status: Some(status), segment_keys: vec![] });
         let Some(seg) = r.segment.as_ref() else {
-            return ok(MountSegmentResponse {
-                status: Some(Status::with(ErrorCode::InvalidParams, "segment is missing")),
-            });
+            return refused(Status::with(ErrorCode::InvalidParams, "segment is missing"));
         };
         let spec = convert::segment_spec(seg);
         if let Err(e) = validate_segment(&spec).and_then(|()| validate_shm_path(&spec)) {
-            return ok(MountSegmentResponse { status: Some(invalid(e)) });
+            return refused(invalid(e));
         }
-        // Registering is hearing from the client: without this, a client that
-        // registers more than client_ttl after the election counts as silent
-        // since the election and is expired before its first Ping.
-        self.shared.leader.heartbeat(ClientId(r.client_id), self.shared.now());
-        let status = self.write(Command::MountSegment { client: ClientId(r.client_id), segment: spec }).await;
-        ok(MountSegmentResponse { status: Some(status) })
+        let client = ClientId(r.client_id);
+        let credential = match self.registering(client, &r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        let id = spec.id;
+        let status = self.write(Command::MountSegmentAs { client, credential, segment: spec }).await;
+        let segment_keys = self.segment_keys(&status, client, [id]);
+        ok(MountSegmentResponse { status: Some(status), segment_keys })
     }
 
     async fn unmount_segment(&self, req: Request<UnmountSegmentRequest>) -> RpcResult<UnmountSegmentResponse> {
         let r = req.into_inner();
-        let cmd = Command::UnmountSegment { client: ClientId(r.client_id), segment: SegmentId(r.segment_id) };
+        let client = ClientId(r.client_id);
+        let credential = match credential_hash(&r.credential).and_then(|h| self.may_act_as(client, &h).map(|()| h)) {
+            Ok(h) => h,
+            Err(s) => return ok(UnmountSegmentResponse { status: Some(s) }),
+        };
+        let cmd = Command::UnmountSegmentAs { client, credential, segment: SegmentId(r.segment_id) };
         ok(UnmountSegmentResponse { status: Some(self.write(cmd).await) })
     }
 
     async fn remount_segment(&self, req: Request<RemountSegmentRequest>) -> RpcResult<RemountSegmentResponse> {
         let r = req.into_inner();
+        let refused = |status: Status| ok(RemountSegmentResponse { status: Some(status), segment_keys: vec![] });
         let segments: Vec<_> = r.segments.iter().map(convert::segment_spec).collect();
         if let Some(e) = segments.iter().find_map(|s| validate_segment(s).and_then(|()| validate_shm_path(s)).err()) {
-            return ok(RemountSegmentResponse { status: Some(invalid(e)) });
+            return refused(invalid(e));
         }
-        self.shared.leader.heartbeat(ClientId(r.client_id), self.shared.now());
-        let cmd = Command::RemountSegments { client: ClientId(r.client_id), segments };
-        ok(RemountSegmentResponse { status: Some(self.write(cmd).await) })
+        let client = ClientId(r.client_id);
+        let credential = match self.registering(client, &r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        let ids: Vec<SegmentId> = segments.iter().map(|s| s.id).collect();
+        let status = self.write(Command::RemountSegmentsAs { client, credential, segments }).await;
+        let segment_keys = self.segment_keys(&status, client, ids);
+        ok(RemountSegmentResponse { status: Some(status), segment_keys })
     }
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
@@ -258,6 +346,14 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
+        // Forced, it ignores every KV lease and pin: an admin operation.
+        let allowed = match req.get_ref().force {
+            true => self.shared.roles.require_admin(&req, "RemoveAll with force"),
+            false => Ok(()),
+        };
+        if let Err(s) = allowed {
+            return ok(RemoveAllResponse { status: Some(s), removed: 0 });
+        }
         let force = req.into_inner().force;
         match crate::removal::remove_all(&self.shared, force).await {
             Ok(removed) => ok(RemoveAllResponse { status: Some(Status::ok()), removed }),

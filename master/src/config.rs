@@ -14,6 +14,12 @@ pub const DEFAULT_EVICTION_RATIO: f64 = 0.05;
 pub const DEFAULT_CLIENT_TTL_SEC: u64 = 10;
 pub const DEFAULT_PUT_START_DISCARD_TIMEOUT_SEC: u64 = 30;
 pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
+/// Lifetime of a data-path capability: twice the put discard timeout, so a
+/// writer that may still finish its put holds a valid one (and a client's
+/// 10 s transfer timeout fits six times over); a tenth of the release
+/// timeout, so a write capability is dead long before its range can be
+/// handed to another writer.
+pub const DEFAULT_CAPABILITY_TTL_SEC: u64 = 60;
 /// Leader heartbeat; well under the election timeout so one lost heartbeat
 /// does not start an election.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 40;
@@ -67,6 +73,14 @@ pub struct MasterConfig {
     /// masters); never bootstraps a cluster.
     #[arg(long)]
     pub join: bool,
+    /// The cluster secret: a file every master of the cluster is given
+    /// (created, mode 0600, by the first founding master that finds none;
+    /// copy it to masters on other hosts). Raft messages are accepted only
+    /// from masters that hold it. Needed on first start, except by the only
+    /// founding member of a one-master cluster; afterwards the copy in the
+    /// data dir is used.
+    #[arg(long = "cluster-secret-file", env = "MOONCAKE_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
     /// Where the Raft log, vote and snapshots live.
     #[arg(long = "data-dir")]
     pub data_dir: PathBuf,
@@ -92,6 +106,15 @@ pub struct MasterConfig {
     /// Seconds after which a discarded put's space is given back.
     #[arg(long = "put_start_release_timeout_sec", default_value_t = DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC)]
     pub put_start_release_timeout_sec: u64,
+    /// Seconds a data-path capability stays valid after the master issued it
+    /// (store nodes allow 5 s of clock skew on top; docs/SECURITY.md).
+    /// Longer tolerates slower transfers; shorter narrows what a leaked
+    /// capability is good for. It should cover a put's writes (at least the
+    /// discard timeout) and end, with the skew, before the release timeout
+    /// lets another writer have the range (a warning at start says when it
+    /// does not). 1..=3600.
+    #[arg(long = "capability_ttl_sec", default_value_t = DEFAULT_CAPABILITY_TTL_SEC)]
+    pub capability_ttl_sec: u64,
     /// Raft leader heartbeat interval.
     #[arg(long = "heartbeat-interval-ms", default_value_t = DEFAULT_HEARTBEAT_INTERVAL_MS)]
     pub heartbeat_interval_ms: u64,
@@ -141,6 +164,15 @@ pub struct MasterConfig {
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,
+    /// Mutual TLS on the gRPC port (client, admin and Raft services) and to
+    /// the other masters: all three of --tls-cert, --tls-key, --tls-ca, or
+    /// none (docs/SECURITY.md).
+    #[command(flatten)]
+    pub tls: mooncake_tls::TlsArgs,
+    /// Serve plain TCP on addresses that are not loopback (--listen,
+    /// --http) without TLS. Without this flag such a master refuses to start.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Founding members: node id → advertised address.
@@ -181,6 +213,7 @@ impl MasterConfig {
         if self.id == 0 {
             return Err("--id 0 is reserved; number masters from 1".into());
         }
+        self.exposure()?;
         let unit = |name: &str, v: f64| {
             if v > 0.0 && v <= 1.0 { Ok(()) } else { Err(format!("--{name} {v} must be in (0, 1]")) }
         };
@@ -195,6 +228,7 @@ impl MasterConfig {
                 self.put_start_release_timeout_sec, self.put_start_discard_timeout_sec
             ));
         }
+        self.validate_capability_ttl()?;
         if !(self.heartbeat_interval_ms > 0
             && self.heartbeat_interval_ms * 2 < self.election_timeout_min_ms
             && self.election_timeout_min_ms < self.election_timeout_max_ms)
@@ -214,6 +248,55 @@ impl MasterConfig {
             ));
         }
         self.validate_membership()
+    }
+
+    /// The loopback rule (docs/SECURITY.md): without TLS, --listen and
+    /// --http must be loopback unless --insecure; a partial TLS flag set is
+    /// refused.
+    pub fn exposure(&self) -> Result<mooncake_tls::Exposure, String> {
+        self.tls.validate().map_err(|e| e.to_string())?;
+        let mut binds = vec![("--listen", self.listen)];
+        binds.extend(self.http.map(|http| ("--http", http)));
+        mooncake_tls::check_binds(&binds, self.tls.enabled(), self.insecure)
+    }
+
+    /// A write capability should outlive the put it is for and die (skew
+    /// included) before its range can be handed to another writer.
+    fn validate_capability_ttl(&self) -> Result<(), String> {
+        use mooncake_auth::capability::{CAPABILITY_CLOCK_SKEW_MS, CAPABILITY_TTL_MAX_MS};
+        let ttl_ms = self.capability_ttl_sec.saturating_mul(1_000);
+        if ttl_ms == 0 || ttl_ms > CAPABILITY_TTL_MAX_MS {
+            return Err(format!(
+                "--capability_ttl_sec {} must be in 1..={}",
+                self.capability_ttl_sec,
+                CAPABILITY_TTL_MAX_MS / 1_000
+            ));
+        }
+        // Warnings, not errors: tests shorten the put timeouts to seconds,
+        // below any useful TTL, and lose only this extra fence.
+        let release_ms = self.put_start_release_timeout_sec.saturating_mul(1_000);
+        if ttl_ms.saturating_add(CAPABILITY_CLOCK_SKEW_MS) >= release_ms {
+            tracing::warn!(
+                capability_ttl_sec = self.capability_ttl_sec,
+                clock_skew_ms = CAPABILITY_CLOCK_SKEW_MS,
+                put_start_release_timeout_sec = self.put_start_release_timeout_sec,
+                "a write capability (plus the clock skew store nodes allow) outlives the release timeout: a writer \
+                 stalled that long could still write into a range already given to another writer"
+            );
+        }
+        if self.capability_ttl_sec < self.put_start_discard_timeout_sec {
+            tracing::warn!(
+                capability_ttl_sec = self.capability_ttl_sec,
+                put_start_discard_timeout_sec = self.put_start_discard_timeout_sec,
+                "capabilities expire before an unfinished put is discarded: a put slower than the TTL fails"
+            );
+        }
+        Ok(())
+    }
+
+    /// How long a capability lives after it is issued.
+    pub fn capability_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.capability_ttl_sec)
     }
 
     fn validate_membership(&self) -> Result<(), String> {
@@ -292,6 +375,7 @@ mod tests {
         assert_eq!(cfg.client_ttl_sec, 10);
         assert_eq!(cfg.put_start_discard_timeout_sec, 30);
         assert_eq!(cfg.put_start_release_timeout_sec, 600);
+        assert_eq!(cfg.capability_ttl_sec, 60);
         assert_eq!(cfg.leader_lease(), Some(std::time::Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MAX_MS / 3)));
     }
 
@@ -317,6 +401,8 @@ mod tests {
             (vec!["--election-timeout-min-ms", "50"], "election-timeout-min (50 ms)"),
             (vec!["--put_start_release_timeout_sec", "5"], "release_timeout_sec 5"),
             (vec!["--leader-lease-ms", "200"], "--leader-lease-ms 200 must be at most half"),
+            (vec!["--capability_ttl_sec", "0"], "--capability_ttl_sec 0 must be in 1..=3600"),
+            (vec!["--capability_ttl_sec", "3601"], "--capability_ttl_sec 3601 must be in 1..=3600"),
         ] {
             let mut args = base.to_vec();
             args.extend(extra);
@@ -334,5 +420,25 @@ mod tests {
         let err = parse(&["--id", "1", "--data-dir", "/x", "--initial-cluster", "1=a:1,1=b:2"]).unwrap_err();
         assert!(err.contains("appears twice"), "{err}");
         parse(&["--id", "4", "--data-dir", "/x", "--join"]).unwrap();
+    }
+
+    #[test]
+    fn without_tls_only_loopback_binds_start_unless_insecure() {
+        let base = ["--id", "1", "--data-dir", "/x", "--initial-cluster", "1=127.0.0.1:1"];
+        let with = |extra: &[&str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        let err = with(&["--listen", "0.0.0.0:50051"]).unwrap_err();
+        assert!(err.contains("--listen 0.0.0.0:50051") && err.contains("mooncake certs init"), "{err}");
+        let err = with(&["--http", "10.1.2.3:8081"]).unwrap_err();
+        assert!(err.contains("--http 10.1.2.3:8081") && err.contains("--insecure"), "{err}");
+        with(&["--listen", "0.0.0.0:50051", "--insecure"]).unwrap();
+        with(&["--listen", "[::1]:50051", "--http", "127.0.0.1:8081"]).unwrap();
+        // With TLS the address is free (the files are read at start, not here).
+        with(&["--listen", "0.0.0.0:50051", "--tls-cert=c", "--tls-key=k", "--tls-ca=a"]).unwrap();
+        let err = with(&["--tls-cert=c", "--tls-ca=a"]).unwrap_err();
+        assert!(err.contains("missing: --tls-key"), "{err}");
     }
 }

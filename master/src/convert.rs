@@ -79,6 +79,8 @@ pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ObjectStatus)
         shm_path: spec.map(|s| s.shm_path.clone()).unwrap_or_default(),
         segment_size: spec.map(|s| s.size_bytes).unwrap_or_default(),
         arena_id: 0,
+        // Filled by the answers that hand out access (capabilities.rs).
+        capability: Vec::new(),
     }
 }
 

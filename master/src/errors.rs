@@ -35,6 +35,7 @@ pub fn meta_status(e: &MetaError) -> Status {
         // Mooncake answers a PutEnd whose put was discarded OBJECT_NOT_FOUND;
         // the message says to put again.
         MetaError::PutExpired(_) => ErrorCode::ObjectNotFound,
+        MetaError::PermissionDenied(_) => ErrorCode::PermissionDenied,
     };
     Status::with(code, e.to_string())
 }
@@ -105,6 +106,7 @@ mod tests {
             (MetaError::ObjectHasLease("k".into()), ErrorCode::ObjectHasLease),
             (MetaError::ReplicaNotReady("k".into()), ErrorCode::ReplicaIsNotReady),
             (MetaError::NoAvailableHandle("k".into()), ErrorCode::NoAvailableHandle),
+            (MetaError::PermissionDenied("c".into()), ErrorCode::PermissionDenied),
         ];
         for (e, code) in cases {
             assert_eq!(meta_status(&e).error_code(), code);

@@ -13,6 +13,7 @@
 //! `segment`; nothing but tests and tools depends on this crate.
 
 mod admin_service;
+mod capabilities;
 mod client_service;
 mod cluster_id;
 mod cluster_info;
@@ -29,6 +30,7 @@ pub mod leader_lease;
 pub mod metrics;
 mod network;
 mod node;
+pub mod peer;
 mod peers_heard;
 pub mod prevote;
 mod proposer;
@@ -37,10 +39,13 @@ mod raft_service;
 mod read_barrier;
 pub mod removal;
 pub mod reservations;
+mod roles;
 mod run;
 mod shared;
 mod workers;
 
+pub use cluster_id::founding_id;
 pub use config::MasterConfig;
+pub use network::raft_mac;
 pub use node::MasterNode;
 pub use run::{run, wait_for_signal};

@@ -17,12 +17,13 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::cluster_id::ClusterId;
 use crate::leader_lease::AckClock;
 use crate::peers_heard::PeersHeard;
 use crate::prevote::{PreVoteRequest, PreVoteResponse};
+use mooncake_auth::MacKey;
 
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -39,6 +40,10 @@ pub struct NetworkFactory {
     pub flushed: mooncake_raft_store::FlushedLog,
     /// Peers whose vote or log answers arrived (`peers_heard.rs`).
     pub heard: Arc<PeersHeard>,
+    /// Mutual TLS to the peers (`https://`), when the master has it.
+    pub tls: Option<mooncake_tls::TlsConfig>,
+    /// Signs every request: peers accept only the cluster's masters (`secret.rs`).
+    pub raft_key: MacKey,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -59,6 +64,7 @@ pub struct PeerClient {
     rpc_seconds: prometheus::HistogramVec,
     flushed: mooncake_raft_store::FlushedLog,
     heard: Arc<PeersHeard>,
+    raft_key: MacKey,
 }
 
 #[derive(Clone, Copy)]
@@ -83,14 +89,29 @@ impl Rpc {
             Rpc::PreVote => "pre_vote",
         }
     }
+
+    /// The gRPC method, as the MAC names it.
+    fn method(self) -> &'static str {
+        match self {
+            Rpc::Append | Rpc::Heartbeat => "append_entries",
+            Rpc::Vote => "vote",
+            Rpc::Snapshot => "install_snapshot",
+            Rpc::PreVote => "pre_vote",
+        }
+    }
+}
+
+/// The MAC a Raft request of `method` carries (`RaftMessage.mac`).
+pub fn raft_mac(key: &MacKey, method: &str, cluster_id: &str, data: &[u8]) -> Vec<u8> {
+    key.sign(&[method.as_bytes(), cluster_id.as_bytes(), data])
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
     fn new(target: NodeId, addr: &str, factory: NetworkFactory) -> Self {
-        let NetworkFactory { cluster, acks, rpc_seconds, flushed, heard } = factory;
-        let client = Endpoint::from_shared(format!("http://{addr}"))
+        let NetworkFactory { cluster, acks, rpc_seconds, flushed, heard, raft_key, tls } = factory;
+        let client = mooncake_tls::grpc::endpoint(addr, tls.as_ref())
             .ok()
             .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
             .map(|ch| {
@@ -98,7 +119,7 @@ impl PeerClient {
                     .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
                     .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
             });
-        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed, heard }
+        PeerClient { target, client, addr: addr.to_string(), cluster, acks, rpc_seconds, flushed, heard, raft_key }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -113,7 +134,8 @@ impl PeerClient {
         };
         let data = codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let cluster_id = self.cluster.get().unwrap_or_default();
-        let mut request = tonic::Request::new(RaftMessage { data, error: String::new(), cluster_id });
+        let mac = raft_mac(&self.raft_key, rpc.method(), &cluster_id, &data);
+        let mut request = tonic::Request::new(RaftMessage { data, error: String::new(), cluster_id, mac });
         request.set_timeout(option.hard_ttl());
         let sent = Instant::now();
         let reply = match rpc {

@@ -32,9 +32,10 @@ use crate::network::NetworkFactory;
 use crate::peers_heard::PeersHeard;
 use crate::prevote::{ElectionDriver, LeaderContact};
 use crate::proposer::Proposer;
-use crate::raft_service::RaftServiceImpl;
+use crate::raft_service::{Admission, RaftServiceImpl, heard_from_mac};
 use crate::shared::Shared;
 use crate::workers::{self, DutyContext};
+use mooncake_auth::{ClusterSecret, MacKey};
 
 /// A running master.
 pub struct MasterNode {
@@ -49,6 +50,7 @@ impl MasterNode {
     /// Starts a master from a validated configuration.
     pub async fn start(cfg: MasterConfig) -> anyhow::Result<MasterNode> {
         cfg.validate().map_err(anyhow::Error::msg)?;
+        let tls = load_tls(&cfg)?;
         let metrics = Arc::new(MasterMetrics::new().context("registering metrics")?);
         let observer = Arc::new(MetricsObserver(metrics.clone()));
         let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
@@ -83,13 +85,28 @@ impl MasterNode {
             PeersHeard::load(&cfg.data_dir)
                 .with_context(|| format!("reading the peers heard from in {}", cfg.data_dir.display()))?,
         );
+        let sole_founder = cfg.initial_cluster.as_ref().is_some_and(|c| c.0.len() == 1);
+        let (secret, origin) = ClusterSecret::load(&cfg.data_dir, cfg.cluster_secret_file.as_deref(), sole_founder)?;
+        tracing::info!(?origin, "cluster secret loaded");
+        let raft_key = secret.key("raft");
+        let admin_token = mooncake_auth::admin::admin_token(&secret);
+        let token_file = cfg.data_dir.join(mooncake_auth::admin::ADMIN_TOKEN_FILE);
+        mooncake_auth::admin::write_token_file(&token_file, &admin_token)?;
         // No cluster id: a data dir that never held this master's state (or
         // was wiped). A founding member checks its peers never heard from it.
         if cluster.get().is_none()
             && cfg.restore.is_none()
             && let Some(c) = &cfg.initial_cluster
         {
-            refuse_if_known(cfg.id, &cfg.data_dir, &founding_id(&cfg.cluster_name, &c.0), &c.0).await?;
+            refuse_if_known(
+                cfg.id,
+                &cfg.data_dir,
+                &founding_id(&cfg.cluster_name, &c.0),
+                &c.0,
+                &raft_key,
+                tls.as_ref(),
+            )
+            .await?;
         }
         if let Some(c) = &cfg.initial_cluster {
             let id = cluster.adopt(&founding_id(&cfg.cluster_name, &c.0)).context("recording the cluster id")?;
@@ -102,6 +119,8 @@ impl MasterNode {
             rpc_seconds: metrics.raft_rpc.clone(),
             flushed: flushed.clone(),
             heard: heard.clone(),
+            tls: tls.clone(),
+            raft_key: raft_key.clone(),
         };
         let log_reader = log.clone();
         let raft = Raft::new(cfg.id, raft_config, network.clone(), log, sm).await.context("starting raft")?;
@@ -134,6 +153,9 @@ impl MasterNode {
             arena_grants: tokio::sync::Mutex::new(()),
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
             quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
+            capabilities: crate::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
+            secret,
+            roles: crate::roles::Roles::new(admin_token),
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -142,13 +164,14 @@ impl MasterNode {
         let raft_service = RaftServiceImpl::new(
             raft.clone(),
             log_reader.clone(),
-            cluster.clone(),
+            Admission { cluster: cluster.clone(), raft_key },
             contact.clone(),
             timing.quiet,
             metrics.raft_rpc_handled.clone(),
             heard,
         );
-        let (grpc_addr, grpc_task) = serve_grpc(cfg.listen, shared.clone(), raft_service, stop_rx.clone())?;
+        let (grpc_addr, grpc_task) =
+            serve_grpc(cfg.listen, tls.as_ref(), shared.clone(), raft_service, stop_rx.clone())?;
         tasks.push(grpc_task);
         let driver = ElectionDriver {
             id: cfg.id,
@@ -234,13 +257,16 @@ async fn refuse_if_known(
     data_dir: &std::path::Path,
     cluster_id: &str,
     members: &BTreeMap<u64, String>,
+    raft_key: &MacKey,
+    tls: Option<&mooncake_tls::TlsConfig>,
 ) -> anyhow::Result<()> {
     use mooncake_proto::raft::HeardFromRequest;
     use mooncake_proto::raft::raft_service_client::RaftServiceClient;
     for (peer, addr) in members.iter().filter(|(peer, _)| **peer != id) {
         let asked = async {
-            let mut c = RaftServiceClient::connect(format!("http://{addr}")).await.ok()?;
-            c.heard_from(HeardFromRequest { node_id: id }).await.ok().map(|r| r.into_inner())
+            let mut c = RaftServiceClient::new(mooncake_tls::grpc::endpoint(addr, tls).ok()?.connect().await.ok()?);
+            let mac = heard_from_mac(raft_key, id);
+            c.heard_from(HeardFromRequest { node_id: id, mac }).await.ok().map(|r| r.into_inner())
         };
         let Ok(Some(answer)) = tokio::time::timeout(HEARD_FROM_TIMEOUT, asked).await else {
             continue;
@@ -326,6 +352,7 @@ async fn wait_stop(mut rx: watch::Receiver<bool>) {
 
 fn serve_grpc(
     addr: SocketAddr,
+    tls: Option<&mooncake_tls::TlsConfig>,
     shared: Arc<Shared>,
     raft_service: RaftServiceImpl,
     stop: watch::Receiver<bool>,
@@ -342,8 +369,12 @@ fn serve_grpc(
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
     let admin = AdminServiceServer::new(AdminServiceImpl::new(shared));
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(mooncake_tls::grpc::server_tls(tls)).context("gRPC TLS settings")?;
+    }
     let task = tokio::spawn(async move {
-        let server = tonic::transport::Server::builder()
+        let server = builder
             .add_service(master)
             .add_service(raft)
             .add_service(admin)
@@ -353,6 +384,19 @@ fn serve_grpc(
         }
     });
     Ok((bound, task))
+}
+
+/// Loads the TLS files (`None`: TLS off), and logs the one warning of
+/// `--insecure` when it lets a plain master bind a reachable address.
+fn load_tls(cfg: &MasterConfig) -> anyhow::Result<Option<mooncake_tls::TlsConfig>> {
+    if let mooncake_tls::Exposure::Insecure { warning } = cfg.exposure().map_err(anyhow::Error::msg)? {
+        tracing::warn!("{warning}");
+    }
+    let tls = cfg.tls.load()?;
+    if let Some(tls) = &tls {
+        tracing::info!(cert = %tls.files().cert.display(), role = ?tls.own_role(), "mutual TLS on the gRPC port");
+    }
+    Ok(tls)
 }
 
 async fn serve_http(

@@ -13,6 +13,7 @@
 
 use std::time::Instant;
 
+use mooncake_auth::capability::Access;
 use mooncake_proto::master::{PutEndRequest, PutRevokeRequest, PutStartRequest, PutStartResponse, Replica};
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::{ObjectStatus, validate_put_start};
@@ -115,7 +116,11 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         };
         match r {
             Reserve::Placed(p) | Reserve::Again(p) => {
-                let replicas = shared.reader.read(|s| p.iter().map(|r| replica_pb(s, r)).collect());
+                let replicas = shared.reader.read(|s| {
+                    let mut replicas: Vec<Replica> = p.iter().map(|r| replica_pb(s, r)).collect();
+                    shared.capabilities.grant(s, &mut replicas, Access::Write);
+                    replicas
+                });
                 return PutStartResponse { status: Some(Status::ok()), replicas };
             }
             Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),

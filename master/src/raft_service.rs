@@ -14,6 +14,19 @@ use tonic::{Request, Response, Status};
 use crate::cluster_id::ClusterId;
 use crate::peers_heard::PeersHeard;
 use crate::prevote::{self, LeaderContact, PreVoteRequest};
+use mooncake_auth::MacKey;
+
+/// The MAC a HeardFrom request about `node_id` carries.
+pub fn heard_from_mac(key: &MacKey, node_id: u64) -> Vec<u8> {
+    key.sign(&[b"heard_from", &node_id.to_le_bytes()])
+}
+
+/// What a Raft request must show to be handled: a MAC under the cluster
+/// secret's raft key, and this cluster's id.
+pub struct Admission {
+    pub cluster: Arc<ClusterId>,
+    pub raft_key: MacKey,
+}
 
 pub struct RaftServiceImpl {
     raft: Raft,
@@ -28,19 +41,46 @@ pub struct RaftServiceImpl {
     handled: prometheus::HistogramVec,
     /// Leaders and candidates whose requests arrived (`peers_heard.rs`).
     heard: Arc<PeersHeard>,
+    /// Requests must carry a MAC under it: only the cluster's masters hold
+    /// the secret it comes from (`secret.rs`).
+    raft_key: MacKey,
+    /// Requests refused for a bad MAC (logged now and then, not each).
+    forged: std::sync::atomic::AtomicU64,
 }
 
 impl RaftServiceImpl {
     pub fn new(
         raft: Raft,
         log: mooncake_raft_store::LogStore,
-        cluster: Arc<ClusterId>,
+        admission: Admission,
         contact: Arc<LeaderContact>,
         quiet: std::time::Duration,
         handled: prometheus::HistogramVec,
         heard: Arc<PeersHeard>,
     ) -> Self {
-        RaftServiceImpl { raft, log, cluster, contact, quiet, handled, heard }
+        let Admission { cluster, raft_key } = admission;
+        RaftServiceImpl { raft, log, cluster, contact, quiet, handled, heard, raft_key, forged: Default::default() }
+    }
+
+    /// UNAUTHENTICATED unless `mac` is the cluster's MAC of `parts`. The
+    /// first refusal and every 1000th after it are logged (a flood of forged
+    /// messages must not flood the log too).
+    fn authenticate(&self, parts: &[&[u8]], mac: &[u8]) -> Result<(), Status> {
+        if self.raft_key.verify(parts, mac) {
+            return Ok(());
+        }
+        let n = self.forged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n.is_multiple_of(1000) {
+            tracing::warn!(
+                refused = n + 1,
+                "refused a raft request without a valid MAC of this cluster's secret (a peer that is not a master \
+                 of this cluster, or a master given another --cluster-secret-file)"
+            );
+        }
+        Err(Status::unauthenticated(
+            "raft request without a valid MAC of this cluster's secret: only masters of this cluster may send them \
+             (check --cluster-secret-file)",
+        ))
     }
 
     /// The sender of a leader's or candidate's request: it has a vote.
@@ -67,9 +107,41 @@ impl RaftServiceImpl {
         }
     }
 
-    /// Refuses messages of another cluster, then decodes.
-    fn decode<T: DeserializeOwned>(&self, req: Request<RaftMessage>) -> Result<T, Status> {
+    /// With mutual TLS, the sender's certificate must name a master that is
+    /// a member (voter or learner) of the cluster as this master knows it
+    /// (any master, while it knows no membership yet: a new learner learns
+    /// it from the leader's first message). A removed master's certificate
+    /// no longer admits it. Without TLS there is no certificate; the MAC
+    /// then stands alone.
+    fn check_certificate<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        if req.peer_certs().is_none() {
+            return Ok(());
+        }
+        let id = match crate::peer::peer_role(req) {
+            Some(mooncake_tls::Role::Master { id }) => id,
+            other => {
+                return Err(Status::permission_denied(format!(
+                    "raft requests come only from masters; the certificate presented names {other:?}"
+                )));
+            }
+        };
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let mut members = membership.membership().nodes().map(|(n, _)| *n).peekable();
+        if members.peek().is_none() || members.any(|n| n == id) {
+            return Ok(());
+        }
+        Err(Status::permission_denied(format!(
+            "the certificate names master {id}, which is not a member of this cluster (removed, or never added)"
+        )))
+    }
+
+    /// Refuses messages not signed with this cluster's secret, from a peer
+    /// whose certificate names no member, or of another cluster; then decodes.
+    fn decode<T: DeserializeOwned>(&self, method: &str, req: Request<RaftMessage>) -> Result<T, Status> {
+        self.check_certificate(&req)?;
         let msg = req.into_inner();
+        let parts: [&[u8]; 3] = [method.as_bytes(), msg.cluster_id.as_bytes(), &msg.data];
+        self.authenticate(&parts, &msg.mac)?;
         if let Err(e) = self.cluster.check(&msg.cluster_id) {
             tracing::warn!(error = %e, "refused a raft message");
             return Err(Status::failed_precondition(e.to_string()));
@@ -90,7 +162,8 @@ fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
 impl RaftService for RaftServiceImpl {
     async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
-        let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
+        let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> =
+            self.decode("append_entries", req)?;
         let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
         self.heard_if_from_leader(&rpc.vote);
         self.record_sender(&rpc.vote);
@@ -102,7 +175,7 @@ impl RaftService for RaftServiceImpl {
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
-        let rpc: openraft::raft::VoteRequest<mooncake_raft_store::NodeId> = self.decode(req)?;
+        let rpc: openraft::raft::VoteRequest<mooncake_raft_store::NodeId> = self.decode("vote", req)?;
         self.record_sender(&rpc.vote);
         let result = self.raft.vote(rpc).await;
         if matches!(&result, Ok(v) if v.vote_granted) {
@@ -115,7 +188,8 @@ impl RaftService for RaftServiceImpl {
 
     async fn install_snapshot(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
-        let rpc: openraft::raft::InstallSnapshotRequest<mooncake_raft_store::TypeConfig> = self.decode(req)?;
+        let rpc: openraft::raft::InstallSnapshotRequest<mooncake_raft_store::TypeConfig> =
+            self.decode("install_snapshot", req)?;
         self.heard_if_from_leader(&rpc.vote);
         self.record_sender(&rpc.vote);
         let result = self.raft.install_snapshot(rpc).await;
@@ -126,7 +200,7 @@ impl RaftService for RaftServiceImpl {
 
     async fn pre_vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let since = std::time::Instant::now();
-        let rpc: PreVoteRequest = self.decode(req)?;
+        let rpc: PreVoteRequest = self.decode("pre_vote", req)?;
         let answer = prevote::answer(&self.raft, &self.log, &self.contact, self.quiet, &rpc);
         if !answer.granted {
             tracing::debug!(candidate = rpc.candidate, reason = %answer.reason, "refused a pre-vote");
@@ -138,7 +212,10 @@ impl RaftService for RaftServiceImpl {
     }
 
     async fn heard_from(&self, req: Request<HeardFromRequest>) -> Result<Response<HeardFromResponse>, Status> {
-        let id = req.into_inner().node_id;
+        self.check_certificate(&req)?;
+        let req = req.into_inner();
+        let id = req.node_id;
+        self.authenticate(&[b"heard_from", &id.to_le_bytes()], &req.mac)?;
         let cluster_id = self.cluster.get().unwrap_or_default();
         Ok(Response::new(HeardFromResponse { heard: self.heard.contains(id), cluster_id }))
     }

@@ -47,6 +47,14 @@ pub struct Shared {
     /// How old the leader's last quorum acknowledgement may be while `/ready`
     /// still says yes (the election timeout: past it, followers may elect).
     pub quorum_ack_max: Duration,
+    /// The cluster secret: keys for admin tokens and data-path capabilities
+    /// are derived from it (`secret.rs`).
+    pub secret: mooncake_auth::ClusterSecret,
+    /// Segment keys for mount answers and capabilities for replicas
+    /// (`--capability_ttl_sec`; `capabilities.rs`).
+    pub capabilities: crate::capabilities::CapabilityIssuer,
+    /// Who may call what (admin operations).
+    pub roles: crate::roles::Roles,
 }
 
 impl Shared {

@@ -60,30 +60,35 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         assert!(!r.status.as_ref().map(|s| s.message.clone()).unwrap_or_default().is_empty(), "{what}: no message");
         assert!(r.replicas.is_empty(), "{what}: got replicas");
     }
+    let credential = client.credential().as_bytes().to_vec();
+    let mount =
+        |segment: Option<Segment>| MountSegmentRequest { client_id: 9, segment, credential: credential.clone() };
     let mounts = [
-        ("segment missing", MountSegmentRequest { client_id: 9, segment: None }),
-        ("segment size 0", MountSegmentRequest { client_id: 9, segment: Some(seg(2, 0, "127.0.0.1:1")) }),
-        ("no endpoint", MountSegmentRequest { client_id: 9, segment: Some(seg(2, 1 << 20, "")) }),
+        ("segment missing", mount(None)),
+        ("segment size 0", mount(Some(seg(2, 0, "127.0.0.1:1")))),
+        ("no endpoint", mount(Some(seg(2, 1 << 20, "")))),
+        // Every call that acts as a client id proves it is that client.
+        ("no credential", MountSegmentRequest { credential: vec![], ..mount(Some(seg(2, 1 << 20, "127.0.0.1:1"))) }),
+        ("short credential", MountSegmentRequest { credential: vec![1; 31], ..mount(Some(seg(2, 1 << 20, "h:1"))) }),
         // A forged mount must not point same-host clients at any file.
         (
             "shm_path outside the segment directory",
-            MountSegmentRequest {
-                client_id: 9,
-                segment: Some(Segment { shm_path: "/etc/passwd".into(), ..seg(3, 1 << 20, "127.0.0.1:1") }),
-            },
+            mount(Some(Segment { shm_path: "/etc/passwd".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
         ),
         (
             "shm_path escaping the segment directory",
-            MountSegmentRequest {
-                client_id: 9,
-                segment: Some(Segment { shm_path: "/dev/shm/../etc/shadow".into(), ..seg(3, 1 << 20, "127.0.0.1:1") }),
-            },
+            mount(Some(Segment { shm_path: "/dev/shm/../etc/shadow".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
         ),
     ];
     for (what, req) in mounts {
         let r = raw.mount_segment(req).await.expect("rpc").into_inner();
         assert_eq!(code(&r.status), ErrorCode::InvalidParams, "{what}: {:?}", r.status);
+        assert!(r.segment_keys.is_empty(), "{what}: a refused mount carries no key");
     }
+    let r = raw.ping(PingRequest { client_id: 9, credential: vec![] }).await.unwrap().into_inner();
+    assert_eq!(code(&r.status), ErrorCode::InvalidParams, "ping without a credential");
+    let r = raw.remount_segment(RemountSegmentRequest { client_id: 9, ..Default::default() }).await.unwrap();
+    assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "remount without a credential");
     let r = raw.get_replica_list(GetReplicaListRequest { key: String::new(), client_id: 9 }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "get with empty key");
     let r = raw.remove(RemoveRequest { key: String::new(), force: true, request_id: 0 }).await.unwrap();
@@ -96,8 +101,11 @@ async fn malformed_requests_are_refused_and_change_nothing() {
     let r = raw.get_replica_list(GetReplicaListRequest { key: "nope".into(), client_id: 9 }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::ObjectNotFound);
     // Unmount is idempotent, as Mooncake's: an unknown segment is OK, and nothing changes.
-    let r = raw.unmount_segment(UnmountSegmentRequest { client_id: 9, segment_id: 12345 }).await.unwrap();
+    let unmount = UnmountSegmentRequest { client_id: 9, segment_id: 12345, credential: credential.clone() };
+    let r = raw.unmount_segment(unmount).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::Ok);
+    let r = raw.unmount_segment(UnmountSegmentRequest { client_id: 9, segment_id: 1, credential: vec![] }).await;
+    assert_eq!(code(&r.unwrap().into_inner().status), ErrorCode::InvalidParams, "unmount without a credential");
 
     assert_eq!(hash(&client, &addr).await, before, "a refused request changed the state");
     assert_eq!(client.list_objects("", 10).await.expect("list").len(), 0);

@@ -95,7 +95,10 @@ async fn a_key_in_flight_is_taken_and_a_stalled_put_expires_and_frees_it() {
     let other = PutStartRequest { client_id: WRITER + 1, ..ask("k", 4096, 0) };
     let e = client.put_start(other.clone()).await.expect_err("a key in flight");
     assert_eq!(e.code(), Some(ErrorCode::ObjectAlreadyExists));
-    assert_eq!(client.put_start(ask("k", 4096, 0)).await.expect("same ask"), stalled);
+    // (Each answer carries a fresh capability: compare the placements.)
+    let placed =
+        |replicas: &[Replica]| replicas.iter().map(|r| (r.segment_id, r.offset, r.len, r.arena_id)).collect::<Vec<_>>();
+    assert_eq!(placed(&client.put_start(ask("k", 4096, 0)).await.expect("same ask")), placed(&stalled));
     // After the discard timeout the key is free again; the stalled writer's
     // PutEnd is told its put expired.
     let replicas = wait_until("the stalled put to be discarded", Duration::from_secs(10), || async {

@@ -19,13 +19,17 @@ Sizes are integers or strings with a unit (``"4GB"``, ``"512 MiB"``,
 ``"1.5g"``; powers of 1024). The JSON file has the same fields:
 ``local_hostname``, ``metadata_server``, ``global_segment_size``,
 ``local_buffer_size``, ``protocol``, ``device_name``,
-``master_server_address``.
+``master_server_address``, and (mooncake-rs only) ``tls_cert``,
+``tls_key``, ``tls_ca``: PEM files that turn on mutual TLS, all three or
+none. Without them in the file, ``setup`` reads ``MOONCAKE_TLS_CERT``,
+``MOONCAKE_TLS_KEY`` and ``MOONCAKE_TLS_CA`` itself.
 """
 
 import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 DEFAULT_GLOBAL_SEGMENT_SIZE = 3355443200  # 3.125 GiB, Mooncake's default
 DEFAULT_LOCAL_BUFFER_SIZE = 1 << 30
@@ -61,6 +65,9 @@ class MooncakeConfig:
     protocol: str
     device_name: str
     master_server_address: str
+    tls_cert: Optional[str] = None
+    tls_key: Optional[str] = None
+    tls_ca: Optional[str] = None
 
     def __post_init__(self):
         self.global_segment_size = parse_size(self.global_segment_size)
@@ -85,6 +92,9 @@ class MooncakeConfig:
             protocol=doc.get("protocol", "tcp"),
             device_name=doc.get("device_name", ""),
             master_server_address=doc.get("master_server_address", doc.get("master_server_addr", "")),
+            tls_cert=doc.get("tls_cert"),
+            tls_key=doc.get("tls_key"),
+            tls_ca=doc.get("tls_ca"),
         )
 
     @staticmethod
@@ -117,6 +127,19 @@ class MooncakeConfig:
             self.master_server_address,
         )
 
+    def setup_dict(self) -> dict:
+        """The dict form of ``MooncakeDistributedStore.setup``: the same
+        arguments, and the TLS files when any is set."""
+        names = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+                 "protocol", "rdma_devices", "master_server_addr")
+        doc = dict(zip(names, self.setup_args()))
+        for key in ("tls_cert", "tls_key", "tls_ca"):
+            if getattr(self, key):
+                doc[key] = getattr(self, key)
+        return doc
+
     def setup(self, store) -> int:
         """``store.setup(...)`` with this configuration; its return code."""
+        if self.tls_cert or self.tls_key or self.tls_ca:
+            return store.setup(self.setup_dict())
         return store.setup(*self.setup_args())

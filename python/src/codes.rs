@@ -70,7 +70,7 @@ pub fn of_error_code(code: ErrorCode) -> Code {
         ErrorCode::ObjectAlreadyExists => OBJECT_ALREADY_EXISTS,
         ErrorCode::ObjectHasLease => OBJECT_HAS_LEASE,
         ErrorCode::ReplicaIsNotReady => REPLICA_IS_NOT_READY,
-        ErrorCode::IllegalClient => ILLEGAL_CLIENT,
+        ErrorCode::IllegalClient | ErrorCode::PermissionDenied => ILLEGAL_CLIENT,
         ErrorCode::NoAvailableHandle => NO_AVAILABLE_HANDLE,
         ErrorCode::SegmentNotFound => SEGMENT_NOT_FOUND,
         ErrorCode::SegmentAlreadyExists => SEGMENT_ALREADY_EXISTS,

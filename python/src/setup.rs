@@ -2,7 +2,9 @@
 //! [`ClientConfig`]: `master_server_addr` is our comma-separated master list,
 //! `local_hostname` (`host` or `host:port`) says where this process serves
 //! its segment, `metadata_server` and `rdma_devices` are accepted and unused
-//! (we keep no transfer metadata outside the masters).
+//! (we keep no transfer metadata outside the masters). Mutual TLS is ours:
+//! the dict's `tls_cert`, `tls_key`, `tls_ca`, else the `MOONCAKE_TLS_*`
+//! variables ([`TlsPaths`]).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -24,6 +26,18 @@ pub const SEGMENT_ALIGN_BYTES: u64 = 4096;
 /// (`1`/`true`/`yes`): no put into it page-faults later, at the cost of a
 /// slower setup and the whole segment resident from the start.
 pub const PREFAULT_ENV: &str = "MOONCAKE_PREFAULT";
+/// A file holding the cluster's admin token (as for the `mooncake` CLI).
+pub const ADMIN_TOKEN_FILE_ENV: &str = "MOONCAKE_ADMIN_TOKEN_FILE";
+/// This process's certificate, its key and the cluster's CA (PEM files, as
+/// the CLI's `--tls-cert --tls-key --tls-ca`): all three turn on mutual TLS
+/// to the masters and store nodes, and for this process's own segment.
+pub const TLS_ENV: [&str; 3] = ["MOONCAKE_TLS_CERT", "MOONCAKE_TLS_KEY", "MOONCAKE_TLS_CA"];
+/// The keys of `setup`'s dict form with the same meaning (they win over
+/// the variables when any is given).
+pub const TLS_KEYS: [&str; 3] = ["tls_cert", "tls_key", "tls_ca"];
+/// The name servers' certificates are checked against (default `localhost`,
+/// which every `mooncake certs init` certificate carries).
+pub const TLS_SERVER_NAME_ENV: &str = "MOONCAKE_TLS_SERVER_NAME";
 
 /// Whether `value` (of [`PREFAULT_ENV`]) asks for prefaulting.
 pub fn prefault_wanted(value: Option<&str>) -> bool {
@@ -43,6 +57,57 @@ pub struct SetupArgs {
     pub protocol: String,
     pub rdma_devices: String,
     pub master_server_addr: String,
+    /// The dict form's `tls_cert`, `tls_key`, `tls_ca` (empty: the
+    /// environment decides).
+    pub tls: TlsPaths,
+}
+
+/// Paths of a certificate, its key and the CA, as given (any may be missing).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsPaths {
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub ca: Option<String>,
+}
+
+impl TlsPaths {
+    /// The `MOONCAKE_TLS_*` variables (an empty one counts as unset).
+    pub fn from_env() -> TlsPaths {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        TlsPaths { cert: var(TLS_ENV[0]), key: var(TLS_ENV[1]), ca: var(TLS_ENV[2]) }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cert.is_none() && self.key.is_none() && self.ca.is_none()
+    }
+
+    /// The files to use: `given` (the dict's keys) if it names any, else
+    /// `env`; all three or none (`Ok(None)`: TLS off). A partial set is
+    /// refused, naming what is missing where.
+    pub fn resolve(given: &TlsPaths, env: &TlsPaths) -> Result<Option<mooncake_tls::TlsFiles>, String> {
+        let (paths, names, source) = match given.is_empty() {
+            false => (given, TLS_KEYS, "setup's config dict"),
+            true => (env, TLS_ENV, "the environment"),
+        };
+        match (&paths.cert, &paths.key, &paths.ca) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => {
+                Ok(Some(mooncake_tls::TlsFiles { cert: cert.into(), key: key.into(), ca: ca.into() }))
+            }
+            (cert, key, ca) => {
+                let missing: Vec<&str> = [cert.is_none(), key.is_none(), ca.is_none()]
+                    .into_iter()
+                    .zip(names)
+                    .filter_map(|(absent, name)| absent.then_some(name))
+                    .collect();
+                Err(format!(
+                    "TLS needs all three of {} or none; {source} lacks {} (`mooncake certs init DIR` makes a set)",
+                    names.join(", "),
+                    missing.join(", ")
+                ))
+            }
+        }
+    }
 }
 
 /// `local_hostname` split into host and optional port.
@@ -143,12 +208,34 @@ impl SetupArgs {
             return Err(format!("local_buffer_size {} is above {LOCAL_BUFFER_MAX_BYTES}", self.local_buffer_size));
         }
         cfg.local_buffer_size = self.local_buffer_size;
+        // Admin operations (a forced remove_all) need the cluster's admin token.
+        if let Ok(file) = std::env::var(ADMIN_TOKEN_FILE_ENV) {
+            let token =
+                mooncake_auth::admin::read_token_file(std::path::Path::new(&file)).map_err(|e| e.to_string())?;
+            cfg.admin_token = Some(token);
+        }
+        // Mutual TLS for the masters, the store nodes and this process's
+        // own segment (its transfer server then requires client certificates).
+        cfg.tls = self.tls_config()?;
         if cfg.global_segment_size > 0 {
             cfg.transfer_listen = host.listen_addr(port)?;
             cfg.prefault = prefault_wanted(std::env::var(PREFAULT_ENV).ok().as_deref());
         }
         cfg.validate()?;
         Ok((cfg, host.endpoint(port)))
+    }
+
+    /// The loaded TLS identity ([`TlsPaths::resolve`] of the dict's keys
+    /// and the environment), `None` when TLS is off.
+    pub fn tls_config(&self) -> Result<Option<mooncake_tls::TlsConfig>, String> {
+        let Some(files) = TlsPaths::resolve(&self.tls, &TlsPaths::from_env())? else { return Ok(None) };
+        let tls = files.load().map_err(|e| e.to_string())?;
+        match std::env::var(TLS_SERVER_NAME_ENV) {
+            Ok(name) if !name.trim().is_empty() => {
+                tls.with_server_name(name.trim()).map(Some).map_err(|e| e.to_string())
+            }
+            _ => Ok(Some(tls)),
+        }
     }
 }
 
@@ -214,6 +301,40 @@ mod tests {
         let etcd = SetupArgs { master_server_addr: "etcd://127.0.0.1:2379".into(), ..args() };
         assert!(etcd.client_config(&host, 1).unwrap_err().contains("no etcd"));
         assert!(SetupArgs { master_server_addr: " , ".into(), ..args() }.client_config(&host, 1).is_err());
+    }
+
+    #[test]
+    fn tls_takes_all_three_files_or_none() {
+        let p = |s: &str| Some(s.to_string());
+        let all = TlsPaths { cert: p("c.pem"), key: p("k.pem"), ca: p("ca.pem") };
+        let none = TlsPaths::default();
+        assert_eq!(TlsPaths::resolve(&none, &none).unwrap(), None);
+        let files = TlsPaths::resolve(&none, &all).unwrap().expect("from the environment");
+        assert_eq!(files.ca, std::path::PathBuf::from("ca.pem"));
+        // The dict's keys win over the environment, and are not mixed with it.
+        let given = TlsPaths { cert: p("mine.pem"), ..none.clone() };
+        let err = TlsPaths::resolve(&given, &all).unwrap_err();
+        assert!(err.contains("config dict lacks tls_key, tls_ca"), "{err}");
+        let err = TlsPaths::resolve(&none, &TlsPaths { key: None, ..all.clone() }).unwrap_err();
+        assert!(err.contains("environment lacks MOONCAKE_TLS_KEY") && err.contains("certs init"), "{err}");
+    }
+
+    #[test]
+    fn tls_files_are_loaded_at_setup() {
+        let dir = std::env::temp_dir().join(format!("mooncake-py-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        mooncake_tls::generate(&dir, 1, &[]).expect("dev PKI");
+        let files = mooncake_tls::TlsFiles::in_dir(&dir, mooncake_tls::Role::Client);
+        let path = |p: &std::path::Path| Some(p.display().to_string());
+        let tls = TlsPaths { cert: path(&files.cert), key: path(&files.key), ca: path(&files.ca) };
+        let a = SetupArgs { tls: tls.clone(), ..args() };
+        let host = HostPort::parse(&a.local_hostname).unwrap();
+        let (cfg, _) = a.client_config(&host, 12345).expect("config");
+        assert_eq!(cfg.tls.and_then(|t| t.own_role()), Some(mooncake_tls::Role::Client));
+        let missing = TlsPaths { ca: path(&dir.join("nope.pem")), ..tls };
+        let err = SetupArgs { tls: missing, ..args() }.client_config(&host, 1).unwrap_err();
+        assert!(err.contains("nope.pem"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,6 +1,8 @@
 """The cluster harness of the Python tests: real `mooncake master` processes
 on loopback (3 masters, short TTLs), stores of this process and of helper
-processes, and cleanup of every process and /dev/shm file they made.
+processes, and cleanup of every process and /dev/shm file they made. The
+`tls_cluster` variant runs its masters with mutual TLS (a development PKI
+from `mooncake certs init`); its stores set up with `MOONCAKE_TLS_*`.
 
 The `mooncake` binary is `$MOONCAKE_BIN`, else `target/release/mooncake` of
 this repository (`cargo build --release --bin mooncake`). Every wait has a
@@ -61,12 +63,19 @@ def wait_for(what, timeout_s, cond, interval_s=0.05):
 
 
 class Cluster:
-    """Three masters (the `mooncake` binary) in a temporary directory."""
+    """Three masters (the `mooncake` binary) in a temporary directory; with
+    `tls`, mutual TLS with certificates of `<dir>/tls`."""
 
-    def __init__(self, masters=3, flags=MASTER_FLAGS):
+    def __init__(self, masters=3, flags=MASTER_FLAGS, tls=False):
         self.bin = mooncake_bin()
         self.dir = Path(tempfile.mkdtemp(prefix="mooncake-pytest-"))
         self.flags = list(flags)
+        self.tls_dir = self.dir / "tls" if tls else None
+        if self.tls_dir:
+            subprocess.run(
+                [self.bin, "certs", "init", str(self.tls_dir), f"--masters={masters}"],
+                capture_output=True, timeout=30, check=True,
+            )
         self.ids = list(range(1, masters + 1))
         self.addrs = {i: f"127.0.0.1:{free_port()}" for i in self.ids}
         self.procs = {}
@@ -79,12 +88,33 @@ class Cluster:
     def masters(self) -> str:
         return ",".join(self.addrs[i] for i in self.ids)
 
+    def tls_files(self, role):
+        """(cert, key, ca) of `role` (`master-1`, `store`, `client`, `admin`), or None without TLS."""
+        if not self.tls_dir:
+            return None
+        return (str(self.tls_dir / f"{role}.pem"), str(self.tls_dir / f"{role}-key.pem"),
+                str(self.tls_dir / "ca.pem"))
+
+    def tls_flags(self, role):
+        files = self.tls_files(role)
+        if not files:
+            return []
+        return [f"--tls-{name}={path}" for name, path in zip(("cert", "key", "ca"), files)]
+
+    def tls_env(self, role="client"):
+        """The `MOONCAKE_TLS_*` variables of `role` ({} without TLS)."""
+        files = self.tls_files(role)
+        if not files:
+            return {}
+        return dict(zip(("MOONCAKE_TLS_CERT", "MOONCAKE_TLS_KEY", "MOONCAKE_TLS_CA"), files))
+
     def start_master(self, i):
         initial = ",".join(f"{j}={self.addrs[j]}" for j in self.ids)
         args = [
             self.bin, "master", f"--id={i}", f"--listen={self.addrs[i]}",
             f"--data-dir={self.dir / f'master-{i}'}", f"--http=127.0.0.1:{free_port()}",
-            f"--initial-cluster={initial}", *self.flags,
+            f"--initial-cluster={initial}", f"--cluster-secret-file={self.dir / 'cluster.secret'}", *self.flags,
+            *self.tls_flags(f"master-{i}"),
         ]
         log = open(self.dir / f"master-{i}.log", "ab")
         self.procs[i] = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -92,7 +122,7 @@ class Cluster:
 
     def status(self):
         out = subprocess.run(
-            [self.bin, "status", "--json", f"--masters={self.masters}"],
+            [self.bin, "status", "--json", f"--masters={self.masters}", *self.tls_flags("client")],
             capture_output=True, timeout=10, check=False,
         )
         try:
@@ -160,6 +190,14 @@ class Stores:
             self.cluster.shm_files.add(s._segment_shm_path())
         return s
 
+    def open_admin(self):
+        """A store acting as the cluster's admin (MOONCAKE_ADMIN_TOKEN_FILE at setup)."""
+        os.environ["MOONCAKE_ADMIN_TOKEN_FILE"] = str(self.cluster.dir / "master-1" / "admin.token")
+        try:
+            return self.open(segment=0)
+        finally:
+            del os.environ["MOONCAKE_ADMIN_TOKEN_FILE"]
+
     def helper(self, segment=SEGMENT_BYTES):
         """A store in another Python process (see helper_store.py)."""
         h = HelperStore(self.cluster, segment)
@@ -214,6 +252,14 @@ class HelperStore:
 @pytest.fixture(scope="session")
 def cluster():
     c = Cluster()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster():
+    """Masters with mutual TLS; stores need a certificate of its CA."""
+    c = Cluster(tls=True)
     yield c
     c.stop()
 

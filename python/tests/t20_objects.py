@@ -18,6 +18,7 @@ from mooncake_rs.store import (
 OBJECT_NOT_FOUND = -704
 OBJECT_HAS_LEASE = -706
 INVALID_PARAMS = -600
+ILLEGAL_CLIENT = -601
 LEASE_S = 0.5  # the cluster's --default_kv_lease_ttl
 
 
@@ -78,7 +79,7 @@ def test_get_buffer_exposes_the_object_without_a_copy(client):
     assert bytes(memoryview(handles[0])) == payload and handles[1] is None
 
 
-def test_remove_respects_kv_leases_and_remove_all_counts(client):
+def test_remove_respects_kv_leases_and_remove_all_counts(client, stores):
     assert client.put("t20/r", b"x") == 0
     assert client.get("t20/r") == b"x"
     assert client.remove("t20/r") == OBJECT_HAS_LEASE  # a reader may still hold it
@@ -87,7 +88,11 @@ def test_remove_respects_kv_leases_and_remove_all_counts(client):
     assert client.batch_remove(["t20/missing"], force=True) == [OBJECT_NOT_FOUND]
     for i in range(3):
         assert client.put(f"t20/all/{i}", b"x") == 0
-    assert client.remove_all(force=True) >= 3
+    # Forced, RemoveAll ignores leases and pins: only the admin may.
+    assert client.remove_all(force=True) == ILLEGAL_CLIENT
+    assert client.is_exist("t20/all/0") == 1, "a refused RemoveAll removed nothing"
+    admin = stores.open_admin()
+    assert admin.remove_all(force=True) >= 3
     assert client.is_exist("t20/all/0") == 0
 
 

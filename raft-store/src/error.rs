@@ -32,6 +32,9 @@ pub enum MetaError {
     /// its range taken): nothing was recorded; the writer should put again.
     #[error("put expired: {0}")]
     PutExpired(String),
+    /// The caller named a client id registered under another credential.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 }
 
 /// A local storage failure: what failed and where.

@@ -32,8 +32,9 @@ use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
 /// 1: objects, segments, clients, discarded puts, request ids.
 /// 2: + allocation arenas and objects retired by upserts.
 /// 3: request ids by age on the request clock, + the clock's anchor.
+/// 4: + the credential hash of each client.
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 3;
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 4;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 const CURRENT_KEY: &[u8] = b"current";
@@ -251,6 +252,7 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
     let image = match u32::from_le_bytes(*version) {
         1 => StateImage::from_v1(codec::decode("state image (schema 1)", body)?),
         2 => StateImage::from_v2(codec::decode("state image (schema 2)", body)?),
+        3 => StateImage::from_v3(codec::decode("state image (schema 3)", body)?),
         SNAPSHOT_SCHEMA_VERSION => codec::decode("state image", body)?,
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };

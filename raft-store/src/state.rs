@@ -34,7 +34,7 @@ mod objects;
 mod requests;
 
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
-pub use image::{StateImage, StateImageV1, StateImageV2};
+pub use image::{StateImage, StateImageV1, StateImageV2, StateImageV3};
 use invariants::HeldBy;
 pub use invariants::{InvariantViolation, Record, SCAN_EVERY_ENTRY_RECORDS_MAX, SCAN_RECORDS_PER_ENTRY};
 use objects::ObjectIndex;
@@ -140,6 +140,9 @@ pub struct MetaState {
     segments: BTreeMap<SegmentId, SegmentEntry>,
     objects: ObjectIndex,
     clients: BTreeMap<ClientId, ClientEntry>,
+    /// The credential each client registered with; a client registered by
+    /// an older log (legacy commands) has none until it mounts again.
+    credentials: BTreeMap<ClientId, CredentialHash>,
     discarded: BTreeMap<ObjectVersion, DiscardedPut>,
     /// Answers of `Command::Once` by request id, aged on the request clock.
     requests: RequestMemory,
@@ -183,6 +186,23 @@ impl MetaState {
     }
     pub fn clients(&self) -> impl Iterator<Item = &ClientEntry> {
         self.clients.values()
+    }
+    /// The hash of the credential `id` registered with, if it has one.
+    pub fn client_credential(&self, id: ClientId) -> Option<&CredentialHash> {
+        self.credentials.get(&id)
+    }
+    /// Whether a caller holding `credential` may act as `client`: yes unless
+    /// `client` is registered under another credential. Checked by apply and,
+    /// to answer early, by the leader before it proposes (or answers a Ping).
+    pub fn check_credential(&self, client: ClientId, credential: &CredentialHash) -> Result<(), MetaError> {
+        match self.credentials.get(&client) {
+            Some(held) if held != credential => Err(MetaError::PermissionDenied(format!(
+                "{client} is registered by another process (another credential); a client may act only as \
+                 itself. If this is that client restarted without its credential file, wait for the old \
+                 registration to expire (client_ttl) or for an admin to evict it"
+            ))),
+            _ => Ok(()),
+        }
     }
     pub fn client_segments(&self, id: ClientId) -> impl Iterator<Item = &SegmentEntry> {
         self.segments.values().filter(move |s| s.owner == id)
@@ -372,6 +392,16 @@ impl MetaState {
             Command::ArenaReturn { arenas } => return Ok(self.return_arenas(arenas)),
             Command::PutCommit(new) => return self.put_commit(new),
             Command::ReleaseRetired { versions } => return self.release_retired(versions),
+            Command::MountSegmentAs { client, credential, segment } => {
+                self.as_client(*client, credential, |s| s.mount(*client, segment)).map_err(Stop::from)
+            }
+            Command::UnmountSegmentAs { client, credential, segment } => self
+                .check_credential(*client, credential)
+                .and_then(|()| self.unmount(*client, *segment))
+                .map_err(Stop::from),
+            Command::RemountSegmentsAs { client, credential, segments } => {
+                self.as_client(*client, credential, |s| s.remount(*client, segments)).map_err(Stop::from)
+            }
         };
         answer(result)
     }
@@ -399,6 +429,22 @@ impl MetaState {
         let answer = self.apply_cmd(cmd)?;
         self.requests.remember(request_id, answer.clone())?;
         Ok(answer)
+    }
+
+    /// Runs `register` (a mount or remount, which registers `client`) for a
+    /// caller holding `credential`, if it may act as `client`; on success the
+    /// client is registered under `credential` (a client an older log
+    /// registered without one adopts it). A refusal changes nothing.
+    fn as_client(
+        &mut self,
+        client: ClientId,
+        credential: &CredentialHash,
+        register: impl FnOnce(&mut Self) -> Result<(), MetaError>,
+    ) -> Result<(), MetaError> {
+        self.check_credential(client, credential)?;
+        register(self)?;
+        self.credentials.insert(client, *credential);
+        Ok(())
     }
 
     fn register_client(&mut self, client: ClientId) {
@@ -682,6 +728,8 @@ impl MetaState {
         if self.clients.remove(&client).is_none() {
             return Err(MetaError::IllegalClient(format!("{client} is not registered")));
         }
+        // The id is free: the next credential to mount under it holds it.
+        self.credentials.remove(&client);
         let owned: Vec<SegmentId> = self.client_segments(client).map(|s| s.spec.id).collect();
         for id in owned {
             self.drop_segment(id);

@@ -182,18 +182,35 @@ pub struct NewObject {
     pub upsert: bool,
 }
 
+/// SHA-256 of a client's credential (`mooncake_auth::credential`): what the
+/// masters keep to tell the process that registered a client id from any
+/// other caller naming it. The credential itself never enters the log.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CredentialHash(pub [u8; 32]);
+
+impl std::fmt::Debug for CredentialHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let head: String = self.0[..4].iter().map(|b| format!("{b:02x}")).collect();
+        write!(f, "CredentialHash({head}..)")
+    }
+}
+
 /// Everything the replicated state machine can be asked to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
+    /// Legacy (logs written before client credentials): `MountSegmentAs`
+    /// without the credential. Never proposed any more.
     MountSegment {
         client: ClientId,
         segment: SegmentSpec,
     },
+    /// Legacy, as `MountSegment`.
     UnmountSegment {
         client: ClientId,
         segment: SegmentId,
     },
     /// Registers `client` and makes `segments` its exact set of segments.
+    /// Legacy, as `MountSegment`.
     RemountSegments {
         client: ClientId,
         segments: Vec<SegmentSpec>,
@@ -282,6 +299,30 @@ pub enum Command {
     /// them can be left.
     ReleaseRetired {
         versions: Vec<ObjectVersion>,
+    },
+    /// `MountSegment` by a caller that proves it is `client`: refused
+    /// (`PERMISSION_DENIED`, nothing changes) when `client` is registered
+    /// under another credential; otherwise mounts as `MountSegment` does and
+    /// binds `credential` to a client it registers (or that was registered
+    /// without one, by an older log).
+    MountSegmentAs {
+        client: ClientId,
+        credential: CredentialHash,
+        segment: SegmentSpec,
+    },
+    /// `UnmountSegment` by a caller that proves it is `client` (refused as
+    /// `MountSegmentAs`).
+    UnmountSegmentAs {
+        client: ClientId,
+        credential: CredentialHash,
+        segment: SegmentId,
+    },
+    /// `RemountSegments` by a caller that proves it is `client` (refused and
+    /// binding as `MountSegmentAs`).
+    RemountSegmentsAs {
+        client: ClientId,
+        credential: CredentialHash,
+        segments: Vec<SegmentSpec>,
     },
 }
 

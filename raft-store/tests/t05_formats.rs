@@ -100,6 +100,7 @@ fn pin_positions<T: DeserializeOwned + Debug>(enum_name: &str, positions: &[(usi
 // ---------------------------------------------------------------- fixed values
 
 const CLIENT: ClientId = ClientId(9);
+const CREDENTIAL: CredentialHash = CredentialHash([7; 32]);
 const SEGMENT: SegmentId = SegmentId(1);
 
 fn spec(tier: Tier) -> SegmentSpec {
@@ -165,9 +166,12 @@ fn command_position(cmd: &Command) -> usize {
         Command::ArenaReturn { .. } => 17,
         Command::PutCommit(_) => 18,
         Command::ReleaseRetired { .. } => 19,
+        Command::MountSegmentAs { .. } => 20,
+        Command::UnmountSegmentAs { .. } => 21,
+        Command::RemountSegmentsAs { .. } => 22,
     }
 }
-const COMMAND_VARIANTS: usize = 20;
+const COMMAND_VARIANTS: usize = 23;
 
 fn command_cases() -> Vec<(Command, &'static str)> {
     let put_start = |pin| PutStart {
@@ -224,6 +228,26 @@ fn command_cases() -> Vec<(Command, &'static str)> {
         (Command::PutCommit(new_object(Pin::Hard, false)), "1209016b64effdb6f50d0201010140800100"),
         (Command::PutCommit(new_object(Pin::None, true)), "1209016b64effdb6f50d0001010140800101"),
         (Command::ReleaseRetired { versions: vec![ObjectVersion(6)] }, "130106"),
+        (
+            Command::MountSegmentAs { client: CLIENT, credential: CREDENTIAL, segment: spec(Tier::Dram) },
+            concat!(
+                "1409",
+                "0707070707070707070707070707070707070707070707070707070707070707",
+                "0180804003683a310168017a00022f6d"
+            ),
+        ),
+        (
+            Command::UnmountSegmentAs { client: CLIENT, credential: CREDENTIAL, segment: SEGMENT },
+            concat!("1509", "0707070707070707070707070707070707070707070707070707070707070707", "01"),
+        ),
+        (
+            Command::RemountSegmentsAs { client: CLIENT, credential: CREDENTIAL, segments: vec![spec(Tier::Ssd)] },
+            concat!(
+                "1609",
+                "0707070707070707070707070707070707070707070707070707070707070707",
+                "010180804003683a310168017a01022f6d"
+            ),
+        ),
     ]
 }
 
@@ -289,9 +313,10 @@ fn meta_error_position(e: &MetaError) -> usize {
         MetaError::SegmentNotFound(_) => 7,
         MetaError::SegmentAlreadyExists(_) => 8,
         MetaError::PutExpired(_) => 9,
+        MetaError::PermissionDenied(_) => 10,
     }
 }
-const META_ERROR_VARIANTS: usize = 10;
+const META_ERROR_VARIANTS: usize = 11;
 
 fn meta_error_cases() -> Vec<(MetaError, &'static str)> {
     vec![
@@ -305,6 +330,7 @@ fn meta_error_cases() -> Vec<(MetaError, &'static str)> {
         (MetaError::SegmentNotFound("x".into()), "070178"),
         (MetaError::SegmentAlreadyExists("x".into()), "080178"),
         (MetaError::PutExpired("x".into()), "090178"),
+        (MetaError::PermissionDenied("x".into()), "0a0178"),
     ]
 }
 
@@ -497,8 +523,9 @@ fn image_v2() -> StateImageV2 {
     }
 }
 
-/// The current image: the version-2 content, request ids by age, the
-/// request clock anchored apart from `now_ms` (as after a clock jump back).
+/// The version-3 content as the current image: the version-2 content,
+/// request ids by age, the request clock anchored apart from `now_ms` (as
+/// after a clock jump back); no client credentials.
 fn image_v3() -> StateImage {
     let mut image = StateImage::from_v2(image_v2());
     image.requests = vec![(77, 1_000, Response::Ok), (78, 0, Response::Err(MetaError::PutExpired("x".into())))];
@@ -506,7 +533,21 @@ fn image_v3() -> StateImage {
     image
 }
 
-/// The snapshot image of schema version 3, header included.
+/// The current image: the version-3 content and the client's credential.
+fn image_v4() -> StateImage {
+    let mut image = image_v3();
+    image.client_credentials = vec![(CLIENT, CREDENTIAL)];
+    image
+}
+
+/// The snapshot image of schema version 4, header included.
+const IMAGE_V4: &str = concat!(
+    "040000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107010180804003683a310168017a",
+    "01022f6d0902016b036401050901010080200101010102017006802000090101806080200002060001090101040164010180",
+    "20802003024de807004e00050901780101010180800480800402020105017201018040802004a0fb91ffbc31010907070707",
+    "07070707070707070707070707070707070707070707070707070707",
+);
+/// Written by the binaries of schema version 3 (before client credentials).
 const IMAGE_V3: &str = concat!(
     "030000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107010180804003683a310168017a",
     "01022f6d0902016b036401050901010080200101010102017006802000090101806080200002060001090101040164010180",
@@ -526,19 +567,32 @@ const IMAGE_V1: &str = concat!(
 /// `state_hash` of the version-2 golden state, as version-2 binaries
 /// computed it (snapshot files carry it; it must not change on upgrade).
 const IMAGE_V2_STATE_HASH: u64 = 0x7547_a37c_cc8a_e4a8;
+/// `state_hash` of the version-3 golden state, as version-3 binaries
+/// computed it.
+const IMAGE_V3_STATE_HASH: u64 = 0x4f6c_8228_cf63_ff5f;
 
 #[test]
 fn the_snapshot_image_of_this_version_is_pinned() {
-    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 3, "a new snapshot schema version needs its own golden image\n{RULES}");
-    let state = MetaState::from_image(image_v3()).expect("the fixed image is consistent");
+    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 4, "a new snapshot schema version needs its own golden image\n{RULES}");
+    let state = MetaState::from_image(image_v4()).expect("the fixed image is consistent");
     let actual = hex(&encode_image(&state).expect("encode"));
-    assert!(actual == IMAGE_V3, "the snapshot image changed\n  golden: {IMAGE_V3}\n  actual: {actual}\n{RULES}");
-    let back = decode_image(&unhex(IMAGE_V3)).expect("decode the golden image");
-    assert_eq!(format!("{:?}", back.to_image()), format!("{:?}", image_v3()), "{RULES}");
+    assert!(actual == IMAGE_V4, "the snapshot image changed\n  golden: {IMAGE_V4}\n  actual: {actual}\n{RULES}");
+    let back = decode_image(&unhex(IMAGE_V4)).expect("decode the golden image");
+    assert_eq!(format!("{:?}", back.to_image()), format!("{:?}", image_v4()), "{RULES}");
+    assert_eq!(back.client_credential(CLIENT), Some(&CREDENTIAL));
+    // The credentials are replicated data: the state hash covers them.
+    let without = MetaState::from_image(image_v3()).expect("consistent");
+    assert_ne!(back.state_hash(), without.state_hash(), "the state hash leaves the credentials out");
 }
 
 #[test]
 fn images_of_older_schema_versions_are_still_read() {
+    // Version 3: everything kept; no client has a credential yet (each
+    // adopts the one it next mounts with); the state hashes as it did.
+    let v3 = decode_image(&unhex(IMAGE_V3)).unwrap_or_else(|e| panic!("a version-3 image is refused: {e}\n{RULES}"));
+    assert_eq!(format!("{:?}", v3.to_image()), format!("{:?}", image_v3()), "{RULES}");
+    assert_eq!(v3.client_credential(CLIENT), None);
+    assert_eq!(v3.state_hash(), IMAGE_V3_STATE_HASH, "the state hash of an upgraded state changed\n{RULES}");
     // Version 2: everything kept; the request clock starts at `now_ms`, so
     // remembered ids keep the age they had.
     let v2 = decode_image(&unhex(IMAGE_V2)).unwrap_or_else(|e| panic!("a version-2 image is refused: {e}\n{RULES}"));
@@ -566,15 +620,15 @@ fn images_of_older_schema_versions_are_still_read() {
 
 #[test]
 fn a_snapshot_file_is_pinned() {
-    let file = encode_snapshot_file(&[3, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
+    let file = encode_snapshot_file(&[4, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
     assert_eq!(
         hex(&file),
-        "4d43534e41507631030000002a00000000000000887766554433221105000000000000005cd8833603000000ab",
+        "4d43534e41507631040000002a000000000000008877665544332211050000000000000018d6f59e04000000ab",
         "the snapshot file layout changed\n{RULES}"
     );
     let (info, body) = decode_snapshot_file(&file).expect("decode");
-    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (3, 42, 0x1122_3344_5566_7788));
-    assert_eq!(body, &[3, 0, 0, 0, 0xab]);
+    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (4, 42, 0x1122_3344_5566_7788));
+    assert_eq!(body, &[4, 0, 0, 0, 0xab]);
 }
 
 /// The data directory as sled holds it: which trees, which keys, which

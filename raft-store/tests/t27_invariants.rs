@@ -11,8 +11,8 @@ mod common;
 
 use common::*;
 use mooncake_raft_store::{
-    Arena, ArenaId, Command, MetaState, NewObject, ObjectVersion, Pin, PlacedReplica, PutStart, RemoveReason, Request,
-    Response, VersionedKey,
+    Arena, ArenaId, Command, CredentialHash, MetaState, NewObject, ObjectVersion, Pin, PlacedReplica, PutStart,
+    RemoveReason, Request, Response, VersionedKey,
 };
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -26,6 +26,21 @@ fn live_arenas(s: &MetaState) -> Vec<Arena> {
     s.arenas().cloned().collect()
 }
 
+/// A mount, unmount or remount as it is, or (half the time) sent with one
+/// of two credentials: a process's own, or another's that is refused.
+fn with_credential(rng: &mut Rng, cmd: Command) -> Command {
+    if rng.below(2) == 0 {
+        return cmd;
+    }
+    let credential = CredentialHash([1 + rng.below(2) as u8; 32]);
+    match cmd {
+        Command::MountSegment { client, segment } => Command::MountSegmentAs { client, credential, segment },
+        Command::UnmountSegment { client, segment } => Command::UnmountSegmentAs { client, credential, segment },
+        Command::RemountSegments { client, segments } => Command::RemountSegmentsAs { client, credential, segments },
+        other => other,
+    }
+}
+
 /// A random command aimed at what exists in `s`; valid more often than not.
 fn random_command(rng: &mut Rng, s: &MetaState, salt: u64) -> Command {
     let client = ClientId(1 + rng.below(3));
@@ -36,14 +51,18 @@ fn random_command(rng: &mut Rng, s: &MetaState, salt: u64) -> Command {
     match rng.below(100) {
         0..=4 => {
             let id = 1 + rng.below(4);
-            mount_cmd(ClientId(100 + id % 3), seg(id, 16 * UNIT, &format!("host-{}", id % 3)))
+            with_credential(rng, mount_cmd(ClientId(100 + id % 3), seg(id, 16 * UNIT, &format!("host-{}", id % 3))))
         }
-        5..=6 => Command::UnmountSegment { client: ClientId(100 + rng.below(3)), segment: SegmentId(1 + rng.below(4)) },
+        5..=6 => {
+            let unmount =
+                Command::UnmountSegment { client: ClientId(100 + rng.below(3)), segment: SegmentId(1 + rng.below(4)) };
+            with_credential(rng, unmount)
+        }
         7 => {
             let owner = 100 + rng.below(3);
             let ids = (1..=4).filter(|id| id % 3 == owner % 100 && rng.below(2) == 0);
             let segments = ids.map(|id| seg(id, 16 * UNIT, &format!("host-{}", id % 3))).collect();
-            Command::RemountSegments { client: ClientId(owner), segments }
+            with_credential(rng, Command::RemountSegments { client: ClientId(owner), segments })
         }
         8 => Command::ExpireClient {
             client: ClientId(if rng.below(2) == 0 { 1 + rng.below(3) } else { 100 + rng.below(3) }),

@@ -58,6 +58,12 @@ impl ClusterBuilder {
         self.inner = self.inner.master_command(&p, &["master"]).store_command(&p, &["store"]);
         self
     }
+    /// Mutual TLS everywhere, from a development PKI in the cluster's dir
+    /// (`LocalClusterBuilder::tls`).
+    pub fn tls(mut self) -> Self {
+        self.inner = self.inner.tls();
+        self
+    }
     /// Run store nodes as `p store …` (the `mooncake` binary).
     pub fn mooncake_bin(mut self, p: impl Into<PathBuf>) -> Self {
         self.inner = self.inner.store_command(p, &["store"]);
@@ -85,6 +91,14 @@ impl Cluster {
     }
     pub fn client(&self) -> MasterClient {
         self.inner.client().unwrap_or_else(|e| panic!("{e}"))
+    }
+    /// The TLS identity of `role` in the cluster's PKI (`None` without TLS).
+    pub fn tls_config(&self, role: mooncake_tls::Role) -> Option<mooncake_tls::TlsConfig> {
+        self.inner.tls_config(role).unwrap_or_else(|e| panic!("TLS identity of {role}: {e}"))
+    }
+    /// The directory of the cluster's development PKI (TLS clusters only).
+    pub fn tls_dir(&self) -> &std::path::Path {
+        self.inner.tls_dir().unwrap_or_else(|| panic!("the cluster runs without TLS"))
     }
     pub fn kill(&mut self, id: u64) {
         self.inner.kill(Role::Master, id);

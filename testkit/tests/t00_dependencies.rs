@@ -5,29 +5,57 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
-    let rows: [(&str, &[&str]); 11] = [
+    let rows: &[(&str, &[&str])] = &[
+        ("mooncake-tls", &[]),
+        ("mooncake-auth", &[]),
         ("mooncake-proto", &[]),
         ("mooncake-segment", &[]),
         ("mooncake-raft-store", &["mooncake-segment"]),
-        ("mooncake-master", &["mooncake-proto", "mooncake-segment", "mooncake-raft-store"]),
-        ("mooncake-transfer", &["mooncake-segment"]),
-        ("mooncake-client", &["mooncake-proto", "mooncake-segment", "mooncake-transfer"]),
+        (
+            "mooncake-master",
+            &["mooncake-auth", "mooncake-proto", "mooncake-segment", "mooncake-raft-store", "mooncake-tls"],
+        ),
+        ("mooncake-transfer", &["mooncake-auth", "mooncake-segment", "mooncake-tls"]),
+        (
+            "mooncake-client",
+            &["mooncake-auth", "mooncake-proto", "mooncake-segment", "mooncake-transfer", "mooncake-tls"],
+        ),
         (
             "mooncake-cli",
             &[
+                "mooncake-auth",
                 "mooncake-benches",
                 "mooncake-client",
                 "mooncake-master",
                 "mooncake-proto",
                 "mooncake-raft-store",
                 "mooncake-transfer",
+                "mooncake-tls",
             ],
         ),
-        ("mooncake-testkit", &["mooncake-client", "mooncake-proto"]),
-        ("mooncake-py", &["mooncake-client", "mooncake-proto", "mooncake-segment", "mooncake-transfer"]),
+        ("mooncake-testkit", &["mooncake-client", "mooncake-proto", "mooncake-tls"]),
+        (
+            "mooncake-py",
+            &[
+                "mooncake-auth",
+                "mooncake-client",
+                "mooncake-proto",
+                "mooncake-segment",
+                "mooncake-tls",
+                "mooncake-transfer",
+            ],
+        ),
         (
             "mooncake-jepsen",
-            &["mooncake-client", "mooncake-proto", "mooncake-segment", "mooncake-testkit", "mooncake-transfer"],
+            &[
+                "mooncake-auth",
+                "mooncake-client",
+                "mooncake-proto",
+                "mooncake-segment",
+                "mooncake-testkit",
+                "mooncake-tls",
+                "mooncake-transfer",
+            ],
         ),
         (
             "mooncake-benches",
@@ -38,10 +66,11 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "mooncake-transfer",
                 "mooncake-raft-store",
                 "mooncake-testkit",
+                "mooncake-tls",
             ],
         ),
     ];
-    rows.into_iter().map(|(k, v)| (k, v.iter().copied().collect())).collect()
+    rows.iter().map(|(k, v)| (*k, v.iter().copied().collect())).collect()
 }
 
 #[test]

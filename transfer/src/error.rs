@@ -55,6 +55,19 @@ pub enum TransferError {
         /// What was wrong.
         reason: String,
     },
+    /// The TLS handshake with the store node failed: one side's certificate
+    /// was refused (another CA, a name it does not carry, expired), or the
+    /// node does not speak TLS. A configuration problem, not worth a retry.
+    #[error(
+        "TLS handshake with store node {endpoint} failed: {reason}; check that both sides use certificates of the \
+         same CA (--tls-ca) and that TLS is on for both"
+    )]
+    Tls {
+        /// The peer, as `host:port`.
+        endpoint: String,
+        /// What rustls said.
+        reason: String,
+    },
     /// A local bounds or memory error (shared-memory transfers).
     #[error("segment memory error: {0}")]
     Memory(#[from] MemoryError),
@@ -69,6 +82,12 @@ pub enum TransferError {
     /// A segment id is registered already.
     #[error("segment {id} is registered already; unregister it first")]
     DuplicateSegment {
+        /// The id.
+        id: SegmentId,
+    },
+    /// No segment with this id is registered on this node.
+    #[error("segment {id} is not registered on this node")]
+    UnknownSegment {
         /// The id.
         id: SegmentId,
     },
@@ -117,9 +136,11 @@ impl TransferError {
             TransferError::Timeout { .. } | TransferError::PeerGone { .. } | TransferError::Busy { .. } => true,
             TransferError::Remote { status, .. } => status_is_retryable(*status),
             TransferError::Protocol { .. }
+            | TransferError::Tls { .. }
             | TransferError::Memory(_)
             | TransferError::ShmUnavailable { .. }
             | TransferError::DuplicateSegment { .. }
+            | TransferError::UnknownSegment { .. }
             | TransferError::TooManySegments { .. }
             | TransferError::ShmOwnerBusy { .. }
             | TransferError::ShmOwnerIo { .. }
@@ -131,6 +152,13 @@ impl TransferError {
 fn status_is_retryable(status: Status) -> bool {
     match status {
         Status::Internal | Status::Busy => true,
-        Status::Ok | Status::UnknownSegment | Status::OutOfRange | Status::BadFrame | Status::TooLarge => false,
+        // UNAUTHORIZED: the same capability is refused again; a fresh one
+        // comes with a new replica list (or PutStart) from the master.
+        Status::Ok
+        | Status::UnknownSegment
+        | Status::OutOfRange
+        | Status::BadFrame
+        | Status::TooLarge
+        | Status::Unauthorized => false,
     }
 }

@@ -5,20 +5,24 @@
 //! order, so a client may pipeline READs (send several headers, then read
 //! the responses in the same order). All integers are little-endian.
 //!
-//! Request header, [`REQUEST_HEADER_BYTES`] = 40 bytes:
+//! Request header, [`REQUEST_HEADER_BYTES`] = 104 bytes:
 //!
 //! | offset | size | field | meaning |
 //! |---|---|---|---|
 //! | 0 | 4 | magic | [`FRAME_MAGIC`] (`"MCTF"`) |
-//! | 4 | 1 | version | [`FRAME_VERSION`] (1) |
+//! | 4 | 1 | version | [`FRAME_VERSION`] (2) |
 //! | 5 | 1 | op | 1 = READ, 2 = WRITE ([`Op`]) |
 //! | 6 | 2 | reserved | must be 0 |
 //! | 8 | 8 | request_id | echoed in the response |
 //! | 16 | 8 | segment_id | the target segment |
 //! | 24 | 8 | offset | first byte in the segment |
 //! | 32 | 8 | length | bytes to read or write, at most [`FRAME_PAYLOAD_MAX_BYTES`] |
+//! | 40 | 64 | capability | the master's grant for this range ([`mooncake_auth::capability`]); all zeros: none |
 //!
-//! A WRITE header is followed by `length` payload bytes.
+//! A WRITE header is followed by `length` payload bytes. The server serves a
+//! request only if its capability verifies under the segment's key, names
+//! the segment and the op's access, covers `[offset, offset + length)` and
+//! has not expired; otherwise it answers UNAUTHORIZED and moves no byte.
 //!
 //! Response header, [`RESPONSE_HEADER_BYTES`] = 24 bytes:
 //!
@@ -26,14 +30,15 @@
 //! |---|---|---|---|
 //! | 0 | 4 | magic | [`FRAME_MAGIC`] |
 //! | 4 | 1 | version | [`FRAME_VERSION`] |
-//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY |
+//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY, 7 UNAUTHORIZED |
 //! | 6 | 2 | reserved | must be 0 |
 //! | 8 | 8 | request_id | the request's id (0 if the request header was unreadable) |
 //! | 16 | 8 | length | READ OK: payload bytes that follow; WRITE OK: bytes written; errors: 0 |
 //!
 //! Only a READ OK response is followed by payload. After an error response to
-//! a WRITE, or after BAD_FRAME/TOO_LARGE, the server closes the connection: it
-//! never reads a refused payload, so it never writes a byte of it anywhere.
+//! a WRITE (UNAUTHORIZED included), or after BAD_FRAME/TOO_LARGE, the server
+//! closes the connection: it never reads a refused payload, so it never
+//! writes a byte of it anywhere.
 //!
 //! BUSY is the one response not sent for a request: a server at its
 //! connection limit (in total, or for the client's IP address) answers a new
@@ -43,14 +48,20 @@
 //!
 //! Decoding never panics on any input; it returns [`FrameError`].
 
+use mooncake_auth::capability::CAPABILITY_BYTES;
 use mooncake_segment::SegmentId;
 
 /// `"MCTF"` read as a little-endian u32: marks every header of this protocol.
 pub const FRAME_MAGIC: u32 = 0x4D43_5446;
-/// The only protocol version this build speaks.
-pub const FRAME_VERSION: u8 = 1;
-/// Size of an encoded request header.
-pub const REQUEST_HEADER_BYTES: usize = 40;
+/// The only protocol version this build speaks (2: requests carry a
+/// capability).
+pub const FRAME_VERSION: u8 = 2;
+/// Size of the fixed fields of a request header, before the capability.
+const REQUEST_FIELDS_BYTES: usize = 40;
+/// Size of an encoded request header: the fields and the capability.
+pub const REQUEST_HEADER_BYTES: usize = REQUEST_FIELDS_BYTES + CAPABILITY_BYTES;
+/// The capability of a request that has none (the server refuses it).
+pub const NO_CAPABILITY: [u8; CAPABILITY_BYTES] = [0; CAPABILITY_BYTES];
 /// Size of an encoded response header.
 pub const RESPONSE_HEADER_BYTES: usize = 24;
 /// Largest payload of one request: 1 GiB. Objects larger than this are split
@@ -88,6 +99,9 @@ pub enum Status {
     /// The server is at its connection limit and closes this connection
     /// unserved (sent once, at accept; see the module doc).
     Busy = 6,
+    /// The request's capability is missing, forged, expired, for another
+    /// segment, range or access, or the segment has no key yet.
+    Unauthorized = 7,
 }
 
 impl Status {
@@ -101,6 +115,7 @@ impl Status {
             Status::TooLarge => "TOO_LARGE",
             Status::Internal => "INTERNAL",
             Status::Busy => "BUSY",
+            Status::Unauthorized => "UNAUTHORIZED",
         }
     }
 
@@ -113,6 +128,7 @@ impl Status {
             4 => Status::TooLarge,
             5 => Status::Internal,
             6 => Status::Busy,
+            7 => Status::Unauthorized,
             _ => return None,
         })
     }
@@ -120,7 +136,14 @@ impl Status {
 
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name())?;
+        match self {
+            Status::Unauthorized => f.write_str(
+                " (no valid capability for this segment, range and access: missing, expired, forged, or for \
+                 another range; the store node's log says which)",
+            ),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -137,6 +160,9 @@ pub struct RequestHeader {
     pub offset: u64,
     /// Bytes to move; at most [`FRAME_PAYLOAD_MAX_BYTES`].
     pub length: u64,
+    /// The encoded capability, as sent; the server verifies it against the
+    /// segment's key ([`NO_CAPABILITY`]: none).
+    pub capability: [u8; CAPABILITY_BYTES],
 }
 
 /// A decoded response header.
@@ -206,6 +232,7 @@ pub fn encode_request(header: &RequestHeader) -> [u8; REQUEST_HEADER_BYTES] {
     out[16..24].copy_from_slice(&header.segment_id.0.to_le_bytes());
     out[24..32].copy_from_slice(&header.offset.to_le_bytes());
     out[32..40].copy_from_slice(&header.length.to_le_bytes());
+    out[REQUEST_FIELDS_BYTES..].copy_from_slice(&header.capability);
     out
 }
 
@@ -223,12 +250,15 @@ pub fn decode_request(bytes: &[u8]) -> Result<RequestHeader, FrameError> {
     if length > FRAME_PAYLOAD_MAX_BYTES {
         return Err(FrameError::TooLarge(length));
     }
+    let mut capability = NO_CAPABILITY;
+    capability.copy_from_slice(&bytes[REQUEST_FIELDS_BYTES..]);
     Ok(RequestHeader {
         op,
         request_id: u64_at(bytes, 8),
         segment_id: SegmentId(u64_at(bytes, 16)),
         offset: u64_at(bytes, 24),
         length,
+        capability,
     })
 }
 
@@ -295,19 +325,24 @@ mod tests {
     use proptest::prelude::*;
 
     fn arb_request() -> impl Strategy<Value = RequestHeader> {
-        (any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(
-            |(write, request_id, segment, offset, length)| RequestHeader {
+        let fields = (any::<bool>(), any::<u64>(), any::<u64>(), any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES);
+        let capability = proptest::collection::vec(any::<u8>(), CAPABILITY_BYTES);
+        (fields, capability).prop_map(|((write, request_id, segment, offset, length), capability)| {
+            let mut header = RequestHeader {
                 op: if write { Op::Write } else { Op::Read },
                 request_id,
                 segment_id: SegmentId(segment),
                 offset,
                 length,
-            },
-        )
+                capability: NO_CAPABILITY,
+            };
+            header.capability.copy_from_slice(&capability);
+            header
+        })
     }
 
     fn arb_response() -> impl Strategy<Value = ResponseHeader> {
-        (0u8..=6, any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(|(status, request_id, length)| ResponseHeader {
+        (0u8..=7, any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(|(status, request_id, length)| ResponseHeader {
             status: Status::from_u8(status).unwrap(),
             request_id,
             length,
@@ -316,14 +351,17 @@ mod tests {
 
     proptest! {
         #[test]
-        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..100)) {
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = decode_request(&bytes);
             let _ = decode_response(&bytes);
             let _ = request_id_of(&bytes);
         }
 
         #[test]
-        fn near_valid_headers_never_panic(mut raw in proptest::collection::vec(any::<u8>(), 40..=40), flip in 0usize..40) {
+        fn near_valid_headers_never_panic(
+            mut raw in proptest::collection::vec(any::<u8>(), REQUEST_HEADER_BYTES..=REQUEST_HEADER_BYTES),
+            flip in 0usize..REQUEST_HEADER_BYTES,
+        ) {
             // Random bytes almost never pass the magic check; start from a
             // valid preamble so the later fields are exercised too.
             raw[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
@@ -346,7 +384,14 @@ mod tests {
 
     #[test]
     fn malformed_fields_are_named() {
-        let good = RequestHeader { op: Op::Read, request_id: 7, segment_id: SegmentId(1), offset: 0, length: 1 };
+        let good = RequestHeader {
+            op: Op::Read,
+            request_id: 7,
+            segment_id: SegmentId(1),
+            offset: 0,
+            length: 1,
+            capability: NO_CAPABILITY,
+        };
         let mut raw = encode_request(&good);
         raw[5] = 9;
         assert_eq!(decode_request(&raw), Err(FrameError::BadOp(9)));
@@ -354,11 +399,11 @@ mod tests {
         raw[6] = 1;
         assert_eq!(decode_request(&raw), Err(FrameError::ReservedNonZero(1)));
         let mut raw = encode_request(&good);
-        raw[4] = 2;
-        assert_eq!(decode_request(&raw), Err(FrameError::BadVersion(2)));
+        raw[4] = 1;
+        assert_eq!(decode_request(&raw), Err(FrameError::BadVersion(1)), "version 1 had no capability");
         let raw = encode_request(&RequestHeader { length: FRAME_PAYLOAD_MAX_BYTES + 1, ..good });
         assert_eq!(decode_request(&raw).map_err(FrameError::status), Err(Status::TooLarge));
         assert_eq!(request_id_of(&raw), 7);
-        assert_eq!(decode_request(&raw[..39]), Err(FrameError::WrongSize { expected: 40, actual: 39 }));
+        assert_eq!(decode_request(&raw[..40]), Err(FrameError::WrongSize { expected: 104, actual: 40 }));
     }
 }

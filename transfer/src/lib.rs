@@ -7,7 +7,9 @@
 //! connection limits in [`ServerConfig`]), [`ShmOwner`] (a store node's claim
 //! on its `/dev/shm` files, and the removal of a dead predecessor's), and the
 //! wire format in [`frame`]. [`testing`] is the conformance suite every transport
-//! runs. Depends only on `segment`; knows nothing of Raft or the masters.
+//! runs. The server serves a TCP request only under a capability the masters
+//! issued (`mooncake_auth::capability`; keys in the registry). Depends only
+//! on `segment` and `auth`; knows nothing of Raft or the masters.
 
 mod error;
 pub mod frame;
@@ -23,6 +25,9 @@ pub mod testing;
 mod transport;
 
 pub use error::TransferError;
+/// Capabilities as the data path checks them (for callers that sign their
+/// own: tests, probes).
+pub use mooncake_auth::capability;
 pub use registry::{REGISTRY_SEGMENTS_MAX, SegmentRegistry};
 pub use server::{
     SERVER_CONNECTIONS_DEFAULT, SERVER_CONNECTIONS_MAX, SERVER_HEADER_TIMEOUT_DEFAULT, SERVER_IDLE_TIMEOUT_DEFAULT,

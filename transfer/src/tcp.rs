@@ -10,6 +10,10 @@
 //! stream may be mid-frame) and connects afresh on its next use; a request
 //! that fails on a reused connection because the peer closed it is tried once
 //! more on a new one, as READ and WRITE are idempotent.
+//!
+//! With [`TcpConfig::tls`] every lane is mutual TLS: the handshake is part of
+//! the connect (under the request timeout), the store node's certificate is
+//! verified against the CA and this client's certificate is presented.
 
 use std::collections::HashMap;
 use std::io;
@@ -18,9 +22,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::try_join_all;
+use mooncake_auth::capability::{CAPABILITY_BYTES, Capability};
 use mooncake_segment::{MemoryError, SegmentId};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use mooncake_tls::TlsConfig;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 use crate::error::TransferError;
 use crate::frame::{self, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader};
@@ -28,7 +35,9 @@ use crate::sockopt;
 use crate::transport::{RemoteSegment, Transport};
 
 mod pipeline;
+mod stream;
 pub use pipeline::{ItemResult, PIPELINE_ITEMS_MAX, ReadItem};
+use stream::Stream;
 
 /// Most lanes per endpoint: beyond a few dozen, more connections only add
 /// context switches (the data path is bound by memory bandwidth).
@@ -64,6 +73,11 @@ pub struct TcpConfig {
     /// "cubic"; `None` keeps the system default. Default `Some("reno")`:
     /// twice bbr's loopback throughput on this machine kind.
     pub congestion: Option<String>,
+    /// Mutual TLS to every store node: its certificate is verified against
+    /// the CA (and the config's server name), this client's is presented.
+    /// Costs a handshake per new lane and the encryption of every byte.
+    /// Default `None`: plain TCP (docs/SECURITY.md).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for TcpConfig {
@@ -73,6 +87,7 @@ impl Default for TcpConfig {
             split_bytes: 1024 * 1024,
             request_timeout: Duration::from_secs(10),
             congestion: Some("reno".to_owned()),
+            tls: None,
         }
     }
 }
@@ -101,7 +116,7 @@ impl TcpConfig {
 }
 
 /// One connection slot; `None` until first use and after an error.
-type Lane = tokio::sync::Mutex<Option<TcpStream>>;
+type Lane = tokio::sync::Mutex<Option<Stream>>;
 
 /// The lanes to one endpoint.
 #[derive(Debug)]
@@ -110,6 +125,13 @@ struct Pool {
     lanes: Vec<Lane>,
     /// Round-robin start lane of the next transfer.
     next_lane: AtomicUsize,
+}
+
+/// The segment of a transfer and the capability every chunk carries.
+#[derive(Clone, Copy)]
+struct Grant<'a> {
+    segment_id: SegmentId,
+    capability: &'a [u8; CAPABILITY_BYTES],
 }
 
 /// The caller's side of one request's payload.
@@ -139,35 +161,42 @@ impl TcpTransport {
     }
 
     /// Writes `data` to `[offset, offset + data.len())` of segment `segment`
-    /// served at `endpoint` (`host:port`). An empty `data` sends nothing.
+    /// served at `endpoint` (`host:port`), under `capability` (a WRITE grant
+    /// covering the range; without one the store node refuses). An empty
+    /// `data` sends nothing.
     pub async fn write_to(
         &self,
         endpoint: &str,
         segment: SegmentId,
+        capability: Option<&Capability>,
         offset: u64,
         data: &[u8],
     ) -> Result<(), TransferError> {
+        let capability = encoded(capability);
+        let grant = Grant { segment_id: segment, capability: &capability };
         let pool = self.pool(endpoint);
         let chunk = self.chunk_bytes(data.len());
         let offsets = chunk_offsets(offset, data.len(), chunk)?;
         let start = pool.next_lane.fetch_add(1, Ordering::Relaxed);
         let requests = data.chunks(chunk).zip(offsets).enumerate().map(|(index, (part, part_offset))| {
             let lane = &pool.lanes[(start + index) % pool.lanes.len()];
-            self.request(&pool, lane, Op::Write, segment, part_offset, Payload::Write(part))
+            self.request(&pool, lane, Op::Write, grant, part_offset, Payload::Write(part))
         });
         try_join_all(requests).await.map(drop)
     }
 
     /// Reads `buf.len()` bytes from `offset` of segment `segment` served at
-    /// `endpoint` straight into `buf`. An empty `buf` sends nothing.
+    /// `endpoint` straight into `buf`, under `capability` (a READ grant
+    /// covering the range). An empty `buf` sends nothing.
     pub async fn read_from(
         &self,
         endpoint: &str,
         segment: SegmentId,
+        capability: Option<&Capability>,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(), TransferError> {
-        self.read_chunks(endpoint, segment, offset, buf, false).await.map(drop)
+        self.read_chunks(endpoint, segment, capability, offset, buf, false).await.map(drop)
     }
 
     /// [`read_from`](Self::read_from) that also returns the crc32c of the
@@ -177,20 +206,24 @@ impl TcpTransport {
         &self,
         endpoint: &str,
         segment: SegmentId,
+        capability: Option<&Capability>,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<u32, TransferError> {
-        self.read_chunks(endpoint, segment, offset, buf, true).await
+        self.read_chunks(endpoint, segment, capability, offset, buf, true).await
     }
 
     async fn read_chunks(
         &self,
         endpoint: &str,
         segment: SegmentId,
+        capability: Option<&Capability>,
         offset: u64,
         buf: &mut [u8],
         checksum: bool,
     ) -> Result<u32, TransferError> {
+        let capability = encoded(capability);
+        let grant = Grant { segment_id: segment, capability: &capability };
         let pool = self.pool(endpoint);
         let chunk = self.chunk_bytes(buf.len());
         let offsets = chunk_offsets(offset, buf.len(), chunk)?;
@@ -199,7 +232,8 @@ impl TcpTransport {
         let requests = buf.chunks_mut(chunk).zip(offsets).enumerate().map(|(index, (part, part_offset))| {
             let lane = &pool.lanes[(start + index) % pool.lanes.len()];
             async move {
-                self.request(pool, lane, Op::Read, segment, part_offset, Payload::Read(&mut *part)).await?;
+                let payload = Payload::Read(&mut *part);
+                self.request(pool, lane, Op::Read, grant, part_offset, payload).await?;
                 Ok::<_, TransferError>(if checksum {
                     (mooncake_segment::checksum::crc32c(part), part.len())
                 } else {
@@ -245,16 +279,17 @@ impl TcpTransport {
         pool: &Pool,
         lane: &Lane,
         op: Op,
-        segment_id: SegmentId,
+        grant: Grant<'_>,
         offset: u64,
         mut payload: Payload<'_>,
     ) -> Result<(), TransferError> {
+        let Grant { segment_id, capability } = grant;
         let length = match &payload {
             Payload::Read(buf) => buf.len() as u64,
             Payload::Write(data) => data.len() as u64,
         };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let header = RequestHeader { op, request_id, segment_id, offset, length };
+        let header = RequestHeader { op, request_id, segment_id, offset, length, capability: *capability };
         let limit = self.config.request_timeout;
         let attempt = self.request_on_lane(pool, lane, &header, &mut payload);
         match tokio::time::timeout(limit, attempt).await {
@@ -295,10 +330,21 @@ impl TcpTransport {
         result
     }
 
-    async fn connect(&self, endpoint: &str) -> Result<TcpStream, TransferError> {
+    async fn connect(&self, endpoint: &str) -> Result<Stream, TransferError> {
         let stream = TcpStream::connect(endpoint).await.map_err(|source| peer_gone(endpoint, source))?;
         sockopt::tune(&stream, self.config.congestion.as_deref());
-        Ok(stream)
+        let Some(tls) = &self.config.tls else {
+            return Ok(Stream::Plain(stream));
+        };
+        match TlsConnector::from(tls.client_config()).connect(tls.server_name().clone(), stream).await {
+            Ok(stream) => Ok(Stream::Tls(Box::new(stream))),
+            // A refused certificate (ours or theirs) is a configuration
+            // problem; anything else broke the connection.
+            Err(err) if err.kind() == io::ErrorKind::InvalidData => {
+                Err(TransferError::Tls { endpoint: endpoint.to_owned(), reason: err.to_string() })
+            }
+            Err(err) => Err(peer_gone(endpoint, err)),
+        }
     }
 }
 
@@ -316,12 +362,12 @@ pub(crate) fn check_target_range(target: &RemoteSegment, offset: u64, len: usize
 impl Transport for TcpTransport {
     async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
         check_target_range(target, offset, data.len())?;
-        self.write_to(&target.endpoint, target.id, offset, data).await
+        self.write_to(&target.endpoint, target.id, target.capability.as_ref(), offset, data).await
     }
 
     async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
         check_target_range(target, offset, buf.len())?;
-        self.read_from(&target.endpoint, target.id, offset, buf).await
+        self.read_from(&target.endpoint, target.id, target.capability.as_ref(), offset, buf).await
     }
 }
 
@@ -334,8 +380,13 @@ impl TcpTransport {
         buf: &mut [u8],
     ) -> Result<u32, TransferError> {
         check_target_range(target, offset, buf.len())?;
-        self.read_from_checksummed(&target.endpoint, target.id, offset, buf).await
+        self.read_from_checksummed(&target.endpoint, target.id, target.capability.as_ref(), offset, buf).await
     }
+}
+
+/// The wire form of `capability` ([`frame::NO_CAPABILITY`] for none).
+pub(crate) fn encoded(capability: Option<&Capability>) -> [u8; CAPABILITY_BYTES] {
+    capability.map_or(frame::NO_CAPABILITY, Capability::encode)
 }
 
 /// Whether the connection is still at a frame boundary after `result`: after
@@ -367,26 +418,37 @@ fn protocol_error(endpoint: &str, reason: impl Into<String>) -> TransferError {
 
 /// One request/response on a connection.
 async fn exchange(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     endpoint: &str,
     header: &RequestHeader,
     payload: &mut Payload<'_>,
 ) -> Result<(), TransferError> {
     let raw = frame::encode_request(header);
-    match payload {
-        Payload::Read(buf) => exchange_read(stream, endpoint, &raw, header.request_id, buf).await,
-        Payload::Write(data) => exchange_write(stream, endpoint, &raw, header.request_id, data).await,
+    let id = header.request_id;
+    match (stream, payload) {
+        (Stream::Plain(s), Payload::Read(buf)) => exchange_read(s, endpoint, &raw, id, buf).await,
+        (Stream::Tls(s), Payload::Read(buf)) => exchange_read(&mut **s, endpoint, &raw, id, buf).await,
+        (Stream::Plain(s), Payload::Write(data)) => {
+            let (reader, writer) = s.split();
+            exchange_write(reader, writer, endpoint, &raw, id, data).await
+        }
+        (Stream::Tls(s), Payload::Write(data)) => {
+            let (reader, writer) = tokio::io::split(&mut **s);
+            exchange_write(reader, writer, endpoint, &raw, id, data).await
+        }
     }
 }
 
-async fn exchange_read(
-    stream: &mut TcpStream,
+async fn exchange_read<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     endpoint: &str,
     raw: &[u8; REQUEST_HEADER_BYTES],
     request_id: u64,
     buf: &mut [u8],
 ) -> Result<(), TransferError> {
     stream.write_all(raw).await.map_err(|e| peer_gone(endpoint, e))?;
+    // A no-op on a socket; a TLS session may hold the record back until flushed.
+    stream.flush().await.map_err(|e| peer_gone(endpoint, e))?;
     let mut response = [0u8; RESPONSE_HEADER_BYTES];
     stream.read_exact(&mut response).await.map_err(|e| peer_gone(endpoint, e))?;
     let length = check_response(endpoint, &response, request_id)?;
@@ -400,25 +462,27 @@ async fn exchange_read(
 /// Sends a WRITE while watching for the response: a server that refuses the
 /// request answers at once and closes without reading the payload, and that
 /// answer (not the broken pipe that follows) is the error to report.
-async fn exchange_write(
-    stream: &mut TcpStream,
+async fn exchange_write<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut reader: R,
+    mut writer: W,
     endpoint: &str,
     raw: &[u8; REQUEST_HEADER_BYTES],
     request_id: u64,
     data: &[u8],
 ) -> Result<(), TransferError> {
-    let (mut reader, mut writer) = stream.split();
     let mut response = [0u8; RESPONSE_HEADER_BYTES];
     let send = async {
         if data.len() <= COALESCE_MAX_BYTES {
             let mut out = Vec::with_capacity(raw.len() + data.len());
             out.extend_from_slice(raw);
             out.extend_from_slice(data);
-            writer.write_all(&out).await
+            writer.write_all(&out).await?;
         } else {
             writer.write_all(raw).await?;
-            writer.write_all(data).await
+            writer.write_all(data).await?;
         }
+        // A no-op on a socket; a TLS session may hold the last record back.
+        writer.flush().await
     };
     let recv = reader.read_exact(&mut response);
     tokio::pin!(send, recv);

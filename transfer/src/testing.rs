@@ -1,9 +1,10 @@
 //! The conformance suite every [`Transport`] runs (TCP, shm, the engine).
 //!
 //! An implementation's test builds a [`Fixture`]: a target segment of at
-//! least [`SUITE_SEGMENT_MIN_BYTES`] that the transport reaches, the memory
-//! behind it (to check what really landed), and a target that names no
-//! segment. Then it calls [`run_all`]. The checks panic on failure, like
+//! least [`SUITE_SEGMENT_MIN_BYTES`] that the transport reaches (twice: under
+//! a WRITE and under a READ capability for all of it), the memory behind it
+//! (to check what really landed), and a target that names no segment. Then
+//! it calls [`run_all`]. The checks panic on failure, like
 //! any test. Data is a deterministic function of a seed, printed on failure.
 
 use mooncake_segment::SegmentMemory;
@@ -18,9 +19,11 @@ pub const SUITE_SEGMENT_MIN_BYTES: u64 = 16 << 20;
 pub struct Fixture<'a, T: Transport> {
     /// The transport under test.
     pub transport: &'a T,
-    /// A segment it can reach.
-    pub target: RemoteSegment,
-    /// The memory behind `target` (the server's or the owner's mapping).
+    /// A segment it can reach, with a WRITE capability for all of it.
+    pub writer: RemoteSegment,
+    /// The same segment with a READ capability for all of it.
+    pub reader: RemoteSegment,
+    /// The memory behind the targets (the server's or the owner's mapping).
     pub memory: &'a SegmentMemory,
     /// A target naming a segment that does not exist (unknown id, or a
     /// missing shm file).
@@ -44,14 +47,14 @@ pub async fn round_trips_at_several_offsets_and_sizes<T: Transport>(fixture: &Fi
             let seed = (index as u64) << 32 | offset;
             let data = pattern(seed, len);
             let at = format!("len {len} at offset {offset} (seed {seed})");
-            if let Err(err) = fixture.transport.write(&fixture.target, offset, &data).await {
+            if let Err(err) = fixture.transport.write(&fixture.writer, offset, &data).await {
                 panic!("write of {at} failed: {err}");
             }
             let mut landed = vec![0u8; len];
             fixture.memory.read_at(offset, &mut landed).unwrap_or_else(|e| panic!("{at}: {e}"));
             assert!(landed == data, "segment bytes differ after write of {at}");
             let mut back = vec![0u8; len];
-            if let Err(err) = fixture.transport.read(&fixture.target, offset, &mut back).await {
+            if let Err(err) = fixture.transport.read(&fixture.reader, offset, &mut back).await {
                 panic!("read of {at} failed: {err}");
             }
             assert!(back == data, "read-back bytes differ for {at}");
@@ -72,7 +75,7 @@ pub async fn out_of_range_is_refused_and_changes_nothing<T: Transport>(fixture: 
     // that splits must refuse it whole, not land the chunks that fit.
     let cases = [(size - 10, 20usize), (size, 1), (u64::MAX - 1, 4096), (size - (3 << 20), 4 << 20)];
     for (offset, len) in cases {
-        let result = fixture.transport.write(&fixture.target, offset, &pattern(offset, len)).await;
+        let result = fixture.transport.write(&fixture.writer, offset, &pattern(offset, len)).await;
         match result {
             Ok(()) => panic!("write of {len} bytes at {offset} into a segment of {size} bytes succeeded"),
             Err(err) => assert!(!err.is_retryable(), "out-of-range write must not be retryable: {err}"),
@@ -82,7 +85,7 @@ pub async fn out_of_range_is_refused_and_changes_nothing<T: Transport>(fixture: 
     fixture.memory.read_at(tail_at, &mut after).unwrap_or_else(|e| panic!("{e}"));
     assert!(after == before, "a refused write changed the segment");
     let mut buf = vec![0u8; 20];
-    assert!(fixture.transport.read(&fixture.target, size - 10, &mut buf).await.is_err(), "out-of-range read succeeded");
+    assert!(fixture.transport.read(&fixture.reader, size - 10, &mut buf).await.is_err(), "out-of-range read succeeded");
 }
 
 /// Reads and writes to a segment that does not exist fail without retry.
@@ -98,7 +101,7 @@ pub async fn unknown_segment_is_refused<T: Transport>(fixture: &Fixture<'_, T>) 
         "read from unknown segment succeeded"
     );
     // The transport must still work for the known segment afterwards.
-    fixture.transport.write(&fixture.target, 0, &data).await.unwrap_or_else(|e| panic!("write after refusal: {e}"));
+    fixture.transport.write(&fixture.writer, 0, &data).await.unwrap_or_else(|e| panic!("write after refusal: {e}"));
 }
 
 /// Deterministic bytes for `seed` (xorshift64*), so a failure names the data.

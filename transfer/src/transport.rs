@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use mooncake_auth::capability::Capability;
 use mooncake_segment::{SegmentId, SegmentMemory};
 
 use crate::error::TransferError;
@@ -30,6 +31,10 @@ pub struct RemoteSegment {
     pub shm_path: String,
     /// Size of the segment in bytes.
     pub size_bytes: u64,
+    /// The master's grant for the range being moved (one replica's: WRITE
+    /// from PutStart, READ from GetReplicaList), sent with every TCP
+    /// request; `None` and the store node refuses. Shared memory needs none.
+    pub capability: Option<Capability>,
 }
 
 /// Moves bytes between a local buffer and a remote segment. Every backend

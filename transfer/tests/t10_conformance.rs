@@ -13,7 +13,8 @@ async fn tcp_transport_conforms() {
     let transport = TcpTransport::new(TcpConfig::default()).unwrap();
     let fixture = Fixture {
         transport: &transport,
-        target: node.target.clone(),
+        writer: node.writer(),
+        reader: node.reader(),
         memory: &node.memory,
         unknown: node.unknown_target(),
     };
@@ -27,7 +28,8 @@ async fn shm_transport_conforms() {
     let transport = ShmTransport::new();
     let fixture = Fixture {
         transport: &transport,
-        target: node.target.clone(),
+        writer: node.writer(),
+        reader: node.reader(),
         memory: &node.memory,
         unknown: node.unknown_target(),
     };
@@ -42,7 +44,8 @@ async fn engine_on_the_same_host_uses_shm_and_conforms() {
     let engine = TransferEngine::new(HOST_ID.to_owned(), Protocol::Auto, TcpConfig::default()).unwrap();
     let fixture = Fixture {
         transport: &engine,
-        target: node.target.clone(),
+        writer: node.writer(),
+        reader: node.reader(),
         memory: &node.memory,
         unknown: node.unknown_target(),
     };
@@ -59,7 +62,8 @@ async fn engine_with_tcp_rdma_or_another_host_uses_tcp_and_conforms() {
         let engine = TransferEngine::new(host.to_owned(), protocol, TcpConfig::default()).unwrap();
         let fixture = Fixture {
             transport: &engine,
-            target: node.target.clone(),
+            writer: node.writer(),
+            reader: node.reader(),
             memory: &node.memory,
             unknown: node.unknown_target(),
         };
@@ -72,12 +76,13 @@ async fn engine_with_tcp_rdma_or_another_host_uses_tcp_and_conforms() {
 async fn engine_falls_back_to_tcp_when_the_shm_file_is_gone() {
     let node = Node::anonymous(1 << 20).await;
     let engine = TransferEngine::new(HOST_ID.to_owned(), Protocol::Shm, TcpConfig::default()).unwrap();
-    let mut target = node.target.clone();
-    target.shm_path = "/dev/shm/mooncake-transfer-test-vanished".to_owned();
+    let vanished = "/dev/shm/mooncake-transfer-test-vanished".to_owned();
+    let (mut writer, mut reader) = (node.writer(), node.reader());
+    (writer.shm_path, reader.shm_path) = (vanished.clone(), vanished);
     let data = testing::pattern(3, 10_000);
-    engine.write(&target, 100, &data).await.unwrap();
+    engine.write(&writer, 100, &data).await.unwrap();
     let mut back = vec![0u8; data.len()];
-    engine.read(&target, 100, &mut back).await.unwrap();
+    engine.read(&reader, 100, &mut back).await.unwrap();
     assert_eq!(back, data);
     assert_eq!(node.server.stats().written_bytes, data.len() as u64);
 }

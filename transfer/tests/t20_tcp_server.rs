@@ -7,37 +7,27 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Node;
+use common::{Node, is_closed, raw_request};
+use mooncake_auth::capability::Access;
 use mooncake_segment::SegmentId;
 use mooncake_transfer::frame::{
-    self, FRAME_MAGIC, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader,
-    ResponseHeader, Status,
+    self, FRAME_MAGIC, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader, Status,
 };
 use mooncake_transfer::testing::pattern;
 use mooncake_transfer::{TcpConfig, TcpTransport, TransferError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 const SEGMENT_BYTES: u64 = 32 << 20;
 
-/// Sends one raw request (header bytes, then `payload`) and reads the response header.
-async fn raw_request(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> ResponseHeader {
-    stream.write_all(header).await.unwrap();
-    // A refused WRITE closes the connection; the payload may not all go out.
-    let _ = stream.write_all(payload).await;
-    let mut raw = [0u8; RESPONSE_HEADER_BYTES];
-    stream.read_exact(&mut raw).await.unwrap();
-    frame::decode_response(&raw).unwrap()
-}
-
-/// Whether the server closed the connection (EOF or reset) within a second.
-async fn is_closed(stream: &mut TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(tokio::time::timeout(Duration::from_secs(1), stream.read(&mut byte)).await, Ok(Ok(0) | Err(_)))
-}
-
+/// A request header carrying a valid capability for exactly its own range.
 fn request(op: Op, request_id: u64, segment_id: SegmentId, offset: u64, length: u64) -> [u8; REQUEST_HEADER_BYTES] {
-    frame::encode_request(&RequestHeader { op, request_id, segment_id, offset, length })
+    let access = match op {
+        Op::Read => Access::Read,
+        Op::Write => Access::Write,
+    };
+    let capability = common::grant(segment_id, offset, length, access).encode();
+    frame::encode_request(&RequestHeader { op, request_id, segment_id, offset, length, capability })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,10 +36,12 @@ async fn a_4_mib_object_round_trips_across_lanes() {
     let tcp = TcpTransport::new(TcpConfig::default()).unwrap();
     let data = pattern(42, 4 << 20);
 
+    let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
+
     // Why: the default config must split 4 MiB into one chunk per lane.
-    tcp.write_to(&node.target.endpoint, node.target.id, 64, &data).await.unwrap();
+    tcp.write_to(&node.target.endpoint, node.target.id, Some(&write), 64, &data).await.unwrap();
     let mut back = vec![0u8; data.len()];
-    tcp.read_from(&node.target.endpoint, node.target.id, 64, &mut back).await.unwrap();
+    tcp.read_from(&node.target.endpoint, node.target.id, Some(&read), 64, &mut back).await.unwrap();
     assert!(back == data, "bytes differ after a 4 MiB round trip");
 
     let stats = node.server.stats();
@@ -66,10 +58,12 @@ async fn a_checksummed_read_returns_the_crc32c_of_all_chunks_combined() {
     let config = TcpConfig { lanes: 3, split_bytes: 4096, ..TcpConfig::default() };
     let tcp = TcpTransport::new(config).unwrap();
     let data = pattern(7, (1 << 20) + 4097);
-    tcp.write_to(&node.target.endpoint, node.target.id, 0, &data).await.unwrap();
+    let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
+    tcp.write_to(&node.target.endpoint, node.target.id, Some(&write), 0, &data).await.unwrap();
     for len in [data.len(), 4096, 1, 0] {
         let mut back = vec![0u8; len];
-        let crc = tcp.read_from_checksummed(&node.target.endpoint, node.target.id, 0, &mut back).await.unwrap();
+        let crc =
+            tcp.read_from_checksummed(&node.target.endpoint, node.target.id, Some(&read), 0, &mut back).await.unwrap();
         assert_eq!(back[..], data[..len]);
         assert_eq!(crc, crc32c::crc32c(&data[..len]), "crc of a {len}-byte read");
     }
@@ -84,14 +78,15 @@ async fn concurrent_transfers_from_several_tasks_stay_apart() {
     let mut tasks = Vec::new();
     for task in 0..tasks_count {
         let (tcp, target) = (tcp.clone(), node.target.clone());
+        let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
         tasks.push(tokio::spawn(async move {
             // Why: odd sizes and offsets cross chunk and page boundaries.
             let data = pattern(task, (1 << 20) + 4097 * task as usize + 13);
             let offset = task * slot_bytes + 7;
             for _round in 0..3 {
-                tcp.write_to(&target.endpoint, target.id, offset, &data).await.unwrap();
+                tcp.write_to(&target.endpoint, target.id, Some(&write), offset, &data).await.unwrap();
                 let mut back = vec![0u8; data.len()];
-                tcp.read_from(&target.endpoint, target.id, offset, &mut back).await.unwrap();
+                tcp.read_from(&target.endpoint, target.id, Some(&read), offset, &mut back).await.unwrap();
                 assert!(back == data, "task {task} read back other bytes");
             }
             (offset, data)
@@ -191,9 +186,10 @@ async fn malformed_headers_get_bad_frame_and_the_server_keeps_serving() {
     // Why: one peer's garbage must not hurt anyone else.
     let tcp = TcpTransport::new(TcpConfig::default()).unwrap();
     let data = pattern(11, 100_000);
-    tcp.write_to(&node.target.endpoint, node.target.id, 0, &data).await.unwrap();
+    let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
+    tcp.write_to(&node.target.endpoint, node.target.id, Some(&write), 0, &data).await.unwrap();
     let mut back = vec![0u8; data.len()];
-    tcp.read_from(&node.target.endpoint, node.target.id, 0, &mut back).await.unwrap();
+    tcp.read_from(&node.target.endpoint, node.target.id, Some(&read), 0, &mut back).await.unwrap();
     assert!(back == data);
     assert_eq!(node.server.stats().errors, 6);
 }
@@ -206,10 +202,13 @@ async fn a_client_sees_the_remote_status_of_a_refused_split_write() {
 
     // Why: the server answers and closes without reading the payload; the
     // client must report that answer, not the broken pipe that follows.
-    let err = tcp.write_to(&node.target.endpoint, node.target.id, SEGMENT_BYTES, &data).await.unwrap_err();
+    let write = node.capability(Access::Write);
+    let err =
+        tcp.write_to(&node.target.endpoint, node.target.id, Some(&write), SEGMENT_BYTES, &data).await.unwrap_err();
     assert!(matches!(err, TransferError::Remote { status: Status::OutOfRange, .. }), "{err}");
     assert!(!err.is_retryable());
-    let err = tcp.write_to(&node.target.endpoint, SegmentId(4242), 0, &data).await.unwrap_err();
+    let elsewhere = common::grant(SegmentId(4242), 0, data.len() as u64, Access::Write);
+    let err = tcp.write_to(&node.target.endpoint, SegmentId(4242), Some(&elsewhere), 0, &data).await.unwrap_err();
     assert!(matches!(err, TransferError::Remote { status: Status::UnknownSegment, .. }), "{err}");
 }
 
@@ -220,18 +219,19 @@ async fn a_dead_peer_gives_peer_gone_quickly() {
     let tcp = TcpTransport::new(config).unwrap();
     let data = pattern(13, 4 << 20);
     let target = node.target.clone();
-    tcp.write_to(&target.endpoint, target.id, 0, &data).await.unwrap();
+    let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
+    tcp.write_to(&target.endpoint, target.id, Some(&write), 0, &data).await.unwrap();
 
     // Why: the pooled lanes now point at a dead process; no call may hang.
     node.server.shutdown().await;
     for _ in 0..2 {
         let started = Instant::now();
-        let err = tcp.write_to(&target.endpoint, target.id, 0, &data).await.unwrap_err();
+        let err = tcp.write_to(&target.endpoint, target.id, Some(&write), 0, &data).await.unwrap_err();
         assert!(matches!(err, TransferError::PeerGone { .. }), "{err}");
         assert!(err.is_retryable());
         assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
         let mut back = vec![0u8; 4096];
-        let err = tcp.read_from(&target.endpoint, target.id, 0, &mut back).await.unwrap_err();
+        let err = tcp.read_from(&target.endpoint, target.id, Some(&read), 0, &mut back).await.unwrap_err();
         assert!(matches!(err, TransferError::PeerGone { .. }), "{err}");
     }
 }
@@ -244,7 +244,7 @@ async fn a_hung_peer_gives_timeout() {
     let tcp = TcpTransport::new(config).unwrap();
     let started = Instant::now();
     let mut buf = vec![0u8; 4096];
-    let err = tcp.read_from(&endpoint, SegmentId(1), 0, &mut buf).await.unwrap_err();
+    let err = tcp.read_from(&endpoint, SegmentId(1), None, 0, &mut buf).await.unwrap_err();
     assert!(matches!(err, TransferError::Timeout { after_ms: 300, .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(2));
     hold.abort();
@@ -266,7 +266,7 @@ async fn shutdown_stops_accepting_and_closes_connections() {
 async fn response_header_matches_the_documented_layout() {
     let raw = frame::encode_response(&ResponseHeader { status: Status::TooLarge, request_id: 0x0102, length: 3 });
     assert_eq!(&raw[0..4], b"FTCM", "magic 0x4D435446 little-endian");
-    assert_eq!((raw[4], raw[5], raw[6], raw[7]), (1, 4, 0, 0));
+    assert_eq!((raw[4], raw[5], raw[6], raw[7]), (2, 4, 0, 0));
     assert_eq!(u64::from_le_bytes(raw[8..16].try_into().unwrap()), 0x0102);
     assert_eq!(u64::from_le_bytes(raw[16..24].try_into().unwrap()), 3);
 }

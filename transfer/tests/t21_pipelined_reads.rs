@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Node;
+use mooncake_auth::capability::Access;
 use mooncake_segment::SegmentId;
 use mooncake_transfer::frame::Status;
 use mooncake_transfer::testing::pattern;
@@ -26,6 +27,7 @@ async fn a_pipeline_reads_every_item_and_a_refused_item_fails_alone() {
     let data = pattern(3, 200 * ITEM_BYTES);
     node.memory.write_at(0, &data).unwrap();
     let tcp = one_lane();
+    let capability = Some(node.capability(Access::Read));
 
     // Why: 150 items span three pipelines on one lane; an unknown segment and
     // an out-of-range item in the middle must not disturb the items after them.
@@ -33,7 +35,12 @@ async fn a_pipeline_reads_every_item_and_a_refused_item_fails_alone() {
     let mut items: Vec<ReadItem<'_>> = bufs
         .iter_mut()
         .enumerate()
-        .map(|(i, buf)| ReadItem { segment: node.target.id, offset: (149 - i as u64) * ITEM_BYTES as u64, buf })
+        .map(|(i, buf)| ReadItem {
+            segment: node.target.id,
+            capability,
+            offset: (149 - i as u64) * ITEM_BYTES as u64,
+            buf,
+        })
         .collect();
     items[40].segment = SegmentId(999);
     items[70].offset = SEGMENT_BYTES;
@@ -65,6 +72,7 @@ async fn a_pipeline_larger_than_the_socket_buffers_completes() {
     let data = pattern(9, 64 * item_bytes);
     node.memory.write_at(0, &data).unwrap();
     let tcp = one_lane();
+    let capability = Some(node.capability(Access::Read));
 
     // Why: 64 MiB of responses on one connection; the client must read while
     // the server writes or both sides would stall on full buffers.
@@ -72,7 +80,7 @@ async fn a_pipeline_larger_than_the_socket_buffers_completes() {
     let mut items: Vec<ReadItem<'_>> = back
         .chunks_mut(item_bytes)
         .enumerate()
-        .map(|(i, buf)| ReadItem { segment: node.target.id, offset: (i * item_bytes) as u64, buf })
+        .map(|(i, buf)| ReadItem { segment: node.target.id, capability, offset: (i * item_bytes) as u64, buf })
         .collect();
     let results = tcp.read_pipelined(&node.target.endpoint, &mut items).await;
     drop(items);
@@ -85,10 +93,12 @@ async fn a_pipeline_to_a_dead_or_hung_peer_fails_every_item_without_hanging() {
     let node = Node::anonymous(SEGMENT_BYTES).await;
     let endpoint = node.target.endpoint.clone();
     let segment = node.target.id;
+    let capability = Some(node.capability(Access::Read));
     let tcp = TcpTransport::new(TcpConfig { lanes: 1, request_timeout: Duration::from_secs(2), ..Default::default() })
         .unwrap();
     let mut bufs: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; ITEM_BYTES]).collect();
-    let mut items: Vec<ReadItem<'_>> = bufs.iter_mut().map(|buf| ReadItem { segment, offset: 0, buf }).collect();
+    let mut items: Vec<ReadItem<'_>> =
+        bufs.iter_mut().map(|buf| ReadItem { segment, capability, offset: 0, buf }).collect();
     assert!(tcp.read_pipelined(&endpoint, &mut items).await.iter().all(Result::is_ok));
 
     // Why: the pooled connection now points at a server that is gone
@@ -124,15 +134,16 @@ async fn an_engine_batch_mixes_pipelined_chunked_and_refused_reads() {
     let mut big = vec![0u8; large.len()];
     let (mut unknown, mut past_end) = (vec![0u8; 16], vec![0u8; 16]);
     let unknown_target = a.unknown_target();
+    let (a_reader, b_reader) = (a.reader(), b.reader());
     let mut items: Vec<BatchRead<'_>> = Vec::new();
     let (from_b, from_a) = smalls.split_at_mut(1);
     for (i, buf) in from_a.iter_mut().enumerate() {
-        items.push(BatchRead { target: &a.target, offset: (i * ITEM_BYTES) as u64, buf });
+        items.push(BatchRead { target: &a_reader, offset: (i * ITEM_BYTES) as u64, buf });
     }
-    items.push(BatchRead { target: &b.target, offset: 0, buf: &mut from_b[0] });
-    items.push(BatchRead { target: &b.target, offset: ITEM_BYTES as u64, buf: &mut big });
+    items.push(BatchRead { target: &b_reader, offset: 0, buf: &mut from_b[0] });
+    items.push(BatchRead { target: &b_reader, offset: ITEM_BYTES as u64, buf: &mut big });
     items.push(BatchRead { target: &unknown_target, offset: 0, buf: &mut unknown });
-    items.push(BatchRead { target: &a.target, offset: SEGMENT_BYTES - 8, buf: &mut past_end });
+    items.push(BatchRead { target: &a_reader, offset: SEGMENT_BYTES - 8, buf: &mut past_end });
     let results = engine.read_batch_checksummed(items).await;
 
     assert_eq!(results.len(), 68);
@@ -158,7 +169,9 @@ async fn a_read_answer_is_not_held_back_behind_a_pipelined_write() {
     let node = Node::anonymous(SEGMENT_BYTES).await;
     node.memory.write_at(0, b"before").unwrap();
     let header = |op, request_id, offset, length| {
-        frame::encode_request(&RequestHeader { op, request_id, segment_id: node.target.id, offset, length })
+        let access = if op == Op::Read { Access::Read } else { Access::Write };
+        let capability = common::grant(node.target.id, offset, length, access).encode();
+        frame::encode_request(&RequestHeader { op, request_id, segment_id: node.target.id, offset, length, capability })
     };
     let mut stream = tokio::net::TcpStream::connect(node.server.local_addr()).await.unwrap();
     // Why: the server holds READ answers back while further requests are

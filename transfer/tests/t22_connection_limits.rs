@@ -15,6 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use common::Node;
+use mooncake_auth::capability::Access;
 use mooncake_segment::SegmentId;
 use mooncake_transfer::frame::{self, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader, Status};
 use mooncake_transfer::testing::pattern;
@@ -49,7 +50,8 @@ async fn connect_from(from: Ipv4Addr, server: SocketAddr) -> TcpStream {
 }
 
 fn read_request(request_id: u64, segment_id: SegmentId, offset: u64, length: u64) -> [u8; REQUEST_HEADER_BYTES] {
-    frame::encode_request(&RequestHeader { op: Op::Read, request_id, segment_id, offset, length })
+    let capability = common::grant(segment_id, offset, length, Access::Read).encode();
+    frame::encode_request(&RequestHeader { op: Op::Read, request_id, segment_id, offset, length, capability })
 }
 
 /// Waits until the server's counters satisfy `cond`.
@@ -88,9 +90,10 @@ async fn read_response(stream: &mut TcpStream) -> frame::ResponseHeader {
 
 async fn round_trip(tcp: &TcpTransport, node: &Node, seed: u64, len: usize) {
     let data = pattern(seed, len);
-    tcp.write_to(&node.target.endpoint, node.target.id, 4096, &data).await.expect("write");
+    let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
+    tcp.write_to(&node.target.endpoint, node.target.id, Some(&write), 4096, &data).await.expect("write");
     let mut back = vec![0u8; len];
-    tcp.read_from(&node.target.endpoint, node.target.id, 4096, &mut back).await.expect("read");
+    tcp.read_from(&node.target.endpoint, node.target.id, Some(&read), 4096, &mut back).await.expect("read");
     assert!(back == data, "bytes differ after a round trip");
 }
 
@@ -142,13 +145,15 @@ async fn at_the_total_limit_a_client_is_told_busy_not_gone_and_recovers_when_a_p
     // retryable. (One lane, so that one free place is enough below.)
     let tcp = TcpTransport::new(TcpConfig { lanes: 1, ..TcpConfig::default() }).unwrap();
     let mut buf = vec![0u8; 4096];
-    let err = tcp.read_from(&node.target.endpoint, node.target.id, 0, &mut buf).await.unwrap_err();
+    let (write, read) = (node.capability(Access::Write), node.capability(Access::Read));
+    let err = tcp.read_from(&node.target.endpoint, node.target.id, Some(&read), 0, &mut buf).await.unwrap_err();
     assert!(matches!(err, TransferError::Busy { .. }), "read: {err}");
     assert!(err.is_retryable());
     assert!(err.to_string().contains("connection limit"), "{err}");
-    let err = tcp.write_to(&node.target.endpoint, node.target.id, 0, &pattern(2, 100_000)).await.unwrap_err();
+    let err =
+        tcp.write_to(&node.target.endpoint, node.target.id, Some(&write), 0, &pattern(2, 100_000)).await.unwrap_err();
     assert!(matches!(err, TransferError::Busy { .. }), "write: {err}");
-    let mut items = [ReadItem { segment: node.target.id, offset: 0, buf: &mut buf }];
+    let mut items = [ReadItem { segment: node.target.id, capability: Some(read), offset: 0, buf: &mut buf }];
     let results = tcp.read_pipelined(&node.target.endpoint, &mut items).await;
     assert!(matches!(results[0], Err(TransferError::Busy { .. })), "pipelined read: {:?}", results[0]);
     let stats = node.server.stats();

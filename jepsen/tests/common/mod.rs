@@ -500,5 +500,6 @@ pub fn chaos_run_options(
         master_flags,
         prefix: format!("{prefix}{}", std::process::id() % 10_000),
         preload_objects: mooncake_jepsen::preload::PRELOAD_OBJECTS_DEFAULT,
+        tls: true,
     })
 }

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::session::ReplicaSpec;
-use crate::setup::SetupArgs;
+use crate::setup::{SetupArgs, TLS_KEYS, TlsPaths};
 
 /// Mooncake's default `global_segment_size` and `local_buffer_size` of the
 /// dict form of `setup` (16 MiB each).
@@ -176,5 +176,10 @@ pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<SetupArgs> {
         protocol: text("protocol", "tcp")?,
         rdma_devices: text("rdma_devices", "")?,
         master_server_addr: master,
+        tls: TlsPaths {
+            cert: Some(text(TLS_KEYS[0], "")?).filter(|v| !v.is_empty()),
+            key: Some(text(TLS_KEYS[1], "")?).filter(|v| !v.is_empty()),
+            ca: Some(text(TLS_KEYS[2], "")?).filter(|v| !v.is_empty()),
+        },
     })
 }

@@ -19,7 +19,7 @@ use crate::batches::RangeReads;
 use crate::buffers::{Region, carve};
 use crate::codes::{self, Code};
 use crate::session::StoreState;
-use crate::setup::SetupArgs;
+use crate::setup::{SetupArgs, TlsPaths};
 
 /// Mooncake's `health_check` answer before `setup` and after `close`.
 const HEALTH_NOT_OPEN: Code = 1;
@@ -109,6 +109,7 @@ impl MooncakeDistributedStore {
                     protocol: protocol.ok_or_else(missing)?,
                     rdma_devices: rdma_devices.ok_or_else(missing)?,
                     master_server_addr: master_server_addr.ok_or_else(missing)?,
+                    tls: TlsPaths::default(),
                 }
             }
         };

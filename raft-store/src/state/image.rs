@@ -17,7 +17,7 @@ use super::{ClientEntry, DiscardedPut, MetaState, ObjectMeta, RetiredObject, Seg
 use crate::error::StoreError;
 use crate::types::*;
 
-/// The serialisable form of [`MetaState`] (schema version 3); allocators are
+/// The serialisable form of [`MetaState`] (schema version 4); allocators are
 /// rebuilt from the ranges of objects and discarded puts (the free set is
 /// canonical, so the rebuilt allocator behaves exactly like the evolved one).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -39,6 +39,28 @@ pub struct StateImage {
     pub retired: Vec<RetiredObject>,
     /// The leader timestamp the request clock's next advance is measured
     /// from (added in schema version 3).
+    pub request_anchor_ts_ms: u64,
+    /// The credential hash of each client that registered with one (added
+    /// in schema version 4; clients of older images have none).
+    pub client_credentials: Vec<(ClientId, CredentialHash)>,
+}
+
+/// The image of schema version 3 (before client credentials), read by
+/// [`StateImage::from_v3`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImageV3 {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+    pub requests: Vec<(u64, u64, Response)>,
+    pub arenas: Vec<Arena>,
+    pub next_arena: u64,
+    pub retired: Vec<RetiredObject>,
     pub request_anchor_ts_ms: u64,
 }
 
@@ -99,10 +121,10 @@ impl StateImage {
 
     /// Upgrades a version-2 image. Its request ids were stamped with
     /// `now_ms`: each keeps the age it had there, and the request clock is
-    /// anchored at `now_ms`.
+    /// anchored at `now_ms`. No client has a credential.
     pub fn from_v2(v2: StateImageV2) -> StateImage {
         let ages = v2.requests.into_iter().map(|(id, ms, answer)| (id, v2.now_ms.saturating_sub(ms), answer));
-        StateImage {
+        StateImage::from_v3(StateImageV3 {
             requests: ages.collect(),
             request_anchor_ts_ms: v2.now_ms,
             last_applied: v2.last_applied,
@@ -116,16 +138,38 @@ impl StateImage {
             arenas: v2.arenas,
             next_arena: v2.next_arena,
             retired: v2.retired,
+        })
+    }
+
+    /// Upgrades a version-3 image: no client has a credential (each adopts
+    /// the one it next mounts with).
+    pub fn from_v3(v3: StateImageV3) -> StateImage {
+        StateImage {
+            last_applied: v3.last_applied,
+            last_membership: v3.last_membership,
+            now_ms: v3.now_ms,
+            next_version: v3.next_version,
+            segments: v3.segments,
+            objects: v3.objects,
+            clients: v3.clients,
+            discarded: v3.discarded,
+            requests: v3.requests,
+            arenas: v3.arenas,
+            next_arena: v3.next_arena,
+            retired: v3.retired,
+            request_anchor_ts_ms: v3.request_anchor_ts_ms,
+            client_credentials: Vec::new(),
         }
     }
 
     /// The replicated data of the image in the version-2 layout (what the
     /// state hash covers): request ids stamped with `now_ms` less their age,
-    /// which for an upgraded version-2 image gives back the stamps it had.
-    fn hashed_part(self) -> StateImageV2 {
+    /// which for an upgraded version-2 image gives back the stamps it had;
+    /// and the client credentials, which no older image has.
+    fn hashed_part(self) -> (StateImageV2, Vec<(ClientId, CredentialHash)>) {
         let now_ms = self.now_ms;
         let stamped = self.requests.into_iter().map(|(id, age_ms, answer)| (id, now_ms.saturating_sub(age_ms), answer));
-        StateImageV2 {
+        let v2 = StateImageV2 {
             last_applied: self.last_applied,
             last_membership: self.last_membership,
             now_ms: self.now_ms,
@@ -138,7 +182,8 @@ impl StateImage {
             arenas: self.arenas,
             next_arena: self.next_arena,
             retired: self.retired,
-        }
+        };
+        (v2, self.client_credentials)
     }
 }
 
@@ -159,6 +204,7 @@ impl MetaState {
             next_arena: self.next_arena,
             retired: self.retired.values().cloned().collect(),
             request_anchor_ts_ms: self.requests.clock().anchor_ts_ms,
+            client_credentials: self.credentials.iter().map(|(id, h)| (*id, *h)).collect(),
         }
     }
 
@@ -181,6 +227,10 @@ impl MetaState {
         if let Some(seg) = used.keys().next() {
             return Err(corrupt(format!("replica on unknown segment {seg}")));
         }
+        let clients: BTreeMap<ClientId, ClientEntry> = image.clients.into_iter().map(|c| (c.id, c)).collect();
+        if let Some((id, _)) = image.client_credentials.iter().find(|(id, _)| !clients.contains_key(id)) {
+            return Err(corrupt(format!("a credential for {id}, which is not registered")));
+        }
         let mut arenas_by_offset = BTreeMap::new();
         for a in &image.arenas {
             if !segments.contains_key(&a.segment) {
@@ -197,7 +247,8 @@ impl MetaState {
             next_version: image.next_version,
             segments,
             objects: image.objects.into_iter().collect(),
-            clients: image.clients.into_iter().map(|c| (c.id, c)).collect(),
+            clients,
+            credentials: image.client_credentials.into_iter().collect(),
             discarded: image.discarded.into_iter().map(|d| (d.version, d)).collect(),
             requests: RequestMemory::from_image(image.requests, image.request_anchor_ts_ms),
             arenas: image.arenas.into_iter().map(|a| (a.id, a)).collect(),
@@ -213,16 +264,20 @@ impl MetaState {
     /// that applied the same log. Raft bookkeeping (applied log id, membership) and the
     /// clocks are left out, so a cluster restored from a snapshot hashes like its source
     /// (request ids count with `now_ms` less their age: steady time leaves that alone).
-    /// It is computed on the version-2 layout: a state read from an older image (or
-    /// snapshot file) hashes as it did when it was written.
+    /// It is computed on the version-2 layout, followed by the client credentials when
+    /// there are any: a state read from an older image (or snapshot file) hashes as it
+    /// did when it was written.
     pub fn state_hash(&self) -> u64 {
-        let mut image = self.to_image().hashed_part();
+        let (mut image, credentials) = self.to_image().hashed_part();
         image.last_applied = None;
         image.last_membership = StoredMembership::default();
         // The clocks advance with every entry, refused ones included; they
         // are not data a refused command may be said to change.
         image.now_ms = 0;
-        let bytes = crate::codec::encode("state image", &image).unwrap_or_default();
+        let mut bytes = crate::codec::encode("state image", &image).unwrap_or_default();
+        if !credentials.is_empty() {
+            bytes.extend(crate::codec::encode("client credentials", &credentials).unwrap_or_default());
+        }
         bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
     }
 }

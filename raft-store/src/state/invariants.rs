@@ -309,6 +309,9 @@ impl MetaState {
                 return Err(malformed(Record::Client(*id), self.in_the_future("registered", c.registered_ms)));
             }
         }
+        if let Some(id) = self.credentials.keys().find(|id| !self.clients.contains_key(id)) {
+            return Err(malformed(Record::Client(*id), "holds a credential but is not registered"));
+        }
         Ok(())
     }
 

@@ -12,11 +12,11 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use mooncake_auth::capability::{self, Access, CapabilityError, Requested, SegmentKey};
 use mooncake_segment::SegmentMemory;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::time::Instant;
 
 use super::Counters;
@@ -24,10 +24,11 @@ use super::admission::Slot;
 use crate::frame::{self, Op, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader, Status};
 use crate::registry::SegmentRegistry;
 
-/// A connection's socket, buffered both ways. Responses are flushed when no
-/// further whole request is already buffered, so a pipeline of small READs
-/// is answered with a few sends instead of one per request.
-pub(super) type Buffered = BufReader<BufWriter<TcpStream>>;
+/// A connection's socket (a `TcpStream`, or a TLS stream over one),
+/// buffered both ways. Responses are flushed when no further whole request
+/// is already buffered, so a pipeline of small READs is answered with a few
+/// sends instead of one per request.
+pub(super) type Buffered<S> = BufReader<BufWriter<S>>;
 
 /// The deadlines of one connection (see the module doc).
 #[derive(Clone, Copy, Debug)]
@@ -55,9 +56,10 @@ enum After {
     Close,
 }
 
-/// One accepted connection: requests one at a time, in order.
-pub(super) struct Connection {
-    pub(super) stream: Buffered,
+/// One accepted connection: requests one at a time, in order. Generic over
+/// the stream so the plain path stays a bare socket.
+pub(super) struct Connection<S> {
+    pub(super) stream: Buffered<S>,
     pub(super) peer: SocketAddr,
     pub(super) registry: Arc<SegmentRegistry>,
     pub(super) counters: Arc<Counters>,
@@ -66,7 +68,7 @@ pub(super) struct Connection {
     pub(super) _slot: Slot,
 }
 
-impl Connection {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub(super) async fn run(mut self) {
         let mut first = true;
         loop {
@@ -153,11 +155,17 @@ impl Connection {
                 return Ok(After::Close);
             }
         };
-        let Some(memory) = self.registry.lookup(request.segment_id) else {
+        let Some((memory, key)) = self.registry.lookup_with_key(request.segment_id) else {
             return self.refuse(&request, Status::UnknownSegment).await;
         };
         if memory.check_range(request.offset, request.length).is_err() {
             return self.refuse(&request, Status::OutOfRange).await;
+        }
+        if let Err(why) = authorize(key.as_deref(), &request) {
+            self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %self.peer, segment = %request.segment_id, op = ?request.op,
+                offset = request.offset, length = request.length, "transfer request unauthorized: {why}");
+            return self.refuse(&request, Status::Unauthorized).await;
         }
         match request.op {
             Op::Read => self.serve_read(&request, &memory).await,
@@ -220,6 +228,39 @@ impl Connection {
         let header = frame::encode_response(&ResponseHeader { status, request_id, length });
         with_timeout(self.deadlines.payload, self.stream.write_all(&header)).await
     }
+}
+
+/// Why a request may not be served.
+#[derive(Debug, thiserror::Error)]
+enum Unauthorized {
+    #[error("the segment has no capability key yet (its mount has not been answered)")]
+    NoKey,
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+}
+
+/// Ok when the request's capability verifies under the segment's `key` and
+/// covers exactly what it asks (segment, access, range, not expired).
+fn authorize(key: Option<&SegmentKey>, request: &RequestHeader) -> Result<(), Unauthorized> {
+    let key = key.ok_or(Unauthorized::NoKey)?;
+    let requested = Requested {
+        segment_id: request.segment_id.0,
+        offset: request.offset,
+        len: request.length,
+        access: match request.op {
+            Op::Read => Access::Read,
+            Op::Write => Access::Write,
+        },
+    };
+    capability::verify(key, &request.capability, &requested, unix_ms_now())?;
+    Ok(())
+}
+
+/// This node's wall clock in unix ms, which capability expiries are
+/// compared with (they are the master's wall clock plus a TTL).
+fn unix_ms_now() -> u64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs one I/O step with a deadline; expiry is a `TimedOut` error.

@@ -16,11 +16,12 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use futures::future::join_all;
+use mooncake_auth::capability::Capability;
 use mooncake_segment::{MemoryError, SegmentId};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{Pool, TcpTransport, check_response, peer_gone, protocol_error};
+use super::stream::Stream;
+use super::{Pool, TcpTransport, check_response, encoded, peer_gone, protocol_error};
 use crate::error::TransferError;
 use crate::frame::{self, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader};
 
@@ -29,10 +30,11 @@ use crate::frame::{self, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RESP
 pub const PIPELINE_ITEMS_MAX: usize = 64;
 
 /// One read of a pipelined batch: `buf.len()` bytes from `offset` of
-/// `segment`.
+/// `segment`, under `capability` (a READ grant covering the range).
 #[derive(Debug)]
 pub struct ReadItem<'a> {
     pub segment: SegmentId,
+    pub capability: Option<Capability>,
     pub offset: u64,
     pub buf: &'a mut [u8],
 }
@@ -117,7 +119,27 @@ impl TcpTransport {
     /// broke the stream, if one did (items after it have no outcome).
     async fn exchange_pipeline(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
+        endpoint: &str,
+        items: &mut [(usize, &mut ReadItem<'_>)],
+        outcome: &mut [Option<ItemResult>],
+    ) -> Option<TransferError> {
+        match stream {
+            Stream::Plain(s) => {
+                let (reader, writer) = s.split();
+                self.exchange_pipeline_on(reader, writer, endpoint, items, outcome).await
+            }
+            Stream::Tls(s) => {
+                let (reader, writer) = tokio::io::split(&mut **s);
+                self.exchange_pipeline_on(reader, writer, endpoint, items, outcome).await
+            }
+        }
+    }
+
+    async fn exchange_pipeline_on<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+        &self,
+        mut reader: R,
+        mut writer: W,
         endpoint: &str,
         items: &mut [(usize, &mut ReadItem<'_>)],
         outcome: &mut [Option<ItemResult>],
@@ -132,12 +154,16 @@ impl TcpTransport {
                 segment_id: item.segment,
                 offset: item.offset,
                 length: item.buf.len() as u64,
+                capability: encoded(item.capability.as_ref()),
             };
             headers.extend_from_slice(&frame::encode_request(&header));
             ids.push(request_id);
         }
-        let (mut reader, mut writer) = stream.split();
-        let send = async { writer.write_all(&headers).await.map_err(|e| peer_gone(endpoint, e)) };
+        let send = async {
+            writer.write_all(&headers).await.map_err(|e| peer_gone(endpoint, e))?;
+            // A no-op on a socket; a TLS session may hold the last record back.
+            writer.flush().await.map_err(|e| peer_gone(endpoint, e))
+        };
         let receive = async {
             for (((_, item), id), slot) in items.iter_mut().zip(&ids).zip(outcome.iter_mut()) {
                 let mut raw = [0u8; RESPONSE_HEADER_BYTES];

@@ -34,7 +34,7 @@ impl TransferEngine {
             if let Some(memory) = self.shm_route(target) {
                 results[index] = Some(self.read_shm_checksummed(&memory, target, offset, buf));
             } else if buf.len() as u64 <= split_bytes && check_target_range(target, offset, buf.len()).is_ok() {
-                let item = ReadItem { segment: target.id, offset, buf };
+                let item = ReadItem { segment: target.id, capability: target.capability, offset, buf };
                 pipelined.entry(target.endpoint.as_str()).or_default().push((index, item));
             } else {
                 // Large (chunked over lanes) or refused before any byte moves.

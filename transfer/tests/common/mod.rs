@@ -1,16 +1,44 @@
 //! Test support shared by the transfer engine's integration tests: a store
-//! node (one segment, a registry, a real `TransferServer` on 127.0.0.1:0).
+//! node (one segment with its capability key, a registry, a real
+//! `TransferServer` on 127.0.0.1:0), and capabilities for it, signed as a
+//! master would.
 
 #![allow(dead_code)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use mooncake_auth::capability::{self, Access, Capability, Requested, SegmentKey};
 use mooncake_segment::{SegmentId, SegmentMemory};
 use mooncake_transfer::{RemoteSegment, SegmentRegistry, ServerConfig, TransferServer};
 
 /// The host id every test node claims.
 pub const HOST_ID: &str = "test-host";
+
+/// The capability key of every test node's segment (what a master would
+/// send in its mount answer).
+pub const KEY_BYTES: [u8; 32] = [0x6B; 32];
+
+/// How long the test capabilities live.
+pub const CAPABILITY_TTL_MS: u64 = 60_000;
+
+/// Now, in unix ms, on this host's clock.
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// A capability for `access` to `[offset, offset + len)` of `segment`,
+/// under the test key, valid for [`CAPABILITY_TTL_MS`].
+pub fn grant(segment: SegmentId, offset: u64, len: u64, access: Access) -> Capability {
+    grant_until(segment, offset, len, access, unix_ms_now() + CAPABILITY_TTL_MS)
+}
+
+/// [`grant`] expiring at `expires_unix_ms`.
+pub fn grant_until(segment: SegmentId, offset: u64, len: u64, access: Access, expires_unix_ms: u64) -> Capability {
+    let requested = Requested { segment_id: segment.0, offset, len, access };
+    capability::issue(&SegmentKey::new(&KEY_BYTES), &requested, expires_unix_ms)
+}
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -52,6 +80,7 @@ impl Node {
         let registry = Arc::new(SegmentRegistry::new());
         let id = SegmentId(0x5E6 + NEXT.fetch_add(1, Ordering::Relaxed));
         registry.register(id, memory.clone()).unwrap();
+        registry.set_key(id, SegmentKey::new(&KEY_BYTES)).unwrap();
         let server =
             TransferServer::bind_with_config("127.0.0.1:0".parse().unwrap(), registry.clone(), config).await.unwrap();
         let target = RemoteSegment {
@@ -60,8 +89,24 @@ impl Node {
             host_id: HOST_ID.to_owned(),
             shm_path: memory.shm_path().map(|p| p.display().to_string()).unwrap_or_default(),
             size_bytes: memory.len(),
+            capability: None,
         };
         Node { server, registry, memory, target }
+    }
+
+    /// A capability for `access` to the whole segment.
+    pub fn capability(&self, access: Access) -> Capability {
+        grant(self.target.id, 0, self.memory.len(), access)
+    }
+
+    /// The segment under a WRITE capability for all of it.
+    pub fn writer(&self) -> RemoteSegment {
+        RemoteSegment { capability: Some(self.capability(Access::Write)), ..self.target.clone() }
+    }
+
+    /// The segment under a READ capability for all of it.
+    pub fn reader(&self) -> RemoteSegment {
+        RemoteSegment { capability: Some(self.capability(Access::Read)), ..self.target.clone() }
     }
 
     /// The same endpoint, naming a segment the node does not serve.
@@ -86,4 +131,27 @@ pub async fn hung_peer() -> (String, tokio::task::JoinHandle<()>) {
         }
     });
     (endpoint, hold)
+}
+
+/// Sends one raw request (header bytes, then `payload`) and reads the response header.
+pub async fn raw_request(
+    stream: &mut tokio::net::TcpStream,
+    header: &[u8],
+    payload: &[u8],
+) -> mooncake_transfer::frame::ResponseHeader {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(header).await.unwrap();
+    // A refused WRITE closes the connection; the payload may not all go out.
+    let _ = stream.write_all(payload).await;
+    let mut raw = [0u8; mooncake_transfer::frame::RESPONSE_HEADER_BYTES];
+    stream.read_exact(&mut raw).await.unwrap();
+    mooncake_transfer::frame::decode_response(&raw).unwrap()
+}
+
+/// Whether the server closed the connection (EOF or reset) within a second.
+pub async fn is_closed(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(1), stream.read(&mut byte)).await;
+    matches!(read, Ok(Ok(0) | Err(_)))
 }

@@ -1,0 +1,77 @@
+//! The master's side of data-path capabilities (`mooncake_auth::capability`):
+//! the segment keys it hands to store nodes in mount answers, and the
+//! capability it puts in every replica it hands to a client (WRITE in
+//! PutStart answers, READ in GetReplicaList answers).
+//!
+//! Keys are derived from the cluster secret, so every master derives the
+//! same key for a segment and nothing is stored or replicated; derived keys
+//! are cached (bounded) because a batch answer signs up to thousands of
+//! replicas.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mooncake_auth::capability::{self, Access, Requested, SEGMENT_KEY_BYTES, SegmentKey};
+use mooncake_auth::{ClusterSecret, MacKey};
+use mooncake_proto::master::Replica;
+use mooncake_raft_store::MetaState;
+use mooncake_segment::{ClientId, SegmentId};
+
+/// Most segment keys cached. A cluster of 100 store nodes mounts a few
+/// hundred segments; past this many (a churn of remounts) the cache starts
+/// over, which costs one key derivation (about a microsecond) per segment.
+const ISSUER_KEYS_MAX: usize = 4_096;
+
+/// Signs capabilities and derives segment keys for one master.
+pub struct CapabilityIssuer {
+    root: MacKey,
+    ttl: Duration,
+    keys: Mutex<HashMap<(SegmentId, ClientId), Arc<SegmentKey>>>,
+}
+
+impl CapabilityIssuer {
+    /// An issuer under `secret`'s capability key whose capabilities live `ttl`.
+    pub fn new(secret: &ClusterSecret, ttl: Duration) -> Self {
+        CapabilityIssuer { root: secret.key("capability"), ttl, keys: Mutex::new(HashMap::new()) }
+    }
+
+    /// The key of `segment` as owned by `owner`: for the owner's mount answer.
+    pub fn key_bytes(&self, segment: SegmentId, owner: ClientId) -> [u8; SEGMENT_KEY_BYTES] {
+        capability::segment_key(&self.root, segment.0, owner.0)
+    }
+
+    /// Fills the capability of each replica with `access` to its range, for
+    /// the segment's owner in `state`. A replica of a segment `state` does
+    /// not know gets none (the store node would refuse it anyway).
+    pub fn grant(&self, state: &MetaState, replicas: &mut [Replica], access: Access) {
+        let expires_unix_ms = unix_ms_now().saturating_add(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX));
+        for replica in replicas {
+            let segment = SegmentId(replica.segment_id);
+            let Some(owner) = state.segment(segment).map(|s| s.owner) else { continue };
+            let requested = Requested { segment_id: segment.0, offset: replica.offset, len: replica.len, access };
+            let cap = capability::issue(&self.key(segment, owner), &requested, expires_unix_ms);
+            replica.capability = cap.encode().to_vec();
+        }
+    }
+
+    fn key(&self, segment: SegmentId, owner: ClientId) -> Arc<SegmentKey> {
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(key) = keys.get(&(segment, owner)) {
+            return key.clone();
+        }
+        if keys.len() >= ISSUER_KEYS_MAX {
+            keys.clear();
+        }
+        let key = Arc::new(SegmentKey::new(&self.key_bytes(segment, owner)));
+        keys.insert((segment, owner), key.clone());
+        key
+    }
+}
+
+/// This master's wall clock in unix ms (capability expiries are wall-clock
+/// times: store nodes compare them with their own clocks).
+fn unix_ms_now() -> u64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+}
