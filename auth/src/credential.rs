@@ -100,6 +100,30 @@ impl Credential {
 /// the tests' local clusters).
 pub const CREDENTIAL_FILE: &str = "client.credential";
 
+/// The gRPC metadata entry that carries the client's credential (hex) on
+/// every call: PutStart, PutEnd and PutRevoke act as their writer only with
+/// the writer's credential.
+pub const CREDENTIAL_HEADER: &str = "x-mooncake-client-credential";
+
+impl Credential {
+    /// The credential as 64 hex digits (for [`CREDENTIAL_HEADER`]).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// A credential from 64 hex digits; `None` when malformed.
+    pub fn from_hex(text: &str) -> Option<Credential> {
+        if text.len() != 2 * CREDENTIAL_BYTES || !text.is_ascii() {
+            return None;
+        }
+        let mut b = [0u8; CREDENTIAL_BYTES];
+        for (i, byte) in b.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Credential(b))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

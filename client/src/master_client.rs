@@ -70,17 +70,22 @@ impl MasterClientConfig {
     }
 }
 
-/// Adds the caller's credentials to every request (today: the admin
-/// token, when configured).
+/// Adds the caller's credentials to every request: the client credential
+/// (puts act as their writer only with it), and the admin token when
+/// configured.
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {
     admin: Option<tonic::metadata::AsciiMetadataValue>,
+    client: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 impl tonic::service::Interceptor for Credentials {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(token) = &self.admin {
             req.metadata_mut().insert(mooncake_auth::admin::ADMIN_TOKEN_HEADER, token.clone());
+        }
+        if let Some(credential) = &self.client {
+            req.metadata_mut().insert(mooncake_auth::credential::CREDENTIAL_HEADER, credential.clone());
         }
         Ok(req)
     }
@@ -170,11 +175,12 @@ impl MasterClient {
             ),
             None => None,
         };
-        let credentials = Credentials { admin };
         let credential = match &cfg.credential {
             Some(c) => c.clone(),
             None => mooncake_auth::Credential::of_process().map_err(|e| MasterError::Config(e.to_string()))?,
         };
+        let client = credential.to_hex().parse().map_err(|_| MasterError::Config("unprintable credential".into()))?;
+        let credentials = Credentials { admin, client: Some(client) };
         let preferred = Mutex::new(first);
         Ok(MasterClient { cfg, channels: Mutex::new(HashMap::new()), preferred, credentials, credential })
     }

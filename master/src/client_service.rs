@@ -162,6 +162,42 @@ impl MasterServiceImpl {
     }
 }
 
+/// PutStart, PutEnd and PutRevoke act as their writer: a writer registered
+/// with a credential must present it (the `x-mooncake-client-credential`
+/// metadata entry the client library sends on every call), or another
+/// client could revoke its puts in flight or end them with a checksum of
+/// its own. A writer that never registered a credential is not checked.
+fn writers_allowed<T>(shared: &crate::shared::Shared, req: &Request<T>, writers: &[u64]) -> Result<(), Status> {
+    let presented = req
+        .metadata()
+        .get(mooncake_auth::credential::CREDENTIAL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(Credential::from_hex)
+        .map(|c| CredentialHash(c.hash()));
+    let mut distinct: Vec<u64> = writers.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    shared.reader.read(|s| {
+        for w in distinct {
+            let client = ClientId(w);
+            if !s.has_credential(client) {
+                continue;
+            }
+            let denied = |why: &str| {
+                Status::with(
+                    ErrorCode::PermissionDenied,
+                    format!("a put as {client} needs {client}'s credential ({why}); a client may write only as itself"),
+                )
+            };
+            match &presented {
+                None => return Err(denied("none was presented")),
+                Some(h) => s.check_credential(client, h).map_err(|_| denied("another was presented"))?,
+            }
+        }
+        Ok(())
+    })
+}
+
 /// The hash of the credential a request carries (what the state machine
 /// keeps and compares); a request without a well-formed one is refused.
 fn credential_hash(bytes: &[u8]) -> Result<CredentialHash, Status> {
@@ -277,16 +313,25 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
+        if let Err(s) = writers_allowed(&self.shared, &req, &[req.get_ref().client_id]) {
+            return ok(PutStartResponse { status: Some(s), replicas: vec![] });
+        }
         ok(crate::puts::put_start(&self.shared, &req.into_inner()).await)
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
+        if let Err(s) = writers_allowed(&self.shared, &req, &[req.get_ref().client_id]) {
+            return ok(PutEndResponse { status: Some(s) });
+        }
         let r = req.into_inner();
         let mut statuses = crate::puts::put_end(&self.shared, std::slice::from_ref(&r)).await;
         ok(PutEndResponse { status: statuses.pop() })
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
+        if let Err(s) = writers_allowed(&self.shared, &req, &[req.get_ref().client_id]) {
+            return ok(PutRevokeResponse { status: Some(s) });
+        }
         let r = req.into_inner();
         if let Err(e) = validate_key(&r.key) {
             return ok(PutRevokeResponse { status: Some(invalid(e)) });
@@ -378,6 +423,10 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
+        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
+        if let Err(s) = writers_allowed(&self.shared, &req, &writers) {
+            return ok(BatchPutStartResponse { status: Some(s), responses: vec![] });
+        }
         let reqs = req.into_inner().requests;
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutStartResponse { status: Some(too_many(reqs.len())), responses: vec![] });
@@ -396,6 +445,10 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
+        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
+        if let Err(s) = writers_allowed(&self.shared, &req, &writers) {
+            return ok(BatchPutEndResponse { status: Some(s), responses: vec![] });
+        }
         let reqs = req.into_inner().requests;
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutEndResponse { status: Some(too_many(reqs.len())), responses: vec![] });
@@ -409,6 +462,10 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
+        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
+        if let Err(s) = writers_allowed(&self.shared, &req, &writers) {
+            return ok(BatchPutRevokeResponse { status: Some(s), responses: vec![] });
+        }
         let reqs = req.into_inner().requests;
         if reqs.len() > BATCH_RPC_MAX {
             return ok(BatchPutRevokeResponse { status: Some(too_many(reqs.len())), responses: vec![] });

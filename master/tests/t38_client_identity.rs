@@ -143,3 +143,42 @@ async fn an_expired_registration_frees_the_id_for_a_new_credential() {
     assert!(new.ping(NODE).await.expect("ping"), "the new process is the client now");
     denied("Ping by the expired process", old.ping(NODE).await);
 }
+
+/// PutStart, PutEnd and PutRevoke act as their writer: another process
+/// naming a registered writer's id can neither revoke its put in flight nor
+/// end it (with a checksum of its own), nor start one as it.
+#[tokio::test]
+async fn another_process_cannot_revoke_or_end_a_writers_put() {
+    use mooncake_proto::master::{PutEndRequest, PutStartRequest};
+    const WRITER: u64 = 0x5702;
+    let cluster = Cluster::builder().masters(3).master_bin(BIN).start();
+    cluster.wait_for_leader(T).await;
+    let node = process(&cluster);
+    node.remount_segments(NODE, vec![segment(1)]).await.expect("a segment to put on");
+    let writer = process(&cluster);
+    writer.remount_segments(WRITER, vec![]).await.expect("the writer registers");
+    let intruder = process(&cluster);
+    let start =
+        PutStartRequest { client_id: WRITER, key: "k".into(), size: 4096, replica_num: 1, ..Default::default() };
+    let replicas = writer.put_start(start.clone()).await.expect("the writer's own PutStart");
+    let write_denied = |what: &str, e: MasterError| {
+        assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{what}: {e}");
+        assert!(e.to_string().contains("write only as itself"), "{what}: {e}");
+    };
+    write_denied("PutRevoke as the writer", intruder.put_revoke(WRITER, "k").await.expect_err("refused"));
+    let forged = PutEndRequest {
+        client_id: WRITER,
+        key: "k".into(),
+        size: 4096,
+        checksum: 0xbad,
+        replicas: replicas.clone(),
+        ..Default::default()
+    };
+    write_denied("PutEnd as the writer", intruder.put_end_with(forged).await.expect_err("refused"));
+    let other = PutStartRequest { key: "k2".into(), ..start };
+    write_denied("PutStart as the writer", intruder.put_start(other).await.expect_err("refused"));
+    // The writer's put was untouched: it ends with its own checksum.
+    let end =
+        PutEndRequest { client_id: WRITER, key: "k".into(), size: 4096, checksum: 7, replicas, ..Default::default() };
+    writer.put_end_with(end).await.expect("the writer ends its own put");
+}

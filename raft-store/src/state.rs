@@ -194,6 +194,11 @@ impl MetaState {
     /// Whether a caller holding `credential` may act as `client`: yes unless
     /// `client` is registered under another credential. Checked by apply and,
     /// to answer early, by the leader before it proposes (or answers a Ping).
+    /// Whether `client` registered with a credential (its calls must then
+    /// present it).
+    pub fn has_credential(&self, client: ClientId) -> bool {
+        self.credentials.contains_key(&client)
+    }
     pub fn check_credential(&self, client: ClientId, credential: &CredentialHash) -> Result<(), MetaError> {
         match self.credentials.get(&client) {
             Some(held) if held != credential => Err(MetaError::PermissionDenied(format!(
