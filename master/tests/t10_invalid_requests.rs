@@ -17,8 +17,10 @@ fn seg(id: u64, size: u64, endpoint: &str) -> Segment {
     Segment { id, size, endpoint: endpoint.into(), host_id: "h1".into(), ..Default::default() }
 }
 
+/// A raw PutStart by a writer that never registered (a registered one's
+/// puts must carry its credential, which these raw calls do not send).
 fn put(key: &str, size: u64, replica_num: u32) -> PutStartRequest {
-    PutStartRequest { client_id: 9, key: key.into(), size, replica_num, ..Default::default() }
+    PutStartRequest { client_id: 10, key: key.into(), size, replica_num, ..Default::default() }
 }
 
 async fn hash(client: &MasterClient, addr: &str) -> u64 {
