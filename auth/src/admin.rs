@@ -9,28 +9,24 @@
 //! (trigger and export), and forced removals (`Remove`/`RemoveAll` with
 //! `force`, which ignore KV leases and pins).
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::secret::ClusterSecret;
+use crate::key_file::{self, KeyFileError};
+use crate::secret::{ClusterSecret, constant_time_eq};
 
 /// The gRPC metadata entry that carries the admin token.
 pub const ADMIN_TOKEN_HEADER: &str = "x-mooncake-admin-token";
 /// The token's file in a master's data dir (and in a `mooncake up` dir).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
-/// Why a token file could not be read or written.
+/// Why a token file could not be read or written (a key file: 64 hex
+/// digits, mode 0600, see [`crate::key_file`]).
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
-    #[error("admin token file {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("admin token file {path}: {reason}")]
-    Bad { path: PathBuf, reason: String },
+    #[error("admin token file {0}")]
+    File(#[from] KeyFileError),
+    #[error("admin token file {0}: no such file (every master writes admin.token in its data dir)")]
+    Missing(PathBuf),
 }
 
 /// An admin token: 64 hex digits (never printed by `Debug`).
@@ -51,45 +47,31 @@ impl std::fmt::Debug for AdminToken {
 
 /// The admin token of the cluster whose secret is `secret`.
 pub fn admin_token(secret: &ClusterSecret) -> AdminToken {
-    AdminToken(secret.key("admin").sign(&[b"admin token"]).iter().map(|b| format!("{b:02x}")).collect())
+    AdminToken(key_file::to_hex(&secret.key("admin").sign(&[b"admin token"])))
 }
 
 /// Whether `presented` is `expected` (compared in constant time).
 pub fn token_matches(expected: &str, presented: &str) -> bool {
-    let (e, p) = (expected.as_bytes(), presented.as_bytes());
-    e.len() == p.len() && e.iter().zip(p).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    constant_time_eq(expected.as_bytes(), presented.as_bytes())
 }
 
-/// Writes `token` to `path` (mode 0600), replacing what is there.
+/// Writes `token` to `path` (a key file, mode 0600), replacing what is there.
 pub fn write_token_file(path: &Path, token: &AdminToken) -> Result<(), TokenFileError> {
-    let io = |source| TokenFileError::Io { path: path.to_path_buf(), source };
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io)?;
-    f.write_all(format!("{}\n", token.0).as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    let bytes = key_file::from_hex(token.as_str())
+        .ok_or_else(|| KeyFileError::Bad { path: path.to_path_buf(), reason: "not an admin token".into() })?;
+    Ok(key_file::write_private(path, &bytes)?)
 }
 
 /// Reads a token file; refuses one that other users can read.
 pub fn read_token_file(path: &Path) -> Result<AdminToken, TokenFileError> {
-    let io = |source| TokenFileError::Io { path: path.to_path_buf(), source };
-    let text = std::fs::read_to_string(path).map_err(io)?;
-    let mode = std::fs::metadata(path).map_err(io)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        let reason = format!("readable by other users (mode {:o}); chmod 600 it", mode & 0o777);
-        return Err(TokenFileError::Bad { path: path.to_path_buf(), reason });
-    }
-    let token = text.trim();
-    if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let reason = "expected the 64 hex digits a master writes to admin.token in its data dir".to_string();
-        return Err(TokenFileError::Bad { path: path.to_path_buf(), reason });
-    }
-    Ok(AdminToken(token.to_string()))
+    let bytes = key_file::read_if_exists(path)?.ok_or_else(|| TokenFileError::Missing(path.to_path_buf()))?;
+    Ok(AdminToken(key_file::to_hex(&bytes)))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

@@ -108,19 +108,12 @@ pub const CREDENTIAL_HEADER: &str = "x-mooncake-client-credential";
 impl Credential {
     /// The credential as 64 hex digits (for [`CREDENTIAL_HEADER`]).
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        key_file::to_hex(&self.0)
     }
 
     /// A credential from 64 hex digits; `None` when malformed.
     pub fn from_hex(text: &str) -> Option<Credential> {
-        if text.len() != 2 * CREDENTIAL_BYTES || !text.is_ascii() {
-            return None;
-        }
-        let mut b = [0u8; CREDENTIAL_BYTES];
-        for (i, byte) in b.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-        }
-        Some(Credential(b))
+        key_file::from_hex(text).map(Credential)
     }
 }
 

@@ -40,8 +40,26 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyFileError + '_ {
     move |source| KeyFileError::Io { path: path.to_path_buf(), source }
 }
 
+/// 32 bytes as 64 lowercase hex digits (the form of every secret this
+/// crate writes or sends: key files, the admin token, the credential header).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 64 hex digits back to 32 bytes; `None` when malformed.
+pub fn from_hex(hex: &str) -> Option<[u8; KEY_FILE_BYTES]> {
+    if hex.len() != 2 * KEY_FILE_BYTES {
+        return None;
+    }
+    let mut b = [0u8; KEY_FILE_BYTES];
+    for (i, byte) in b.iter_mut().enumerate() {
+        *byte = hex.get(2 * i..2 * i + 2).and_then(|d| u8::from_str_radix(d, 16).ok())?;
+    }
+    Some(b)
+}
+
 fn to_text(bytes: &[u8; KEY_FILE_BYTES]) -> String {
-    let mut t: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut t = to_hex(bytes);
     t.push('\n');
     t
 }
@@ -52,14 +70,7 @@ fn parse(path: &Path, text: &str) -> Result<[u8; KEY_FILE_BYTES], KeyFileError> 
     if hex.len() != 2 * KEY_FILE_BYTES {
         return Err(bad(&format!("expected {} hex digits, found {} characters", 2 * KEY_FILE_BYTES, hex.len())));
     }
-    let mut b = [0u8; KEY_FILE_BYTES];
-    for (i, byte) in b.iter_mut().enumerate() {
-        *byte = hex
-            .get(2 * i..2 * i + 2)
-            .and_then(|d| u8::from_str_radix(d, 16).ok())
-            .ok_or_else(|| bad("not hex digits"))?;
-    }
-    Ok(b)
+    from_hex(hex).ok_or_else(|| bad("not hex digits"))
 }
 
 /// Reads a key file (`None` when there is none); refuses one that other

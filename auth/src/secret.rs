@@ -102,10 +102,14 @@ impl MacKey {
 
     /// Whether `tag` is the MAC of `parts` (constant time).
     pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
-        let expected = self.sign(parts);
-        // Every byte compared whatever the first difference (no timing oracle).
-        tag.len() == expected.len() && expected.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+        constant_time_eq(&self.sign(parts), tag)
     }
+}
+
+/// Whether `a` equals `b`, comparing every byte whatever the first
+/// difference (no timing oracle for a forger).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// How this master came to hold its secret (logged at start).
