@@ -34,7 +34,7 @@ use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
 /// 3: request ids by age on the request clock, + the clock's anchor.
 /// 4: + the credential hash of each client.
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 4;
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 5;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 const CURRENT_KEY: &[u8] = b"current";
@@ -253,6 +253,7 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
         1 => StateImage::from_v1(codec::decode("state image (schema 1)", body)?),
         2 => StateImage::from_v2(codec::decode("state image (schema 2)", body)?),
         3 => StateImage::from_v3(codec::decode("state image (schema 3)", body)?),
+        4 => StateImage::from_v4(codec::decode("state image (schema 4)", body)?),
         SNAPSHOT_SCHEMA_VERSION => codec::decode("state image", body)?,
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };

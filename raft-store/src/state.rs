@@ -32,9 +32,10 @@ mod image;
 mod invariants;
 mod objects;
 mod requests;
+mod tiers;
 
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
-pub use image::{StateImage, StateImageV1, StateImageV2, StateImageV3};
+pub use image::{StateImage, StateImageV1, StateImageV2, StateImageV3, StateImageV4};
 use invariants::HeldBy;
 pub use invariants::{InvariantViolation, Record, SCAN_EVERY_ENTRY_RECORDS_MAX, SCAN_RECORDS_PER_ENTRY};
 use objects::ObjectIndex;
@@ -90,9 +91,34 @@ pub struct SegmentEntry {
     pub spec: SegmentSpec,
     pub owner: ClientId,
     alloc: RangeAllocator,
+    /// A disk segment whose store node expired (`ExpireClientKeepDisk`):
+    /// kept with its objects, neither read nor placed on, until its owner
+    /// mounts it again or the grace ends it (docs/TIERS.md).
+    detached: Option<DetachedDisk>,
+}
+
+/// Why and since when a disk segment is detached.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetachedDisk {
+    /// State time when its owner expired.
+    pub since_ms: u64,
+    /// The credential its owner was registered with: only a caller holding
+    /// the same may mount it again (none for an owner registered without).
+    pub credential: Option<CredentialHash>,
 }
 
 impl SegmentEntry {
+    /// The tier of the segment.
+    pub fn tier(&self) -> Tier {
+        self.spec.tier
+    }
+    /// Whether it is served: not a detached disk segment.
+    pub fn is_attached(&self) -> bool {
+        self.detached.is_none()
+    }
+    pub fn detached(&self) -> Option<&DetachedDisk> {
+        self.detached.as_ref()
+    }
     pub fn used_bytes(&self) -> u64 {
         self.alloc.used_bytes()
     }
@@ -242,6 +268,26 @@ impl MetaState {
     pub fn used_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.used_bytes()).sum()
     }
+    /// Capacity of the attached segments of `tier` (what its watermark counts).
+    pub fn tier_capacity_bytes(&self, tier: Tier) -> u64 {
+        self.attached(tier).map(|s| s.capacity_bytes()).sum()
+    }
+    /// Bytes used on the attached segments of `tier`.
+    pub fn tier_used_bytes(&self, tier: Tier) -> u64 {
+        self.attached(tier).map(|s| s.used_bytes()).sum()
+    }
+    /// The attached segments of `tier`.
+    pub fn attached(&self, tier: Tier) -> impl Iterator<Item = &SegmentEntry> {
+        self.segments.values().filter(move |s| s.tier() == tier && s.is_attached())
+    }
+    /// The tier of the segment a replica is on (`None`: unknown segment).
+    pub fn replica_tier(&self, replica: &ReplicaPlacement) -> Option<Tier> {
+        self.segments.get(&replica.segment).map(SegmentEntry::tier)
+    }
+    /// Whether a replica's segment is mounted and attached (it can be read).
+    pub fn is_readable(&self, replica: &ReplicaPlacement) -> bool {
+        self.segments.get(&replica.segment).is_some_and(SegmentEntry::is_attached)
+    }
 }
 
 // ---------------------------------------------------------------- validation
@@ -286,6 +332,37 @@ pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
     let labels = [&spec.endpoint, &spec.host_id, &spec.zone, &spec.shm_path];
     if labels.iter().any(|l| l.len() > LABEL_MAX_BYTES) {
         return Err(invalid(format!("segment {} has a label longer than {LABEL_MAX_BYTES} bytes", spec.id)));
+    }
+    Ok(())
+}
+
+/// Whether `client` (holding `credential`) may mount `spec` over `existing`,
+/// the segment already mounted under its id: only its owner, with the same
+/// size and tier, and for a detached disk segment the credential its owner
+/// was registered with.
+fn check_remount(
+    existing: &SegmentEntry,
+    client: ClientId,
+    spec: &SegmentSpec,
+    credential: Option<&CredentialHash>,
+) -> Result<(), MetaError> {
+    if existing.owner != client || existing.spec.size_bytes != spec.size_bytes || existing.tier() != spec.tier {
+        return Err(MetaError::SegmentAlreadyExists(format!(
+            "{} is mounted by {} with {} bytes of {}",
+            spec.id,
+            existing.owner,
+            existing.spec.size_bytes,
+            existing.tier().name()
+        )));
+    }
+    if let Some(held) = existing.detached.as_ref().and_then(|d| d.credential.as_ref())
+        && Some(held) != credential
+    {
+        return Err(MetaError::PermissionDenied(format!(
+            "disk segment {} belongs to {client} as registered by another process (another credential); \
+             restart the store node with its --credential-file to mount its disk again",
+            spec.id
+        )));
     }
     Ok(())
 }
@@ -375,15 +452,15 @@ impl MetaState {
 
     fn apply_cmd(&mut self, cmd: &Command) -> Applied {
         let result: Result<(), Stop> = match cmd {
-            Command::MountSegment { client, segment } => self.mount(*client, segment).map_err(Stop::from),
+            Command::MountSegment { client, segment } => self.mount(*client, segment, None).map_err(Stop::from),
             Command::UnmountSegment { client, segment } => self.unmount(*client, *segment).map_err(Stop::from),
-            Command::RemountSegments { client, segments } => self.remount(*client, segments).map_err(Stop::from),
+            Command::RemountSegments { client, segments } => self.remount(*client, segments, None).map_err(Stop::from),
             Command::PutStart(put) => return self.put_start(put),
             Command::PutEnd { client, key, checksum } => self.put_end(*client, key, *checksum).map_err(Stop::from),
             Command::PutRevoke { client, key } => self.put_revoke(*client, key),
             Command::Remove { key } => self.remove(key),
             Command::RemoveObjects { victims, .. } => return self.remove_objects(victims),
-            Command::ExpireClient { client } => self.expire_client(*client).map_err(Stop::from),
+            Command::ExpireClient { client } => self.expire_client(*client, false).map_err(Stop::from),
             Command::DiscardPuts { victims } => return Ok(self.discard_puts(victims)),
             Command::ReleaseDiscarded { versions } => return self.release_discarded(versions),
             Command::Batch(cmds) => return self.apply_batch(cmds),
@@ -398,14 +475,21 @@ impl MetaState {
             Command::PutCommit(new) => return self.put_commit(new),
             Command::ReleaseRetired { versions } => return self.release_retired(versions),
             Command::MountSegmentAs { client, credential, segment } => {
-                self.as_client(*client, credential, |s| s.mount(*client, segment)).map_err(Stop::from)
+                self.as_client(*client, credential, |s| s.mount(*client, segment, Some(credential))).map_err(Stop::from)
             }
             Command::UnmountSegmentAs { client, credential, segment } => self
                 .check_credential(*client, credential)
                 .and_then(|()| self.unmount(*client, *segment))
                 .map_err(Stop::from),
-            Command::RemountSegmentsAs { client, credential, segments } => {
-                self.as_client(*client, credential, |s| s.remount(*client, segments)).map_err(Stop::from)
+            Command::RemountSegmentsAs { client, credential, segments } => self
+                .as_client(*client, credential, |s| s.remount(*client, segments, Some(credential)))
+                .map_err(Stop::from),
+            Command::AddReplica { key, version, replica } => return self.add_replica(key, *version, replica),
+            Command::DropTierReplicas { victims, tier } => return self.drop_tier_replicas(victims, *tier),
+            Command::ExpireClientKeepDisk { client } => self.expire_client(*client, true).map_err(Stop::from),
+            Command::DropDetached { segments } => return Ok(self.drop_detached(segments)),
+            Command::DropCorrupt { client, credential, segment, ranges } => {
+                return self.drop_corrupt(*client, credential, *segment, ranges);
             }
         };
         answer(result)
@@ -468,24 +552,35 @@ impl MetaState {
         })
     }
 
-    fn mount(&mut self, client: ClientId, spec: &SegmentSpec) -> Result<(), MetaError> {
+    /// Mounts `spec` for `client` (holding `credential`, `None` for the
+    /// legacy commands). Mounting a segment it already has is a retried
+    /// mount, except for a disk segment: a restarted store node mounts its
+    /// disk file again from a new endpoint, which the segment takes (and a
+    /// detached one is attached again, its objects readable again).
+    fn mount(
+        &mut self,
+        client: ClientId,
+        spec: &SegmentSpec,
+        credential: Option<&CredentialHash>,
+    ) -> Result<(), MetaError> {
         validate_segment(spec)?;
         if let Some(other) = self.same_memory(spec, |_| false) {
             return Err(same_memory_error(spec, other));
         }
         if let Some(existing) = self.segments.get(&spec.id) {
-            if existing.owner == client && existing.spec.size_bytes == spec.size_bytes {
-                self.register_client(client);
-                return Ok(()); // a retried mount
+            check_remount(existing, client, spec, credential)?;
+            self.register_client(client);
+            if let Some(existing) = self.segments.get_mut(&spec.id)
+                && existing.tier() == Tier::Ssd
+            {
+                existing.detached = None;
+                existing.spec = spec.clone();
             }
-            return Err(MetaError::SegmentAlreadyExists(format!(
-                "{} is mounted by {} with {} bytes",
-                spec.id, existing.owner, existing.spec.size_bytes
-            )));
+            return Ok(()); // a retried mount, or a disk segment's owner back
         }
         self.register_client(client);
         let alloc = RangeAllocator::new(spec.size_bytes);
-        self.segments.insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc });
+        self.segments.insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc, detached: None });
         Ok(())
     }
 
@@ -502,7 +597,12 @@ impl MetaState {
         Ok(())
     }
 
-    fn remount(&mut self, client: ClientId, specs: &[SegmentSpec]) -> Result<(), MetaError> {
+    fn remount(
+        &mut self,
+        client: ClientId,
+        specs: &[SegmentSpec],
+        credential: Option<&CredentialHash>,
+    ) -> Result<(), MetaError> {
         // Check everything first: a refused remount changes nothing.
         let mut ids = BTreeSet::new();
         let mut memories = BTreeSet::new();
@@ -521,13 +621,8 @@ impl MetaState {
             if let Some(other) = self.same_memory(spec, |s| s.owner == client && !ids.contains(&s.spec.id)) {
                 return Err(same_memory_error(spec, other));
             }
-            if let Some(existing) = self.segments.get(&spec.id)
-                && (existing.owner != client || existing.spec.size_bytes != spec.size_bytes)
-            {
-                return Err(MetaError::SegmentAlreadyExists(format!(
-                    "{} is mounted by {} with {} bytes",
-                    spec.id, existing.owner, existing.spec.size_bytes
-                )));
+            if let Some(existing) = self.segments.get(&spec.id) {
+                check_remount(existing, client, spec, credential)?;
             }
         }
         let stale: Vec<SegmentId> =
@@ -537,7 +632,7 @@ impl MetaState {
         }
         self.register_client(client);
         for spec in specs {
-            self.mount(client, spec)?;
+            self.mount(client, spec, credential)?;
         }
         Ok(())
     }
@@ -601,10 +696,11 @@ impl MetaState {
     /// Chooses up to `replica_num` distinct segments with room: preferred
     /// segments first (in the caller's order), then the emptiest segments,
     /// one per host before a host gets a second replica.
+    /// Puts are placed in memory: disk segments only receive copies.
     fn place(&mut self, put: &PutStart) -> Result<Vec<ReplicaPlacement>, Stop> {
-        let largest = self.segments.values().map(|s| s.capacity_bytes()).max();
+        let largest = self.attached(Tier::Dram).map(|s| s.capacity_bytes()).max();
         match largest {
-            None => return Err(MetaError::NoAvailableHandle("no segment is mounted".into()).into()),
+            None => return Err(MetaError::NoAvailableHandle("no memory segment is mounted".into()).into()),
             Some(cap) if put.size_bytes > cap => {
                 return Err(invalid(format!(
                     "object {:?} of {} bytes is larger than the largest segment ({cap} bytes)",
@@ -617,6 +713,12 @@ impl MetaState {
         if let Some(unknown) = put.preferred.iter().find(|id| !self.segments.contains_key(id)) {
             return Err(invalid(format!("preferred segment {unknown} is not mounted")).into());
         }
+        let not_memory = put.preferred.iter().find(|id| self.segments.get(id).is_some_and(|s| s.tier() != Tier::Dram));
+        if let Some(disk) = not_memory {
+            return Err(
+                invalid(format!("preferred segment {disk} is a disk segment; puts are placed in memory")).into()
+            );
+        }
         let mut order: Vec<(SegmentId, bool)> = Vec::new();
         let mut seen = BTreeSet::new();
         for id in &put.preferred {
@@ -624,7 +726,7 @@ impl MetaState {
                 order.push((*id, true));
             }
         }
-        let mut rest: Vec<&SegmentEntry> = self.segments.values().filter(|s| !seen.contains(&s.spec.id)).collect();
+        let mut rest: Vec<&SegmentEntry> = self.attached(Tier::Dram).filter(|s| !seen.contains(&s.spec.id)).collect();
         rest.sort_by_key(|s| (std::cmp::Reverse(s.free_bytes()), s.spec.id));
         order.extend(rest.iter().map(|s| (s.spec.id, false)));
 
@@ -729,15 +831,21 @@ impl MetaState {
         Ok(Response::Removed { count })
     }
 
-    fn expire_client(&mut self, client: ClientId) -> Result<(), MetaError> {
+    /// Drops `client` and its segments; with `keep_disk`, its disk segments
+    /// stay, detached, with their objects.
+    fn expire_client(&mut self, client: ClientId, keep_disk: bool) -> Result<(), MetaError> {
         if self.clients.remove(&client).is_none() {
             return Err(MetaError::IllegalClient(format!("{client} is not registered")));
         }
         // The id is free: the next credential to mount under it holds it.
-        self.credentials.remove(&client);
-        let owned: Vec<SegmentId> = self.client_segments(client).map(|s| s.spec.id).collect();
-        for id in owned {
-            self.drop_segment(id);
+        let credential = self.credentials.remove(&client);
+        let owned: Vec<(SegmentId, Tier)> = self.client_segments(client).map(|s| (s.spec.id, s.tier())).collect();
+        for (id, tier) in owned {
+            if keep_disk && tier == Tier::Ssd {
+                self.detach(id, credential);
+            } else {
+                self.drop_segment(id);
+            }
         }
         // Its unfinished puts can never complete; hold their ranges until the
         // release timeout in case the writer is alive behind a partition.

@@ -42,9 +42,42 @@ pub struct Request {
 /// Storage tier a segment lives on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Tier {
+    /// Memory (DRAM, shareable through /dev/shm): where puts land.
     #[default]
     Dram,
+    /// A disk segment (a file on a local SSD, direct I/O): holds copies
+    /// offloaded from memory (docs/TIERS.md).
     Ssd,
+}
+
+/// Disk segments are read and written with direct I/O in whole blocks: every
+/// range on them starts and ends on this boundary (equal to
+/// `mooncake_segment::disk::DISK_BLOCK_BYTES`).
+pub const DISK_ALIGN_BYTES: u64 = 4096;
+
+impl Tier {
+    /// The allocation unit of ranges on a segment of this tier: offsets and
+    /// lengths are multiples of it.
+    pub fn align_bytes(self) -> u64 {
+        match self {
+            Tier::Dram => mooncake_segment::ALLOC_ALIGN_BYTES,
+            Tier::Ssd => DISK_ALIGN_BYTES,
+        }
+    }
+
+    /// The length of the range an object of `size_bytes` takes on this tier
+    /// (`None` when it overflows, i.e. larger than any segment).
+    pub fn range_len(self, size_bytes: u64) -> Option<u64> {
+        size_bytes.checked_next_multiple_of(self.align_bytes())
+    }
+
+    /// The name operators see ("memory", "disk").
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Dram => "memory",
+            Tier::Ssd => "disk",
+        }
+    }
 }
 
 /// How an object resists eviction.
@@ -323,6 +356,45 @@ pub enum Command {
         client: ClientId,
         credential: CredentialHash,
         segments: Vec<SegmentSpec>,
+    },
+    /// Adds a copy of the complete object `key` at `version` that a store
+    /// node made (offload to a disk segment, or promotion back to memory):
+    /// the range lies inside a live arena of the leader that asked for the
+    /// copy, on free bytes, on a segment holding no other replica of it.
+    /// Refused (nothing changes) when that incarnation is gone: the copy is
+    /// then simply never referenced.
+    AddReplica {
+        key: String,
+        version: ObjectVersion,
+        replica: PlacedReplica,
+    },
+    /// Drops the replicas on `tier` of these exact object versions and frees
+    /// their ranges, for each object that keeps a replica on another tier on
+    /// an attached segment (the leader checked no KV lease is left on them
+    /// and fenced their readers). Others are skipped. Answers `Removed`.
+    DropTierReplicas {
+        victims: Vec<VersionedKey>,
+        tier: Tier,
+    },
+    /// `ExpireClient` that keeps the client's disk segments, detached: their
+    /// objects stay known (unreadable) until the store node mounts them again
+    /// with the same client id and credential, or `DropDetached` ends them.
+    ExpireClientKeepDisk {
+        client: ClientId,
+    },
+    /// Ends detached disk segments whose grace passed, with every replica on
+    /// them (segments since remounted are skipped). Answers `Removed`.
+    DropDetached {
+        segments: Vec<SegmentId>,
+    },
+    /// The owner of `segment` (proving it is `client`) found these ranges
+    /// corrupt: every replica overlapping one is dropped; objects left with
+    /// no replica are gone. Answers `Removed` (replicas dropped).
+    DropCorrupt {
+        client: ClientId,
+        credential: CredentialHash,
+        segment: SegmentId,
+        ranges: Vec<Range>,
     },
 }
 

@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 
 use mooncake_raft_store::state::{
-    ClientEntry, DiscardedPut, ObjectMeta, ObjectStatus, RetiredObject, StateImage, StateImageV1, StateImageV2,
+    ClientEntry, DetachedDisk, DiscardedPut, ObjectMeta, ObjectStatus, RetiredObject, StateImage, StateImageV1,
+    StateImageV2,
 };
 use mooncake_raft_store::*;
 use mooncake_segment::{ClientId, Range, SegmentId};
@@ -169,9 +170,14 @@ fn command_position(cmd: &Command) -> usize {
         Command::MountSegmentAs { .. } => 20,
         Command::UnmountSegmentAs { .. } => 21,
         Command::RemountSegmentsAs { .. } => 22,
+        Command::AddReplica { .. } => 23,
+        Command::DropTierReplicas { .. } => 24,
+        Command::ExpireClientKeepDisk { .. } => 25,
+        Command::DropDetached { .. } => 26,
+        Command::DropCorrupt { .. } => 27,
     }
 }
-const COMMAND_VARIANTS: usize = 23;
+const COMMAND_VARIANTS: usize = 28;
 
 fn command_cases() -> Vec<(Command, &'static str)> {
     let put_start = |pin| PutStart {
@@ -247,6 +253,27 @@ fn command_cases() -> Vec<(Command, &'static str)> {
                 "0707070707070707070707070707070707070707070707070707070707070707",
                 "010180804003683a310168017a01022f6d"
             ),
+        ),
+        (
+            Command::AddReplica {
+                key: "k".into(),
+                version: ObjectVersion(3),
+                replica: PlacedReplica { segment: SEGMENT, arena: ArenaId(2), range: Range::new(4096, 4096) },
+            },
+            "17016b03010280208020",
+        ),
+        (Command::DropTierReplicas { victims: vec![vkey("a", 3)], tier: Tier::Dram }, "180101610300"),
+        (Command::DropTierReplicas { victims: vec![vkey("a", 3)], tier: Tier::Ssd }, "180101610301"),
+        (Command::ExpireClientKeepDisk { client: CLIENT }, "1909"),
+        (Command::DropDetached { segments: vec![SEGMENT] }, "1a0101"),
+        (
+            Command::DropCorrupt {
+                client: CLIENT,
+                credential: CREDENTIAL,
+                segment: SEGMENT,
+                ranges: vec![Range::new(8192, 4096)],
+            },
+            "1b090707070707070707070707070707070707070707070707070707070707070707010180408020",
         ),
     ]
 }
@@ -533,14 +560,35 @@ fn image_v3() -> StateImage {
     image
 }
 
-/// The current image: the version-3 content and the client's credential.
+/// The version-4 content: the version-3 content and the client's credential.
 fn image_v4() -> StateImage {
     let mut image = image_v3();
     image.client_credentials = vec![(CLIENT, CREDENTIAL)];
     image
 }
 
-/// The snapshot image of schema version 4, header included.
+/// The current image: the version-4 content and the disk segment detached
+/// (its owner expired; its arena ended).
+fn image_v5() -> StateImage {
+    let mut image = image_v4();
+    image.detached = vec![(SEGMENT, DetachedDisk { since_ms: 5, credential: Some(CREDENTIAL) })];
+    image.arenas = Vec::new();
+    image
+}
+
+/// The snapshot image of schema version 5, header included.
+const IMAGE_V5: &str = concat!(
+    "050000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107010180804003683a310168017a",
+    "01022f6d0902016b036401050901010080200101010102017006802000090101806080200002060001090101040164010180",
+    "20802003024de807004e000509017800020105017201018040802004a0fb91ffbc3101090707070707070707070707070707",
+    "0707070707070707070707070707070707070101050107070707070707070707070707070707070707070707070707070707",
+    "07070707",
+);
+/// `state_hash` of the version-4 golden state, as version-4 binaries
+/// computed it.
+const IMAGE_V4_STATE_HASH: u64 = 0xb8b3_e098_a4b6_69c9;
+
+/// Written by the binaries of schema version 4 (before detached disk segments).
 const IMAGE_V4: &str = concat!(
     "040000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107010180804003683a310168017a",
     "01022f6d0902016b036401050901010080200101010102017006802000090101806080200002060001090101040164010180",
@@ -573,20 +621,29 @@ const IMAGE_V3_STATE_HASH: u64 = 0x4f6c_8228_cf63_ff5f;
 
 #[test]
 fn the_snapshot_image_of_this_version_is_pinned() {
-    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 4, "a new snapshot schema version needs its own golden image\n{RULES}");
-    let state = MetaState::from_image(image_v4()).expect("the fixed image is consistent");
+    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 5, "a new snapshot schema version needs its own golden image\n{RULES}");
+    let state = MetaState::from_image(image_v5()).expect("the fixed image is consistent");
     let actual = hex(&encode_image(&state).expect("encode"));
-    assert!(actual == IMAGE_V4, "the snapshot image changed\n  golden: {IMAGE_V4}\n  actual: {actual}\n{RULES}");
-    let back = decode_image(&unhex(IMAGE_V4)).expect("decode the golden image");
-    assert_eq!(format!("{:?}", back.to_image()), format!("{:?}", image_v4()), "{RULES}");
+    assert!(actual == IMAGE_V5, "the snapshot image changed\n  golden: {IMAGE_V5}\n  actual: {actual}\n{RULES}");
+    let back = decode_image(&unhex(IMAGE_V5)).expect("decode the golden image");
+    assert_eq!(format!("{:?}", back.to_image()), format!("{:?}", image_v5()), "{RULES}");
     assert_eq!(back.client_credential(CLIENT), Some(&CREDENTIAL));
-    // The credentials are replicated data: the state hash covers them.
-    let without = MetaState::from_image(image_v3()).expect("consistent");
-    assert_ne!(back.state_hash(), without.state_hash(), "the state hash leaves the credentials out");
+    assert!(back.segment(SEGMENT).is_some_and(|s| !s.is_attached()), "the disk segment is detached");
+    // The detached segments are replicated data: the state hash covers them.
+    let mut attached = image_v5();
+    attached.detached = Vec::new();
+    let attached = MetaState::from_image(attached).expect("consistent");
+    assert_ne!(back.state_hash(), attached.state_hash(), "the state hash leaves the detached segments out");
 }
 
 #[test]
 fn images_of_older_schema_versions_are_still_read() {
+    // Version 4: everything kept; no segment is detached; the state hashes
+    // as it did.
+    let v4 = decode_image(&unhex(IMAGE_V4)).unwrap_or_else(|e| panic!("a version-4 image is refused: {e}\n{RULES}"));
+    assert_eq!(format!("{:?}", v4.to_image()), format!("{:?}", image_v4()), "{RULES}");
+    assert_eq!(v4.client_credential(CLIENT), Some(&CREDENTIAL));
+    assert_eq!(v4.state_hash(), IMAGE_V4_STATE_HASH, "the state hash of an upgraded state changed\n{RULES}");
     // Version 3: everything kept; no client has a credential yet (each
     // adopts the one it next mounts with); the state hashes as it did.
     let v3 = decode_image(&unhex(IMAGE_V3)).unwrap_or_else(|e| panic!("a version-3 image is refused: {e}\n{RULES}"));
@@ -620,15 +677,15 @@ fn images_of_older_schema_versions_are_still_read() {
 
 #[test]
 fn a_snapshot_file_is_pinned() {
-    let file = encode_snapshot_file(&[4, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
+    let file = encode_snapshot_file(&[5, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
     assert_eq!(
         hex(&file),
-        "4d43534e41507631040000002a000000000000008877665544332211050000000000000018d6f59e04000000ab",
+        "4d43534e41507631050000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
         "the snapshot file layout changed\n{RULES}"
     );
     let (info, body) = decode_snapshot_file(&file).expect("decode");
-    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (4, 42, 0x1122_3344_5566_7788));
-    assert_eq!(body, &[4, 0, 0, 0, 0xab]);
+    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (5, 42, 0x1122_3344_5566_7788));
+    assert_eq!(body, &[5, 0, 0, 0, 0xab]);
 }
 
 /// The data directory as sled holds it: which trees, which keys, which

@@ -34,8 +34,13 @@ impl MetaState {
         };
         // A length too large to round up to the allocation unit is larger
         // than any segment: refused, never wrapped to 0.
-        let len = len_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).unwrap_or(u64::MAX);
-        let unit = unit_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).unwrap_or(u64::MAX).max(ALLOC_ALIGN_BYTES);
+        // Disk segments take whole blocks (`tiers.rs`).
+        if !seg.is_attached() {
+            return Ok(Response::Err(MetaError::SegmentNotFound(format!("{segment} is detached"))));
+        }
+        let align = seg.tier().align_bytes();
+        let len = len_bytes.checked_next_multiple_of(align).unwrap_or(u64::MAX);
+        let unit = unit_bytes.checked_next_multiple_of(align).unwrap_or(u64::MAX).max(align);
         if len == 0 || unit > len || len > seg.capacity_bytes() {
             return Ok(Response::Err(invalid(format!(
                 "arena of {len_bytes} bytes (pieces of at least {unit_bytes}) does not fit segment {segment} of {} bytes",
@@ -111,8 +116,9 @@ impl MetaState {
     pub(super) fn trim_arena(&mut self, id: ArenaId, keep_bytes: u64) -> Result<(), MetaError> {
         // A length too large to round up to the allocation unit keeps the
         // whole arena (wrapped to 0, it would end it).
-        let keep = keep_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).unwrap_or(u64::MAX);
         let Some(arena) = self.arenas.get(&id) else { return Ok(()) };
+        let align = self.segments.get(&arena.segment).map_or(ALLOC_ALIGN_BYTES, |s| s.tier().align_bytes());
+        let keep = keep_bytes.checked_next_multiple_of(align).unwrap_or(u64::MAX);
         if keep == 0 {
             self.remove_arena(id);
             return Ok(());
@@ -221,6 +227,9 @@ impl MetaState {
         for r in &new.replicas {
             let expired = |why: String| MetaError::PutExpired(format!("{:?}: {why}; retry the put", new.key));
             let seg = self.segments.get(&r.segment).ok_or_else(|| expired(format!("segment {} is gone", r.segment)))?;
+            if seg.tier() != Tier::Dram {
+                return Err(invalid(format!("{} is a disk segment; puts are placed in memory", r.segment)));
+            }
             let arena = self.arenas.get(&r.arena).ok_or_else(|| expired(format!("{} was returned", r.arena)))?;
             if arena.segment != r.segment || !arena.holds(r.range) {
                 return Err(invalid(format!("{:?} on {} is not inside {}", r.range, r.segment, r.arena)));

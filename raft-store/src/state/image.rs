@@ -13,11 +13,11 @@ use openraft::{BasicNode, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use super::requests::RequestMemory;
-use super::{ClientEntry, DiscardedPut, MetaState, ObjectMeta, RetiredObject, SegmentEntry};
+use super::{ClientEntry, DetachedDisk, DiscardedPut, MetaState, ObjectMeta, RetiredObject, SegmentEntry};
 use crate::error::StoreError;
 use crate::types::*;
 
-/// The serialisable form of [`MetaState`] (schema version 4); allocators are
+/// The serialisable form of [`MetaState`] (schema version 5); allocators are
 /// rebuilt from the ranges of objects and discarded puts (the free set is
 /// canonical, so the rebuilt allocator behaves exactly like the evolved one).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -42,6 +42,29 @@ pub struct StateImage {
     pub request_anchor_ts_ms: u64,
     /// The credential hash of each client that registered with one (added
     /// in schema version 4; clients of older images have none).
+    pub client_credentials: Vec<(ClientId, CredentialHash)>,
+    /// The detached disk segments (added in schema version 5; older images
+    /// have none: no segment could be detached).
+    pub detached: Vec<(SegmentId, DetachedDisk)>,
+}
+
+/// The image of schema version 4 (before detached disk segments), read by
+/// [`StateImage::from_v4`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateImageV4 {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    pub discarded: Vec<DiscardedPut>,
+    pub requests: Vec<(u64, u64, Response)>,
+    pub arenas: Vec<Arena>,
+    pub next_arena: u64,
+    pub retired: Vec<RetiredObject>,
+    pub request_anchor_ts_ms: u64,
     pub client_credentials: Vec<(ClientId, CredentialHash)>,
 }
 
@@ -159,14 +182,38 @@ impl StateImage {
             retired: v3.retired,
             request_anchor_ts_ms: v3.request_anchor_ts_ms,
             client_credentials: Vec::new(),
+            detached: Vec::new(),
+        }
+    }
+
+    /// Upgrades a version-4 image: no disk segment is detached.
+    pub fn from_v4(v4: StateImageV4) -> StateImage {
+        StateImage {
+            last_applied: v4.last_applied,
+            last_membership: v4.last_membership,
+            now_ms: v4.now_ms,
+            next_version: v4.next_version,
+            segments: v4.segments,
+            objects: v4.objects,
+            clients: v4.clients,
+            discarded: v4.discarded,
+            requests: v4.requests,
+            arenas: v4.arenas,
+            next_arena: v4.next_arena,
+            retired: v4.retired,
+            request_anchor_ts_ms: v4.request_anchor_ts_ms,
+            client_credentials: v4.client_credentials,
+            detached: Vec::new(),
         }
     }
 
     /// The replicated data of the image in the version-2 layout (what the
     /// state hash covers): request ids stamped with `now_ms` less their age,
     /// which for an upgraded version-2 image gives back the stamps it had;
-    /// and the client credentials, which no older image has.
-    fn hashed_part(self) -> (StateImageV2, Vec<(ClientId, CredentialHash)>) {
+    /// and the client credentials and detached segments, which no older
+    /// image has.
+    #[allow(clippy::type_complexity)]
+    fn hashed_part(self) -> (StateImageV2, Vec<(ClientId, CredentialHash)>, Vec<(SegmentId, DetachedDisk)>) {
         let now_ms = self.now_ms;
         let stamped = self.requests.into_iter().map(|(id, age_ms, answer)| (id, now_ms.saturating_sub(age_ms), answer));
         let v2 = StateImageV2 {
@@ -183,7 +230,7 @@ impl StateImage {
             next_arena: self.next_arena,
             retired: self.retired,
         };
-        (v2, self.client_credentials)
+        (v2, self.client_credentials, self.detached)
     }
 }
 
@@ -205,6 +252,7 @@ impl MetaState {
             retired: self.retired.values().cloned().collect(),
             request_anchor_ts_ms: self.requests.clock().anchor_ts_ms,
             client_credentials: self.credentials.iter().map(|(id, h)| (*id, *h)).collect(),
+            detached: self.segments.values().filter_map(|s| Some((s.spec.id, s.detached.clone()?))).collect(),
         }
     }
 
@@ -217,12 +265,17 @@ impl MetaState {
         for r in placed.chain(held).chain(image.retired.iter().flat_map(|d| d.replicas.iter())) {
             used.entry(r.segment).or_default().push(r.range);
         }
+        let mut detached: BTreeMap<SegmentId, DetachedDisk> = image.detached.into_iter().collect();
         let mut segments = BTreeMap::new();
         for (spec, owner) in image.segments {
             let ranges = used.remove(&spec.id).unwrap_or_default();
             let alloc = RangeAllocator::with_allocated(spec.size_bytes, ranges)
                 .map_err(|e| corrupt(format!("segment {}: {e}", spec.id)))?;
-            segments.insert(spec.id, SegmentEntry { spec, owner, alloc });
+            let detached = detached.remove(&spec.id);
+            segments.insert(spec.id, SegmentEntry { spec, owner, alloc, detached });
+        }
+        if let Some(seg) = detached.keys().next() {
+            return Err(corrupt(format!("unknown segment {seg} is detached")));
         }
         if let Some(seg) = used.keys().next() {
             return Err(corrupt(format!("replica on unknown segment {seg}")));
@@ -268,7 +321,7 @@ impl MetaState {
     /// there are any: a state read from an older image (or snapshot file) hashes as it
     /// did when it was written.
     pub fn state_hash(&self) -> u64 {
-        let (mut image, credentials) = self.to_image().hashed_part();
+        let (mut image, credentials, detached) = self.to_image().hashed_part();
         image.last_applied = None;
         image.last_membership = StoredMembership::default();
         // The clocks advance with every entry, refused ones included; they
@@ -277,6 +330,9 @@ impl MetaState {
         let mut bytes = crate::codec::encode("state image", &image).unwrap_or_default();
         if !credentials.is_empty() {
             bytes.extend(crate::codec::encode("client credentials", &credentials).unwrap_or_default());
+        }
+        if !detached.is_empty() {
+            bytes.extend(crate::codec::encode("detached segments", &detached).unwrap_or_default());
         }
         bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
     }

@@ -34,7 +34,7 @@ use std::fmt;
 use mooncake_segment::{ALLOC_ALIGN_BYTES, AllocError, ClientId, Range, SegmentId};
 
 use super::{ARENA_EXTENTS_MAX, MetaState, ObjectMeta, ObjectStatus, REPLICA_NUM_MAX, SegmentEntry, validate_key};
-use crate::types::{ArenaId, ObjectVersion, ReplicaPlacement};
+use crate::types::{ArenaId, DISK_ALIGN_BYTES, ObjectVersion, ReplicaPlacement, Tier};
 
 /// What a violation is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,8 +293,17 @@ impl MetaState {
                 return Err(malformed(record, format!("stored under {id} but declares {}", s.spec.id)));
             }
             s.check_accounting()?;
-            if !self.clients.contains_key(&s.owner) {
+            // A detached disk segment outlives its owner's registration.
+            if s.is_attached() && !self.clients.contains_key(&s.owner) {
                 return Err(malformed(record, format!("its owner {} is not registered", s.owner)));
+            }
+            if let Some(d) = s.detached() {
+                if s.tier() != Tier::Ssd {
+                    return Err(malformed(record, "detached, but not a disk segment"));
+                }
+                if d.since_ms > self.now_ms {
+                    return Err(malformed(record, self.in_the_future("detached", d.since_ms)));
+                }
             }
         }
         Ok(())
@@ -359,11 +368,24 @@ impl MetaState {
             return bad(e.to_string());
         }
         check_replica_set(holder, &o.replicas)?;
-        let Some(len) = o.size_bytes.checked_next_multiple_of(ALLOC_ALIGN_BYTES).filter(|l| *l > 0) else {
+        if o.size_bytes == 0 || o.size_bytes.checked_next_multiple_of(DISK_ALIGN_BYTES).is_none() {
             return bad(format!("size {} bytes", o.size_bytes));
-        };
-        if let Some(r) = o.replicas.iter().find(|r| r.range.len != len) {
-            return bad(format!("replica {} on {} is not {len} bytes (its size, aligned)", r.range, r.segment));
+        }
+        for r in &o.replicas {
+            // An unknown segment is `check_held_bytes`'s to report.
+            let Some(tier) = self.replica_tier(r) else { continue };
+            let len = tier.range_len(o.size_bytes).unwrap_or(0);
+            // Disk ranges are whole blocks (memory offsets are the allocator's to check).
+            let misplaced = tier == Tier::Ssd && !r.range.offset.is_multiple_of(tier.align_bytes());
+            if r.range.len != len || misplaced {
+                return bad(format!(
+                    "replica {} on {} ({}) is not {len} bytes on a {}-byte boundary (its size, aligned)",
+                    r.range,
+                    r.segment,
+                    tier.name(),
+                    tier.align_bytes()
+                ));
+            }
         }
         let complete = o.status == ObjectStatus::Complete;
         if complete != o.checksum.is_some() || complete != o.completed_ms.is_some() {
@@ -468,6 +490,9 @@ impl MetaState {
             let Some(seg) = self.segments.get(&a.segment) else {
                 return Err(V::UnknownSegment { holder: Record::Arena(*id), segment: a.segment, range: a.extents[0] });
             };
+            if !seg.is_attached() {
+                return bad(format!("on {}, which is detached", a.segment));
+            }
             for e in &a.extents {
                 if e.len == 0 {
                     return bad(format!("empty extent at {}", e.offset));
