@@ -30,6 +30,55 @@ impl MasterClient {
         }
     }
 
+    /// Heartbeat of a store node: the full answer, with the copies the
+    /// leader asks it to make (docs/TIERS.md).
+    pub async fn ping_for_copies(&self, client_id: u64) -> Result<PingResponse, MasterError> {
+        let req = self.ping_request(client_id);
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.ping(req).await }
+            })
+            .await?;
+        check(r)
+    }
+
+    /// Reports the outcome of copy `task_id` (`error`: empty when the copy is
+    /// written and durable).
+    pub async fn report_copy(&self, client_id: u64, task_id: u64, error: &str) -> Result<(), MasterError> {
+        let credential = self.credential().as_bytes().to_vec();
+        let req = ReportCopyRequest { client_id, credential, task_id, error: error.to_string() };
+        check(
+            self.call(|mut c| {
+                let req = req.clone();
+                async move { c.report_copy(req).await }
+            })
+            .await?,
+        )
+        .map(drop)
+    }
+
+    /// Reports ranges of `segment_id` whose bytes failed verification;
+    /// returns how many replicas the masters dropped.
+    pub async fn report_corrupt(
+        &self,
+        client_id: u64,
+        segment_id: u64,
+        ranges: Vec<(u64, u64)>,
+    ) -> Result<u64, MasterError> {
+        let credential = self.credential().as_bytes().to_vec();
+        let ranges = ranges.into_iter().map(|(offset, len)| ByteRange { offset, len }).collect();
+        let req = ReportCorruptRequest { client_id, credential, segment_id, ranges };
+        check(
+            self.call(|mut c| {
+                let req = req.clone();
+                async move { c.report_corrupt(req).await }
+            })
+            .await?,
+        )
+        .map(|r| r.dropped)
+    }
+
     /// Mounts `segment` for `client_id`; returns its capability key (for
     /// the transfer server that serves it).
     pub async fn mount_segment(&self, client_id: u64, segment: Segment) -> Result<Vec<SegmentKey>, MasterError> {

@@ -111,9 +111,21 @@ impl MasterServiceImpl {
             Some(o) if o.status != ObjectStatus::Complete => {
                 Status::with(ErrorCode::ReplicaIsNotReady, format!("object {key:?} is still being written"))
             }
+            // Its only replicas are on disks of a store node that is down.
+            Some(o) if !o.replicas.iter().any(|r| s.is_readable(r)) => Status::with(
+                ErrorCode::ReplicaIsNotReady,
+                format!(
+                    "object {key:?} is only on disk segments of a store node that is down; it is readable again \
+                     when that node restarts with its disk (docs/TIERS.md)"
+                ),
+            ),
             Some(o) => {
+                // Memory before disk; replicas of a detached disk are left out.
+                let mut readable: Vec<&mooncake_raft_store::ReplicaPlacement> =
+                    o.replicas.iter().filter(|r| s.is_readable(r)).collect();
+                readable.sort_by_key(|r| s.replica_tier(r));
                 let mut replicas: Vec<Replica> =
-                    o.replicas.iter().map(|r| convert::replica_pb(s, r, o.status)).collect();
+                    readable.into_iter().map(|r| convert::replica_pb(s, r, o.status)).collect();
                 self.shared.capabilities.grant(s, &mut replicas, Access::Read);
                 return GetReplicaListResponse {
                     status: Some(Status::ok()),
@@ -144,7 +156,9 @@ impl MasterServiceImpl {
                 .collect()
         };
         let is_ok = |r: &GetReplicaListResponse| r.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::Ok);
-        self.shared.read_leased(&names, answer, is_ok).await
+        let answers = self.shared.read_leased(&names, answer, is_ok).await?;
+        crate::copies::count_hits(&self.shared, keys, &answers);
+        Ok(answers)
     }
 
     /// ExistKey of each key, leased when it exists (as Mooncake's).
@@ -231,7 +245,7 @@ impl MasterService for MasterServiceImpl {
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
         let r = req.into_inner();
         let client = ClientId(r.client_id);
-        let refused = |status: Status| ok(PingResponse { status: Some(status), view_version: 0 });
+        let refused = |status: Status| ok(PingResponse { status: Some(status), view_version: 0, copy_tasks: vec![] });
         let credential = match credential_hash(&r.credential) {
             Ok(h) => h,
             Err(s) => return refused(s),
@@ -254,7 +268,28 @@ impl MasterService for MasterServiceImpl {
         } else {
             Status::with(ErrorCode::NeedRemount, format!("{client} is not registered; remount its segments"))
         };
-        ok(PingResponse { status: Some(status), view_version: applied })
+        let copy_tasks = if known { crate::copies::copies_for_ping(&self.shared, client) } else { Vec::new() };
+        ok(PingResponse { status: Some(status), view_version: applied, copy_tasks })
+    }
+
+    async fn report_copy(&self, req: Request<ReportCopyRequest>) -> RpcResult<ReportCopyResponse> {
+        let r = req.into_inner();
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return ok(ReportCopyResponse { status: Some(s) }),
+        };
+        let status = crate::copies::report_copy(&self.shared, &r, &credential).await;
+        ok(ReportCopyResponse { status: Some(status) })
+    }
+
+    async fn report_corrupt(&self, req: Request<ReportCorruptRequest>) -> RpcResult<ReportCorruptResponse> {
+        let r = req.into_inner();
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return ok(ReportCorruptResponse { status: Some(s), dropped: 0 }),
+        };
+        let (status, dropped) = crate::copies::report_corrupt(&self.shared, &r, &credential).await;
+        ok(ReportCorruptResponse { status: Some(status), dropped })
     }
 
     async fn get_cluster_info(&self, req: Request<GetClusterInfoRequest>) -> RpcResult<GetClusterInfoResponse> {

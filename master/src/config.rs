@@ -20,6 +20,19 @@ pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
 /// timeout, so a write capability is dead long before its range can be
 /// handed to another writer.
 pub const DEFAULT_CAPABILITY_TTL_SEC: u64 = 60;
+/// Hits within the access horizon before a disk-only object is promoted
+/// back to memory (Mooncake: 2).
+pub const DEFAULT_PROMOTION_ADMISSION_THRESHOLD: u32 = 2;
+/// Promotions in flight at most.
+pub const DEFAULT_PROMOTION_QUEUE_LIMIT: usize = 256;
+/// Offload copies in flight at most.
+pub const DEFAULT_OFFLOAD_QUEUE_LIMIT: usize = 1_024;
+/// Usage of the disk tier above which disk eviction starts.
+pub const DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.95;
+/// How long the disk segments of an expired store node are kept (detached,
+/// their objects known) for it to come back: ten minutes covers a restart,
+/// a kernel upgrade or a node drain.
+pub const DEFAULT_DISK_REPLICA_GRACE_SEC: u64 = 600;
 /// Leader heartbeat; well under the election timeout so one lost heartbeat
 /// does not start an election.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 40;
@@ -115,6 +128,41 @@ pub struct MasterConfig {
     /// does not). 1..=3600.
     #[arg(long = "capability_ttl_sec", default_value_t = DEFAULT_CAPABILITY_TTL_SEC)]
     pub capability_ttl_sec: u64,
+    /// Copy objects to the disk segments of store nodes (docs/TIERS.md).
+    /// Alone: every object is copied to disk once complete ("eager"); with
+    /// --offload_on_evict, only objects memory eviction would drop. Memory
+    /// eviction then drops only the memory copy of an object on disk.
+    #[arg(long = "enable_offload", num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_offload: bool,
+    /// With --enable_offload: copy to disk only what memory eviction is about
+    /// to drop (objects are copied once memory is above its high watermark
+    /// less one eviction round), instead of everything.
+    #[arg(long = "offload_on_evict", num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
+    pub offload_on_evict: bool,
+    /// Copy an object that is only on disk back to memory once it was read
+    /// --promotion_admission_threshold times, while memory is below its high
+    /// watermark.
+    #[arg(long = "promotion_on_hit", num_args = 0..=1, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set)]
+    pub promotion_on_hit: bool,
+    /// Reads of a disk-only object before it is promoted (1..).
+    #[arg(long = "promotion_admission_threshold", default_value_t = DEFAULT_PROMOTION_ADMISSION_THRESHOLD)]
+    pub promotion_admission_threshold: u32,
+    /// Promotions in flight at most (1..).
+    #[arg(long = "promotion_queue_limit", default_value_t = DEFAULT_PROMOTION_QUEUE_LIMIT)]
+    pub promotion_queue_limit: usize,
+    /// Offload copies in flight at most (1..).
+    #[arg(long = "offload_queue_limit", default_value_t = DEFAULT_OFFLOAD_QUEUE_LIMIT)]
+    pub offload_queue_limit: usize,
+    /// Usage ratio of the disk tier above which disk eviction starts (the
+    /// oldest unleased disk copies first; an object also in memory keeps
+    /// its memory copy).
+    #[arg(long = "disk_eviction_high_watermark_ratio", default_value_t = DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO)]
+    pub disk_eviction_high_watermark_ratio: f64,
+    /// Seconds the disk segments of an expired store node are kept, detached
+    /// with their objects, for the node to come back with the same client id
+    /// and credential (it then serves them again); past it they are dropped.
+    #[arg(long = "disk_replica_grace_sec", default_value_t = DEFAULT_DISK_REPLICA_GRACE_SEC)]
+    pub disk_replica_grace_sec: u64,
     /// Raft leader heartbeat interval.
     #[arg(long = "heartbeat-interval-ms", default_value_t = DEFAULT_HEARTBEAT_INTERVAL_MS)]
     pub heartbeat_interval_ms: u64,
@@ -219,6 +267,16 @@ impl MasterConfig {
         };
         unit("eviction_high_watermark_ratio", self.eviction_high_watermark_ratio)?;
         unit("eviction_ratio", self.eviction_ratio)?;
+        unit("disk_eviction_high_watermark_ratio", self.disk_eviction_high_watermark_ratio)?;
+        if self.offload_on_evict && !self.enable_offload {
+            return Err("--offload_on_evict needs --enable_offload (offload on eviction is a mode of offload)".into());
+        }
+        if self.promotion_admission_threshold == 0 || self.promotion_queue_limit == 0 || self.offload_queue_limit == 0 {
+            return Err(
+                "--promotion_admission_threshold, --promotion_queue_limit and --offload_queue_limit must be positive"
+                    .into(),
+            );
+        }
         if self.default_kv_lease_ttl_ms == 0 || self.client_ttl_sec == 0 {
             return Err("--default_kv_lease_ttl and --client_ttl must be positive".into());
         }

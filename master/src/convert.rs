@@ -81,6 +81,10 @@ pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ObjectStatus)
         arena_id: 0,
         // Filled by the answers that hand out access (capabilities.rs).
         capability: Vec::new(),
+        tier: match state.segment(r.segment).map(|s| s.tier()) {
+            Some(Tier::Ssd) => pb::Tier::Ssd as i32,
+            _ => pb::Tier::Dram as i32,
+        },
     }
 }
 

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{MetaState, ObjectVersion, Pin, VersionedKey};
+use mooncake_raft_store::{MetaState, ObjectVersion, Pin, Tier, VersionedKey};
 use mooncake_segment::ClientId;
 
 use crate::kv_lease::KeyHash;
@@ -34,8 +34,11 @@ pub struct Candidate {
     pub hash: KeyHash,
     pub pin: Pin,
     pub completed_ms: u64,
-    /// Bytes freed by evicting it (all replicas).
+    /// Bytes freed by evicting it from the tier (its replicas there).
     pub bytes: u64,
+    /// It has a readable replica on another tier: evicting it from this one
+    /// drops only this tier's replicas (`DropTierReplicas`), nothing is lost.
+    pub kept_elsewhere: bool,
 }
 
 /// How many bytes a round must free: above the high watermark, enough to get
@@ -51,25 +54,33 @@ pub fn eviction_target(used: u64, capacity: u64, policy: &EvictionPolicy, need_b
     over.max(need_bytes)
 }
 
-/// Complete objects that are not hard-pinned: everything eviction may
-/// consider, before leases are known. Taken under the state's read lock.
-pub fn eviction_candidates(state: &MetaState) -> Vec<Candidate> {
+/// Complete objects with a replica on `tier` that are not hard-pinned:
+/// everything eviction from that tier may consider, before leases are
+/// known. Taken under the state's read lock.
+pub fn eviction_candidates(state: &MetaState, tier: Tier) -> Vec<Candidate> {
     state
         .objects()
         .filter(|o| o.status == ObjectStatus::Complete && o.pin != Pin::Hard)
-        .map(|o| Candidate {
-            object: VersionedKey { key: o.key.clone(), version: o.version },
-            hash: KeyHash::of(&o.key),
-            pin: o.pin,
-            completed_ms: o.completed_ms.unwrap_or(o.created_ms),
-            bytes: o.replicas.iter().map(|r| r.range.len).sum(),
+        .filter_map(|o| {
+            let on_tier = |r: &&mooncake_raft_store::ReplicaPlacement| state.replica_tier(r) == Some(tier);
+            let bytes: u64 = o.replicas.iter().filter(on_tier).map(|r| r.range.len).sum();
+            let kept_elsewhere = o.replicas.iter().any(|r| state.replica_tier(r) != Some(tier) && state.is_readable(r));
+            (bytes > 0).then(|| Candidate {
+                object: VersionedKey { key: o.key.clone(), version: o.version },
+                hash: KeyHash::of(&o.key),
+                pin: o.pin,
+                completed_ms: o.completed_ms.unwrap_or(o.created_ms),
+                bytes,
+                kept_elsewhere,
+            })
         })
         .collect()
 }
 
 /// The candidates to evict to free about `target` bytes: neither leased nor
-/// being removed; unpinned before soft-pinned; never read (by this leader,
-/// within the access horizon) before least recently read; oldest first.
+/// being removed; unpinned before soft-pinned; those kept on another tier
+/// (nothing is lost) before the others; never read (by this leader, within
+/// the access horizon) before least recently read; oldest first.
 pub fn choose_victims(
     mut candidates: Vec<Candidate>,
     term: &TermState,
@@ -82,7 +93,8 @@ pub fn choose_victims(
     }
     candidates.retain(|c| !term.is_kv_leased(c.hash, now, ttl) && !term.kv.is_fenced(c.hash));
     candidates.sort_by(|a, b| {
-        let rank = |c: &Candidate| (c.pin == Pin::Soft, term.kv.last_read(c.hash, ttl), c.completed_ms);
+        let rank =
+            |c: &Candidate| (c.pin == Pin::Soft, !c.kept_elsewhere, term.kv.last_read(c.hash, ttl), c.completed_ms);
         rank(a).cmp(&rank(b)).then_with(|| a.object.key.cmp(&b.object.key))
     });
     let mut freed = 0u64;

@@ -7,11 +7,18 @@
 //! lock, after the state read (lock order, `leader.rs`) — drops the leased
 //! and fenced ones, ranks the rest, and fences its victims in the same hold
 //! of the lock, so no reader is admitted between the choice and the fence.
+//!
+//! Each tier has its rounds (docs/TIERS.md): memory against the high
+//! watermark, disk against the disk watermark. A victim kept on another tier
+//! loses only this tier's replicas (`DropTierReplicas`); others are removed.
+//! With offload on, the memory duty's rounds leave the victims that are not
+//! on disk yet to the copy duty (they are copied, then dropped from memory)
+//! while the disk has room; a put that found no room still removes them.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use mooncake_raft_store::{Command, RemoveReason, Response, StateReader};
+use mooncake_raft_store::{Command, RemoveReason, Response, StateReader, Tier};
 
 use crate::decisions::{self, EvictionPolicy};
 use crate::kv_lease::KeyHash;
@@ -19,6 +26,7 @@ use crate::leader::LeaderState;
 use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 use crate::removal::propose_fenced;
+use crate::tiering::{OffloadMode, TierPolicy};
 
 /// Most victims of one round (bounds one entry's size and apply time).
 pub const EVICTION_BATCH_MAX: usize = 1_024;
@@ -29,6 +37,7 @@ pub struct Evictor {
     pub leader: Arc<LeaderState>,
     pub proposer: Proposer,
     pub policy: EvictionPolicy,
+    pub tiers: TierPolicy,
     pub metrics: Arc<MasterMetrics>,
     round: tokio::sync::Mutex<()>,
 }
@@ -39,9 +48,10 @@ impl Evictor {
         leader: Arc<LeaderState>,
         proposer: Proposer,
         policy: EvictionPolicy,
+        tiers: TierPolicy,
         metrics: Arc<MasterMetrics>,
     ) -> Self {
-        Evictor { reader, leader, proposer, policy, metrics, round: tokio::sync::Mutex::new(()) }
+        Evictor { reader, leader, proposer, policy, tiers, metrics, round: tokio::sync::Mutex::new(()) }
     }
 
     /// One round: frees what the high watermark asks and at least
@@ -49,13 +59,33 @@ impl Evictor {
     /// hard-pinned nor being removed. Returns how many objects it evicted:
     /// 0 means nothing evictable was found (or this master does not lead).
     pub async fn round(&self, need_bytes: u64) -> u64 {
+        self.round_on(Tier::Dram, need_bytes).await
+    }
+
+    /// One round on `tier` (memory: the high watermark; disk: the disk
+    /// watermark). Returns how many objects it evicted from the tier.
+    pub async fn round_on(&self, tier: Tier, need_bytes: u64) -> u64 {
         let _one_at_a_time = self.round.lock().await;
-        let (used, capacity) = self.reader.read(|s| (s.used_bytes(), s.capacity_bytes()));
-        let target = decisions::eviction_target(used, capacity, &self.policy, need_bytes);
+        let (used, capacity, disk_has_room) = self.reader.read(|s| {
+            let disk_room = s.tier_capacity_bytes(Tier::Ssd) as f64 * self.tiers.disk_high_watermark_ratio;
+            (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier), (s.tier_used_bytes(Tier::Ssd) as f64) < disk_room)
+        });
+        let policy = match tier {
+            Tier::Dram => self.policy,
+            Tier::Ssd => EvictionPolicy { high_watermark_ratio: self.tiers.disk_high_watermark_ratio, ..self.policy },
+        };
+        let target = decisions::eviction_target(used, capacity, &policy, need_bytes);
         if target == 0 {
             return 0;
         }
-        let candidates = self.reader.read(decisions::eviction_candidates);
+        // The duty's memory rounds leave what is not on disk yet to the copy
+        // duty while offload is on and the disk has room.
+        let leave_to_offload =
+            tier == Tier::Dram && need_bytes == 0 && self.tiers.offload != OffloadMode::Off && disk_has_room;
+        let mut candidates = self.reader.read(|s| decisions::eviction_candidates(s, tier));
+        if leave_to_offload {
+            candidates.retain(|c| c.kept_elsewhere);
+        }
         let ttl = self.policy.kv_lease_ttl;
         let chosen = self.leader.with(|t| {
             let mut victims = decisions::choose_victims(candidates, t, Instant::now(), ttl, target);
@@ -71,20 +101,31 @@ impl Evictor {
         }
         let guard = self.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
         let asked = victims.len();
-        let cmd = Command::RemoveObjects {
-            victims: victims.into_iter().map(|v| v.object).collect(),
-            reason: RemoveReason::Evict,
-        };
-        match propose_fenced(&self.proposer, vec![cmd], guard, |_, _| true).await {
+        let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
+        let mut cmds = Vec::new();
+        if !kept.is_empty() {
+            cmds.push(Command::DropTierReplicas { victims: kept.into_iter().map(|v| v.object).collect(), tier });
+        }
+        if !lost.is_empty() {
+            cmds.push(Command::RemoveObjects {
+                victims: lost.into_iter().map(|v| v.object).collect(),
+                reason: RemoveReason::Evict,
+            });
+        }
+        match propose_fenced(&self.proposer, cmds, guard, |_, _| true).await {
             Ok(answers) => {
-                let count = match answers.first() {
-                    Some(Response::Removed { count }) => *count,
-                    _ => 0,
-                };
+                let count: u64 = answers
+                    .iter()
+                    .map(|a| match a {
+                        Response::Removed { count } => *count,
+                        _ => 0,
+                    })
+                    .sum();
                 self.metrics.eviction_rounds.inc();
                 self.metrics.evicted_objects.inc_by(count);
-                let (used, capacity) = self.reader.read(|s| (s.used_bytes(), s.capacity_bytes()));
+                let (used, capacity) = self.reader.read(|s| (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier)));
                 tracing::info!(
+                    tier = tier.name(),
                     asked,
                     evicted = count,
                     need_bytes,

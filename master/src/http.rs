@@ -9,6 +9,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use mooncake_raft_store::Tier;
 use openraft::ServerState;
 
 use crate::shared::Shared;
@@ -101,6 +102,23 @@ async fn refresh_gauges(s: &Shared) {
         g.discarded_bytes.set(held.map(|r| r.range.len).sum::<u64>() as i64);
         g.arenas.set(st.arenas().count() as i64);
         g.arena_bytes.set(st.arenas().map(|a| a.len_bytes()).sum::<u64>() as i64);
+        for tier in [Tier::Dram, Tier::Ssd] {
+            g.tier_capacity_bytes.with_label_values(&[tier.name()]).set(st.tier_capacity_bytes(tier) as i64);
+            g.tier_used_bytes.with_label_values(&[tier.name()]).set(st.tier_used_bytes(tier) as i64);
+        }
+        g.detached_segments.set(st.segments().filter(|x| !x.is_attached()).count() as i64);
+        // Objects per tier cost a pass over every object: only once a disk
+        // segment exists (without one every object is in memory).
+        let on_disk = match st.segments().any(|x| x.tier() == Tier::Ssd) {
+            true => st.objects().filter(|o| o.replicas.iter().any(|r| st.replica_tier(r) == Some(Tier::Ssd))).count(),
+            false => 0,
+        };
+        let in_memory = match on_disk {
+            0 => st.object_count(),
+            _ => st.objects().filter(|o| o.replicas.iter().any(|r| st.replica_tier(r) == Some(Tier::Dram))).count(),
+        };
+        g.tier_objects.with_label_values(&[Tier::Dram.name()]).set(in_memory as i64);
+        g.tier_objects.with_label_values(&[Tier::Ssd.name()]).set(on_disk as i64);
     });
     let now = std::time::Instant::now();
     g.kv_leases.set(s.leader.with(|t| t.kv.lease_count(now)).unwrap_or(0) as i64);

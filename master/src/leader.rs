@@ -22,6 +22,7 @@ use mooncake_segment::ClientId;
 
 use crate::kv_lease::{FenceWait, KeyHash, KvLeases};
 use crate::reservations::PutTable;
+use crate::tiering::CopyTable;
 
 /// Soft state of one leadership term.
 pub struct TermState {
@@ -30,6 +31,8 @@ pub struct TermState {
     pub kv: KvLeases,
     /// Puts in flight and this term's arenas.
     pub puts: PutTable,
+    /// Copies between tiers in flight (`tiering.rs`).
+    pub copies: CopyTable,
     heartbeats: HashMap<ClientId, Instant>,
     first_seen: HashMap<ObjectVersion, Instant>,
 }
@@ -41,6 +44,7 @@ impl TermState {
             elected_at: now,
             kv: KvLeases::new(unsafe_unfenced),
             puts: PutTable::default(),
+            copies: CopyTable::default(),
             heartbeats: HashMap::new(),
             first_seen: HashMap::new(),
         }

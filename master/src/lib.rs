@@ -19,6 +19,7 @@ mod cluster_id;
 mod cluster_info;
 pub mod config;
 mod convert;
+mod copies;
 pub mod decisions;
 mod errors;
 pub mod eviction;
@@ -42,6 +43,7 @@ pub mod reservations;
 mod roles;
 mod run;
 mod shared;
+pub mod tiering;
 mod workers;
 
 pub use cluster_id::founding_id;

@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use mooncake_raft_store::StoreObserver;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
+
+use crate::tiering::Purpose;
 
 /// Latency buckets from 50 µs to 10 s: RPCs on loopback are sub-millisecond,
 /// fsyncs are 0.2–5 ms, a leader change makes some calls wait seconds.
@@ -42,6 +45,13 @@ pub struct MasterMetrics {
     pub discarded_puts: IntCounter,
     pub released_puts: IntCounter,
     pub leader_changes: IntCounter,
+    /// Copies between tiers, by purpose (offload, promote) and outcome
+    /// (issued, done, failed).
+    pub copies: IntCounterVec,
+    /// A copy from issued to recorded, by purpose.
+    pub copy_seconds: HistogramVec,
+    /// Replicas dropped because their store node found their bytes corrupt.
+    pub corrupt_replicas_dropped: IntCounter,
     /// Scrape-time gauges, set just before encoding.
     pub gauges: Gauges,
 }
@@ -68,6 +78,19 @@ pub struct Gauges {
     pub kv_leases: IntGauge,
     pub kv_fences: IntGauge,
     pub discarded_bytes: IntGauge,
+    /// Per tier (memory, disk): attached capacity, used bytes, objects with
+    /// a replica there.
+    pub tier_capacity_bytes: IntGaugeVec,
+    pub tier_used_bytes: IntGaugeVec,
+    pub tier_objects: IntGaugeVec,
+    /// Disk segments of expired store nodes kept for their grace.
+    pub detached_segments: IntGauge,
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
@@ -125,6 +148,19 @@ impl Gauges {
                 "Keys with a removal in flight on this leader (their readers wait).",
             )?,
             discarded_bytes: gauge(r, "mooncake_discarded_bytes", "Bytes held by discarded puts.")?,
+            tier_capacity_bytes: gauge_vec(
+                r,
+                "mooncake_tier_capacity_bytes",
+                "Capacity of the attached segments of each tier (memory, disk).",
+                &["tier"],
+            )?,
+            tier_used_bytes: gauge_vec(r, "mooncake_tier_used_bytes", "Allocated bytes of each tier.", &["tier"])?,
+            tier_objects: gauge_vec(r, "mooncake_tier_objects", "Objects with a replica on each tier.", &["tier"])?,
+            detached_segments: gauge(
+                r,
+                "mooncake_detached_segments",
+                "Disk segments of expired store nodes kept, with their objects, for the grace.",
+            )?,
         })
     }
 }
@@ -153,6 +189,15 @@ impl MasterMetrics {
         )?;
         r.register(Box::new(elections.clone()))?;
         let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0];
+        let copies = IntCounterVec::new(
+            Opts::new(
+                "mooncake_copies_total",
+                "Copies between tiers by purpose (offload: memory to disk, promote: disk to memory) and outcome \
+                 (issued, done, failed).",
+            ),
+            &["purpose", "outcome"],
+        )?;
+        r.register(Box::new(copies.clone()))?;
         Ok(MasterMetrics {
             elections,
             fsync: histogram(
@@ -205,6 +250,18 @@ impl MasterMetrics {
             discarded_puts: counter(&r, "mooncake_discarded_puts_total", "Abandoned puts discarded.")?,
             released_puts: counter(&r, "mooncake_released_puts_total", "Discarded puts whose space was released.")?,
             leader_changes: counter(&r, "mooncake_leader_changes_total", "Leaders this master has seen.")?,
+            copies,
+            copy_seconds: histogram_vec(
+                &r,
+                "mooncake_copy_seconds",
+                "Copies between tiers, from issued to recorded, by purpose.",
+                &["purpose"],
+            )?,
+            corrupt_replicas_dropped: counter(
+                &r,
+                "mooncake_corrupt_replicas_dropped_total",
+                "Replicas dropped because their store node found their bytes corrupt.",
+            )?,
             gauges: Gauges::new(&r)?,
             rpc_requests,
             rpc_duration,
@@ -216,6 +273,19 @@ impl MasterMetrics {
     pub fn observe_rpc(&self, method: &str, code: &str, took: Duration) {
         self.rpc_requests.with_label_values(&[method, code]).inc();
         self.rpc_duration.with_label_values(&[method]).observe(took.as_secs_f64());
+    }
+
+    pub fn copies_issued(&self, purpose: Purpose) -> IntCounter {
+        self.copies.with_label_values(&[purpose.name(), "issued"])
+    }
+    pub fn copies_done(&self, purpose: Purpose) -> IntCounter {
+        self.copies.with_label_values(&[purpose.name(), "done"])
+    }
+    pub fn copies_failed(&self, purpose: Purpose) -> IntCounter {
+        self.copies.with_label_values(&[purpose.name(), "failed"])
+    }
+    pub fn copy_latency(&self, purpose: Purpose) -> Histogram {
+        self.copy_seconds.with_label_values(&[purpose.name()])
     }
 
     /// The Prometheus text exposition of every metric.

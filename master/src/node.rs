@@ -136,7 +136,9 @@ impl MasterNode {
             eviction_ratio: cfg.eviction_ratio,
             kv_lease_ttl,
         };
-        let evictor = Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, metrics.clone()));
+        let tiers = crate::tiering::TierPolicy::from_config(&cfg);
+        let evictor =
+            Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, tiers, metrics.clone()));
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),
@@ -156,6 +158,7 @@ impl MasterNode {
             capabilities: crate::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
             secret,
             roles: crate::roles::Roles::new(admin_token),
+            tiers,
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -192,6 +195,7 @@ impl MasterNode {
             None => None,
         };
         tasks.push(tokio::spawn(workers::follow_leadership(raft.metrics(), leader.clone(), metrics.clone())));
+        tasks.push(tokio::spawn(crate::copies::run(shared.clone())));
         tasks.push(tokio::spawn(workers::leader_duties(DutyContext {
             reader,
             leader,

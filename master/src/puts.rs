@@ -18,7 +18,7 @@ use mooncake_proto::master::{PutEndRequest, PutRevokeRequest, PutStartRequest, P
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::{ObjectStatus, validate_put_start};
 use mooncake_raft_store::{
-    ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Response,
+    ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Response, Tier,
 };
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -42,12 +42,13 @@ struct Look {
 }
 
 /// Preferred segments first (in the caller's order), then the others, the
-/// emptiest first; only segments the object fits in.
+/// emptiest first; only attached memory segments the object fits in (disk
+/// segments receive copies only, docs/TIERS.md).
 fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
     let exists = s.object(key).is_some_and(|o| o.status == ObjectStatus::Complete);
-    let largest = s.segments().map(|g| g.capacity_bytes()).max();
+    let largest = s.attached(Tier::Dram).map(|g| g.capacity_bytes()).max();
     match largest {
-        None => return Err(MetaError::NoAvailableHandle("no segment is mounted".into())),
+        None => return Err(MetaError::NoAvailableHandle("no memory segment is mounted".into())),
         Some(cap) if aligned(size) > cap => {
             return Err(MetaError::InvalidParams(format!(
                 "object {key:?} of {size} bytes is larger than the largest segment ({cap} bytes)"
@@ -57,6 +58,11 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
     }
     if let Some(unknown) = preferred.iter().find(|id| s.segment(**id).is_none()) {
         return Err(MetaError::InvalidParams(format!("preferred segment {unknown} is not mounted")));
+    }
+    if let Some(disk) = preferred.iter().find(|id| s.segment(**id).is_some_and(|g| g.tier() != Tier::Dram)) {
+        return Err(MetaError::InvalidParams(format!(
+            "preferred segment {disk} is a disk segment; puts are placed in memory (docs/TIERS.md)"
+        )));
     }
     let candidate = |g: &mooncake_raft_store::state::SegmentEntry, preferred: bool| Candidate {
         segment: g.spec.id,
@@ -73,8 +79,10 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
             candidates.push(candidate(g, true));
         }
     }
-    let mut rest: Vec<_> =
-        s.segments().filter(|g| !preferred.contains(&g.spec.id) && g.capacity_bytes() >= aligned(size)).collect();
+    let mut rest: Vec<_> = s
+        .attached(Tier::Dram)
+        .filter(|g| !preferred.contains(&g.spec.id) && g.capacity_bytes() >= aligned(size))
+        .collect();
     rest.sort_by_key(|g| (std::cmp::Reverse(g.free_bytes()), g.spec.id));
     candidates.extend(rest.into_iter().map(|g| candidate(g, false)));
     Ok(Look { exists, candidates })
@@ -159,7 +167,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
 }
 
 /// What an arena grant for a put came to.
-enum Grant {
+pub(crate) enum Grant {
     /// The segment's open arena has room for the put (granted now, or by a
     /// concurrent put).
     Room,
@@ -173,7 +181,7 @@ enum Grant {
 /// unless a concurrent put already did. Under pressure it first gives back
 /// the tail of the segment's open arena and every own arena with nothing in
 /// flight.
-async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> Grant {
+pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> Grant {
     let _one_grant_at_a_time = shared.arena_grants.lock().await;
     let Some((term, room)) = shared.leader.with(|t| (t.term, t.puts.has_room(segment, min_len))) else {
         return Grant::NotLeading;

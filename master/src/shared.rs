@@ -55,6 +55,8 @@ pub struct Shared {
     pub capabilities: crate::capabilities::CapabilityIssuer,
     /// Who may call what (admin operations).
     pub roles: crate::roles::Roles,
+    /// The tier knobs (offload, promotion, disk watermark, grace).
+    pub tiers: crate::tiering::TierPolicy,
 }
 
 impl Shared {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, VersionedKey};
+use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, Tier, VersionedKey};
 use mooncake_segment::ClientId;
 use openraft::ServerState;
 use tokio::sync::watch;
@@ -114,7 +114,14 @@ async fn expire_clients(ctx: &DutyContext) {
     let clients: Vec<ClientId> = ctx.reader.read(|s| s.clients().map(|c| c.id).collect());
     let expired = ctx.leader.with(|t| decisions::expired_clients(&clients, t, now, ctx.client_ttl)).unwrap_or_default();
     for client in expired {
-        let r = propose_logged(ctx, "client expiry", Command::ExpireClient { client }).await;
+        // A store node with a disk keeps it (detached) for the grace: its
+        // objects come back when it does (docs/TIERS.md).
+        let has_disk = ctx.reader.read(|s| s.client_segments(client).any(|g| g.tier() == Tier::Ssd));
+        let cmd = match has_disk {
+            true => Command::ExpireClientKeepDisk { client },
+            false => Command::ExpireClient { client },
+        };
+        let r = propose_logged(ctx, "client expiry", cmd).await;
         if r.is_some_and(|r| r.err().is_none()) {
             ctx.leader.with(|t| t.puts.expire_client(client, ctx.release_after));
             ctx.metrics.expired_clients.inc();

@@ -121,7 +121,7 @@ fn over_watermark(state: &MetaState, p: &EvictionPolicy) -> bool {
 /// read from the state first, then filtered and ranked on the soft state.
 fn victims(state: &MetaState, leader: &LeaderState, now: Instant, p: &EvictionPolicy) -> Vec<VersionedKey> {
     let target = eviction_target(state.used_bytes(), state.capacity_bytes(), p, 0);
-    let candidates = eviction_candidates(state);
+    let candidates = eviction_candidates(state, mooncake_raft_store::Tier::Dram);
     let chosen = leader.with(|t| choose_victims(candidates, t, now, LEASE_TTL, target)).expect("leading");
     chosen.into_iter().map(|c| c.object).collect()
 }

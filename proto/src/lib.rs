@@ -88,6 +88,8 @@ impl_has_status!(
     master::BatchGetReplicaListResponse,
     master::BatchExistKeyResponse,
     master::BatchRemoveResponse,
+    master::ReportCopyResponse,
+    master::ReportCorruptResponse,
     admin::AdminResponse,
     admin::ClusterStatusResponse,
     admin::ListClientsResponse,

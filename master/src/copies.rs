@@ -1,0 +1,413 @@
+//! The leader's copy duty and the store nodes' copy reports (docs/TIERS.md):
+//! objects copied to disk (offload) and back to memory (promotion) by the
+//! store node that owns the target segment, every outcome recorded through
+//! the log (`AddReplica`); disk segments of expired store nodes ended after
+//! their grace (`DropDetached`); disk eviction; corrupt disk ranges reported
+//! by their owner dropped (`DropCorrupt`).
+//!
+//! A copy's target range is reserved in this leader's own arena on the
+//! target segment, exactly as a put's is (`reservations.rs`, under
+//! [`Copy::reservation_key`]), so nothing else is placed there while the
+//! store node writes, and a copy never reported is expired with the puts.
+//! The copy goes to its executor in the answer to its next Ping.
+//!
+//! Lock order as everywhere (`leader.rs`): the state is read first, the
+//! soft state consulted after.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mooncake_auth::capability::Access;
+use mooncake_proto::master::{self as pb, ReportCopyRequest, ReportCorruptRequest};
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_raft_store::state::{ObjectStatus, SegmentEntry};
+use mooncake_raft_store::{Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, Tier};
+use mooncake_segment::{ClientId, Range, SegmentId};
+
+use crate::convert;
+use crate::errors::{meta_status, response_status};
+use crate::puts::{Grant, grant_arena};
+use crate::reservations::{Candidate, PutAsk, Reserve, Round};
+use crate::shared::Shared;
+use crate::tiering::{Copy, OffloadMode, Purpose};
+
+/// The copy duty runs this often.
+const COPY_TICK: Duration = Duration::from_millis(250);
+/// Copies one Ping hands to a store node at most.
+pub const COPIES_PER_PING_MAX: usize = 16;
+/// Copies planned in one tick at most (each tick looks again).
+const COPIES_PER_TICK_MAX: usize = 256;
+
+/// The copy duty: idle on followers.
+pub async fn run(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(COPY_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if shared.leader.with(|_| ()).is_none() {
+            continue;
+        }
+        give_up_late_copies(&shared);
+        if shared.tiers.offload != OffloadMode::Off {
+            schedule(&shared, Purpose::Offload).await;
+        }
+        if shared.tiers.promotion_on_hit {
+            schedule(&shared, Purpose::Promote).await;
+        }
+        end_detached(&shared).await;
+        shared.evictor.round_on(Tier::Ssd, 0).await;
+    }
+}
+
+/// One copy to make, as planned from the state.
+struct Plan {
+    key: String,
+    version: ObjectVersion,
+    size_bytes: u64,
+    checksum: u32,
+    sources: Vec<ReplicaPlacement>,
+    target: Candidate,
+    tier: Tier,
+    executor: ClientId,
+}
+
+/// The segment of `tier` to copy an object of `len` bytes to: attached,
+/// with that much free, on `host` if one is, else the emptiest.
+fn target_segment<'a>(s: &'a MetaState, tier: Tier, len: u64, hosts: &[&str]) -> Option<&'a SegmentEntry> {
+    s.attached(tier)
+        .filter(|g| g.free_bytes() >= len)
+        .max_by_key(|g| (hosts.contains(&g.spec.host_id.as_str()), g.free_bytes(), std::cmp::Reverse(g.spec.id)))
+}
+
+fn candidate(g: &SegmentEntry) -> Candidate {
+    Candidate {
+        segment: g.spec.id,
+        host: g.spec.host_id.clone(),
+        preferred: true,
+        capacity_bytes: g.capacity_bytes(),
+        free_bytes: g.free_bytes(),
+    }
+}
+
+/// A copy of `o` from its readable replicas on `from` to a segment of `to`.
+fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Tier, to: Tier) -> Option<Plan> {
+    let sources: Vec<ReplicaPlacement> =
+        o.replicas.iter().filter(|r| s.replica_tier(r) == Some(from) && s.is_readable(r)).cloned().collect();
+    let hosts: Vec<&str> =
+        sources.iter().filter_map(|r| s.segment(r.segment)).map(|g| g.spec.host_id.as_str()).collect();
+    let len = to.range_len(o.size_bytes)?;
+    let target = target_segment(s, to, len, &hosts)?;
+    Some(Plan {
+        key: o.key.clone(),
+        version: o.version,
+        size_bytes: o.size_bytes,
+        checksum: o.checksum?,
+        sources,
+        target: candidate(target),
+        tier: to,
+        executor: target.owner,
+    })
+}
+
+/// Objects to offload: complete, readable in memory, on no disk segment;
+/// oldest first. With `--offload_on_evict` only once memory is within one
+/// eviction round of its high watermark, and never hard-pinned objects
+/// (never evicted).
+fn plan_offloads(s: &MetaState, shared: &Shared, max: usize) -> Vec<Plan> {
+    if s.attached(Tier::Ssd).next().is_none() {
+        return Vec::new();
+    }
+    let on_evict = shared.tiers.offload == OffloadMode::OnEvict;
+    if on_evict {
+        let policy = &shared.evictor.policy;
+        let start = (policy.high_watermark_ratio - policy.eviction_ratio).max(0.0);
+        let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
+        if (s.tier_used_bytes(Tier::Dram) as f64) < capacity * start {
+            return Vec::new();
+        }
+    }
+    let mut objects: Vec<&mooncake_raft_store::state::ObjectMeta> = s
+        .objects()
+        .filter(|o| o.status == ObjectStatus::Complete && !(on_evict && o.pin == Pin::Hard))
+        .filter(|o| o.replicas.iter().all(|r| s.replica_tier(r) != Some(Tier::Ssd)))
+        .filter(|o| o.replicas.iter().any(|r| s.is_readable(r)))
+        .collect();
+    if objects.len() > max {
+        objects.select_nth_unstable_by_key(max, |o| o.completed_ms.unwrap_or(o.created_ms));
+        objects.truncate(max);
+    }
+    objects.sort_by_key(|o| o.completed_ms.unwrap_or(o.created_ms));
+    objects.into_iter().filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd)).collect()
+}
+
+/// Hot objects to promote: complete, readable on disk only, while memory is
+/// below its high watermark.
+fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> Vec<Plan> {
+    let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
+    if (s.tier_used_bytes(Tier::Dram) as f64) >= capacity * shared.evictor.policy.high_watermark_ratio {
+        return Vec::new();
+    }
+    hot.iter()
+        .filter_map(|k| s.object(k))
+        .filter(|o| o.status == ObjectStatus::Complete)
+        .filter(|o| !o.replicas.iter().any(|r| s.replica_tier(r) == Some(Tier::Dram) && s.is_readable(r)))
+        .filter_map(|o| plan_copy(s, o, Tier::Ssd, Tier::Dram))
+        .collect()
+}
+
+/// Plans copies for `purpose` and reserves their targets; grants the
+/// arenas the reservations asked for (used by the next tick).
+async fn schedule(shared: &Shared, purpose: Purpose) {
+    let limit = match purpose {
+        Purpose::Offload => shared.tiers.offload_queue_limit,
+        Purpose::Promote => shared.tiers.promotion_queue_limit,
+    };
+    let Some((room, hot)) = shared.leader.with(|t| {
+        let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
+        let hot = match purpose {
+            Purpose::Promote if room > 0 => t.copies.take_hot(shared.tiers.promotion_admission_threshold),
+            _ => Vec::new(),
+        };
+        (room, hot)
+    }) else {
+        return;
+    };
+    if room == 0 {
+        return;
+    }
+    let plans = shared.reader.read(|s| match purpose {
+        Purpose::Offload => plan_offloads(s, shared, room * 2),
+        Purpose::Promote => plan_promotions(s, shared, &hot),
+    });
+    if plans.is_empty() {
+        return;
+    }
+    let now = Instant::now();
+    let wanted = shared.leader.with(|t| {
+        let mut wanted: Vec<(SegmentId, u64, u64)> = Vec::new();
+        let mut added = 0;
+        for p in plans {
+            if added >= room || t.copies.is_copying(&p.key) {
+                continue;
+            }
+            let Some(len) = p.tier.range_len(p.size_bytes) else { continue };
+            let id = t.copies.next_id();
+            let ask = PutAsk {
+                key: Copy::reservation_key(id),
+                client: p.executor,
+                size_bytes: len,
+                replica_num: 1,
+                pin: Pin::None,
+                upsert: false,
+            };
+            match t.puts.reserve(&ask, std::slice::from_ref(&p.target), &Round::default(), now) {
+                Reserve::Placed(mut placed) | Reserve::Again(mut placed) => {
+                    let Some(target) = placed.pop() else { continue };
+                    t.copies.add(Copy {
+                        id,
+                        purpose,
+                        key: p.key,
+                        version: p.version,
+                        size_bytes: p.size_bytes,
+                        checksum: p.checksum,
+                        executor: p.executor,
+                        sources: p.sources,
+                        target,
+                        issued: now,
+                        delivered: None,
+                    });
+                    added += 1;
+                }
+                Reserve::NeedArenas(segments) => {
+                    if purpose == Purpose::Promote {
+                        t.copies.keep_hot(&p.key, shared.tiers.promotion_admission_threshold);
+                    }
+                    for (segment, arena_len) in segments {
+                        if !wanted.iter().any(|(s, _, _)| *s == segment) {
+                            wanted.push((segment, arena_len, len));
+                        }
+                    }
+                }
+                Reserve::Taken | Reserve::NoRoom => {}
+            }
+        }
+        if added > 0 {
+            tracing::debug!(copies = added, purpose = purpose.name(), "copies handed to store nodes' next pings");
+        }
+        shared.metrics.copies_issued(purpose).inc_by(added as u64);
+        wanted
+    });
+    for (segment, len, unit) in wanted.unwrap_or_default() {
+        if let Grant::NotLeading = grant_arena(shared, segment, len, unit).await {
+            return;
+        }
+    }
+}
+
+/// Gives up copies not reported in time (their executor died or its report
+/// was lost): the object is planned again; the range stays reserved until
+/// the put table expires it.
+fn give_up_late_copies(shared: &Shared) {
+    let timeout = shared.tiers.copy_timeout;
+    let gone = shared.leader.with(|t| t.copies.expire(Instant::now(), timeout)).unwrap_or_default();
+    for c in &gone {
+        shared.metrics.copies_failed(c.purpose).inc();
+        tracing::warn!(key = %c.key, executor = %c.executor, purpose = c.purpose.name(), "copy not reported in time; given up");
+    }
+}
+
+/// Ends detached disk segments past their grace.
+async fn end_detached(shared: &Shared) {
+    let detached: Vec<SegmentId> =
+        shared.reader.read(|s| s.segments().filter(|g| !g.is_attached()).map(|g| g.spec.id).collect());
+    let grace = shared.tiers.disk_replica_grace;
+    let Some(ended) = shared.leader.with(|t| t.copies.detached_past_grace(&detached, Instant::now(), grace)) else {
+        return;
+    };
+    if ended.is_empty() {
+        return;
+    }
+    match shared.proposer.propose(Command::DropDetached { segments: ended.clone() }).await {
+        Ok(Response::Removed { count }) => tracing::info!(
+            count,
+            grace_s = grace.as_secs(),
+            segments = ?ended,
+            "disk segments of store nodes that did not come back within the grace dropped with their objects"
+        ),
+        Ok(other) => tracing::warn!(?other, "dropping detached disk segments refused"),
+        Err(s) => tracing::warn!(message = %s.message, "dropping detached disk segments failed"),
+    }
+}
+
+/// The copies to hand to `client` in its Ping answer, with what it needs to
+/// read the sources and write the target.
+pub fn copies_for_ping(shared: &Shared, client: ClientId) -> Vec<pb::CopyTask> {
+    let copies = shared.leader.with(|t| t.copies.take_for(client, COPIES_PER_PING_MAX, Instant::now()));
+    let Some(copies) = copies.filter(|c| !c.is_empty()) else { return Vec::new() };
+    shared.reader.read(|s| {
+        copies
+            .iter()
+            .map(|c| {
+                let mut sources: Vec<pb::Replica> =
+                    c.sources.iter().map(|r| convert::replica_pb(s, r, ObjectStatus::Complete)).collect();
+                shared.capabilities.grant(s, &mut sources, Access::Read);
+                let placement = ReplicaPlacement { segment: c.target.segment, range: c.target.range };
+                let mut target = vec![pb::Replica {
+                    arena_id: c.target.arena.0,
+                    ..convert::replica_pb(s, &placement, ObjectStatus::Processing)
+                }];
+                shared.capabilities.grant(s, &mut target, Access::Write);
+                pb::CopyTask {
+                    task_id: c.id,
+                    key: c.key.clone(),
+                    size: c.size_bytes,
+                    checksum: c.checksum,
+                    sources,
+                    target: target.pop(),
+                }
+            })
+            .collect()
+    })
+}
+
+/// A store node's report of a copy: a written copy is recorded
+/// (`AddReplica`); a failed one releases its range.
+pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &CredentialHash) -> Status {
+    let client = ClientId(req.client_id);
+    if let Err(e) = shared.reader.read(|s| s.check_credential(client, credential)) {
+        return meta_status(&e);
+    }
+    let now = Instant::now();
+    let Some(found) = shared.leader.with(|t| t.copies.finish(req.task_id, client)) else {
+        return shared.not_leader();
+    };
+    let Some(copy) = found else {
+        return Status::with(
+            ErrorCode::ObjectNotFound,
+            format!(
+                "copy {} is not one this leader handed to {client} (given up after {} s, or handed out by an \
+                 earlier leader); nothing to do",
+                req.task_id,
+                shared.tiers.copy_timeout.as_secs()
+            ),
+        );
+    };
+    let reservation = Copy::reservation_key(copy.id);
+    if !req.error.is_empty() {
+        shared.leader.with(|t| t.puts.revoke(&reservation, client, now));
+        shared.metrics.copies_failed(copy.purpose).inc();
+        tracing::warn!(key = %copy.key, executor = %client, purpose = copy.purpose.name(), error = %req.error, "copy failed");
+        return Status::ok();
+    }
+    let cmd = Command::AddReplica { key: copy.key.clone(), version: copy.version, replica: copy.target.clone() };
+    let answer = shared.proposer.propose(cmd).await;
+    // Applied or refused, the range is not being written any more.
+    shared.leader.with(|t| t.puts.finish(&reservation, client));
+    match answer {
+        Ok(r) => {
+            let status = response_status(&r);
+            if status.error_code() == ErrorCode::Ok {
+                shared.metrics.copies_done(copy.purpose).inc();
+                shared
+                    .metrics
+                    .copy_latency(copy.purpose)
+                    .observe(now.saturating_duration_since(copy.issued).as_secs_f64());
+            } else {
+                shared.metrics.copies_failed(copy.purpose).inc();
+                tracing::debug!(key = %copy.key, message = %status.message, "copy not recorded");
+            }
+            status
+        }
+        Err(s) => s,
+    }
+}
+
+/// A store node's report of corrupt ranges of its segment: the replicas on
+/// them are dropped. Answers the status and how many replicas went.
+pub async fn report_corrupt(shared: &Shared, req: &ReportCorruptRequest, credential: &CredentialHash) -> (Status, u64) {
+    if let Err(s) = shared.require_leader() {
+        return (s, 0);
+    }
+    let ranges: Vec<Range> = req.ranges.iter().map(|r| Range::new(r.offset, r.len)).collect();
+    let cmd = Command::DropCorrupt {
+        client: ClientId(req.client_id),
+        credential: *credential,
+        segment: SegmentId(req.segment_id),
+        ranges,
+    };
+    match shared.proposer.propose(cmd).await {
+        Ok(Response::Removed { count }) => {
+            shared.metrics.corrupt_replicas_dropped.inc_by(count);
+            tracing::warn!(
+                client = req.client_id,
+                segment = %SegmentId(req.segment_id),
+                ranges = req.ranges.len(),
+                dropped = count,
+                "a store node found corrupt disk ranges; the replicas on them are dropped"
+            );
+            (Status::ok(), count)
+        }
+        Ok(r) => (response_status(&r), 0),
+        Err(s) => (s, 0),
+    }
+}
+
+/// Counts reads of disk-only objects for promotion (`--promotion_on_hit`):
+/// answers whose replicas are all on disk.
+pub fn count_hits(shared: &Shared, keys: &[String], answers: &[pb::GetReplicaListResponse]) {
+    if !shared.tiers.promotion_on_hit {
+        return;
+    }
+    let disk_only = |a: &pb::GetReplicaListResponse| {
+        !a.replicas.is_empty() && a.replicas.iter().all(|r| r.tier == pb::Tier::Ssd as i32)
+    };
+    let hot: Vec<&String> = keys.iter().zip(answers).filter(|(_, a)| disk_only(a)).map(|(k, _)| k).collect();
+    if hot.is_empty() {
+        return;
+    }
+    shared.leader.with(|t| {
+        for k in hot {
+            t.copies.hit(k);
+        }
+    });
+}

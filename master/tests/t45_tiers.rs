@@ -1,0 +1,177 @@
+//! The masters' side of the SSD tier on a real master (metadata only: no
+//! bytes move here; the store node is played by RPCs). With offload on, a
+//! complete object is handed to its store node as a copy task in a Ping
+//! answer; the reported copy is recorded as a disk replica, listed after the
+//! memory one; only the executor may report it. A read of a disk-only object
+//! makes a promotion task. An expired store node's disk stays known
+//! (unreadable) until the same process comes back, which makes its objects
+//! readable again; past the grace they are gone. A corrupt range reported by
+//! the owner drops the replica on it.
+
+use std::time::Duration;
+
+use mooncake_auth::Credential;
+use mooncake_client::{MasterClient, MasterClientConfig};
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::{CopyTask, PutEndRequest, PutStartRequest, Replica, Segment, Tier};
+use mooncake_testkit::{Cluster, wait_until};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake-master");
+const T: Duration = Duration::from_secs(20);
+const NODE: u64 = 0x5a01;
+const WRITER: u64 = 7;
+const MEM: u64 = 1;
+const DISK: u64 = 9;
+
+fn segment(id: u64, tier: Tier, port: u16) -> Segment {
+    Segment {
+        id,
+        size: 1 << 20,
+        endpoint: format!("127.0.0.1:{port}"),
+        host_id: "host-a".into(),
+        tier: tier as i32,
+        ..Default::default()
+    }
+}
+
+/// A process of its own (its own credential).
+fn process(cluster: &Cluster, credential: Credential) -> MasterClient {
+    MasterClient::new(MasterClientConfig { credential: Some(credential), ..MasterClientConfig::new(cluster.addrs()) })
+        .expect("client")
+}
+
+async fn put(client: &MasterClient, key: &str, size: u64) {
+    let ask = PutStartRequest { client_id: WRITER, key: key.into(), size, replica_num: 1, ..Default::default() };
+    let replicas = client.put_start(ask).await.expect("put start");
+    let end =
+        PutEndRequest { client_id: WRITER, key: key.into(), checksum: 0xAB, size, replicas, ..Default::default() };
+    client.put_end_with(end).await.expect("put end");
+}
+
+/// Pings as the node until the leader hands it a copy of `key` (the
+/// masters' logs are printed if it never comes).
+async fn copy_task(cluster: &Cluster, node: &MasterClient, key: &str) -> CopyTask {
+    let wait = tokio::time::timeout(T, async {
+        loop {
+            if let Ok(answer) = node.ping_for_copies(NODE).await
+                && let Some(task) = answer.copy_tasks.into_iter().find(|t| t.key == key)
+            {
+                return task;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    match wait.await {
+        Ok(task) => task,
+        Err(_) => {
+            cluster.dump_logs();
+            panic!("no copy task for {key} within {T:?}");
+        }
+    }
+}
+
+fn tiers(replicas: &[Replica]) -> Vec<i32> {
+    replicas.iter().map(|r| r.tier).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_are_offloaded_promoted_and_outlive_their_store_nodes_restart_on_disk() {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .master_bin(BIN)
+        .arg("--enable_offload")
+        .arg("--promotion_on_hit")
+        .arg("--promotion_admission_threshold=1")
+        .arg("--client_ttl=2")
+        .arg("--disk_replica_grace_sec=3")
+        .start();
+    cluster.wait_for_leader(T).await;
+    let credential = Credential::random().expect("randomness");
+    let node = process(&cluster, credential.clone());
+    let writer = cluster.client();
+    node.remount_segments(NODE, vec![segment(MEM, Tier::Dram, 9001), segment(DISK, Tier::Ssd, 9001)])
+        .await
+        .expect("the store node mounts memory and disk");
+
+    // Offload: the object's store node is asked to copy it to its disk.
+    put(&writer, "k", 100).await;
+    let task = copy_task(&cluster, &node, "k").await;
+    assert_eq!((task.size, task.checksum), (100, 0xAB));
+    let target = task.target.clone().expect("a target");
+    assert_eq!((target.segment_id, target.tier, target.len), (DISK, Tier::Ssd as i32, 4096), "whole disk blocks");
+    assert!(target.offset.is_multiple_of(4096) && !target.capability.is_empty());
+    assert_eq!(task.sources.iter().map(|s| s.segment_id).collect::<Vec<_>>(), vec![MEM]);
+    assert!(!task.sources[0].capability.is_empty(), "the source is readable with the capability given");
+
+    // Only the node the copy was handed to may report it.
+    let intruder = process(&cluster, Credential::random().expect("randomness"));
+    let e = intruder.report_copy(NODE, task.task_id, "").await.expect_err("another process's report");
+    assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
+    node.report_copy(NODE, task.task_id, "").await.expect("the copy is recorded");
+    let e = node.report_copy(NODE, task.task_id, "").await.expect_err("reported twice");
+    assert_eq!(e.code(), Some(ErrorCode::ObjectNotFound), "{e}");
+    let list = writer.get_replica_list(WRITER, "k").await.expect("listed");
+    assert_eq!(tiers(&list.replicas), vec![Tier::Dram as i32, Tier::Ssd as i32], "memory first, then disk");
+
+    // A second object whose copy fails: nothing is recorded; it is asked again.
+    put(&writer, "f", 5000).await;
+    let failed = copy_task(&cluster, &node, "f").await;
+    node.report_copy(NODE, failed.task_id, "disk full").await.expect("a failure is taken");
+    let list = writer.get_replica_list(WRITER, "f").await.expect("listed");
+    assert_eq!(tiers(&list.replicas), vec![Tier::Dram as i32]);
+    let again = copy_task(&cluster, &node, "f").await;
+    assert_ne!(again.task_id, failed.task_id);
+    assert_eq!(again.target.as_ref().map(|t| t.len), Some(8192));
+    node.report_copy(NODE, again.task_id, "").await.expect("recorded");
+
+    // The node stops pinging and expires: its memory is gone, its disk kept
+    // but unreadable.
+    wait_until("the node expires", T, || async {
+        let clients = writer.list_clients().await.ok()?;
+        clients.iter().all(|c| c.id != NODE).then_some(())
+    })
+    .await;
+    let e = writer.get_replica_list(WRITER, "k").await.expect_err("only on a detached disk");
+    assert_eq!(e.code(), Some(ErrorCode::ReplicaIsNotReady), "{e}");
+    assert!(e.to_string().contains("down"), "the message says why: {e}");
+    // Another process cannot claim the node's disk.
+    let e =
+        intruder.remount_segments(NODE, vec![segment(DISK, Tier::Ssd, 9002)]).await.expect_err("another credential");
+    assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
+
+    // The node restarts (same id and credential, new memory segment, new
+    // port): its disk objects are readable again, from the new endpoint.
+    let node = process(&cluster, credential.clone());
+    node.remount_segments(NODE, vec![segment(MEM + 1, Tier::Dram, 9003), segment(DISK, Tier::Ssd, 9003)])
+        .await
+        .expect("the restarted node mounts its disk again");
+    let list = writer.get_replica_list(WRITER, "k").await.expect("readable again");
+    assert_eq!(tiers(&list.replicas), vec![Tier::Ssd as i32]);
+    assert_eq!(list.replicas[0].endpoint, "127.0.0.1:9003");
+
+    // Read once (threshold 1): promoted back to memory by the node.
+    let promote = copy_task(&cluster, &node, "k").await;
+    assert_eq!(promote.target.as_ref().map(|t| (t.segment_id, t.tier)), Some((MEM + 1, Tier::Dram as i32)));
+    assert_eq!(promote.sources.iter().map(|s| s.tier).collect::<Vec<_>>(), vec![Tier::Ssd as i32]);
+    node.report_copy(NODE, promote.task_id, "").await.expect("promotion recorded");
+    let list = writer.get_replica_list(WRITER, "k").await.expect("listed");
+    assert_eq!(tiers(&list.replicas), vec![Tier::Dram as i32, Tier::Ssd as i32]);
+
+    // A corrupt disk range drops the replica on it (owner only).
+    let disk = list.replicas[1].clone();
+    let e = intruder.report_corrupt(NODE, DISK, vec![(disk.offset, 4096)]).await.expect_err("not the owner");
+    assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
+    assert_eq!(node.report_corrupt(NODE, DISK, vec![(disk.offset, 4096)]).await.expect("reported"), 1);
+    let list = writer.get_replica_list(WRITER, "k").await.expect("still in memory");
+    assert_eq!(tiers(&list.replicas), vec![Tier::Dram as i32]);
+
+    // Expired again and not back within the grace: the disk-only object is gone.
+    drop(node);
+    wait_until("the disk-only object is dropped after the grace", T, || async {
+        match writer.get_replica_list(WRITER, "f").await {
+            Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
