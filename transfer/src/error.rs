@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use mooncake_segment::{MemoryError, SegmentId};
+use mooncake_segment::{DiskError, MemoryError, SegmentId};
 
 use crate::frame::Status;
 
@@ -47,6 +47,16 @@ pub enum TransferError {
         /// The peer, as `host:port`.
         endpoint: String,
     },
+    /// The store node's disk copy of the range failed checksum verification
+    /// (it answered CORRUPT): that replica is lost, another may be intact.
+    #[error(
+        "store node {endpoint} answered CORRUPT: its disk copy of the range failed checksum verification; read \
+         another replica (retrying this one cannot help)"
+    )]
+    Corrupt {
+        /// The peer, as `host:port`.
+        endpoint: String,
+    },
     /// The peer broke the protocol (bad header, wrong request id or length).
     #[error("store node {endpoint} broke the transfer protocol: {reason}")]
     Protocol {
@@ -71,6 +81,9 @@ pub enum TransferError {
     /// A local bounds or memory error (shared-memory transfers).
     #[error("segment memory error: {0}")]
     Memory(#[from] MemoryError),
+    /// A local disk segment error (registering or renewing a disk segment).
+    #[error("disk segment error: {0}")]
+    Disk(#[from] DiskError),
     /// The target's shm file cannot be mapped (not on this host, gone, or re-created).
     #[error("cannot map shm segment {}: {reason}", .path.display())]
     ShmUnavailable {
@@ -135,9 +148,11 @@ impl TransferError {
         match self {
             TransferError::Timeout { .. } | TransferError::PeerGone { .. } | TransferError::Busy { .. } => true,
             TransferError::Remote { status, .. } => status_is_retryable(*status),
-            TransferError::Protocol { .. }
+            TransferError::Corrupt { .. }
+            | TransferError::Protocol { .. }
             | TransferError::Tls { .. }
             | TransferError::Memory(_)
+            | TransferError::Disk(_)
             | TransferError::ShmUnavailable { .. }
             | TransferError::DuplicateSegment { .. }
             | TransferError::UnknownSegment { .. }
@@ -154,7 +169,10 @@ fn status_is_retryable(status: Status) -> bool {
         Status::Internal | Status::Busy => true,
         // UNAUTHORIZED: the same capability is refused again; a fresh one
         // comes with a new replica list (or PutStart) from the master.
+        // CORRUPT: the bytes on the node's disk are bad; another replica,
+        // not another try, can help.
         Status::Ok
+        | Status::Corrupt
         | Status::UnknownSegment
         | Status::OutOfRange
         | Status::BadFrame

@@ -30,7 +30,7 @@
 //! |---|---|---|---|
 //! | 0 | 4 | magic | [`FRAME_MAGIC`] |
 //! | 4 | 1 | version | [`FRAME_VERSION`] |
-//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY, 7 UNAUTHORIZED |
+//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY, 7 UNAUTHORIZED, 8 CORRUPT |
 //! | 6 | 2 | reserved | must be 0 |
 //! | 8 | 8 | request_id | the request's id (0 if the request header was unreadable) |
 //! | 16 | 8 | length | READ OK: payload bytes that follow; WRITE OK: bytes written; errors: 0 |
@@ -39,6 +39,11 @@
 //! a WRITE (UNAUTHORIZED included), or after BAD_FRAME/TOO_LARGE, the server
 //! closes the connection: it never reads a refused payload, so it never
 //! writes a byte of it anywhere.
+//!
+//! CORRUPT answers a READ of a disk segment whose bytes failed the node's
+//! per-block checksum verification; like every refused READ it leaves the
+//! connection open. (A READ of several disk chunks whose later chunk fails
+//! after its OK header went out is cut off by closing the connection.)
 //!
 //! BUSY is the one response not sent for a request: a server at its
 //! connection limit (in total, or for the client's IP address) answers a new
@@ -102,6 +107,9 @@ pub enum Status {
     /// The request's capability is missing, forged, expired, for another
     /// segment, range or access, or the segment has no key yet.
     Unauthorized = 7,
+    /// The segment is on disk and a block of the range failed checksum
+    /// verification there: this replica's bytes are lost.
+    Corrupt = 8,
 }
 
 impl Status {
@@ -116,6 +124,7 @@ impl Status {
             Status::Internal => "INTERNAL",
             Status::Busy => "BUSY",
             Status::Unauthorized => "UNAUTHORIZED",
+            Status::Corrupt => "CORRUPT",
         }
     }
 
@@ -129,6 +138,7 @@ impl Status {
             5 => Status::Internal,
             6 => Status::Busy,
             7 => Status::Unauthorized,
+            8 => Status::Corrupt,
             _ => return None,
         })
     }
@@ -142,6 +152,9 @@ impl std::fmt::Display for Status {
                 " (no valid capability for this segment, range and access: missing, expired, forged, or for \
                  another range; the store node's log says which)",
             ),
+            Status::Corrupt => {
+                f.write_str(" (the store node's disk copy failed checksum verification; read another replica)")
+            }
             _ => Ok(()),
         }
     }
@@ -342,7 +355,7 @@ mod tests {
     }
 
     fn arb_response() -> impl Strategy<Value = ResponseHeader> {
-        (0u8..=7, any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(|(status, request_id, length)| ResponseHeader {
+        (0u8..=8, any::<u64>(), 0..=FRAME_PAYLOAD_MAX_BYTES).prop_map(|(status, request_id, length)| ResponseHeader {
             status: Status::from_u8(status).unwrap(),
             request_id,
             length,

@@ -3,7 +3,8 @@
 //!
 //! Key types: [`TransferEngine`] (picks a backend per target), the
 //! [`Transport`] trait with [`TcpTransport`] and [`ShmTransport`], the store
-//! node side [`TransferServer`] serving a [`SegmentRegistry`] (with its
+//! node side [`TransferServer`] serving a [`SegmentRegistry`] of memory and
+//! disk segments ([`Backing`]) (with its
 //! connection limits in [`ServerConfig`]), [`ShmOwner`] (a store node's claim
 //! on its `/dev/shm` files, and the removal of a dead predecessor's), and the
 //! wire format in [`frame`]. [`testing`] is the conformance suite every transport
@@ -28,7 +29,7 @@ pub use error::TransferError;
 /// Capabilities as the data path checks them (for callers that sign their
 /// own: tests, probes).
 pub use mooncake_auth::capability;
-pub use registry::{REGISTRY_SEGMENTS_MAX, SegmentRegistry};
+pub use registry::{Backing, REGISTRY_SEGMENTS_MAX, SegmentRegistry};
 pub use server::{
     SERVER_CONNECTIONS_DEFAULT, SERVER_CONNECTIONS_MAX, SERVER_HEADER_TIMEOUT_DEFAULT, SERVER_IDLE_TIMEOUT_DEFAULT,
     SERVER_PEER_CONNECTIONS_DEFAULT, SERVER_REFUSALS_MAX, ServerConfig, ServerStats, TransferServer,

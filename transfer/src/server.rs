@@ -6,7 +6,9 @@
 //! payload is read straight into the segment's memory, a READ is written
 //! straight from it. Every request is checked against the registered segment
 //! before a byte moves; a refused WRITE closes the connection instead of
-//! reading its payload, so nothing of it lands anywhere.
+//! reading its payload, so nothing of it lands anywhere. Disk segments
+//! ([`crate::Backing::Disk`]) move their bytes in chunks through the
+//! segment's aligned buffers instead, verified on read ([`disk`]).
 //!
 //! This module owns the accept loop and the server's limits: at most
 //! [`ServerConfig::connections_max`] connections at once and
@@ -23,6 +25,7 @@
 
 mod admission;
 mod connection;
+mod disk;
 
 use std::io;
 use std::net::SocketAddr;

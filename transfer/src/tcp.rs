@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use mooncake_auth::capability::{CAPABILITY_BYTES, Capability};
-use mooncake_segment::{MemoryError, SegmentId};
+use mooncake_segment::{DISK_BLOCK_BYTES, MemoryError, SegmentId};
 use mooncake_tls::TlsConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -249,10 +249,13 @@ impl TcpTransport {
 
     /// Chunk size for a transfer of `total` bytes: spread over the lanes,
     /// never below `split_bytes` (so small transfers stay whole) nor above
-    /// the frame limit.
+    /// the frame limit, and a whole number of disk blocks, so the chunks of
+    /// a block-aligned write to a disk segment all start on a block (the
+    /// store node refuses unaligned disk WRITEs).
     fn chunk_bytes(&self, total: usize) -> usize {
         let per_lane = (total as u64).div_ceil(self.config.lanes as u64);
-        let chunk = per_lane.max(self.config.split_bytes).min(FRAME_PAYLOAD_MAX_BYTES);
+        let chunk =
+            per_lane.max(self.config.split_bytes).next_multiple_of(DISK_BLOCK_BYTES).min(FRAME_PAYLOAD_MAX_BYTES);
         usize::try_from(chunk).unwrap_or(usize::MAX).max(1)
     }
 
@@ -390,11 +393,12 @@ pub(crate) fn encoded(capability: Option<&Capability>) -> [u8; CAPABILITY_BYTES]
 }
 
 /// Whether the connection is still at a frame boundary after `result`: after
-/// success, or a refused READ (the server keeps those connections open).
+/// success, or a refused READ (the server keeps those connections open; a
+/// CORRUPT answer is a refused READ too).
 fn keeps_connection(op: Op, result: &Result<(), TransferError>) -> bool {
     match result {
         Ok(()) => true,
-        Err(TransferError::Remote { .. }) => op == Op::Read,
+        Err(TransferError::Remote { .. } | TransferError::Corrupt { .. }) => op == Op::Read,
         Err(_) => false,
     }
 }
@@ -519,6 +523,9 @@ fn check_response(endpoint: &str, raw: &[u8; RESPONSE_HEADER_BYTES], request_id:
             format!("response names request {}, expected {request_id}", response.request_id),
         ));
     }
+    if response.status == frame::Status::Corrupt {
+        return Err(TransferError::Corrupt { endpoint: endpoint.to_owned() });
+    }
     if response.status != frame::Status::Ok {
         return Err(TransferError::Remote { status: response.status, endpoint: endpoint.to_owned() });
     }
@@ -536,6 +543,7 @@ mod tests {
         assert_eq!(chunk, 1 << 20);
         assert_eq!(tcp.chunk_bytes(1000), 1 << 20, "small transfers stay whole");
         assert_eq!(tcp.chunk_bytes(64 << 20), 16 << 20, "at most one chunk per lane");
+        assert_eq!(tcp.chunk_bytes((6 << 20) + 7), (3 << 19) + 4096, "chunks are whole disk blocks");
         let offsets: Vec<u64> = chunk_offsets(10, 4 << 20, chunk).unwrap().collect();
         assert_eq!(offsets, vec![10, 10 + (1 << 20), 10 + (2 << 20), 10 + (3 << 20)]);
         assert!(chunk_offsets(u64::MAX, 2, chunk).is_err());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mooncake_auth::capability::{self, Access, CapabilityError, Requested, SegmentKey};
+use mooncake_auth::capability::{self, Access, Capability, CapabilityError, Requested, SegmentKey};
 use mooncake_segment::SegmentMemory;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::time::Instant;
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::Counters;
 use super::admission::Slot;
 use crate::frame::{self, Op, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader, Status};
-use crate::registry::SegmentRegistry;
+use crate::registry::{Backing, SegmentRegistry};
 
 /// A connection's socket (a `TcpStream`, or a TLS stream over one),
 /// buffered both ways. Responses are flushed when no further whole request
@@ -51,7 +51,7 @@ enum NoHeader {
 }
 
 /// What to do with a connection after a request.
-enum After {
+pub(super) enum After {
     KeepOpen,
     Close,
 }
@@ -155,27 +155,45 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 return Ok(After::Close);
             }
         };
-        let Some((memory, key)) = self.registry.lookup_with_key(request.segment_id) else {
+        let Some((backing, key)) = self.registry.lookup_with_key(request.segment_id) else {
             return self.refuse(&request, Status::UnknownSegment).await;
         };
-        if memory.check_range(request.offset, request.length).is_err() {
+        let in_range = match &backing {
+            Backing::Memory(memory) => memory.check_range(request.offset, request.length).is_ok(),
+            Backing::Disk(disk) => {
+                request.offset.checked_add(request.length).is_some_and(|end| end <= disk.data_bytes())
+            }
+        };
+        if !in_range {
             return self.refuse(&request, Status::OutOfRange).await;
         }
-        if let Err(why) = authorize(key.as_deref(), &request) {
-            self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(peer = %self.peer, segment = %request.segment_id, op = ?request.op,
-                offset = request.offset, length = request.length, "transfer request unauthorized: {why}");
-            return self.refuse(&request, Status::Unauthorized).await;
-        }
-        match request.op {
-            Op::Read => self.serve_read(&request, &memory).await,
-            Op::Write => self.serve_write(&request, &memory).await,
+        let capability = match authorize(key.as_deref(), &request) {
+            Ok(capability) => capability,
+            Err(why) => {
+                self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, segment = %request.segment_id, op = ?request.op,
+                    offset = request.offset, length = request.length, "transfer request unauthorized: {why}");
+                return self.refuse(&request, Status::Unauthorized).await;
+            }
+        };
+        match (request.op, backing) {
+            (Op::Read, Backing::Memory(memory)) => self.serve_read(&request, &memory).await,
+            (Op::Write, Backing::Memory(memory)) => self.serve_write(&request, &memory).await,
+            (Op::Read, Backing::Disk(disk)) => self.serve_disk_read(&request, &disk).await,
+            (Op::Write, Backing::Disk(disk)) => {
+                if let Err(why) = super::disk::write_fits(&request, &capability) {
+                    tracing::debug!(peer = %self.peer, segment = %request.segment_id, offset = request.offset,
+                        length = request.length, "disk segment WRITE refused: {why}");
+                    return self.refuse(&request, Status::OutOfRange).await;
+                }
+                self.serve_disk_write(&request, &disk).await
+            }
         }
     }
 
     /// Answers an error. A refused WRITE's payload is never read: the
     /// connection closes instead, so the stream needs no resynchronising.
-    async fn refuse(&mut self, request: &RequestHeader, status: Status) -> io::Result<After> {
+    pub(super) async fn refuse(&mut self, request: &RequestHeader, status: Status) -> io::Result<After> {
         self.counters.errors.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(peer = %self.peer, segment = %request.segment_id, offset = request.offset,
             length = request.length, "refusing transfer request: {status}");
@@ -224,7 +242,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         Ok(After::KeepOpen)
     }
 
-    async fn send_header(&mut self, status: Status, request_id: u64, length: u64) -> io::Result<()> {
+    pub(super) async fn send_header(&mut self, status: Status, request_id: u64, length: u64) -> io::Result<()> {
         let header = frame::encode_response(&ResponseHeader { status, request_id, length });
         with_timeout(self.deadlines.payload, self.stream.write_all(&header)).await
     }
@@ -239,9 +257,9 @@ enum Unauthorized {
     Capability(#[from] CapabilityError),
 }
 
-/// Ok when the request's capability verifies under the segment's `key` and
+/// The request's capability when it verifies under the segment's `key` and
 /// covers exactly what it asks (segment, access, range, not expired).
-fn authorize(key: Option<&SegmentKey>, request: &RequestHeader) -> Result<(), Unauthorized> {
+fn authorize(key: Option<&SegmentKey>, request: &RequestHeader) -> Result<Capability, Unauthorized> {
     let key = key.ok_or(Unauthorized::NoKey)?;
     let requested = Requested {
         segment_id: request.segment_id.0,
@@ -252,8 +270,7 @@ fn authorize(key: Option<&SegmentKey>, request: &RequestHeader) -> Result<(), Un
             Op::Write => Access::Write,
         },
     };
-    capability::verify(key, &request.capability, &requested, unix_ms_now())?;
-    Ok(())
+    Ok(capability::verify(key, &request.capability, &requested, unix_ms_now())?)
 }
 
 /// This node's wall clock in unix ms, which capability expiries are
@@ -264,7 +281,7 @@ fn unix_ms_now() -> u64 {
 }
 
 /// Runs one I/O step with a deadline; expiry is a `TimedOut` error.
-async fn with_timeout<T>(limit: Duration, io: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+pub(super) async fn with_timeout<T>(limit: Duration, io: impl Future<Output = io::Result<T>>) -> io::Result<T> {
     match tokio::time::timeout(limit, io).await {
         Ok(result) => result,
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, format!("peer stalled for {limit:?} mid-frame"))),

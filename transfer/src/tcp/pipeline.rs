@@ -170,7 +170,7 @@ impl TcpTransport {
                 reader.read_exact(&mut raw).await.map_err(|e| peer_gone(endpoint, e))?;
                 let length = match check_response(endpoint, &raw, *id) {
                     Ok(length) => length,
-                    Err(refused @ TransferError::Remote { .. }) => {
+                    Err(refused @ (TransferError::Remote { .. } | TransferError::Corrupt { .. })) => {
                         *slot = Some(Err(refused));
                         continue;
                     }
@@ -225,6 +225,7 @@ fn copy_of(endpoint: &str, err: &TransferError) -> TransferError {
             TransferError::Timeout { endpoint: endpoint.to_owned(), after_ms: *after_ms }
         }
         TransferError::Busy { .. } => TransferError::Busy { endpoint: endpoint.to_owned() },
+        TransferError::Corrupt { .. } => TransferError::Corrupt { endpoint: endpoint.to_owned() },
         TransferError::Remote { status, .. } => {
             TransferError::Remote { status: *status, endpoint: endpoint.to_owned() }
         }
