@@ -7,7 +7,14 @@
 //! TLS: after the plain cells, the same cluster shape is started again with
 //! mutual TLS everywhere, and tcp put and get of every size (1 client,
 //! replicas 1) are measured over it; each is reported next to the plain
-//! cell of the same size from this run, as a ratio.
+//! cell of the same size from this run, as a ratio. Right before the TLS
+//! cells of each size, the raw TCP loop is measured again over one
+//! mutual-TLS connection with the TLS cluster's certificates
+//! ([`baseline::raw_tls`], 1 client): what TLS itself costs here, with no
+//! protocol of ours in between. Its GET/PUT sit next to the TLS cells (our
+//! TLS over raw TLS) and next to raw TCP GET/PUT of 1 client (raw TLS over
+//! raw TCP: on loopback both ends' AES-GCM share the same cores, so this
+//! bounds what TLS over plain can reach on this machine).
 //!
 //! Baselines of the same size and concurrency, measured in the same run
 //! right before the Mooncake cells of that size: a raw TCP request/response
@@ -32,12 +39,13 @@ use mooncake_transfer::{Protocol, TcpConfig};
 use tokio::task::JoinHandle;
 
 use crate::baseline::raw_tcp::{Dir, RawServer, prefaulted};
+use crate::baseline::raw_tls::TlsServer;
 use crate::baseline::upstream::{self, Load, Upstream};
-use crate::baseline::{memcpy, raw_tcp};
+use crate::baseline::{memcpy, raw_tcp, raw_tls};
 use crate::cluster::{Cluster, Spec};
 use crate::report::{Cell, Section, Table, cols};
 use crate::stats::{Budget, Samples, ratio};
-use crate::{Ctx, target_row, targets_table};
+use crate::{Ctx, bound_row, target_row, targets_table};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -104,6 +112,15 @@ struct Base {
     copy: Samples,
     /// Upstream Mooncake's [put_from, get_into], if measured.
     upstream: Option<[Samples; 2]>,
+    /// The raw TCP loop over mutual TLS (1 client only), if measured.
+    raw_tls: Option<RawTls>,
+}
+
+/// GET and PUT of the raw TLS baseline of one size.
+#[derive(Clone, Debug, Default)]
+struct RawTls {
+    get: Samples,
+    put: Samples,
 }
 
 /// The tables being filled.
@@ -124,33 +141,34 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let mut tables = Tables { results: results_table(), baselines: baselines_table() };
     let mut section = Section::new("data");
     let mut upstream = upstream::start_for(ctx, &mut section, segment_bytes, upstream::WARM_BYTES).await;
+    let mut bases = Vec::new();
     for &size in &plan.sizes {
         for &n in &plan.clients {
             let budget = plan.budget(size);
             ctx.progress.step(&format!("data: baselines {} x{n} (raw TCP GET/PUT, memcpy)", size_name(size)));
             let mut base = baselines(&server, congestion.clone(), size, n, budget).await?;
             base.upstream = upstream_cell(ctx, &mut section, &mut upstream, size, n, budget).await;
-            add_baselines(&mut tables.baselines, size, n, &base);
             for &proto in &plan.protocols {
                 let failed = protocol_cells(ctx, &cluster, &plan, (size, n, proto), &base, &mut tables).await?;
                 section.failed_ops += failed;
             }
+            bases.push((size, n, base));
         }
     }
     // One cluster at a time: the TLS cluster's segments take the memory the
     // plain one gave back.
     drop(cluster);
-    let tls = tls_cells(ctx, &plan, segment_size, &tables.results).await?;
+    let tls = tls_cells(ctx, &plan, segment_size, (&tables.results, &bases), congestion.clone()).await?;
     section.failed_ops += tls.failed;
+    // The raw TLS rows go right after the raw TCP rows of 1 client.
+    for (size, n, mut base) in bases {
+        if n == 1 {
+            base.raw_tls = tls.raw.iter().find(|(s, _)| *s == size).map(|(_, r)| r.clone());
+        }
+        add_baselines(&mut tables.baselines, size, n, &base);
+    }
     let mut goals = targets(&tables.results, &plan.sizes);
-    target_row(
-        &mut goals,
-        "tcp get 4MiB TLS / plain",
-        tls.table.value(&[("size", "4MiB"), ("op", "get")], "ratio"),
-        0.85,
-        true,
-        2,
-    );
+    tls_targets(&mut goals, &tls.table);
     section.tables.push(goals);
     section.tables.push(tables.results);
     section.tables.push(tls.table);
@@ -161,63 +179,169 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     ));
     section.note("tcp ratio: get vs raw TCP GET, put vs raw TCP PUT (one connection per client); shm ratio: vs memcpy");
     section.note(
+        "over TLS: ratio = GB/s over TLS / plain cell; /raw TLS = GB/s over TLS / raw TLS of the same op; \
+         raw TLS/TCP = raw TLS / raw TCP of 1 client (on loopback both ends' AES-GCM share these cores: \
+         the bound of ratio on this machine)",
+    );
+    for n in tls.notes {
+        section.note(n);
+    }
+    section.note(
         "up = upstream Mooncake over TCP, replicas 1: put = put_from, get = get_into (registered buffers); \
          /up = our GB/s over its",
     );
     Ok(section)
 }
 
-/// The TLS rows and the ops that failed in them.
+/// The TLS rows, the raw TLS baselines, and the ops that failed in them.
 struct TlsCells {
     table: Table,
     failed: u64,
+    /// The raw TLS baseline of each size measured.
+    raw: Vec<(usize, RawTls)>,
+    notes: Vec<String>,
 }
 
+/// The plain run's results table and baselines ((size, clients, baselines)).
+type PlainRun<'a> = (&'a Table, &'a [(usize, usize, Base)]);
+
 /// tcp put and get of every size over a cluster with mutual TLS (1 client,
-/// replicas 1), each beside the plain cell of `results`.
+/// replicas 1), each beside the plain cell of `results`; right before them,
+/// the raw TLS baseline of the size, beside raw TCP of 1 client from `bases`.
 async fn tls_cells(
     ctx: &mut Ctx,
     plan: &Plan,
     segment_size: &'static str,
-    results: &Table,
+    (results, bases): PlainRun<'_>,
+    congestion: Option<String>,
 ) -> anyhow::Result<TlsCells> {
     ctx.progress.step("data: starting 3 masters and 2 store nodes with mutual TLS");
     let spec = Spec { masters: 3, stores: 2, segment_size, prefault: true };
     let cluster = Cluster::start_with_tls(&ctx.exe, spec, &ctx.master_args, true).await?;
     let client = Arc::new(cluster.client(Protocol::Tcp, &ctx.tcp).await?);
-    let mut cells = TlsCells { table: tls_table(), failed: 0 };
+    let mut cells = TlsCells { table: tls_table(), failed: 0, raw: Vec::new(), notes: Vec::new() };
+    let mut raw_server = match RawTlsServer::start(&cluster, congestion) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            ctx.progress.say(&format!("data: raw TLS baseline skipped: {e:#}"));
+            cells.notes.push(format!("raw TLS baseline not measured: {e:#}"));
+            None
+        }
+    };
     for &size in &plan.sizes {
+        let budget = plan.budget(size);
+        let mut raw = None;
+        if let Some(server) = &raw_server {
+            ctx.progress.step(&format!("data: baseline {} x1 (raw TLS GET/PUT)", size_name(size)));
+            match server.measure(size, budget).await {
+                Ok((r, session)) => {
+                    if cells.raw.is_empty() {
+                        cells.notes.push(format!(
+                            "raw TLS: the raw TCP loop over one mutual-TLS connection (tokio-rustls, mooncake-tls \
+                             configs, the TLS cluster's store and client certificates), negotiated {session}"
+                        ));
+                    }
+                    cells.raw.push((size, r.clone()));
+                    raw = Some(r);
+                }
+                Err(e) => {
+                    ctx.progress.say(&format!("data: raw TLS baseline {}: {e:#}", size_name(size)));
+                    cells.notes.push(format!("raw TLS baseline {} not measured: {e:#}", size_name(size)));
+                    raw_server = None;
+                }
+            }
+        }
         ctx.progress.step(&format!("data: {} tcp x1 replicas 1 over TLS", size_name(size)));
         let tag = format!("{}-tls", size_name(size));
-        let (put, get) = cell(std::slice::from_ref(&client), size, 1, plan.budget(size), &tag).await?;
+        let (put, get) = cell(std::slice::from_ref(&client), size, 1, budget, &tag).await?;
+        // Raw TCP GET/PUT of this size and 1 client, from the plain run.
+        let base = bases.iter().find(|(s, n, _)| *s == size && *n == 1).map(|(_, _, b)| b);
         for (op, s) in [("put", &put), ("get", &get)] {
             if let Some(e) = s.error_texts.first() {
                 ctx.progress.say(&format!("data: {tag} {op}: {} failed, first: {e}", s.errors));
             }
             cells.failed += s.errors;
             let plain = pick(results, &size_name(size), "tcp", op, "gb_per_s");
-            cells.table.row(vec![
-                Cell::text(size_name(size)),
-                Cell::text(op),
-                Cell::Int(s.ops()),
-                Cell::Int(s.errors),
-                Cell::Num(s.gb_per_s(), 2),
-                Cell::Num(s.p50_ms(), 3),
-                Cell::Num(s.p99_ms(), 3),
-                Cell::opt(plain, 2),
-                Cell::opt(ratio(s.gb_per_s(), plain), 2),
-            ]);
+            let (raw_tls, raw_tcp) = match op {
+                "put" => (raw.as_ref().map(|r| &r.put), base.map(|b| &b.put)),
+                _ => (raw.as_ref().map(|r| &r.get), base.map(|b| &b.get)),
+            };
+            let rate = |s: Option<&Samples>| s.map(Samples::gb_per_s);
+            add_tls_row(&mut cells.table, (size, op), s, plain, rate(raw_tls), rate(raw_tcp));
         }
     }
+    drop(raw_server);
     if let Ok(c) = Arc::try_unwrap(client) {
         c.close().await;
     }
     Ok(cells)
 }
 
+/// The raw TLS baseline server with the TLS cluster's store node
+/// certificate, and the client identity its connections present.
+struct RawTlsServer {
+    server: TlsServer,
+    client: mooncake_tls::TlsConfig,
+    congestion: Option<String>,
+}
+
+impl RawTlsServer {
+    fn start(cluster: &Cluster, congestion: Option<String>) -> anyhow::Result<RawTlsServer> {
+        let load = |role| {
+            cluster
+                .tls_config(role)
+                .map_err(anyhow::Error::msg)?
+                .with_context(|| format!("the TLS cluster has no {role} certificate"))
+        };
+        let server = TlsServer::start(&load(mooncake_tls::Role::Store)?, congestion.clone())?;
+        Ok(RawTlsServer { server, client: load(mooncake_tls::Role::Client)?, congestion })
+    }
+
+    /// GET, then PUT of `size` over one connection each; and the session
+    /// (protocol version and cipher suite) negotiated.
+    async fn measure(&self, size: usize, budget: Budget) -> anyhow::Result<(RawTls, String)> {
+        let (addr, tls, congestion) = (self.server.addr(), self.client.clone(), self.congestion.clone());
+        tokio::task::spawn_blocking(move || {
+            let get = raw_tls::measure(addr, &tls, congestion.as_deref(), Dir::Get, size, 1, budget)?;
+            let put = raw_tls::measure(addr, &tls, congestion.as_deref(), Dir::Put, size, 1, budget)?;
+            Ok((RawTls { get: get.samples, put: put.samples }, get.session))
+        })
+        .await
+        .context("raw TLS baseline thread")?
+    }
+}
+
+/// One row of [`tls_table`]: `s` over TLS of `op` at `size`, and the plain
+/// cell, raw TLS and raw TCP (GB/s) of the same op and size.
+fn add_tls_row(
+    t: &mut Table,
+    (size, op): (usize, &str),
+    s: &Samples,
+    plain: Option<f64>,
+    raw_tls: Option<f64>,
+    raw_tcp: Option<f64>,
+) {
+    t.row(vec![
+        Cell::text(size_name(size)),
+        Cell::text(op),
+        Cell::Int(s.ops()),
+        Cell::Int(s.errors),
+        Cell::Num(s.gb_per_s(), 2),
+        Cell::Num(s.p50_ms(), 3),
+        Cell::Num(s.p99_ms(), 3),
+        Cell::opt(plain, 2),
+        Cell::opt(ratio(s.gb_per_s(), plain), 2),
+        Cell::opt(raw_tls, 2),
+        Cell::opt(ratio(s.gb_per_s(), raw_tls), 2),
+        Cell::opt(raw_tcp, 2),
+        Cell::opt(raw_tls.and_then(|r| ratio(r, raw_tcp)), 2),
+    ]);
+}
+
 fn tls_table() -> Table {
     Table::new(
-        "data path over mutual TLS: tcp, 1 client, replicas 1, vs the plain cell of this run",
+        "data path over mutual TLS: tcp, 1 client, replicas 1, vs the plain cell and the raw TLS and raw TCP \
+         streams of this run",
         cols(&[
             ("size", "size"),
             ("op", "op"),
@@ -228,8 +352,20 @@ fn tls_table() -> Table {
             ("p99_ms", "p99 ms"),
             ("plain_gb_per_s", "plain GB/s"),
             ("ratio", "ratio"),
+            ("raw_tls_gb_per_s", "raw TLS GB/s"),
+            ("raw_tls_ratio", "/raw TLS"),
+            ("raw_tcp_gb_per_s", "raw TCP GB/s"),
+            ("raw_tls_tcp_ratio", "raw TLS/TCP"),
         ]),
     )
+}
+
+/// The TLS rows of the targets table, from [`tls_table`].
+fn tls_targets(goals: &mut Table, tls: &Table) {
+    let get4 = |key| tls.value(&[("size", "4MiB"), ("op", "get")], key);
+    target_row(goals, "tcp get 4MiB TLS / plain", get4("ratio"), 0.85, true, 2);
+    target_row(goals, "tcp get 4MiB TLS / raw TLS stream", get4("raw_tls_ratio"), 0.85, true, 2);
+    bound_row(goals, "raw TLS / raw TCP 4MiB", get4("raw_tls_tcp_ratio"), 2);
 }
 
 /// Upstream's put and get of one size and concurrency, as our [`cell`] does them.
@@ -406,7 +542,7 @@ async fn baselines(
         // reads in its get phase, so both read their source from RAM.
         let sources = objects_per_client(size, n).min(budget.ops_max) as usize;
         let copy = memcpy::measure(size, n, budget, sources);
-        Ok(Base { get, put, copy, upstream: None })
+        Ok(Base { get, put, copy, upstream: None, raw_tls: None })
     })
     .await
     .context("baseline thread")?
@@ -471,7 +607,11 @@ fn baselines_table() -> Table {
 }
 
 fn add_baselines(t: &mut Table, size: usize, n: usize, b: &Base) {
-    let mut rows = vec![("raw TCP GET", &b.get), ("raw TCP PUT", &b.put), ("memcpy", &b.copy)];
+    let mut rows = vec![("raw TCP GET", &b.get), ("raw TCP PUT", &b.put)];
+    if let Some(t) = &b.raw_tls {
+        rows.extend([("raw TLS GET", &t.get), ("raw TLS PUT", &t.put)]);
+    }
+    rows.push(("memcpy", &b.copy));
     if let Some([put, get]) = &b.upstream {
         rows.extend([("upstream put_from", put), ("upstream get_into", get)]);
     }
@@ -556,7 +696,7 @@ mod tests {
         s.ok(Duration::from_millis(1), MIB as u64, 1);
         s.wall = Duration::from_secs(1);
         let upstream = Some([s.clone(), s.clone()]);
-        let base = Base { get: s.clone(), put: s.clone(), copy: s.clone(), upstream };
+        let base = Base { get: s.clone(), put: s.clone(), copy: s.clone(), upstream, raw_tls: None };
         let mut t = results_table();
         for (proto, replicas) in [(Protocol::Tcp, 1), (Protocol::Tcp, 2), (Protocol::Shm, 1)] {
             add_results(&mut t, (4 * MIB, 1, proto, replicas), &s, &s, &base);
@@ -566,6 +706,46 @@ mod tests {
         let goals = targets(&t, &[4 * MIB]).json();
         assert_eq!(goals["rows"][4]["target"], "tcp put 4MiB p50 / upstream put p50");
         assert_eq!((&goals["rows"][4]["met"], &goals["rows"][5]["met"]), (&"yes".into(), &"yes".into()));
+    }
+
+    #[test]
+    fn tls_rows_sit_next_to_raw_tls_and_raw_tcp() {
+        let rate = |gb: u64| {
+            let mut s = Samples::default();
+            s.ok(Duration::from_millis(1), gb * 1_000_000_000, 1);
+            s.wall = Duration::from_secs(1);
+            s
+        };
+        let mut t = tls_table();
+        add_tls_row(&mut t, (4 * MIB, "put"), &rate(1), Some(2.0), None, Some(4.0));
+        add_tls_row(&mut t, (4 * MIB, "get"), &rate(2), Some(4.0), Some(2.5), Some(5.0));
+        let mut goals = targets_table();
+        tls_targets(&mut goals, &t);
+        let j = goals.json();
+        let row =
+            |i: usize| (j["rows"][i]["target"].clone(), j["rows"][i]["measured"].clone(), j["rows"][i]["met"].clone());
+        assert_eq!(row(0), ("tcp get 4MiB TLS / plain".into(), 0.5.into(), "no".into()));
+        assert_eq!(row(1), ("tcp get 4MiB TLS / raw TLS stream".into(), 0.8.into(), "no".into()));
+        assert_eq!(row(2), ("raw TLS / raw TCP 4MiB".into(), 0.5.into(), "-".into()));
+        assert_eq!(j["rows"][2]["goal"], "bound");
+        // Not measured: null in JSON, `-` in the table.
+        let put = &t.json()["rows"][0];
+        assert!(
+            put["raw_tls_gb_per_s"].is_null() && put["raw_tls_ratio"].is_null() && put["raw_tls_tcp_ratio"].is_null()
+        );
+        assert_eq!(put["raw_tcp_gb_per_s"], 4.0);
+
+        let s = rate(1);
+        let raw_tls = Some(RawTls { get: s.clone(), put: s.clone() });
+        let mut b = baselines_table();
+        add_baselines(
+            &mut b,
+            4 * MIB,
+            1,
+            &Base { get: s.clone(), put: s.clone(), copy: s.clone(), upstream: None, raw_tls },
+        );
+        let names: Vec<_> = b.json()["rows"].as_array().unwrap().iter().map(|r| r["baseline"].clone()).collect();
+        assert_eq!(names, ["raw TCP GET", "raw TCP PUT", "raw TLS GET", "raw TLS PUT", "memcpy"]);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!
 //! - [`data`]: put/get of 64 KiB–16 MiB objects over tcp and shm against a
 //!   raw TCP request/response loop and memcpy ([`baseline::raw_tcp`],
-//!   [`baseline::memcpy`]);
+//!   [`baseline::memcpy`]), and over mutual TLS against the same loop over
+//!   TLS ([`baseline::raw_tls`]);
 //! - [`meta`]: metadata-only ops against a 3-member etcd ([`baseline::etcd`]);
 //! - [`small`]: 4 KiB objects in batches of 32 against Redis MSET/MGET
 //!   ([`baseline::redis`]);
@@ -235,6 +236,12 @@ pub(crate) fn target_row(t: &mut Table, name: &str, measured: Option<f64>, goal:
     ]);
 }
 
+/// A row of [`targets_table`] without a goal: a measured bound that other
+/// rows are read against (goal `bound`, met `-`).
+pub(crate) fn bound_row(t: &mut Table, name: &str, measured: Option<f64>, decimals: usize) {
+    t.row(vec![Cell::text(name), Cell::opt(measured, decimals), Cell::text("bound"), Cell::text("-")]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,9 +259,11 @@ mod tests {
         target_row(&mut t, "a", Some(0.95), 0.9, true, 2);
         target_row(&mut t, "b", Some(6.0), 5.0, false, 1);
         target_row(&mut t, "c", None, 1.0, true, 1);
+        bound_row(&mut t, "d", Some(0.5), 2);
         let j = t.json();
         assert_eq!(j["rows"][0]["met"], "yes");
         assert_eq!(j["rows"][1]["met"], "no");
         assert_eq!(j["rows"][2]["met"], "-");
+        assert_eq!((&j["rows"][3]["goal"], &j["rows"][3]["met"]), (&"bound".into(), &"-".into()));
     }
 }

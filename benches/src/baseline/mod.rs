@@ -1,5 +1,6 @@
 //! Baselines measured in the same run as Mooncake, on the same machine and
-//! loopback: a raw TCP request/response loop and memcpy (for `data`), a
+//! loopback: a raw TCP request/response loop, the same loop over mutual TLS
+//! and memcpy (for `data`), a
 //! 3-member etcd cluster (for `meta` and `failover`), Redis (for `small`),
 //! and upstream Mooncake itself (for `data`, `meta` and `small`). External servers are started by the bench on free 127.0.0.1
 //! ports with their own temporary directories, and a [`Proc`] guard kills
@@ -8,6 +9,7 @@
 pub mod etcd;
 pub mod memcpy;
 pub mod raw_tcp;
+pub mod raw_tls;
 pub mod redis;
 pub mod upstream;
 

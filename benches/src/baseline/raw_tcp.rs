@@ -25,9 +25,10 @@ use crate::stats::{Budget, Samples};
 /// Largest object the baseline server accepts (bounds its buffer).
 pub const OBJECT_MAX_BYTES: usize = 256 << 20;
 
-const HEADER_BYTES: usize = 9;
-const OP_GET: u8 = 1;
-const OP_PUT: u8 = 2;
+/// A request: op (1 byte), then the length (u64, little-endian).
+pub(crate) const HEADER_BYTES: usize = 9;
+pub(crate) const OP_GET: u8 = 1;
+pub(crate) const OP_PUT: u8 = 2;
 
 /// Which way the bytes go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +129,16 @@ fn serve(mut stream: TcpStream) -> std::io::Result<()> {
     }
 }
 
-fn decode_len(header: &[u8; HEADER_BYTES]) -> std::io::Result<usize> {
+/// The request header of `dir` with `size` bytes.
+pub(crate) fn encode_header(dir: Dir, size: usize) -> [u8; HEADER_BYTES] {
+    let mut header = [0u8; HEADER_BYTES];
+    header[0] = if dir == Dir::Get { OP_GET } else { OP_PUT };
+    header[1..].copy_from_slice(&(size as u64).to_le_bytes());
+    header
+}
+
+/// The payload length of a request header, at most [`OBJECT_MAX_BYTES`].
+pub(crate) fn decode_len(header: &[u8; HEADER_BYTES]) -> std::io::Result<usize> {
     let mut len = [0u8; 8];
     len.copy_from_slice(&header[1..]);
     let len = u64::from_le_bytes(len) as usize;
@@ -183,9 +193,7 @@ fn one_client(
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to the baseline server {addr}"))?;
     tune(&stream, congestion);
     let mut buf = prefaulted(size);
-    let mut header = [0u8; HEADER_BYTES];
-    header[0] = if dir == Dir::Get { OP_GET } else { OP_PUT };
-    header[1..].copy_from_slice(&(size as u64).to_le_bytes());
+    let header = encode_header(dir, size);
     let mut samples = Samples::default();
     let bound = budget.start();
     let mut done = 0;
