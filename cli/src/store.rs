@@ -70,6 +70,28 @@ pub struct StoreArgs {
     /// --http) without TLS. Without this flag such a store node refuses to start.
     #[arg(long)]
     pub insecure: bool,
+    /// A disk segment to contribute besides memory (docs/TIERS.md): a file
+    /// on a local SSD (a filesystem with O_DIRECT), created with --disk-size
+    /// bytes on the first start and served again, with its objects, after a
+    /// restart. Needs --client-id (and keep --credential-file).
+    #[arg(long = "disk-segment", requires = "disk_size", requires = "client_id")]
+    pub disk_segment: Option<std::path::PathBuf>,
+    /// Size of the disk segment's data, e.g. 64GiB (whole 4 KiB blocks).
+    #[arg(long = "disk-size", value_parser = parse_size, requires = "disk_segment")]
+    pub disk_size: Option<u64>,
+    /// How the disk segment is read and written: auto (io_uring where the
+    /// kernel allows it, else pread/pwrite), io-uring, or pread.
+    #[arg(long = "disk-io", default_value = "auto", value_parser = parse_disk_io)]
+    pub disk_io: mooncake_segment::BackendChoice,
+}
+
+fn parse_disk_io(s: &str) -> Result<mooncake_segment::BackendChoice, String> {
+    match s {
+        "auto" => Ok(mooncake_segment::BackendChoice::Auto),
+        "io-uring" | "io_uring" => Ok(mooncake_segment::BackendChoice::IoUring),
+        "pread" => Ok(mooncake_segment::BackendChoice::Pread),
+        other => Err(format!("{other:?} is not a disk I/O mode; use auto, io-uring or pread")),
+    }
 }
 
 impl StoreArgs {
@@ -117,6 +139,9 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.shm_segment = !a.anonymous;
     cfg.protocol = Protocol::Tcp;
     cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_interval_ms);
+    cfg.disk_segment = a.disk_segment.clone();
+    cfg.disk_size = a.disk_size.unwrap_or(0);
+    cfg.disk_io = a.disk_io;
     let client = Client::connect_with_server_config(cfg, a.server_config()).await.context("starting the store node")?;
     let seg = client.local_segment().map(|l| l.spec()).context("store node has no segment")?;
     eprintln!(
@@ -128,6 +153,15 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
         if seg.shm_path.is_empty() { "off" } else { &seg.shm_path },
         if a.masters.tls.enabled() { "on" } else { "off" }
     );
+    if let Some(disk) = client.local_segment().and_then(|l| l.disk_spec()) {
+        eprintln!(
+            "store node {:016x}: disk segment {:016x} of {} bytes at {}",
+            client.client_id(),
+            disk.id,
+            disk.size,
+            a.disk_segment.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+        );
+    }
     let client = std::sync::Arc::new(client);
     let http = match a.http {
         Some(addr) => Some(crate::store_http::serve(addr, client.clone()).await?),

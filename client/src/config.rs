@@ -56,6 +56,17 @@ pub struct ClientConfig {
     /// the same credential across restarts to be the same client at once
     /// (`mooncake store --credential-file`).
     pub credential: Option<mooncake_auth::Credential>,
+    /// A disk segment this store node contributes besides its memory
+    /// (docs/TIERS.md): a file on a local SSD, created with `disk_size`
+    /// bytes on the first start and mounted again, with its objects, on
+    /// later starts (keep `client_id` and `credential` the same). `None` =
+    /// no disk.
+    pub disk_segment: Option<std::path::PathBuf>,
+    /// Data bytes of the disk segment (a whole number of 4 KiB blocks).
+    pub disk_size: u64,
+    /// How the disk segment is read and written: io_uring where the kernel
+    /// allows it, else pread/pwrite (`Auto`, one log line says which).
+    pub disk_io: mooncake_segment::BackendChoice,
 }
 
 impl ClientConfig {
@@ -78,6 +89,9 @@ impl ClientConfig {
             default_replicas: 1,
             admin_token: None,
             credential: None,
+            disk_segment: None,
+            disk_size: 0,
+            disk_io: mooncake_segment::BackendChoice::Auto,
         }
     }
 
@@ -95,6 +109,25 @@ impl ClientConfig {
                 self.global_segment_size,
                 mooncake_segment::ALLOC_ALIGN_BYTES
             ));
+        }
+        if self.disk_segment.is_some() {
+            if self.global_segment_size == 0 {
+                return Err("a disk segment needs a memory segment on the same node (global_segment_size > 0): \
+                            objects are put in memory and copied to disk"
+                    .into());
+            }
+            if self.client_id.is_none() {
+                return Err("a disk segment needs a stable client_id: the disk file belongs to one store node and \
+                            is mounted again by the same id after a restart"
+                    .into());
+            }
+            let block = mooncake_segment::DISK_BLOCK_BYTES;
+            if self.disk_size == 0 || !self.disk_size.is_multiple_of(block) {
+                return Err(format!(
+                    "disk_size {} must be a positive whole number of {block}-byte blocks (e.g. 64GiB)",
+                    self.disk_size
+                ));
+            }
         }
         if self.default_replicas == 0 {
             return Err("default_replicas must be at least 1".into());

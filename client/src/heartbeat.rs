@@ -25,13 +25,20 @@
 //! (or an admin evicts it), the Ping answers NEED_REMOUNT, and the node
 //! registers. A segment the masters never knew is then mounted as it is;
 //! one they knew and dropped is renewed first, as above.
+//!
+//! A store node with a disk (docs/TIERS.md) mounts both segments in one
+//! call, hands the copies a Ping answer brings to its [`Copier`], and
+//! reports the disk ranges its transfer server or its start-up scrub found
+//! corrupt (`ReportCorrupt`) after each Ping.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use mooncake_proto::ErrorCode;
+use mooncake_proto::master::{CopyTask, Segment};
 use tokio::sync::watch;
 
+use crate::copier::Copier;
 use crate::error::ClientError;
 use crate::local_segment::LocalSegment;
 use crate::master_client::{MasterClient, MasterError, check};
@@ -191,6 +198,7 @@ pub(crate) async fn run(
     master: Arc<MasterClient>,
     client_id: u64,
     local: Option<Arc<LocalSegment>>,
+    copier: Option<Arc<Copier>>,
     interval: Duration,
     mut held: HeldId,
     mut stop: watch::Receiver<bool>,
@@ -207,11 +215,21 @@ pub(crate) async fn run(
             _ = stop.changed() => return,
         }
         let answer = match ping(&master, client_id).await {
-            Ok(PingAnswer::HeldByAnother) => {
+            Ok((PingAnswer::HeldByAnother, _)) => {
                 held.refused(client_id, local.as_deref());
                 continue;
             }
-            Ok(answer) => answer,
+            Ok((answer, copies)) => {
+                if let Some(copier) = &copier
+                    && !copies.is_empty()
+                {
+                    copier.start(copies);
+                }
+                if let Some(local) = &local {
+                    report_corrupt(&master, client_id, local).await;
+                }
+                answer
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "heartbeat failed; will retry");
                 continue;
@@ -240,8 +258,39 @@ pub(crate) async fn run(
     }
 }
 
-/// Ping, with the view version the bool-returning `MasterClient::ping` drops.
-async fn ping(master: &MasterClient, client_id: u64) -> Result<PingAnswer, MasterError> {
+/// Reports the disk ranges found corrupt since the last Ping (kept for the
+/// next one if the report fails).
+async fn report_corrupt(master: &MasterClient, client_id: u64, local: &LocalSegment) {
+    let found = local.registry().take_corrupt();
+    if found.is_empty() {
+        return;
+    }
+    let mut segments: Vec<u64> = found.iter().map(|(s, _, _)| s.0).collect();
+    segments.sort_unstable();
+    segments.dedup();
+    for segment in segments {
+        let ranges: Vec<(u64, u64)> =
+            found.iter().filter(|(s, _, _)| s.0 == segment).map(|(_, offset, len)| (*offset, *len)).collect();
+        match master.report_corrupt(client_id, segment, ranges.clone()).await {
+            Ok(dropped) => tracing::warn!(
+                segment = format!("{segment:016x}"),
+                ranges = ranges.len(),
+                dropped,
+                "reported corrupt disk ranges; the masters dropped the replicas on them"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "reporting corrupt disk ranges failed; will retry");
+                for (offset, len) in ranges {
+                    local.registry().note_corrupt(mooncake_segment::SegmentId(segment), offset, len);
+                }
+            }
+        }
+    }
+}
+
+/// Ping, with the view version the bool-returning `MasterClient::ping`
+/// drops, and the copies the leader asks of this node.
+async fn ping(master: &MasterClient, client_id: u64) -> Result<(PingAnswer, Vec<CopyTask>), MasterError> {
     let req = master.ping_request(client_id);
     let r = master
         .call(|mut c| {
@@ -250,9 +299,9 @@ async fn ping(master: &MasterClient, client_id: u64) -> Result<PingAnswer, Maste
         })
         .await?;
     match r.reply.status.as_ref().map(|s| s.error_code()) {
-        Some(ErrorCode::NeedRemount) => Ok(PingAnswer::Unknown),
-        Some(ErrorCode::PermissionDenied) => Ok(PingAnswer::HeldByAnother),
-        _ => check(r).map(|reply| PingAnswer::Known { view: reply.view_version }),
+        Some(ErrorCode::NeedRemount) => Ok((PingAnswer::Unknown, Vec::new())),
+        Some(ErrorCode::PermissionDenied) => Ok((PingAnswer::HeldByAnother, Vec::new())),
+        _ => check(r).map(|reply| (PingAnswer::Known { view: reply.view_version }, reply.copy_tasks)),
     }
 }
 
@@ -266,16 +315,17 @@ async fn check_segment(
 ) -> CheckOutcome {
     let client = format!("{client_id:016x}");
     let spec = local.spec();
-    match master.list_clients().await {
-        Ok(clients) if clients.iter().any(|c| c.id == client_id && c.segments.contains(&spec.id)) => {
-            return CheckOutcome::Present;
+    let disk = local.disk_spec();
+    let (memory_known, disk_known) = match master.list_clients().await {
+        Ok(clients) => {
+            let listed = clients.iter().find(|c| c.id == client_id).map(|c| c.segments.clone()).unwrap_or_default();
+            (listed.contains(&spec.id), disk.as_ref().is_none_or(|d| listed.contains(&d.id)))
         }
-        Ok(_) => {}
         Err(e) if answer == PingAnswer::Unknown => {
             // Without the listing, do what NEED_REMOUNT asks with the same
-            // segment: a master that still knows it keeps it as it is.
-            tracing::warn!(%client, error = %e, "cannot list clients; remounting the same segment");
-            return match remount(master, client_id, local, spec).await {
+            // segments: a master that still knows them keeps them as they are.
+            tracing::warn!(%client, error = %e, "cannot list clients; remounting the same segments");
+            return match remount(master, client_id, local, local.specs()).await {
                 Ok(()) => {
                     tracing::info!(%client, "master asked for a remount; segment remounted");
                     local.set_mounted(false);
@@ -288,24 +338,38 @@ async fn check_segment(
             tracing::warn!(%client, error = %e, "cannot check that the masters know this node's segment; will retry");
             return CheckOutcome::Failed;
         }
+    };
+    if memory_known && disk_known {
+        return CheckOutcome::Present;
     }
-    tracing::warn!(%client, segment = format!("{:016x}", spec.id),
-        "the masters no longer know this node's segment (it expired, or was unmounted by an operator); \
-         its objects are gone: remounting its memory as a new segment");
-    local.set_unmounted("the masters no longer know this node's segment; remounting it".to_owned());
-    if let Err(e) = local.renew() {
-        tracing::error!(%client, error = %e, "cannot renew the segment for a remount; will retry");
-        local.set_unmounted(format!("cannot renew the segment for a remount: {e}"));
-        return CheckOutcome::Failed;
+    local.set_unmounted("the masters no longer know this node's segments; remounting them".to_owned());
+    if !memory_known {
+        tracing::warn!(%client, segment = format!("{:016x}", spec.id),
+            "the masters no longer know this node's memory segment (it expired, or was unmounted by an \
+             operator); its objects are gone: remounting its memory as a new segment");
+        if let Err(e) = local.renew() {
+            tracing::error!(%client, error = %e, "cannot renew the segment for a remount; will retry");
+            local.set_unmounted(format!("cannot renew the segment for a remount: {e}"));
+            return CheckOutcome::Failed;
+        }
+    }
+    if !disk_known {
+        tracing::warn!(%client, segment = format!("{:016x}", disk.as_ref().map_or(0, |d| d.id)),
+            "the masters no longer know this node's disk segment (its grace ended, or an operator unmounted \
+             it); the objects on it are gone: remounting the disk as a new, empty segment");
+        if let Err(e) = local.renew_disk() {
+            tracing::error!(%client, error = %e, "cannot renew the disk segment for a remount; will retry");
+            local.set_unmounted(format!("cannot renew the disk segment for a remount: {e}"));
+            return CheckOutcome::Failed;
+        }
     }
     remount_renewed(master, client_id, local).await
 }
 
 /// Mounts the renewed segment; the node serves nothing until this succeeds.
 async fn remount_renewed(master: &MasterClient, client_id: u64, local: &LocalSegment) -> CheckOutcome {
-    let spec = local.spec();
-    let segment = format!("{:016x}", spec.id);
-    match remount(master, client_id, local, spec).await {
+    let segment = format!("{:016x}", local.spec().id);
+    match remount(master, client_id, local, local.specs()).await {
         Ok(()) => {
             tracing::warn!(client = format!("{client_id:016x}"), %segment,
                 "segment remounted; the node serves its full capacity again");
@@ -319,16 +383,16 @@ async fn remount_renewed(master: &MasterClient, client_id: u64, local: &LocalSeg
     }
 }
 
-/// Registers this client with exactly `spec` and hands the segment's
-/// capability key from the answer to the transfer server; logs a failure.
+/// Registers this client with exactly `specs` and hands the segments'
+/// capability keys from the answer to the transfer server; logs a failure.
 async fn remount(
     master: &MasterClient,
     client_id: u64,
     local: &LocalSegment,
-    spec: mooncake_proto::master::Segment,
+    specs: Vec<Segment>,
 ) -> Result<(), ClientError> {
-    let segment = format!("{:016x}", spec.id);
-    let result = match master.remount_segments(client_id, vec![spec]).await {
+    let segment = format!("{:016x}", specs.first().map_or(0, |s| s.id));
+    let result = match master.remount_segments(client_id, specs).await {
         Ok(keys) => local.install_keys(&keys),
         Err(e) => Err(e.into()),
     };

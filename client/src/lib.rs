@@ -6,6 +6,7 @@
 //! Depends on `proto`, `segment` and `transfer`; never on `master`.
 
 pub mod config;
+mod copier;
 mod error;
 mod heartbeat;
 pub mod local_cluster;

@@ -165,7 +165,12 @@ pub struct LocalClusterBuilder {
     master_cmd: Option<(PathBuf, Vec<String>)>,
     store_cmd: Option<(PathBuf, Vec<String>)>,
     tls: bool,
+    disk_size: Option<String>,
 }
+
+/// The disk segment file of a store node in its data dir (with
+/// [`LocalClusterBuilder::disk_size`]).
+pub const STORE_DISK_FILE: &str = "disk.seg";
 
 /// Master certificates a TLS local cluster issues beyond its founding
 /// masters, for joiners (`start_joiner` with ids up to masters + this).
@@ -185,6 +190,12 @@ impl LocalClusterBuilder {
     }
     pub fn stores(mut self, n: u64) -> Self {
         self.stores = n;
+        self
+    }
+    /// Each store node also contributes a disk segment of `s` (e.g.
+    /// `256MiB`): `<dir>/store-<id>/disk.seg`, kept across its restarts.
+    pub fn disk_size(mut self, s: impl Into<String>) -> Self {
+        self.disk_size = Some(s.into());
         self
     }
     /// Segment size of each store node (e.g. `256MiB`).
@@ -256,6 +267,7 @@ impl LocalClusterBuilder {
             master_args: self.master_args,
             store_args: self.store_args,
             segment_size: self.segment_size,
+            disk_size: self.disk_size,
             store_id_base: next_store_id_base(),
             tls,
             admin_token,
@@ -284,6 +296,7 @@ pub struct LocalCluster {
     master_args: Vec<String>,
     store_args: Vec<String>,
     segment_size: String,
+    disk_size: Option<String>,
     store_id_base: u64,
     /// Set when the cluster runs with mutual TLS.
     tls: Option<ClusterTls>,
@@ -311,6 +324,7 @@ impl LocalCluster {
             master_cmd: None,
             store_cmd: None,
             tls: false,
+            disk_size: None,
         }
     }
 
@@ -367,6 +381,10 @@ impl LocalCluster {
         std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
         let credential = data_dir.join(mooncake_auth::credential::CREDENTIAL_FILE);
         args.push(format!("--credential-file={}", credential.display()));
+        if let Some(size) = &self.disk_size {
+            args.push(format!("--disk-segment={}", data_dir.join(STORE_DISK_FILE).display()));
+            args.push(format!("--disk-size={size}"));
+        }
         let addr = format!("127.0.0.1:{port}");
         let mut node = Node { role: Role::Store, id, addr, http: String::new(), data_dir, log, bin, args, child: None };
         node.launch().map_err(|e| e.to_string())?;

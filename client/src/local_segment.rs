@@ -22,6 +22,14 @@
 //! renamed to match), so a writer still holding a range of the forgotten
 //! segment gets UNKNOWN_SEGMENT instead of overwriting an object the masters
 //! place there after the remount.
+//!
+//! A node may also contribute a disk segment (docs/TIERS.md), served by the
+//! same transfer server: its file is created on the first start and opened
+//! again on later ones, under the segment id its header keeps, so the masters
+//! find its objects again. A file that belongs to another client id is
+//! refused. When the masters have forgotten the disk (its grace ended),
+//! [`LocalSegment::renew_disk`] gives it a new id: its old bytes are then
+//! nobody's objects.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -31,7 +39,7 @@ use std::sync::{Arc, PoisonError};
 
 use mooncake_auth::capability::SegmentKey;
 use mooncake_proto::master::{self as pb, Segment, Tier};
-use mooncake_segment::{FileIdentity, SHM_DIR, SegmentId, SegmentMemory};
+use mooncake_segment::{ClientId, DiskSegment, FileIdentity, SHM_DIR, SegmentId, SegmentMemory};
 use mooncake_transfer::{SegmentRegistry, ServerConfig, ShmOwner, TransferError, TransferServer};
 use tokio::sync::Mutex;
 
@@ -54,6 +62,11 @@ pub struct LocalSegment {
     remounts: AtomicU64,
     /// Why the segment is not mounted, while it is not.
     mount_error: std::sync::Mutex<Option<String>>,
+    /// The disk segment's declaration, if the node has one (its id changes
+    /// on [`Self::renew_disk`]).
+    disk: Option<std::sync::Mutex<Segment>>,
+    /// Whether the disk file existed at start (its blocks are scrubbed).
+    disk_reopened: bool,
 }
 
 impl LocalSegment {
@@ -78,6 +91,10 @@ impl LocalSegment {
         let memory = Arc::new(memory);
         let registry = Arc::new(SegmentRegistry::new());
         registry.register(id, memory.clone())?;
+        let disk = match &cfg.disk_segment {
+            Some(path) => Some(open_disk(cfg, client_id, path, &registry)?),
+            None => None,
+        };
         let server = TransferServer::bind_with_config(cfg.transfer_listen, registry.clone(), server_config).await?;
         let addr = server.local_addr();
         let shm_path = memory.shm_path().map(|p| p.display().to_string()).unwrap_or_default();
@@ -90,6 +107,16 @@ impl LocalSegment {
             tier: Tier::Dram as i32,
             shm_path,
         };
+        let disk_reopened = disk.as_ref().is_some_and(|(_, reopened)| *reopened);
+        let disk = disk.map(|(d, _)| {
+            std::sync::Mutex::new(Segment {
+                id: d.id.0,
+                size: d.size,
+                tier: Tier::Ssd as i32,
+                shm_path: String::new(),
+                ..spec.clone()
+            })
+        });
         Ok(LocalSegment {
             spec: std::sync::Mutex::new(spec),
             memory,
@@ -100,12 +127,50 @@ impl LocalSegment {
             mounted: AtomicBool::new(true),
             remounts: AtomicU64::new(0),
             mount_error: std::sync::Mutex::new(None),
+            disk,
+            disk_reopened,
         })
     }
 
-    /// The declaration sent to the masters.
+    /// The declaration of the memory segment.
     pub fn spec(&self) -> Segment {
         self.spec.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The declaration of the disk segment, if the node has one.
+    pub fn disk_spec(&self) -> Option<Segment> {
+        self.disk.as_ref().map(|d| d.lock().unwrap_or_else(PoisonError::into_inner).clone())
+    }
+
+    /// Every segment this node contributes, memory first: what it mounts.
+    pub fn specs(&self) -> Vec<Segment> {
+        std::iter::once(self.spec()).chain(self.disk_spec()).collect()
+    }
+
+    /// The segments this node serves (for copies and corrupt-range reports).
+    pub fn registry(&self) -> &Arc<SegmentRegistry> {
+        &self.registry
+    }
+
+    /// Verifies every block of a disk file this node found at start (a
+    /// restart): the corrupt ranges are noted in the registry, for the
+    /// heartbeat to report. Returns how many runs failed.
+    pub async fn scrub_disk(&self) -> Result<usize, ClientError> {
+        let Some(spec) = self.disk_spec().filter(|_| self.disk_reopened) else { return Ok(0) };
+        let id = SegmentId(spec.id);
+        let Some(mooncake_transfer::Backing::Disk(disk)) = self.registry.lookup_backing(id) else { return Ok(0) };
+        let started = std::time::Instant::now();
+        let bad = disk.scrub().await.map_err(|e| ClientError::Config(format!("scrubbing the disk segment: {e}")))?;
+        for (offset, len) in &bad {
+            self.registry.note_corrupt(id, *offset, *len);
+        }
+        match bad.len() {
+            0 => tracing::info!(segment = %id, took_ms = started.elapsed().as_millis() as u64,
+                "disk segment scrubbed after a restart: every block verifies"),
+            n => tracing::warn!(segment = %id, corrupt_runs = n,
+                "disk segment scrubbed after a restart: corrupt blocks found; their replicas are reported to the masters"),
+        }
+        Ok(bad.len())
     }
 
     pub fn memory(&self) -> &SegmentMemory {
@@ -144,17 +209,31 @@ impl LocalSegment {
     /// which serves the segment from now on. An answer without a usable key
     /// for the segment is an error: the node would serve nothing.
     pub fn install_keys(&self, keys: &[pb::SegmentKey]) -> Result<(), ClientError> {
-        let id = SegmentId(self.spec.lock().unwrap_or_else(PoisonError::into_inner).id);
-        let Some(sent) = keys.iter().find(|k| k.segment_id == id.0) else {
-            return Err(ClientError::Config(format!(
-                "the master's mount answer carries no capability key for segment {id}: it predates capabilities; \
-                 upgrade the masters (this node would refuse every transfer)"
-            )));
-        };
-        let key = SegmentKey::from_slice(&sent.key)
-            .map_err(|e| ClientError::Config(format!("the master's capability key for segment {id}: {e}")))?;
-        self.registry.set_key(id, key)?;
+        for spec in self.specs() {
+            let id = SegmentId(spec.id);
+            let Some(sent) = keys.iter().find(|k| k.segment_id == id.0) else {
+                return Err(ClientError::Config(format!(
+                    "the master's mount answer carries no capability key for segment {id}: it predates \
+                     capabilities; upgrade the masters (this node would refuse every transfer)"
+                )));
+            };
+            let key = SegmentKey::from_slice(&sent.key)
+                .map_err(|e| ClientError::Config(format!("the master's capability key for segment {id}: {e}")))?;
+            self.registry.set_key(id, key)?;
+        }
         Ok(())
+    }
+
+    /// Serves the disk under a new segment id (rewriting its header), for a
+    /// remount after the masters forgot it: the objects it held are gone,
+    /// its bytes are free space. On error nothing changed.
+    pub fn renew_disk(&self) -> Result<Option<Segment>, ClientError> {
+        let Some(disk) = &self.disk else { return Ok(None) };
+        let mut spec = disk.lock().unwrap_or_else(PoisonError::into_inner);
+        let new_id = fresh_segment_id(Some(SegmentId(spec.id)));
+        self.registry.renew_disk(SegmentId(spec.id), new_id)?;
+        spec.id = new_id.0;
+        Ok(Some(spec.clone()))
     }
 
     /// Records that the masters know the segment (again, after a remount).
@@ -239,6 +318,55 @@ fn claim_identity(dir: &Path, client_id: u64) -> Result<ShmOwner, ClientError> {
             "removed a segment file left by a previous store node of this client id that did not exit cleanly");
     }
     Ok(owner)
+}
+
+/// A disk segment as opened or created at start.
+struct OpenedDisk {
+    id: SegmentId,
+    size: u64,
+}
+
+/// Opens this node's disk file (created, preallocated, on the first start)
+/// and registers it; answers whether it existed.
+fn open_disk(
+    cfg: &ClientConfig,
+    client_id: u64,
+    path: &Path,
+    registry: &SegmentRegistry,
+) -> Result<(OpenedDisk, bool), ClientError> {
+    let disk_error =
+        |e: mooncake_segment::DiskError| ClientError::Config(format!("disk segment {}: {e}", path.display()));
+    let (disk, reopened) = if path.exists() {
+        let disk = DiskSegment::open(path, cfg.disk_io).map_err(disk_error)?;
+        let header = disk.header();
+        if header.owner != ClientId(client_id) {
+            return Err(ClientError::Config(format!(
+                "disk segment {} belongs to {} and this node is {}: start it with that client id, or give \
+                 another --disk-segment path",
+                path.display(),
+                header.owner,
+                ClientId(client_id)
+            )));
+        }
+        if header.data_bytes != cfg.disk_size {
+            return Err(ClientError::Config(format!(
+                "disk segment {} holds {} bytes and --disk-size asks for {}: a disk segment is not resized; give \
+                 its size, or remove the file to start empty with the new one",
+                path.display(),
+                header.data_bytes,
+                cfg.disk_size
+            )));
+        }
+        (disk, true)
+    } else {
+        let id = fresh_segment_id(None);
+        (DiskSegment::create(path, id, ClientId(client_id), cfg.disk_size, cfg.disk_io).map_err(disk_error)?, false)
+    };
+    let opened = OpenedDisk { id: disk.segment_id(), size: disk.data_bytes() };
+    tracing::info!(path = %path.display(), segment = %opened.id, size_bytes = opened.size, reopened,
+        backend = ?disk.backend(), "disk segment ready");
+    registry.register_disk(opened.id, Arc::new(disk))?;
+    Ok((opened, reopened))
 }
 
 /// A random segment id (63 bits, as the masters store ids) other than `not`.

@@ -42,6 +42,19 @@ pub struct MemberView {
     pub lag: Option<u64>,
 }
 
+/// One storage tier as the leader reports it (docs/TIERS.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct TierView {
+    /// "memory" or "disk".
+    pub tier: String,
+    pub segments: u64,
+    /// Disk segments of expired store nodes kept for their grace.
+    pub detached: u64,
+    pub used_bytes: u64,
+    /// Capacity of the attached segments.
+    pub capacity_bytes: u64,
+}
+
 /// The whole picture.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterStatus {
@@ -50,17 +63,41 @@ pub struct ClusterStatus {
     pub term: Option<u64>,
     pub members: Vec<MemberView>,
     pub masters: Vec<MasterView>,
+    /// Per tier, from the leader's view (empty when no leader answered).
+    pub tiers: Vec<TierView>,
+}
+
+/// The tiers of a leader's segment listing.
+fn tiers_of(segments: &[mooncake_proto::master::SegmentUsage]) -> Vec<TierView> {
+    use mooncake_proto::master::Tier;
+    [(Tier::Dram, "memory"), (Tier::Ssd, "disk")]
+        .into_iter()
+        .map(|(tier, name)| {
+            let of_tier: Vec<_> =
+                segments.iter().filter(|u| u.segment.as_ref().is_some_and(|s| s.tier == tier as i32)).collect();
+            let attached = of_tier.iter().filter(|u| !u.detached);
+            TierView {
+                tier: name.into(),
+                segments: of_tier.len() as u64,
+                detached: of_tier.iter().filter(|u| u.detached).count() as u64,
+                used_bytes: of_tier.iter().map(|u| u.used_bytes).sum(),
+                capacity_bytes: attached.map(|u| u.segment.as_ref().map_or(0, |s| s.size)).sum(),
+            }
+        })
+        .collect()
 }
 
 /// Asks every address in `addrs` for its view.
 pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
     let mut masters = Vec::new();
     let mut members = Vec::new();
+    let mut tiers = Vec::new();
     for addr in addrs {
         match client.cluster_info_with_hash_of(addr).await {
             Ok(info) => {
                 let me = info.members.iter().find(|m| m.id == info.node_id);
                 if info.leader_id == info.node_id {
+                    tiers = tiers_of(&info.segments);
                     let last = info.last_log_index;
                     members = info
                         .members
@@ -129,6 +166,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
         term: leader.map(|m| m.term),
         members,
         masters,
+        tiers,
     }
 }
 
@@ -193,6 +231,23 @@ pub fn render(status: &ClusterStatus) -> String {
     for m in status.masters.iter().filter(|m| m.reachable) {
         if let Some(why) = &m.not_ready {
             let _ = writeln!(out, "  master {} not ready: {why}", m.node_id);
+        }
+    }
+    if status.tiers.iter().any(|t| t.tier == "disk" && t.segments > 0) {
+        let _ = writeln!(out, "\ntiers (leader's view):");
+        for t in &status.tiers {
+            let detached = match t.detached {
+                0 => String::new(),
+                n => format!(", {n} detached (store node down; kept for the grace)"),
+            };
+            let _ = writeln!(
+                out,
+                "  {:<7} {:>3} segments  {} / {}{detached}",
+                t.tier,
+                t.segments,
+                human_bytes(t.used_bytes),
+                human_bytes(t.capacity_bytes)
+            );
         }
     }
     if !status.members.is_empty() {

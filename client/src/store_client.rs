@@ -102,7 +102,7 @@ impl Client {
         // instead of waiting for its old registration to expire. Unless that
         // registration is another process's (another credential): then the
         // heartbeat waits for it to expire and registers.
-        let segments = local.iter().map(|l| l.spec()).collect();
+        let segments = local.iter().flat_map(|l| l.specs()).collect();
         let mut held = crate::heartbeat::HeldId::default();
         match master.remount_segments(client_id, segments).await {
             Ok(keys) => {
@@ -113,11 +113,22 @@ impl Client {
             Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => held.refused(client_id, local.as_deref()),
             Err(e) => return Err(e.into()),
         }
+        // A store node makes the copies the leader asks for (tiers), and
+        // scrubs a disk it found at start.
+        let copier = local.as_ref().map(|_| crate::copier::Copier::new(master.clone(), engine.clone(), client_id));
+        if let Some(local) = local.clone() {
+            tokio::spawn(async move {
+                if let Err(e) = local.scrub_disk().await {
+                    tracing::error!(error = %e, "scrubbing the disk segment failed; its reads are still verified");
+                }
+            });
+        }
         let (stop, stop_rx) = watch::channel(false);
         let heartbeat = Some(tokio::spawn(crate::heartbeat::run(
             master.clone(),
             client_id,
             local.clone(),
+            copier,
             cfg.heartbeat_interval,
             held,
             stop_rx,
@@ -356,13 +367,15 @@ impl Client {
         self.read_object_parts(key, list, &mut [buf]).await
     }
 
-    /// Same host first, then same zone, then the rest (stable within groups).
+    /// Memory before disk; within a tier same host first, then same zone,
+    /// then the rest (stable within groups).
     fn nearest_first<'a>(&self, replicas: &'a [Replica]) -> Vec<&'a Replica> {
         let mut v: Vec<&Replica> = replicas.iter().collect();
         v.sort_by_key(|r| {
+            let on_disk = r.tier == mooncake_proto::master::Tier::Ssd as i32;
             let same_host = r.host_id == self.cfg.local_hostname;
             let same_zone = !self.cfg.zone.is_empty() && r.zone == self.cfg.zone;
-            (!same_host, !same_zone)
+            (on_disk, !same_host, !same_zone)
         });
         v
     }
@@ -627,7 +640,11 @@ impl Client {
         Ok(self.master.remove_all(force).await?)
     }
 
-    /// Stops heartbeats, unmounts this process's segment and stops serving it.
+    /// Stops heartbeats, unmounts this process's memory segment and stops
+    /// serving. A disk segment stays mounted: once the registration expires
+    /// the masters keep it, detached, for the disk replica grace, and the
+    /// node restarted with the same identity serves its objects again
+    /// (docs/TIERS.md).
     pub async fn close(mut self) {
         let _ = self.stop.send(true);
         if let Some(h) = self.heartbeat.take() {

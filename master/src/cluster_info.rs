@@ -61,6 +61,7 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
                 segment: Some(convert::segment_pb(&seg.spec)),
                 used_bytes: seg.used_bytes(),
                 owner_client_id: seg.owner.0,
+                detached: !seg.is_attached(),
             })
             .collect(),
         ..Default::default()

@@ -140,19 +140,31 @@ fn plan_offloads(s: &MetaState, shared: &Shared, max: usize) -> Vec<Plan> {
     objects.into_iter().filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd)).collect()
 }
 
-/// Hot objects to promote: complete, readable on disk only, while memory is
-/// below its high watermark.
-fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> Vec<Plan> {
-    let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
-    if (s.tier_used_bytes(Tier::Dram) as f64) >= capacity * shared.evictor.policy.high_watermark_ratio {
-        return Vec::new();
+/// Hot objects to promote: complete, readable on disk only, as many as fit
+/// in memory below its high watermark (a promotion never makes memory
+/// eviction run: it would drop another object's memory copy, or the
+/// promoted one, and promote again). The others are kept hot for later.
+fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>, Vec<String>) {
+    let ceiling = (s.tier_capacity_bytes(Tier::Dram) as f64 * shared.evictor.policy.high_watermark_ratio) as u64;
+    let mut used = s.tier_used_bytes(Tier::Dram);
+    let mut plans = Vec::new();
+    let mut deferred = Vec::new();
+    for o in hot.iter().filter_map(|k| s.object(k)) {
+        let in_memory = o.replicas.iter().any(|r| s.replica_tier(r) == Some(Tier::Dram) && s.is_readable(r));
+        if o.status != ObjectStatus::Complete || in_memory {
+            continue;
+        }
+        let len = Tier::Dram.range_len(o.size_bytes).unwrap_or(u64::MAX);
+        if used.saturating_add(len) > ceiling {
+            deferred.push(o.key.clone());
+            continue;
+        }
+        if let Some(plan) = plan_copy(s, o, Tier::Ssd, Tier::Dram) {
+            used += len;
+            plans.push(plan);
+        }
     }
-    hot.iter()
-        .filter_map(|k| s.object(k))
-        .filter(|o| o.status == ObjectStatus::Complete)
-        .filter(|o| !o.replicas.iter().any(|r| s.replica_tier(r) == Some(Tier::Dram) && s.is_readable(r)))
-        .filter_map(|o| plan_copy(s, o, Tier::Ssd, Tier::Dram))
-        .collect()
+    (plans, deferred)
 }
 
 /// Plans copies for `purpose` and reserves their targets; grants the
@@ -175,10 +187,14 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
     if room == 0 {
         return;
     }
-    let plans = shared.reader.read(|s| match purpose {
-        Purpose::Offload => plan_offloads(s, shared, room * 2),
+    let (plans, deferred) = shared.reader.read(|s| match purpose {
+        Purpose::Offload => (plan_offloads(s, shared, room * 2), Vec::new()),
         Purpose::Promote => plan_promotions(s, shared, &hot),
     });
+    if !deferred.is_empty() {
+        let threshold = shared.tiers.promotion_admission_threshold;
+        shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
+    }
     if plans.is_empty() {
         return;
     }

@@ -35,6 +35,12 @@ impl ClusterBuilder {
         self.inner = self.inner.stores(n);
         self
     }
+    /// Each store node also contributes a disk segment of `s`
+    /// (`LocalClusterBuilder::disk_size`).
+    pub fn disk_size(mut self, s: &str) -> Self {
+        self.inner = self.inner.disk_size(s);
+        self
+    }
     pub fn segment_size(mut self, s: &str) -> Self {
         self.inner = self.inner.segment_size(s);
         self

@@ -26,7 +26,14 @@ pub const REGISTRY_SEGMENTS_MAX: usize = 1024;
 #[derive(Debug, Default)]
 pub struct SegmentRegistry {
     segments: RwLock<HashMap<SegmentId, Served>>,
+    /// Disk ranges a READ found corrupt, not yet reported to the masters
+    /// (the store node's heartbeat takes them: [`SegmentRegistry::take_corrupt`]).
+    corrupt: std::sync::Mutex<Vec<(SegmentId, u64, u64)>>,
 }
+
+/// Corrupt ranges kept for the next report at most (a disk failing
+/// everywhere needs an operator, not a longer list).
+pub const CORRUPT_PENDING_MAX: usize = 4096;
 
 /// What holds a served segment's bytes.
 #[derive(Clone, Debug)]
@@ -61,6 +68,20 @@ impl SegmentRegistry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Notes that `len` bytes at `offset` of disk segment `id` failed
+    /// verification (kept once, at most [`CORRUPT_PENDING_MAX`]).
+    pub fn note_corrupt(&self, id: SegmentId, offset: u64, len: u64) {
+        let mut corrupt = self.corrupt.lock().unwrap_or_else(PoisonError::into_inner);
+        if corrupt.len() < CORRUPT_PENDING_MAX && !corrupt.contains(&(id, offset, len)) {
+            corrupt.push((id, offset, len));
+        }
+    }
+
+    /// The corrupt ranges noted since the last call.
+    pub fn take_corrupt(&self) -> Vec<(SegmentId, u64, u64)> {
+        std::mem::take(&mut *self.corrupt.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Serves `memory` as segment `id`, refusing every request until

@@ -32,6 +32,15 @@ pub use error::DiskError;
 pub use file::DiskHeader;
 pub use segment::DiskSegment;
 
+/// Where byte `offset` of the data region of a disk segment file of
+/// `data_bytes` lies in the file (after the header and checksum table), for
+/// tools and tests that inspect the file; `None` for an impossible size or
+/// an offset outside the data.
+pub fn file_offset_of(data_bytes: u64, offset: u64) -> Option<u64> {
+    let layout = file::FileLayout::new(data_bytes).ok()?;
+    (offset < data_bytes).then(|| layout.data_offset + offset)
+}
+
 /// Size of a disk block: the unit of alignment (`O_DIRECT`), of placement
 /// (the master places objects on disk segments at offsets and sizes that are
 /// multiples of it) and of checksumming.

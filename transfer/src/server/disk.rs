@@ -157,6 +157,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// failures are the operator's business, unlike a client's bad request.
     async fn disk_failed(&mut self, request: &RequestHeader, disk: &DiskSegment, err: DiskError) -> io::Result<After> {
         let status = status_of(&err);
+        if let DiskError::Corrupt { offset, len } = &err {
+            self.registry.note_corrupt(request.segment_id, *offset, *len);
+        }
         match status {
             Status::Corrupt => tracing::warn!(peer = %self.peer, segment = %request.segment_id,
                 path = %disk.path().display(), "disk segment {:?} answered CORRUPT: {err}", request.op),
