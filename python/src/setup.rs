@@ -39,6 +39,43 @@ pub const TLS_KEYS: [&str; 3] = ["tls_cert", "tls_key", "tls_ca"];
 /// which every `mooncake certs init` certificate carries).
 pub const TLS_SERVER_NAME_ENV: &str = "MOONCAKE_TLS_SERVER_NAME";
 
+/// This process's client id (decimal), stable across restarts; default: a
+/// random one per process.
+pub const CLIENT_ID_ENV: &str = "MOONCAKE_CLIENT_ID";
+/// The credential proving this process is its client id (read if the file
+/// exists, else created, mode 0600), as the CLI's `--credential-file`.
+pub const CREDENTIAL_FILE_ENV: &str = "MOONCAKE_CREDENTIAL_FILE";
+/// A disk segment this process contributes besides its memory segment
+/// (docs/TIERS.md): the file's path, and its data size (`64GiB`). Needs a
+/// memory segment, [`CLIENT_ID_ENV`] and, to find its disk objects again
+/// after a restart, [`CREDENTIAL_FILE_ENV`].
+pub const DISK_SEGMENT_ENV: &str = "MOONCAKE_DISK_SEGMENT";
+pub const DISK_SIZE_ENV: &str = "MOONCAKE_DISK_SIZE";
+
+/// The identity and disk settings of the environment, applied to `cfg`
+/// (`var` reads one variable; empty counts as unset).
+pub fn apply_identity_env(cfg: &mut ClientConfig, var: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let var = |name: &str| var(name).filter(|v| !v.trim().is_empty()).map(|v| v.trim().to_string());
+    if let Some(id) = var(CLIENT_ID_ENV) {
+        let id = id.parse::<u64>().ok().filter(|id| *id != 0);
+        cfg.client_id = Some(id.ok_or_else(|| format!("{CLIENT_ID_ENV} must be a non-zero decimal number"))?);
+    }
+    if let Some(file) = var(CREDENTIAL_FILE_ENV) {
+        let credential = mooncake_auth::Credential::load_or_create(std::path::Path::new(&file))
+            .map_err(|e| format!("{CREDENTIAL_FILE_ENV} {file}: {e}"))?;
+        cfg.credential = Some(credential);
+    }
+    match (var(DISK_SEGMENT_ENV), var(DISK_SIZE_ENV)) {
+        (None, None) => {}
+        (Some(path), Some(size)) => {
+            cfg.disk_segment = Some(path.into());
+            cfg.disk_size = mooncake_client::parse_size(&size).map_err(|e| format!("{DISK_SIZE_ENV}: {e}"))?;
+        }
+        _ => return Err(format!("a disk segment needs both {DISK_SEGMENT_ENV} and {DISK_SIZE_ENV}")),
+    }
+    Ok(())
+}
+
 /// Whether `value` (of [`PREFAULT_ENV`]) asks for prefaulting.
 pub fn prefault_wanted(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
@@ -217,6 +254,7 @@ impl SetupArgs {
         // Mutual TLS for the masters, the store nodes and this process's
         // own segment (its transfer server then requires client certificates).
         cfg.tls = self.tls_config()?;
+        apply_identity_env(&mut cfg, |name| std::env::var(name).ok())?;
         if cfg.global_segment_size > 0 {
             cfg.transfer_listen = host.listen_addr(port)?;
             cfg.prefault = prefault_wanted(std::env::var(PREFAULT_ENV).ok().as_deref());
@@ -255,6 +293,48 @@ pub fn candidate_ports(given: Option<u16>) -> Vec<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn the_environment_gives_a_stable_identity_and_a_disk_segment() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let credential = dir.path().join("credential");
+        let disk = dir.path().join("disk.seg");
+        let mut cfg = ClientConfig::new(vec!["127.0.0.1:50051".into()]);
+        cfg.global_segment_size = 1 << 20;
+        let env = env_of(&[
+            (CLIENT_ID_ENV, "42"),
+            (CREDENTIAL_FILE_ENV, credential.to_str().expect("utf-8")),
+            (DISK_SEGMENT_ENV, disk.to_str().expect("utf-8")),
+            (DISK_SIZE_ENV, "64MiB"),
+        ]);
+        apply_identity_env(&mut cfg, env).expect("applied");
+        assert_eq!(cfg.client_id, Some(42));
+        assert!(cfg.credential.is_some() && credential.exists(), "the credential file is created");
+        assert_eq!((cfg.disk_segment.as_deref(), cfg.disk_size), (Some(disk.as_path()), 64 << 20));
+        cfg.validate().expect("a valid store config");
+
+        let mut again = ClientConfig::new(vec!["127.0.0.1:50051".into()]);
+        let env = env_of(&[(CREDENTIAL_FILE_ENV, credential.to_str().expect("utf-8"))]);
+        apply_identity_env(&mut again, env).expect("applied");
+        assert_eq!(again.credential, cfg.credential, "the same credential after a restart");
+    }
+
+    #[test]
+    fn bad_identity_and_disk_variables_are_refused_by_name() {
+        let mut cfg = ClientConfig::new(vec!["127.0.0.1:50051".into()]);
+        let err = apply_identity_env(&mut cfg, env_of(&[(CLIENT_ID_ENV, "x")])).expect_err("not a number");
+        assert!(err.contains(CLIENT_ID_ENV), "{err}");
+        let err = apply_identity_env(&mut cfg, env_of(&[(DISK_SEGMENT_ENV, "/tmp/d")])).expect_err("no size");
+        assert!(err.contains(DISK_SIZE_ENV), "{err}");
+        let env = env_of(&[(DISK_SEGMENT_ENV, "/tmp/d"), (DISK_SIZE_ENV, "lots")]);
+        let err = apply_identity_env(&mut cfg, env).expect_err("bad size");
+        assert!(err.contains(DISK_SIZE_ENV), "{err}");
+    }
 
     fn args() -> SetupArgs {
         SetupArgs {
