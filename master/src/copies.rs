@@ -37,18 +37,33 @@ const COPY_TICK: Duration = Duration::from_millis(250);
 pub const COPIES_PER_PING_MAX: usize = 16;
 /// Copies planned in one tick at most (each tick looks again).
 const COPIES_PER_TICK_MAX: usize = 256;
+/// Objects the eager offload looks at per tick (a slice of the key space,
+/// from where the last tick stopped): about a millisecond under the state's
+/// read lock, so a state of millions of objects is covered in minutes
+/// without ever stalling applies.
+const OFFLOAD_SCAN_PER_TICK: usize = 16_384;
+/// `--offload_on_evict` looks at every object for the oldest ones, at most
+/// once per this many ticks, and only while memory is under pressure.
+const ON_EVICT_SCAN_EVERY_TICKS: u32 = 4;
 
 /// The copy duty: idle on followers.
 pub async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(COPY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u32 = 0;
     loop {
         tick.tick().await;
+        n = n.wrapping_add(1);
         if shared.leader.with(|_| ()).is_none() {
             continue;
         }
         give_up_late_copies(&shared);
-        if shared.tiers.offload != OffloadMode::Off {
+        let offload_due = match shared.tiers.offload {
+            OffloadMode::Off => false,
+            OffloadMode::Eager => true,
+            OffloadMode::OnEvict => n.is_multiple_of(ON_EVICT_SCAN_EVERY_TICKS),
+        };
+        if offload_due {
             schedule(&shared, Purpose::Offload).await;
         }
         if shared.tiers.promotion_on_hit {
@@ -109,35 +124,55 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
     })
 }
 
-/// Objects to offload: complete, readable in memory, on no disk segment;
-/// oldest first. With `--offload_on_evict` only once memory is within one
-/// eviction round of its high watermark, and never hard-pinned objects
-/// (never evicted).
-fn plan_offloads(s: &MetaState, shared: &Shared, max: usize) -> Vec<Plan> {
+/// Whether `o` is to be offloaded: complete, readable, on no disk segment
+/// (with `--offload_on_evict`, not hard-pinned: never evicted).
+fn wants_offload(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, on_evict: bool) -> bool {
+    o.status == ObjectStatus::Complete
+        && !(on_evict && o.pin == Pin::Hard)
+        && o.replicas.iter().all(|r| s.replica_tier(r) != Some(Tier::Ssd))
+        && o.replicas.iter().any(|r| s.is_readable(r))
+}
+
+/// Objects to offload, and where the scan stopped. Eager: the next slice of
+/// the key space after `cursor` (wrapping). `--offload_on_evict`: once
+/// memory is within one eviction round of its high watermark, the oldest
+/// objects of all.
+fn plan_offloads(s: &MetaState, shared: &Shared, max: usize, cursor: &str) -> (Vec<Plan>, String) {
     if s.attached(Tier::Ssd).next().is_none() {
-        return Vec::new();
+        return (Vec::new(), cursor.to_string());
     }
-    let on_evict = shared.tiers.offload == OffloadMode::OnEvict;
-    if on_evict {
+    if shared.tiers.offload == OffloadMode::OnEvict {
         let policy = &shared.evictor.policy;
         let start = (policy.high_watermark_ratio - policy.eviction_ratio).max(0.0);
         let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
         if (s.tier_used_bytes(Tier::Dram) as f64) < capacity * start {
-            return Vec::new();
+            return (Vec::new(), cursor.to_string());
+        }
+        let mut objects: Vec<&mooncake_raft_store::state::ObjectMeta> =
+            s.objects().filter(|o| wants_offload(s, o, true)).collect();
+        if objects.len() > max {
+            objects.select_nth_unstable_by_key(max, |o| o.completed_ms.unwrap_or(o.created_ms));
+            objects.truncate(max);
+        }
+        objects.sort_by_key(|o| o.completed_ms.unwrap_or(o.created_ms));
+        let plans = objects.into_iter().filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd)).collect();
+        return (plans, cursor.to_string());
+    }
+    let mut plans = Vec::new();
+    let mut last = cursor.to_string();
+    let slice = s.objects_after(cursor).chain(s.objects()).take(OFFLOAD_SCAN_PER_TICK.min(s.object_count()));
+    for o in slice {
+        last.clone_from(&o.key);
+        if wants_offload(s, o, false)
+            && let Some(plan) = plan_copy(s, o, Tier::Dram, Tier::Ssd)
+        {
+            plans.push(plan);
+            if plans.len() >= max {
+                break;
+            }
         }
     }
-    let mut objects: Vec<&mooncake_raft_store::state::ObjectMeta> = s
-        .objects()
-        .filter(|o| o.status == ObjectStatus::Complete && !(on_evict && o.pin == Pin::Hard))
-        .filter(|o| o.replicas.iter().all(|r| s.replica_tier(r) != Some(Tier::Ssd)))
-        .filter(|o| o.replicas.iter().any(|r| s.is_readable(r)))
-        .collect();
-    if objects.len() > max {
-        objects.select_nth_unstable_by_key(max, |o| o.completed_ms.unwrap_or(o.created_ms));
-        objects.truncate(max);
-    }
-    objects.sort_by_key(|o| o.completed_ms.unwrap_or(o.created_ms));
-    objects.into_iter().filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd)).collect()
+    (plans, last)
 }
 
 /// Hot objects to promote: complete, readable on disk only, as many as fit
@@ -174,27 +209,32 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
         Purpose::Offload => shared.tiers.offload_queue_limit,
         Purpose::Promote => shared.tiers.promotion_queue_limit,
     };
-    let Some((room, hot)) = shared.leader.with(|t| {
+    let Some((room, hot, cursor)) = shared.leader.with(|t| {
         let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
         let hot = match purpose {
             Purpose::Promote if room > 0 => t.copies.take_hot(shared.tiers.promotion_admission_threshold),
             _ => Vec::new(),
         };
-        (room, hot)
+        (room, hot, t.copies.offload_cursor.clone())
     }) else {
         return;
     };
     if room == 0 {
         return;
     }
-    let (plans, deferred) = shared.reader.read(|s| match purpose {
-        Purpose::Offload => (plan_offloads(s, shared, room * 2), Vec::new()),
-        Purpose::Promote => plan_promotions(s, shared, &hot),
-    });
-    if !deferred.is_empty() {
-        let threshold = shared.tiers.promotion_admission_threshold;
-        shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
-    }
+    let plans = match purpose {
+        Purpose::Offload => {
+            let (plans, last) = shared.reader.read(|s| plan_offloads(s, shared, room * 2, &cursor));
+            shared.leader.with(|t| t.copies.offload_cursor = last);
+            plans
+        }
+        Purpose::Promote => {
+            let (plans, deferred) = shared.reader.read(|s| plan_promotions(s, shared, &hot));
+            let threshold = shared.tiers.promotion_admission_threshold;
+            shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
+            plans
+        }
+    };
     if plans.is_empty() {
         return;
     }

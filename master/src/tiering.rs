@@ -142,6 +142,8 @@ pub struct CopyTable {
     outbox: HashMap<ClientId, VecDeque<u64>>,
     hits: HashMap<String, u32>,
     detached_seen: HashMap<SegmentId, Instant>,
+    /// Where the eager offload scan goes on (the last key it looked at).
+    pub offload_cursor: String,
 }
 
 impl CopyTable {

@@ -198,6 +198,10 @@ impl MetaState {
     pub fn objects_with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
         self.objects.with_prefix(prefix)
     }
+    /// The objects whose key sorts after `key`, in key order.
+    pub fn objects_after<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
+        self.objects.after(key)
+    }
     pub fn object_count(&self) -> usize {
         self.objects.len()
     }

@@ -69,6 +69,12 @@ impl ObjectIndex {
             .map(|o| &o.0)
     }
 
+    /// The objects whose key sorts after `key`, in key order (a cursor for
+    /// scans done a slice at a time).
+    pub fn after<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
+        self.set.range::<str, _>((Bound::Excluded(key), Bound::Unbounded)).map(|o| &o.0)
+    }
+
     /// Stores `object` under its key, returning the one it replaced.
     pub fn insert(&mut self, object: ObjectMeta) -> Option<ObjectMeta> {
         self.set.replace(ByKey(object)).map(|o| o.0)
@@ -129,6 +135,9 @@ mod tests {
         let mut idx: ObjectIndex = [object("b", 1), object("a", 2), object("ab", 3)].into_iter().collect();
         assert_eq!(idx.values().map(|o| o.key.as_str()).collect::<Vec<_>>(), ["a", "ab", "b"]);
         assert_eq!(idx.with_prefix("a").map(|o| o.version.0).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(idx.after("a").map(|o| o.key.as_str()).collect::<Vec<_>>(), ["ab", "b"], "a cursor");
+        assert_eq!(idx.after("aa").map(|o| o.key.as_str()).collect::<Vec<_>>(), ["ab", "b"], "between keys");
+        assert_eq!(idx.after("b").count(), 0);
         assert_eq!(idx.insert(object("a", 4)).map(|o| o.version.0), Some(2), "replaced");
         assert_eq!(idx.update("b", |o| o.size_bytes = 9), Some(()));
         assert_eq!(idx.get("b").map(|o| o.size_bytes), Some(9));
