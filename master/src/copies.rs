@@ -243,7 +243,8 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
         let mut wanted: Vec<(SegmentId, u64, u64)> = Vec::new();
         let mut added = 0;
         for p in plans {
-            if added >= room || t.copies.is_copying(&p.key) {
+            let evicted_from_disk = purpose == Purpose::Offload && t.copies.was_disk_evicted(&p.key);
+            if added >= room || t.copies.is_copying(&p.key) || evicted_from_disk {
                 continue;
             }
             let Some(len) = p.tier.range_len(p.size_bytes) else { continue };

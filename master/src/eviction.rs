@@ -101,6 +101,11 @@ impl Evictor {
         }
         let guard = self.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
         let asked = victims.len();
+        if tier == Tier::Ssd {
+            // Not offloaded again: that would push another copy out, and back.
+            let keys: Vec<String> = victims.iter().map(|v| v.object.key.clone()).collect();
+            self.leader.with(|t| t.copies.note_disk_evicted(keys));
+        }
         let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
         let mut cmds = Vec::new();
         if !kept.is_empty() {

@@ -144,6 +144,9 @@ pub struct CopyTable {
     detached_seen: HashMap<SegmentId, Instant>,
     /// Where the eager offload scan goes on (the last key it looked at).
     pub offload_cursor: String,
+    /// Objects whose disk copy disk eviction dropped: not offloaded again
+    /// (it would only push another copy out, and back, for ever).
+    disk_evicted: HashSet<String>,
 }
 
 impl CopyTable {
@@ -227,6 +230,22 @@ impl CopyTable {
             self.hits.remove(k);
         }
         hot
+    }
+
+    /// Records that disk eviction dropped these objects' disk copies (the
+    /// record starts over past [`HITS_TRACKED_MAX`] keys).
+    pub fn note_disk_evicted(&mut self, keys: impl IntoIterator<Item = String>) {
+        for key in keys {
+            if self.disk_evicted.len() >= HITS_TRACKED_MAX {
+                self.disk_evicted.clear();
+            }
+            self.disk_evicted.insert(key);
+        }
+    }
+
+    /// Whether disk eviction dropped `key`'s disk copy (this term).
+    pub fn was_disk_evicted(&self, key: &str) -> bool {
+        self.disk_evicted.contains(key)
     }
 
     /// Keeps `key` hot (at `threshold` reads): its promotion was planned but

@@ -175,3 +175,60 @@ async fn objects_are_offloaded_promoted_and_outlive_their_store_nodes_restart_on
     })
     .await;
 }
+
+/// Lists the tiers of `key`'s replicas without taking a KV lease, memory first.
+async fn listed_tiers(client: &MasterClient, key: &str) -> Vec<i32> {
+    let objects = client.list_objects(key, 8).await.expect("list");
+    let mut tiers: Vec<i32> =
+        objects.iter().find(|o| o.key == key).map(|o| o.replicas.iter().map(|r| r.tier).collect()).unwrap_or_default();
+    tiers.sort_unstable();
+    tiers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_evicts_its_oldest_copies_and_keeps_objects_that_are_also_in_memory() {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .master_bin(BIN)
+        .arg("--enable_offload")
+        .arg("--default_kv_lease_ttl=300")
+        .arg("--disk_eviction_high_watermark_ratio=0.8")
+        .start();
+    cluster.wait_for_leader(T).await;
+    let node = process(&cluster, Credential::random().expect("randomness"));
+    let writer = cluster.client();
+    // A disk of 8 blocks: 5 objects of one block each fill it past 80 %.
+    let mut disk = segment(DISK, Tier::Ssd, 9001);
+    disk.size = 8 * 4096;
+    node.remount_segments(NODE, vec![segment(MEM, Tier::Dram, 9001), disk]).await.expect("mount");
+    let keys: Vec<String> = (0..7).map(|i| format!("d{i}")).collect();
+    for key in &keys {
+        put(&writer, key, 1000).await;
+        let task = copy_task(&cluster, &node, key).await;
+        node.report_copy(NODE, task.task_id, "").await.expect("copied");
+    }
+    // Disk eviction drops disk copies (oldest first) until the disk is back
+    // under its watermark; every object keeps its memory copy.
+    wait_until("the disk back under its watermark", T, || async {
+        let mut on_disk = 0;
+        for key in &keys {
+            let tiers = listed_tiers(&writer, key).await;
+            if tiers.is_empty() || tiers[0] != Tier::Dram as i32 {
+                return None; // an object lost its memory copy
+            }
+            on_disk += usize::from(tiers.contains(&(Tier::Ssd as i32)));
+        }
+        (on_disk * 4096 <= 8 * 4096 * 8 / 10).then_some(on_disk)
+    })
+    .await;
+    assert_eq!(listed_tiers(&writer, "d0").await, vec![Tier::Dram as i32], "the oldest copy went first");
+    assert!(listed_tiers(&writer, "d6").await.contains(&(Tier::Ssd as i32)), "the newest copy stays");
+    // An object evicted from disk is not offloaded again (it would push
+    // another copy out, and back, for ever): over 8 copy-duty ticks (250 ms
+    // each) the node is asked for no copy of it.
+    for _ in 0..8 {
+        let answer = node.ping_for_copies(NODE).await.expect("ping");
+        assert!(answer.copy_tasks.iter().all(|t| t.key != "d0"), "d0 was offloaded again");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
