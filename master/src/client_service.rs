@@ -236,6 +236,13 @@ fn validate_shm_path(spec: &mooncake_raft_store::SegmentSpec) -> Result<(), Meta
     if spec.shm_path.is_empty() {
         return Ok(());
     }
+    if spec.tier == mooncake_raft_store::Tier::Ssd {
+        return Err(MetaError::InvalidParams(format!(
+            "segment {} is a disk segment and names a shared-memory file; disk segments are read over TCP only \
+             (leave shm_path empty)",
+            spec.id
+        )));
+    }
     mooncake_segment::validate_segment_path(std::path::Path::new(&spec.shm_path))
         .map_err(|e| MetaError::InvalidParams(format!("segment {}: {e}", spec.id)))
 }
@@ -303,7 +310,10 @@ impl MasterService for MasterServiceImpl {
         let Some(seg) = r.segment.as_ref() else {
             return refused(Status::with(ErrorCode::InvalidParams, "segment is missing"));
         };
-        let spec = convert::segment_spec(seg);
+        let spec = match convert::segment_spec(seg) {
+            Ok(spec) => spec,
+            Err(e) => return refused(invalid(e)),
+        };
         if let Err(e) = validate_segment(&spec).and_then(|()| validate_shm_path(&spec)) {
             return refused(invalid(e));
         }
@@ -332,7 +342,10 @@ impl MasterService for MasterServiceImpl {
     async fn remount_segment(&self, req: Request<RemountSegmentRequest>) -> RpcResult<RemountSegmentResponse> {
         let r = req.into_inner();
         let refused = |status: Status| ok(RemountSegmentResponse { status: Some(status), segment_keys: vec![] });
-        let segments: Vec<_> = r.segments.iter().map(convert::segment_spec).collect();
+        let segments: Vec<_> = match r.segments.iter().map(convert::segment_spec).collect() {
+            Ok(segments) => segments,
+            Err(e) => return refused(invalid(e)),
+        };
         if let Some(e) = segments.iter().find_map(|s| validate_segment(s).and_then(|()| validate_shm_path(s)).err()) {
             return refused(invalid(e));
         }

@@ -1,23 +1,31 @@
-//! Conversions between wire messages and domain types, in one place.
+//! Conversions between wire messages and domain types, in one place. An
+//! enum value this version does not know (a newer client's tier or pin) is
+//! refused with INVALID_PARAMS, never read as some default.
 
 use mooncake_proto::master as pb;
 use mooncake_raft_store::state::{ObjectMeta, ObjectStatus};
-use mooncake_raft_store::{MetaState, Pin, PutStart, ReplicaPlacement, SegmentSpec, Tier};
+use mooncake_raft_store::{MetaError, MetaState, Pin, PutStart, ReplicaPlacement, SegmentSpec, Tier};
 use mooncake_segment::{ClientId, SegmentId};
 
-pub fn segment_spec(s: &pb::Segment) -> SegmentSpec {
-    SegmentSpec {
+/// A wire tier.
+pub fn tier(t: i32) -> Result<Tier, MetaError> {
+    match pb::Tier::try_from(t) {
+        Ok(pb::Tier::Dram) => Ok(Tier::Dram),
+        Ok(pb::Tier::Ssd) => Ok(Tier::Ssd),
+        Err(_) => Err(MetaError::InvalidParams(format!("tier {t} is unknown; use DRAM (0) or SSD (1)"))),
+    }
+}
+
+pub fn segment_spec(s: &pb::Segment) -> Result<SegmentSpec, MetaError> {
+    Ok(SegmentSpec {
         id: SegmentId(s.id),
         size_bytes: s.size,
         endpoint: s.endpoint.clone(),
         host_id: s.host_id.clone(),
         zone: s.zone.clone(),
-        tier: match pb::Tier::try_from(s.tier) {
-            Ok(pb::Tier::Ssd) => Tier::Ssd,
-            _ => Tier::Dram,
-        },
+        tier: tier(s.tier)?,
         shm_path: s.shm_path.clone(),
-    }
+    })
 }
 
 pub fn segment_pb(s: &SegmentSpec) -> pb::Segment {
@@ -35,11 +43,12 @@ pub fn segment_pb(s: &SegmentSpec) -> pb::Segment {
     }
 }
 
-pub fn pin(p: i32) -> Pin {
+pub fn pin(p: i32) -> Result<Pin, MetaError> {
     match pb::Pin::try_from(p) {
-        Ok(pb::Pin::Soft) => Pin::Soft,
-        Ok(pb::Pin::Hard) => Pin::Hard,
-        _ => Pin::None,
+        Ok(pb::Pin::None) => Ok(Pin::None),
+        Ok(pb::Pin::Soft) => Ok(Pin::Soft),
+        Ok(pb::Pin::Hard) => Ok(Pin::Hard),
+        Err(_) => Err(MetaError::InvalidParams(format!("pin {p} is unknown; use NONE (0), SOFT (1) or HARD (2)"))),
     }
 }
 
@@ -51,15 +60,15 @@ pub fn pin_pb(p: Pin) -> i32 {
     }
 }
 
-pub fn put_start(r: &pb::PutStartRequest) -> PutStart {
-    PutStart {
+pub fn put_start(r: &pb::PutStartRequest) -> Result<PutStart, MetaError> {
+    Ok(PutStart {
         client: ClientId(r.client_id),
         key: r.key.clone(),
         size_bytes: r.size,
         replica_num: r.replica_num,
         preferred: r.preferred_segments.iter().map(|s| SegmentId(*s)).collect(),
-        pin: pin(r.pin),
-    }
+        pin: pin(r.pin)?,
+    })
 }
 
 /// A replica with everything a client needs to reach it.

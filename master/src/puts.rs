@@ -92,7 +92,10 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
 /// as needed.
 pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartResponse {
     let refuse = |s: Status| PutStartResponse { status: Some(s), replicas: vec![] };
-    let spec = convert::put_start(req);
+    let spec = match convert::put_start(req) {
+        Ok(spec) => spec,
+        Err(e) => return refuse(invalid(e)),
+    };
     if let Err(e) = validate_put_start(&spec) {
         return refuse(invalid(e));
     }
@@ -409,12 +412,16 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
             req.key
         ))));
     }
+    let pin = match convert::pin(req.pin) {
+        Ok(pin) => pin,
+        Err(e) => return EndPlan::Answer(invalid(e)),
+    };
     let new = NewObject {
         client,
         key: req.key.clone(),
         size_bytes: req.size,
         checksum: req.checksum,
-        pin: convert::pin(req.pin),
+        pin,
         replicas: echoed,
         upsert: req.upsert,
     };

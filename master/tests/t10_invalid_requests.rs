@@ -55,6 +55,8 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         ("4097-byte key", put(&"k".repeat(4097), 10, 1)),
         ("oversize", put("k", 2 << 20, 1)),
         ("unknown preferred segment", PutStartRequest { preferred_segments: vec![999], ..put("k", 10, 1) }),
+        // An enum value this version does not know is refused, not read as a default.
+        ("unknown pin", PutStartRequest { pin: 9, ..put("k", 10, 1) }),
     ];
     for (what, req) in puts {
         let r = raw.put_start(req).await.expect("rpc").into_inner();
@@ -80,6 +82,15 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         (
             "shm_path escaping the segment directory",
             mount(Some(Segment { shm_path: "/dev/shm/../etc/shadow".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
+        ),
+        ("unknown tier", mount(Some(Segment { tier: 7, ..seg(4, 1 << 20, "127.0.0.1:1") }))),
+        (
+            "a disk segment naming a shared-memory file",
+            mount(Some(Segment {
+                tier: Tier::Ssd as i32,
+                shm_path: "/dev/shm/mooncake-0000000000000009-0000000000000005".into(),
+                ..seg(5, 1 << 20, "127.0.0.1:1")
+            })),
         ),
     ];
     for (what, req) in mounts {
