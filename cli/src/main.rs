@@ -8,6 +8,7 @@ mod certs;
 mod demo;
 mod members;
 mod objects;
+mod status;
 mod store;
 mod store_http;
 mod up;
@@ -15,7 +16,7 @@ mod up;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use mooncake_client::{MasterClient, MasterClientConfig, status};
+use mooncake_client::{MasterClient, MasterClientConfig};
 
 #[derive(Parser)]
 #[command(name = "mooncake", version, about = "mooncake-rs: a KV-cache store with a Raft-replicated master")]

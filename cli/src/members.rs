@@ -3,7 +3,9 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use mooncake_client::{MasterClient, status};
+use mooncake_client::MasterClient;
+
+use crate::status;
 
 use crate::MastersArg;
 

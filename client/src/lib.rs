@@ -13,7 +13,6 @@ pub mod local_cluster;
 mod local_segment;
 mod master_api;
 mod master_client;
-pub mod status;
 mod store_client;
 
 pub use config::{ClientConfig, parse_size};

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::master_client::MasterClient;
+use mooncake_client::MasterClient;
 
 /// One master's answer (or why it did not answer).
 #[derive(Debug, Clone, Serialize)]
