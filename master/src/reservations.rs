@@ -291,6 +291,7 @@ impl PutTable {
     }
 
     /// Hands out `len` bytes of `segment`'s open arena (which has room).
+    #[allow(clippy::expect_used, reason = "callers checked the open arena has room (`has_room`) under the same lock")]
     fn take(&mut self, segment: SegmentId, len: u64) -> PlacedReplica {
         let id = self.open[&segment];
         let a = self.arenas.get_mut(&id).expect("an open arena is an own arena");

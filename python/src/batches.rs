@@ -111,11 +111,17 @@ impl Session {
     pub fn get_ranges(&self, keys: &[String], ranges: RangeReads) -> Vec<Vec<Code>> {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         // Refused destinations are read into nothing: an empty range at 0.
-        // SAFETY: accepted regions were checked and carved (see `get_batch_into`).
         let mut reads: Vec<Vec<(u64, &mut [u8])>> = ranges
             .iter()
             .map(|rs| {
-                rs.iter().map(|(src, r)| r.map_or((0, &mut [][..]), |r| (*src, unsafe { r.as_mut_slice() }))).collect()
+                rs.iter()
+                    .map(|(src, r)| {
+                        r.map_or((0, &mut [][..]), |r| {
+                            // SAFETY: accepted regions were checked and carved (see `get_batch_into`).
+                            (*src, unsafe { r.as_mut_slice() })
+                        })
+                    })
+                    .collect()
             })
             .collect();
         let results = self.block_on(self.client().get_ranges_batch(&keys, &mut reads));

@@ -69,6 +69,7 @@ pub struct Lease {
 }
 
 impl AsMut<[u8]> for Lease {
+    #[allow(clippy::expect_used, reason = "the pool's allocator hands out ranges inside the pool only")]
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: the allocator gave this range to this lease alone, and it
         // is back in the allocator only after the lease is dropped.
@@ -77,6 +78,7 @@ impl AsMut<[u8]> for Lease {
 }
 
 impl AsRef<[u8]> for Lease {
+    #[allow(clippy::expect_used, reason = "the pool's allocator hands out ranges inside the pool only")]
     fn as_ref(&self) -> &[u8] {
         // SAFETY: the allocator gave this range to this lease alone; only its
         // owner writes it, through `as_mut`, which needs `&mut self`.

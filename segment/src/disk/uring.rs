@@ -426,6 +426,10 @@ fn user_data(slot: usize, op: usize) -> u64 {
     (slot as u64) << 8 | op as u64
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "a completion names a slot this thread filled; anything else is a kernel or ring bug"
+)]
 fn flight_mut(flights: &mut [Option<Flight>], slot: usize) -> &mut Flight {
     flights[slot].as_mut().expect("a slot with pending work holds a flight")
 }
