@@ -64,6 +64,20 @@ pub const CLIENT_TTL: Duration = Duration::from_secs(5);
 /// here): a put unfinished this long frees its key. Far longer than a stall
 /// writer's stall (`nemesis::STALL_HOLD` and the election before it).
 pub const PUT_START_DISCARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Disk segment of each store node in scenarios with disks
+/// ([`ClusterOptions::disks`]): far more than a run copies to it (about
+/// 1 MiB/s for both nodes), so disk eviction never runs in a CI run.
+pub const STORE_DISK_SIZE: &str = "64MiB";
+/// The store nodes' `--heartbeat-interval-ms` in scenarios with disks.
+/// Copies reach a store node in its Ping answers, at most 16 a Ping: at the
+/// default 1 s the eager offload of the workloads' puts (~60 objects/s)
+/// would fall ever further behind; every 200 ms a node takes up to 80/s.
+pub const DISK_STORE_HEARTBEAT: Duration = Duration::from_millis(200);
+/// The masters' `--disk_replica_grace_sec` (their default, pinned here):
+/// far longer than any run, so a store node's detached disk is always
+/// attached again when it comes back, never dropped.
+pub const DISK_REPLICA_GRACE: Duration = Duration::from_secs(600);
+
 /// The masters' `--put_start_release_timeout_sec` (their default, pinned
 /// here): how long a new leader leaves a deposed leader's arenas alone.
 /// Far longer than any stall and than a 30 s run, so in the real build
@@ -91,6 +105,10 @@ pub struct ClusterOptions {
     /// masters and store nodes run `--insecure` (plain TCP on the
     /// namespaces' private addresses).
     pub tls: bool,
+    /// Store nodes also contribute a disk segment (`<dir>/store-<n>/disk.seg`,
+    /// kept across their restarts), and the masters run `--enable_offload`
+    /// and `--promotion_on_hit` (docs/TIERS.md).
+    pub disks: bool,
 }
 
 /// One process of the cluster.
@@ -109,8 +127,10 @@ pub struct ChaosCluster {
     masters: BTreeMap<u64, Proc>,
     /// Store node 1: the one faults may kill.
     store: Proc,
-    /// Store node 2: never faulted, so with two replicas every acknowledged
-    /// object keeps a copy (a killed store node loses its memory).
+    /// Store node 2: never faulted (but by `disk-stores`, whose kills wait
+    /// until nothing lives only in the victim's memory), so with two
+    /// replicas every acknowledged object keeps a copy (a killed store node
+    /// loses its memory).
     steady_store: Proc,
     loops: BTreeMap<u64, LoopFs>,
     clocks: BTreeMap<u64, FakeClock>,
@@ -126,6 +146,9 @@ pub struct ChaosCluster {
     tls_dir: Option<PathBuf>,
     /// How the harness's clients connect (the PKI's client certificate).
     access: Access,
+    /// Leave the store nodes' disk files in place at shutdown: a failed or
+    /// broken run's evidence. True until the runner saw the run pass.
+    pub keep_disks: bool,
 }
 
 /// The cluster secret's file in the run's dir.
@@ -177,6 +200,7 @@ impl ChaosCluster {
             admin_token,
             tls_dir,
             access,
+            keep_disks: true,
         };
         for id in 1..=4 {
             c.prepare_master(id, &initial.join(","))?;
@@ -223,6 +247,13 @@ impl ChaosCluster {
             format!("--eviction_high_watermark_ratio={}", self.opts.eviction.0),
             format!("--eviction_ratio={}", self.opts.eviction.1),
         ];
+        if self.opts.disks {
+            args.extend([
+                "--enable_offload".to_string(),
+                "--promotion_on_hit".to_string(),
+                format!("--disk_replica_grace_sec={}", DISK_REPLICA_GRACE.as_secs()),
+            ]);
+        }
         args.push(if id <= 3 { format!("--initial-cluster={initial}") } else { "--join".to_string() });
         args.extend(self.security_args(Role::Master { id }));
         args.extend(self.opts.master_flags.iter().cloned());
@@ -243,8 +274,25 @@ impl ChaosCluster {
             format!("--credential-file={}", self.opts.dir.join(format!("store-{n}.credential")).display()),
             "--anonymous".into(),
         ];
+        if self.opts.disks {
+            let disk = self.store_disk_file(n);
+            if let Some(dir) = disk.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            args.extend([
+                format!("--disk-segment={}", disk.display()),
+                format!("--disk-size={STORE_DISK_SIZE}"),
+                format!("--heartbeat-interval-ms={}", DISK_STORE_HEARTBEAT.as_millis()),
+            ]);
+        }
         args.extend(self.security_args(Role::Store));
         Ok(args)
+    }
+
+    /// The disk segment file of store node `n` (scenarios with disks), in
+    /// its own data dir: the same file across its restarts.
+    pub fn store_disk_file(&self, n: u64) -> PathBuf {
+        self.opts.dir.join(format!("store-{n}")).join(mooncake_client::local_cluster::STORE_DISK_FILE)
     }
 
     /// `role`'s `--tls-cert --tls-key --tls-ca` with TLS on; `--insecure`
@@ -419,15 +467,17 @@ impl ChaosCluster {
     }
 
     /// Ends every fault on processes: resume paused ones, restart dead ones
-    /// (only current voters and the store), reset clocks.
+    /// (only current voters and the store nodes), reset clocks.
     pub fn heal(&mut self) -> anyhow::Result<()> {
         let voters = self.voters.clone();
         for id in voters {
             self.resume(Target::Master(id))?;
             self.restart(Target::Master(id))?;
         }
-        self.resume(Target::Store)?;
-        self.restart(Target::Store)?;
+        for store in [Target::Store, Target::SteadyStore] {
+            self.resume(store)?;
+            self.restart(store)?;
+        }
         for c in self.clocks.values() {
             c.set_offset(0)?;
         }
@@ -479,6 +529,17 @@ impl ChaosCluster {
         }
         let _ = self.kill(Target::Store);
         let _ = self.kill(Target::SteadyStore);
+        if self.opts.disks && !self.keep_disks {
+            for n in 1..=2 {
+                let file = self.store_disk_file(n);
+                match std::fs::remove_file(&file) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(error = %e, file = %file.display(), "removing a store node's disk file");
+                    }
+                    _ => {}
+                }
+            }
+        }
         for fs in self.loops.values_mut() {
             if let Err(e) = fs.destroy() {
                 tracing::warn!(error = %e, "removing a loop filesystem");
@@ -503,8 +564,20 @@ pub enum Target {
     Master(u64),
     /// Store node 1 (faults may kill it).
     Store,
-    /// Store node 2 (never faulted).
+    /// Store node 2 (never faulted but by `disk-stores`).
     SteadyStore,
+}
+
+impl Target {
+    /// Store node `n` (1 or 2).
+    pub fn store(n: u64) -> Target {
+        if n == 1 { Target::Store } else { Target::SteadyStore }
+    }
+}
+
+/// Host name of store node `n`.
+pub fn store_host(n: u64) -> String {
+    format!("s{n}")
 }
 
 /// The sum of `evicted=N` over a master log's "eviction round" lines (with

@@ -159,7 +159,7 @@ async fn put_round(ctx: &Arc<Ctx>, round: u64) -> Vec<String> {
         puts.spawn(async move {
             let key = format!("lease/r{round}/k{i}");
             let value = ctx.shared.next_value();
-            ctx.shared.puts_allowed().await;
+            let put = ctx.shared.put_allowed().await;
             let invoke_ns = ctx.shared.now_ns();
             let bytes = value_bytes(value, LEASE_OBJECT_BYTES);
             let outcome = match tokio::time::timeout(OP_TIMEOUT, ctx.client.put(&key, &bytes, &LEASE_PUT)).await {
@@ -168,7 +168,11 @@ async fn put_round(ctx: &Arc<Ctx>, round: u64) -> Vec<String> {
                 Ok(Ok(PutOutcome::KeptExisting)) => LeaseOutcome::Other,
                 Ok(Err(_)) | Err(_) => LeaseOutcome::Unknown,
             };
+            drop(put);
             ctx.record(&key, LeaseOp::Put { value }, invoke_ns, outcome).await;
+            if outcome == LeaseOutcome::Stored {
+                ctx.shared.note_lease_stored(&key, value).await;
+            }
             (outcome == LeaseOutcome::Stored).then_some(key)
         });
     }
@@ -251,7 +255,12 @@ fn refusal(e: &MasterError, code: ErrorCode, outcome: LeaseOutcome) -> LeaseOutc
 async fn read_replicas(ctx: &Ctx, key: &str, invoke_ns: u64) -> Option<GetReplicaListResponse> {
     let read = ctx.client.master().get_replica_list(ctx.client.client_id(), key);
     let (outcome, list) = match tokio::time::timeout(OP_TIMEOUT, read).await {
-        Ok(Ok(list)) => (ctx.found(&list), Some(list)),
+        Ok(Ok(list)) => {
+            if crate::tier_reader::disk_only(&list.replicas) {
+                ctx.shared.lease_disk_only_reads.fetch_add(1, Ordering::Relaxed);
+            }
+            (ctx.found(&list), Some(list))
+        }
         Ok(Err(e)) => (refusal(&e, ErrorCode::ObjectNotFound, LeaseOutcome::Missing), None),
         Err(_) => (LeaseOutcome::Unknown, None),
     };

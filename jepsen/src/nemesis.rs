@@ -39,9 +39,9 @@ use crate::stall_process::StallWriters;
 use crate::workload::Shared;
 
 /// How long a fault lasts before it is healed.
-const FAULT_HOLD: Duration = Duration::from_secs(3);
+pub(crate) const FAULT_HOLD: Duration = Duration::from_secs(3);
 /// Quiet time between faults.
-const FAULT_GAP: Duration = Duration::from_secs(3);
+pub(crate) const FAULT_GAP: Duration = Duration::from_secs(3);
 /// A kill under stall: how long the workloads put on the new leader (once
 /// it has had a reclaim sweep) before the writers continue. Enough to place
 /// several hundred KiB of objects in its first arena, over the stalled
@@ -79,7 +79,7 @@ const ELECTION_BOUND: Duration = Duration::from_millis(500);
 const _: () = assert!(STALL_MAX.as_millis() < CLIENT_TTL.as_millis());
 const _: () = assert!(4 * STALL_MAX.as_millis() < PUT_START_DISCARD_TIMEOUT.as_millis());
 /// How often the leader is asked for while waiting for one.
-const LEADER_POLL: Duration = Duration::from_millis(20);
+pub(crate) const LEADER_POLL: Duration = Duration::from_millis(20);
 /// Longest wait for a leader of a newer term after a kill.
 const NEW_LEADER_WAIT_MAX: Duration = Duration::from_secs(20);
 
@@ -122,6 +122,11 @@ pub struct Nemesis {
     /// [`Fault::StorePause`]: seconds until the resumed store node's segment
     /// was mounted again (`None`: not within [`STORE_REMOUNT_MAX`]).
     pub store_remounts: Vec<Option<f64>>,
+    /// [`Fault::StoreKill`]: every round, killed or not (`store_kill.rs`).
+    pub store_kills: Vec<crate::store_kill::StoreKill>,
+    /// [`Fault::StoreKill`]: where the next round is in the pattern of
+    /// victims and comebacks (`None`: drawn from the seed at the first).
+    pub store_kill_next: Option<u64>,
 }
 
 /// How long a master restarted on a wiped data dir may take to refuse
@@ -215,6 +220,8 @@ fn timing(fault: Fault) -> (Duration, Duration) {
         Fault::KillUnderStall => (Duration::ZERO, STALL_HOLD),
         // A round paces its own bursts.
         Fault::FollowerBursts => (FAULT_GAP, Duration::ZERO),
+        // A round paces itself: its hold depends on how the node comes back.
+        Fault::StoreKill => (FAULT_GAP, Duration::ZERO),
         // Past the client TTL, so the masters expire the paused store node.
         Fault::StorePause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         _ => (FAULT_GAP, FAULT_HOLD),
@@ -242,6 +249,10 @@ impl Nemesis {
             }
             if fault == Fault::FollowerBursts {
                 self.follower_round(&stop).await?;
+                continue;
+            }
+            if fault == Fault::StoreKill {
+                self.store_kill_round().await?;
                 continue;
             }
             let detail = self.inject(fault).await?;
@@ -331,6 +342,7 @@ impl Nemesis {
             Fault::KillUnderStall => self.kill_under_stall().await,
             // Run by `follower_round`, never injected as one fault.
             Fault::FollowerBursts => Ok("follower bursts run in rounds of their own".into()),
+            Fault::StoreKill => Ok("store kills run in rounds of their own".into()),
             Fault::Loss => {
                 self.net.loss(20)?;
                 Ok("20 % packet loss on the bridge".into())

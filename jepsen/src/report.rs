@@ -2,7 +2,8 @@
 //! command to replay, verdict per checker, what the lease workload, the
 //! committed-bytes checker and the stall writers did),
 //! `verdict.json`, `history.jsonl`, `lease-history.jsonl`,
-//! `stall-history.jsonl` (scenarios with stall writers), `faults.jsonl`,
+//! `stall-history.jsonl` (scenarios with stall writers), `tier-reads.jsonl`
+//! (scenarios with disks), `faults.jsonl`,
 //! and `timeline.html` — a self-contained page with an SVG of every
 //! register operation per client over time, fault bands and a throughput line.
 
@@ -204,6 +205,8 @@ pub struct RunReport {
     /// The series of follower SIGSTOP bursts, with what every master said
     /// before and after each.
     pub follower_windows: Vec<FollowerWindow>,
+    /// What the store kills and the tier reader did (scenarios with disks).
+    pub disk_stores: Option<crate::disk_stores::DiskStoresReport>,
     pub nodes: Vec<NodeReport>,
     pub elapsed_s: f64,
     pub valid: bool,
@@ -253,6 +256,7 @@ impl RunReport {
             stall_writers: None,
             preload: None,
             follower_windows: Vec::new(),
+            disk_stores: None,
             nodes,
             elapsed_s: elapsed.as_secs_f64(),
             valid,
@@ -299,6 +303,9 @@ impl RunReport {
         let _ = writeln!(s, "committed bytes: {}", self.committed_bytes);
         if let Some(stall) = &self.stall_writers {
             let _ = writeln!(s, "stall writers: {stall}");
+        }
+        if let Some(d) = &self.disk_stores {
+            let _ = writeln!(s, "disk stores: {d}");
         }
         if let Some(p) = &self.preload {
             let _ = writeln!(
@@ -349,6 +356,12 @@ impl RunReport {
 /// [`StallPut`](crate::stall_process::StallPut) a line.
 pub fn write_stall_history(dir: &Path, puts: &[crate::stall_process::StallPut]) -> anyhow::Result<()> {
     write_json_lines(&dir.join("stall-history.jsonl"), puts)
+}
+
+/// Writes the tier reader's reads as `tier-reads.jsonl`, one JSON
+/// [`TierRead`](crate::tier_reader::TierRead) a line.
+pub fn write_tier_reads(dir: &Path, reads: &[crate::tier_reader::TierRead]) -> anyhow::Result<()> {
+    write_json_lines(&dir.join("tier-reads.jsonl"), reads)
 }
 
 /// Writes the lease workload's record as `lease-history.jsonl`, one JSON

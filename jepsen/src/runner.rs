@@ -22,6 +22,7 @@ use crate::chaos_cluster::{
 };
 use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
 use crate::committed_bytes::{CommittedBytesVerdict, StallPutsVerdict, check_committed_bytes, check_stall_puts};
+use crate::disk_stores::{self, DiskStoresReport};
 use crate::history::{History, ProcessId};
 use crate::leader_stability::{FollowerWindow, check_leader_stability};
 use crate::lease::{LeaseCheckConfig, check_kv_leases};
@@ -30,11 +31,15 @@ use crate::linearizability::{LinearizabilityConfig, check_linearizable};
 use crate::nemesis::{DiskFullOutcome, FaultEvent, Nemesis, STALL_WAIT_MAX, find_leader};
 use crate::net::Network;
 use crate::preload::{self, Preload};
-use crate::report::{CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_stall_history};
+use crate::report::{
+    CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_stall_history, write_tier_reads,
+};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::stall_process::{StallCounts, StallPut, StallSpawn, StallWriters};
 use crate::stall_writer::{STALL_OBJECT_BYTES, STALL_PUTS_PER_ROUND};
+use crate::store_kill::StoreKill;
+use crate::tier_reader::{self, TierRead, TierReaderOptions};
 use crate::workload::{self, Shared, WorkloadOptions, decode_value};
 
 /// Hosts of every run: masters (m4 is the spare), two store nodes, clients.
@@ -52,6 +57,8 @@ const FINAL_READ_ATTEMPTS_MAX: u32 = 50;
 const CORRUPT_READ_ATTEMPTS: u32 = 5;
 /// Every key prefix the harness's workloads and stall writers put under.
 const HARNESS_KEY_PREFIXES: [&str; 3] = ["jepsen/", "lease/", "stall/"];
+/// Store nodes of every run.
+const STORE_NODES: u64 = 2;
 /// Stall writer processes in scenarios that stall them: two clients whose
 /// reservations interleave in the leader's arena, as independent writers'
 /// do (eight half-written 64 KiB objects per stall).
@@ -90,6 +97,9 @@ struct Extras {
     disk_full: Vec<DiskFullOutcome>,
     store_remounts: Vec<Option<f64>>,
     wipe_refused: Option<(bool, String)>,
+    /// `disk-stores`: the nemesis's rounds and the tier reader's reads.
+    store_kills: Vec<StoreKill>,
+    tier_reads: Vec<TierRead>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -131,6 +141,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         segment_size: opts.scenario.store_segment_size().into(),
         eviction,
         tls: opts.tls,
+        disks: opts.scenario.has_disks(),
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let (addrs, access) = {
@@ -138,7 +149,8 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         (c.master_addrs()?, c.access())
     };
     let voters3: Vec<String> = addrs[..3].to_vec();
-    wait_ready(&access, &voters3).await?;
+    let segments = if opts.scenario.has_disks() { 2 * STORE_NODES } else { STORE_NODES };
+    wait_ready(&access, &voters3, segments).await?;
     let preload = match preload_objects {
         Some(n) => {
             eprintln!("preloading at least {n} objects (metadata only, batch RPCs)");
@@ -180,6 +192,16 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         }
         false => None,
     };
+    let tier_reader = opts.scenario.has_disks().then(|| {
+        let tier_opts = TierReaderOptions {
+            access: access.clone(),
+            masters: voters3.clone(),
+            local_hostname: wl_opts.local_hostname.clone(),
+            seed: opts.seed,
+            process: ProcessId(opts.clients as u64 + 1),
+        };
+        tokio::spawn(tier_reader::run(tier_opts, shared.clone()))
+    });
     let workload = tokio::spawn(workload::run(wl_opts, shared.clone()));
     let leases = tokio::spawn(lease_workload::run(lease_opts, shared.clone()));
     let mut nemesis = Nemesis {
@@ -199,6 +221,8 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         disk_full: Vec::new(),
         store_remounts: Vec::new(),
         wipe_refused: None,
+        store_kills: Vec::new(),
+        store_kill_next: None,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -215,6 +239,10 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     shared.stop.store(true, Ordering::Relaxed);
     workload.await.context("workload task")?.context("workload")?;
     leases.await.context("lease workload task")?.context("lease workload")?;
+    let tier_reads = match tier_reader {
+        Some(t) => t.await.context("tier reader task")?.context("tier reader")?,
+        None => Vec::new(),
+    };
     nemesis_result.context("nemesis")?;
     // The writers end their round and are killed before anything is read:
     // none may write while the checkers read.
@@ -230,6 +258,8 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         disk_full: std::mem::take(&mut nemesis.disk_full),
         store_remounts: std::mem::take(&mut nemesis.store_remounts),
         wipe_refused: nemesis.wipe_refused.take(),
+        store_kills: std::mem::take(&mut nemesis.store_kills),
+        tier_reads,
     };
     finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
 }
@@ -257,14 +287,14 @@ fn start_stall_writers(
     StallWriters::start(net, &spawn, shared)
 }
 
-/// Waits until a leader serves and both store nodes are mounted.
-async fn wait_ready(access: &Access, addrs: &[String]) -> anyhow::Result<()> {
+/// Waits until a leader serves and `segments` store segments are mounted.
+async fn wait_ready(access: &Access, addrs: &[String], segments: u64) -> anyhow::Result<()> {
     let deadline = Instant::now() + SETTLE;
     loop {
         if let Some(leader) = find_leader(access, addrs).await {
             let c = MasterClient::new(access.master(addrs.to_vec()))?;
             let addr = &addrs[(leader - 1) as usize % addrs.len()];
-            if c.cluster_info_of(addr).await.is_ok_and(|i| i.segment_count >= 2) {
+            if c.cluster_info_of(addr).await.is_ok_and(|i| i.segment_count >= segments) {
                 return Ok(());
             }
         }
@@ -282,13 +312,28 @@ async fn finish(
     extras: Extras,
     started: Instant,
 ) -> anyhow::Result<RunReport> {
-    let Extras { faults, stall, windows, mut preload, disk_full, store_remounts, wipe_refused } = extras;
+    let Extras {
+        faults,
+        stall,
+        windows,
+        mut preload,
+        disk_full,
+        store_remounts,
+        wipe_refused,
+        store_kills,
+        tier_reads,
+    } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
         (c.voters.clone(), c.master_addrs()?)
     };
     let voter_addrs: Vec<String> = voters.iter().map(|v| addrs[(*v - 1) as usize].clone()).collect();
     let nodes = converge(access, &voters, &voter_addrs).await;
+    // Disk objects are read back only once every disk is attached again.
+    let disks_attached = match opts.scenario.has_disks() {
+        true => disk_stores::wait_disks_attached(access, &voter_addrs).await,
+        false => true,
+    };
     let keys = shared.all_keys().await;
     let (final_reads, corrupt_final) = final_reads(access, &voter_addrs, &keys).await?;
     // Over a preloaded state only the harness's own keys are listed: the
@@ -340,6 +385,20 @@ async fn finish(
     if let (Some(p), Some(missing)) = (&preload, preload_missing) {
         checkers.push(CheckerVerdict::preload_intact(p.report.objects, missing));
     }
+    let disk_stores = match opts.scenario.has_disks() {
+        true => {
+            let disk = disk_stores::check_disk_objects(access, &voter_addrs, &history, &tier_reads, &final_reads)
+                .await
+                .context("disk checker")?;
+            checkers.push(CheckerVerdict::from_disk_objects(&disk, disks_attached));
+            checkers.push(CheckerVerdict::disk_remounted(&store_kills));
+            let lease_disk_only = shared.lease_disk_only_reads.load(Ordering::Relaxed);
+            let mut r = DiskStoresReport::new(&store_kills, &tier_reads, &history, lease_disk_only);
+            (r.disk_backed, r.disk_replicas_ok) = (disk.checked, disk.disk_replicas_ok);
+            Some(r)
+        }
+        false => None,
+    };
     let mut report =
         RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
     report.kv_leases =
@@ -349,7 +408,13 @@ async fn finish(
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);
     report.follower_windows = windows;
+    report.disk_stores = disk_stores;
     report.write(&history)?;
+    if opts.scenario.has_disks() {
+        write_tier_reads(dir, &tier_reads)?;
+    }
+    // Only a passing run drops the store nodes' disk files (evidence).
+    cluster.lock().await.keep_disks = !report.valid;
     write_lease_history(dir, &lease_records)?;
     if let Some((puts, _)) = &stall {
         write_stall_history(dir, puts)?;

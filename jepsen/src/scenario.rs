@@ -47,6 +47,11 @@ pub enum Fault {
     /// and restarted between two series. The leader must stay the leader
     /// through every series (see `leader_stability.rs`).
     FollowerBursts,
+    /// Rounds of their own (`store_kill.rs`): SIGKILL a store node that
+    /// has a disk segment — once nothing lives only in its memory — and
+    /// restart it at once or after its client TTL (its disk detached, then
+    /// attached again), while a leader kill or a leader isolation runs.
+    StoreKill,
 }
 
 /// A named run configuration.
@@ -69,6 +74,7 @@ pub enum Scenario {
     Mixed,
     StalledWriters,
     LargeState,
+    DiskStores,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -89,6 +95,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::Mixed,
     Scenario::StalledWriters,
     Scenario::LargeState,
+    Scenario::DiskStores,
 ];
 
 /// The CI suite: one of each fault family, short enough for CI.
@@ -108,6 +115,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::Mixed,
     Scenario::StalledWriters,
     Scenario::LargeState,
+    Scenario::DiskStores,
 ];
 
 impl Scenario {
@@ -130,6 +138,7 @@ impl Scenario {
             Scenario::Mixed => "mixed",
             Scenario::StalledWriters => "stalled-writers",
             Scenario::LargeState => "large-state",
+            Scenario::DiskStores => "disk-stores",
         }
     }
 
@@ -155,6 +164,7 @@ impl Scenario {
             }
             Scenario::StalledWriters => &[Fault::KillUnderStall],
             Scenario::LargeState => &[Fault::FollowerBursts],
+            Scenario::DiskStores => &[Fault::StoreKill],
         }
     }
 
@@ -190,6 +200,13 @@ impl Scenario {
     /// Not over a preloaded state: a RemoveAll would take it all away.
     pub fn runs_remove_all(self) -> bool {
         !self.preloads()
+    }
+
+    /// Store nodes contribute a disk segment besides memory, the masters
+    /// offload objects to them (eagerly) and promote hot ones back, and a
+    /// reader records which tier served each of its reads (docs/TIERS.md).
+    pub fn has_disks(self) -> bool {
+        self.faults().contains(&Fault::StoreKill)
     }
 
     /// Stall writer processes run next to the workloads.

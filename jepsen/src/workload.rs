@@ -77,6 +77,41 @@ pub struct Shared {
     /// `stalled-writers` scenario shapes which arena holds what; reads and
     /// removes go on).
     pub puts_held: AtomicBool,
+    /// Puts of either workload started and not finished (see
+    /// [`Shared::begin_put`]): with puts held, once it is zero no put can
+    /// still be acknowledged (`disk-stores` kills a store node then).
+    puts_in_flight: AtomicU64,
+    /// The lease workload's reads (GetReplicaList) answered with disk
+    /// replicas only (`disk-stores`: the object left memory for disk).
+    pub lease_disk_only_reads: AtomicU64,
+    /// The lease workload's stored objects (at most [`LEASE_STORED_MAX`]),
+    /// for the tier reader of `disk-stores`: older ones have left memory
+    /// for disk.
+    pub lease_stored: Mutex<Vec<StoredLease>>,
+}
+
+/// Lease objects kept in [`Shared::lease_stored`] at most (a 5 min run
+/// stores about 10,000).
+const LEASE_STORED_MAX: usize = 100_000;
+
+/// A lease object the lease workload stored: its key (put once), value,
+/// and when the put was acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredLease {
+    pub key: String,
+    pub value: u64,
+    pub stored_ns: u64,
+}
+
+/// A put counted in flight ([`Shared::begin_put`]) until dropped.
+pub struct PutInFlight<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for PutInFlight<'_> {
+    fn drop(&mut self) {
+        self.shared.puts_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct KeySet {
@@ -113,6 +148,9 @@ impl Shared {
             verified_reads: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             puts_held: AtomicBool::new(false),
+            puts_in_flight: AtomicU64::new(0),
+            lease_disk_only_reads: AtomicU64::new(0),
+            lease_stored: Mutex::new(Vec::new()),
         })
     }
 
@@ -125,10 +163,54 @@ impl Shared {
         self.keys.lock().await.all.iter().map(|(key, _)| key.clone()).collect()
     }
 
-    /// Returns once puts are not held (or the run is stopping).
-    pub async fn puts_allowed(&self) {
-        while self.puts_held.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) {
+    /// A put may start unless puts are held: it is counted in flight
+    /// first, then the hold is looked at (and the nemesis sets the hold,
+    /// then looks at the count: one of the two sees the other).
+    pub fn begin_put(&self) -> Option<PutInFlight<'_>> {
+        self.puts_in_flight.fetch_add(1, Ordering::SeqCst);
+        let put = PutInFlight { shared: self };
+        (!self.puts_held.load(Ordering::SeqCst)).then_some(put)
+    }
+
+    /// Waits for a put to be allowed ([`Shared::begin_put`]); once the run
+    /// is stopping, puts go on held or not.
+    pub async fn put_allowed(&self) -> PutInFlight<'_> {
+        loop {
+            if let Some(put) = self.begin_put() {
+                return put;
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                self.puts_in_flight.fetch_add(1, Ordering::SeqCst);
+                return PutInFlight { shared: self };
+            }
             tokio::time::sleep(PUTS_HELD_POLL).await;
+        }
+    }
+
+    /// Holds puts and waits until none is in flight (at most `max`):
+    /// afterwards no put of either workload can be acknowledged until
+    /// [`Shared::release_puts`]. Returns whether the puts drained.
+    pub async fn hold_puts(&self, max: Duration) -> bool {
+        self.puts_held.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + max;
+        while self.puts_in_flight.load(Ordering::SeqCst) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(PUTS_HELD_POLL).await;
+        }
+        true
+    }
+
+    pub fn release_puts(&self) {
+        self.puts_held.store(false, Ordering::SeqCst);
+    }
+
+    /// Notes a stored lease object (see [`Shared::lease_stored`]).
+    pub async fn note_lease_stored(&self, key: &str, value: u64) {
+        let mut stored = self.lease_stored.lock().await;
+        if stored.len() < LEASE_STORED_MAX {
+            stored.push(StoredLease { key: key.to_string(), value, stored_ns: self.now_ns() });
         }
     }
 
@@ -266,15 +348,20 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
             _ => OpKind::Remove,
         };
         // A put drawn while puts are held is not made (reads go on).
-        if matches!(op, OpKind::Put { .. }) && shared.puts_held.load(Ordering::Relaxed) {
-            continue;
-        }
+        let put = match op {
+            OpKind::Put { .. } => match shared.begin_put() {
+                Some(put) => Some(put),
+                None => continue,
+            },
+            _ => None,
+        };
         let invoke_ns = shared.now_ns();
         let outcome = match tokio::time::timeout(OP_TIMEOUT, perform(&reader, &writer, &key, op, &shared)).await {
             Ok(o) => o,
             Err(_) => Outcome::Unknown,
         };
         let complete_ns = Some(shared.now_ns());
+        drop(put);
         let record = OpRecord { process: ProcessId(p), key, op, invoke_ns, complete_ns, outcome };
         shared.records.lock().await.push(record);
     }
@@ -366,6 +453,21 @@ mod tests {
         assert_eq!(records.len(), 6 * 3 + 2);
         assert!(records.iter().all(|r| r.op == OpKind::RemoveAll && r.process == ProcessId(9)));
         assert!(History::new(records).is_ok(), "well-formed ops of the register history");
+    }
+
+    #[tokio::test]
+    async fn held_puts_drain_and_none_starts_until_released() {
+        let shared = Shared::new(Instant::now());
+        let put = shared.begin_put().expect("puts are not held");
+        assert!(!shared.hold_puts(Duration::from_millis(20)).await, "a put in flight keeps the hold from draining");
+        assert!(shared.begin_put().is_none(), "held: no put starts");
+        drop(put);
+        assert!(shared.hold_puts(Duration::from_millis(20)).await, "drained once the put ended");
+        shared.release_puts();
+        let again = shared.begin_put();
+        assert!(again.is_some(), "released");
+        drop(again);
+        assert!(shared.hold_puts(Duration::ZERO).await, "a refused or finished put leaves no count behind");
     }
 
     #[test]
