@@ -48,9 +48,16 @@ impl Copier {
                     tracing::warn!(key = %task.key, task = task.task_id, error = %why, "copy failed");
                 }
                 let error = outcome.err().unwrap_or_default();
-                if let Err(e) = copier.master.report_copy(copier.client_id, task.task_id, &error).await {
-                    tracing::warn!(key = %task.key, task = task.task_id, error = %e,
-                        "copy report not taken (the masters give the copy up after the put discard timeout)");
+                match copier.master.report_copy(copier.client_id, task.task_id, &error).await {
+                    Ok(()) => {}
+                    // The object was removed or replaced while it was copied,
+                    // or the copy was given up (too late, or an earlier
+                    // leader's): the copy is simply never referenced.
+                    Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ObjectNotFound) => {
+                        tracing::debug!(key = %task.key, task = task.task_id, error = %e, "copy not recorded");
+                    }
+                    Err(e) => tracing::warn!(key = %task.key, task = task.task_id, error = %e,
+                        "copy report failed; the masters give the copy up after the put discard timeout"),
                 }
             });
         }
