@@ -1,7 +1,7 @@
 //! Benchmarks of mooncake-rs: the end-to-end `mooncake bench` (this library)
 //! and criterion micro-benchmarks (`benches/benches/*.rs`).
 //!
-//! `mooncake bench data|meta|small|failover|all [--quick] [--json]` starts
+//! `mooncake bench data|meta|small|failover|disk|all [--quick] [--json]` starts
 //! real local clusters (the `mooncake` binary runs every role), drives them
 //! with the client library, and measures a baseline in the same run for
 //! every number, because on a shared 2-vCPU VM only ratios mean much:
@@ -15,6 +15,10 @@
 //!   ([`baseline::redis`]);
 //! - [`failover`]: the unavailability gap after SIGKILL of the leader,
 //!   next to etcd's;
+//! - [`disk`]: the SSD tier: disk-only gets and offload of a cluster with a
+//!   disk segment ([`disk_tier`]) and the [`DiskSegment`](mooncake_segment::DiskSegment)
+//!   engine, against raw `O_DIRECT` io_uring I/O on the same file system
+//!   ([`baseline::raw_disk`]);
 //! - and upstream Mooncake 0.3.13 itself ([`baseline::upstream`]) in `data`,
 //!   `meta` and `small`, on the same sizes and client counts.
 //!
@@ -36,6 +40,8 @@
 pub mod baseline;
 pub mod cluster;
 pub mod data;
+pub mod disk;
+pub mod disk_tier;
 pub mod failover;
 pub mod fleet;
 pub mod meta;
@@ -57,6 +63,8 @@ pub enum Scenario {
     Meta,
     Small,
     Failover,
+    /// The SSD tier against raw `O_DIRECT` I/O on the same file system.
+    Disk,
     /// Not part of `all`: minutes at its default size.
     Scale,
     All,
@@ -65,7 +73,7 @@ pub enum Scenario {
 impl Scenario {
     fn expand(self) -> Vec<Scenario> {
         match self {
-            Scenario::All => vec![Scenario::Data, Scenario::Meta, Scenario::Small, Scenario::Failover],
+            Scenario::All => vec![Scenario::Data, Scenario::Meta, Scenario::Small, Scenario::Failover, Scenario::Disk],
             one => vec![one],
         }
     }
@@ -140,6 +148,7 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
             Scenario::Meta => vec![meta::run(&mut ctx).await],
             Scenario::Small => vec![small::run(&mut ctx).await],
             Scenario::Failover => vec![failover::run(&mut ctx).await],
+            Scenario::Disk => vec![disk::run(&mut ctx).await],
             Scenario::Scale => scale_phases(&mut ctx, &args).await,
             Scenario::All => continue,
         };

@@ -29,6 +29,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "mooncake-master",
                 "mooncake-proto",
                 "mooncake-raft-store",
+                "mooncake-segment",
                 "mooncake-transfer",
                 "mooncake-tls",
             ],

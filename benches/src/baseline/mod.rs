@@ -8,6 +8,7 @@
 
 pub mod etcd;
 pub mod memcpy;
+pub mod raw_disk;
 pub mod raw_tcp;
 pub mod raw_tls;
 pub mod redis;
