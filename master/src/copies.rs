@@ -33,8 +33,12 @@ use crate::tiering::{Copy, OffloadMode, Purpose};
 
 /// The copy duty runs this often.
 const COPY_TICK: Duration = Duration::from_millis(250);
-/// Copies one Ping hands to a store node at most.
-pub const COPIES_PER_PING_MAX: usize = 16;
+/// Copies one Ping hands to a store node at most (64 of 4 MiB: 256 MiB per
+/// heartbeat; the node runs a few at once and queues the rest).
+pub const COPIES_PER_PING_MAX: usize = 64;
+/// Rounds of planning per copy-duty tick: a round that had to grant arenas
+/// is followed by one that uses them.
+const SCHEDULE_ROUNDS_MAX: usize = 3;
 /// Copies planned in one tick at most (each tick looks again).
 const COPIES_PER_TICK_MAX: usize = 256;
 /// Objects the eager offload looks at per tick (a slice of the key space,
@@ -205,6 +209,17 @@ fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>
 /// Plans copies for `purpose` and reserves their targets; grants the
 /// arenas the reservations asked for (used by the next tick).
 async fn schedule(shared: &Shared, purpose: Purpose) {
+    // Arenas granted in a round are used by the next one at once.
+    for _ in 0..SCHEDULE_ROUNDS_MAX {
+        if !schedule_round(shared, purpose).await {
+            return;
+        }
+    }
+}
+
+/// One round of [`schedule`]: whether it granted arenas for copies it
+/// could not place yet (another round places them).
+async fn schedule_round(shared: &Shared, purpose: Purpose) -> bool {
     let limit = match purpose {
         Purpose::Offload => shared.tiers.offload_queue_limit,
         Purpose::Promote => shared.tiers.promotion_queue_limit,
@@ -217,15 +232,16 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
         };
         (room, hot, t.copies.offload_cursor.clone())
     }) else {
-        return;
+        return false;
     };
     if room == 0 {
-        return;
+        return false;
     }
+    let mut scanned_to = None;
     let plans = match purpose {
         Purpose::Offload => {
             let (plans, last) = shared.reader.read(|s| plan_offloads(s, shared, room * 2, &cursor));
-            shared.leader.with(|t| t.copies.offload_cursor = last);
+            scanned_to = Some(last);
             plans
         }
         Purpose::Promote => {
@@ -236,7 +252,10 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
         }
     };
     if plans.is_empty() {
-        return;
+        if let Some(last) = scanned_to {
+            shared.leader.with(|t| t.copies.offload_cursor = last);
+        }
+        return false;
     }
     let now = Instant::now();
     let wanted = shared.leader.with(|t| {
@@ -292,13 +311,22 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
             tracing::debug!(copies = added, purpose = purpose.name(), "copies handed to store nodes' next pings");
         }
         shared.metrics.copies_issued(purpose).inc_by(added as u64);
+        // The scan goes on past this slice only once every copy in it is
+        // placed (the others are planned again with the arenas granted).
+        if wanted.is_empty()
+            && let Some(last) = scanned_to
+        {
+            t.copies.offload_cursor = last;
+        }
         wanted
     });
-    for (segment, len, unit) in wanted.unwrap_or_default() {
-        if let Grant::NotLeading = grant_arena(shared, segment, len, unit).await {
-            return;
+    let wanted = wanted.unwrap_or_default();
+    for (segment, len, unit) in &wanted {
+        if let Grant::NotLeading = grant_arena(shared, *segment, *len, *unit).await {
+            return false;
         }
     }
+    !wanted.is_empty()
 }
 
 /// Gives up copies not reported in time (their executor died or its report
