@@ -46,16 +46,17 @@ const SIZES: [usize; 3] = [4 * MIB, MIB, 64 * KIB];
 const DEPTHS: [usize; 2] = [1, 4];
 /// Copies a Ping answer hands a store node at most (the masters'
 /// `COPIES_PER_PING_MAX`, master/src/copies.rs): with a heartbeat of H ms,
-/// offload of objects of S bytes cannot pass 16 * S / H.
-const COPIES_PER_PING_MAX: u64 = 16;
+/// offload of objects of S bytes cannot pass 64 * S / H.
+const COPIES_PER_PING_MAX: u64 = 64;
 /// The masters' copy duty runs every 250 ms (`COPY_TICK`,
 /// master/src/copies.rs) and places a tick's copies in the disk segment's
-/// open arena, asking for one new arena per segment per tick (used from the
-/// next tick on); arenas grow by doubling from 4 MiB to 1/64 of the
-/// segment, at most 256 MiB (`ARENA_SHARE_DIVISOR`, `ARENA_MAX_BYTES`,
-/// master/src/reservations.rs). So offload to one disk segment cannot pass
-/// one full arena per tick (less while arenas still double).
+/// open arena, granting new arenas and using them at once up to
+/// `SCHEDULE_ROUNDS_MAX` (3) times a tick; arenas grow by doubling from
+/// 4 MiB to 1/64 of the segment, at most 256 MiB (`ARENA_SHARE_DIVISOR`,
+/// `ARENA_MAX_BYTES`, master/src/reservations.rs). So offload to one disk
+/// segment cannot pass three full arenas per tick.
 const COPY_TICK_S: f64 = 0.25;
+const ARENAS_PER_TICK: u64 = 3;
 const ARENA_SHARE_DIVISOR: u64 = 64;
 const ARENA_MAX_BYTES: u64 = 256 << 20;
 /// The pass that fills a file may take this long (then the hard limit, twice).
@@ -467,7 +468,7 @@ fn offload_table(cells: &[Measured], tier: &TierRun, disk_bytes: u64) -> Table {
         ]),
     );
     let arena = ARENA_MAX_BYTES.min(disk_bytes / ARENA_SHARE_DIVISOR);
-    let arena_cap = arena as f64 / COPY_TICK_S / 1e9;
+    let arena_cap = (ARENAS_PER_TICK * arena) as f64 / COPY_TICK_S / 1e9;
     for o in &tier.offloads {
         // As many bytes in flight as the store node's 4 copies at once.
         let raw = gb(find(cells, "raw", Dir::Write, o.size, 4));
@@ -583,7 +584,7 @@ fn notes(section: &mut Section, plan: &Plan, tier: TierRun) {
         "offload: 1 writer puts one object after another; a copy = the store node reads the memory replica \
          over tcp, checks its crc32c, writes it to its disk segment over tcp (durable), reports it (a commit); \
          4 copies at once; copies reach a store node only in Ping answers, at most {COPIES_PER_PING_MAX} per \
-         Ping (Ping cap); the copy duty places one disk arena's worth of copies per {COPY_TICK_S} s tick \
+         Ping (Ping cap); the copy duty places {ARENAS_PER_TICK} disk arenas' worth of copies per {COPY_TICK_S} s tick \
          (arena cap: an arena is at most 1/{ARENA_SHARE_DIVISOR} of the disk segment); ratio vs raw write \
          of the same size x4 (as many bytes in flight as 4 copies)"
     ));

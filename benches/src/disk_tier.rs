@@ -21,7 +21,7 @@
 //!
 //! Then the same offload of 4 MiB objects on a second cluster whose store
 //! node pings at the default interval (1 s): the masters hand copies to a
-//! store node only in Ping answers, at most `COPIES_PER_PING_MAX` (16) per
+//! store node only in Ping answers, at most `COPIES_PER_PING_MAX` (64) per
 //! Ping, so the interval bounds offload.
 
 use std::sync::Arc;
