@@ -659,6 +659,6 @@ mod tests {
         assert_eq!(gets["rows"][1]["baseline"], "raw read x1 before");
         assert_eq!((&gets["rows"][1]["memory_ratio"], &gets["rows"][0]["memory_ratio"]), (&0.5.into(), &json_null()));
         let offload = offload_table(&cells, &tier, 1 << 30).json();
-        assert!((offload["rows"][0]["arena_cap_gb_per_s"].as_f64().unwrap() - 0.067108864).abs() < 1e-9);
+        assert!((offload["rows"][0]["arena_cap_gb_per_s"].as_f64().unwrap() - 3.0 * 0.067108864).abs() < 1e-9);
     }
 }
