@@ -70,6 +70,23 @@ pub struct TierRead {
     pub served_from_disk: bool,
 }
 
+impl TierRead {
+    /// The record of a read of `key` that found `(value, listed, from_disk)`.
+    fn of(key: String, lease: bool, invoke_ns: u64, complete_ns: u64, found: (Option<u64>, Listed, bool)) -> Self {
+        let (value, listed, served_from_disk) = found;
+        TierRead {
+            key,
+            lease,
+            invoke_ns,
+            complete_ns,
+            value,
+            listed_disk: listed.disk,
+            disk_only: listed.disk_only,
+            served_from_disk,
+        }
+    }
+}
+
 /// What one read found.
 enum Answer {
     NotFound,
@@ -131,21 +148,10 @@ pub async fn run(opts: TierReaderOptions, shared: Arc<Shared>) -> anyhow::Result
         let answer = tokio::time::timeout(OP_TIMEOUT, read(&client, &key, size)).await.unwrap_or(Answer::Unknown);
         let complete_ns = shared.now_ns();
         if let Some(stored) = lease {
-            if let Some((value, listed, from_disk)) = judge_lease(&shared, &key, stored, answer)
+            if let Some(found) = judge_lease(&shared, &key, stored, answer)
                 && reads.len() < TIER_READS_MAX
             {
-                let (listed_disk, disk_only, served_from_disk) = (listed.disk, listed.disk_only, from_disk);
-                let lease = true;
-                reads.push(TierRead {
-                    key,
-                    lease,
-                    invoke_ns,
-                    complete_ns,
-                    value,
-                    listed_disk,
-                    disk_only,
-                    served_from_disk,
-                });
+                reads.push(TierRead::of(key, true, invoke_ns, complete_ns, found));
             }
             continue;
         }
@@ -159,21 +165,10 @@ pub async fn run(opts: TierReaderOptions, shared: Arc<Shared>) -> anyhow::Result
             outcome,
         };
         shared.records.lock().await.push(record);
-        if let Some((value, listed, from_disk)) = read
+        if let Some(found) = read
             && reads.len() < TIER_READS_MAX
         {
-            let (listed_disk, disk_only) = (listed.disk, listed.disk_only);
-            let (lease, served_from_disk) = (false, from_disk);
-            reads.push(TierRead {
-                key,
-                lease,
-                invoke_ns,
-                complete_ns,
-                value,
-                listed_disk,
-                disk_only,
-                served_from_disk,
-            });
+            reads.push(TierRead::of(key, false, invoke_ns, complete_ns, found));
         }
     }
     client.close().await;
