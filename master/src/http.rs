@@ -107,15 +107,14 @@ async fn refresh_gauges(s: &Shared) {
             g.tier_used_bytes.with_label_values(&[tier.name()]).set(st.tier_used_bytes(tier) as i64);
         }
         g.detached_segments.set(st.segments().filter(|x| !x.is_attached()).count() as i64);
-        // Objects per tier cost a pass over every object: only once a disk
+        // Objects per tier cost one pass over every object: only once a disk
         // segment exists (without one every object is in memory).
-        let on_disk = match st.segments().any(|x| x.tier() == Tier::Ssd) {
-            true => st.objects().filter(|o| o.replicas.iter().any(|r| st.replica_tier(r) == Some(Tier::Ssd))).count(),
-            false => 0,
-        };
-        let in_memory = match on_disk {
-            0 => st.object_count(),
-            _ => st.objects().filter(|o| o.replicas.iter().any(|r| st.replica_tier(r) == Some(Tier::Dram))).count(),
+        let (in_memory, on_disk) = match st.segments().any(|x| x.tier() == Tier::Ssd) {
+            false => (st.object_count(), 0),
+            true => st.objects().fold((0, 0), |(m, d), o| {
+                let on = |t| o.replicas.iter().any(|r| st.replica_tier(r) == Some(t));
+                (m + usize::from(on(Tier::Dram)), d + usize::from(on(Tier::Ssd)))
+            }),
         };
         g.tier_objects.with_label_values(&[Tier::Dram.name()]).set(in_memory as i64);
         g.tier_objects.with_label_values(&[Tier::Ssd.name()]).set(on_disk as i64);
