@@ -98,16 +98,6 @@ fn target_segment<'a>(s: &'a MetaState, tier: Tier, len: u64, hosts: &[&str]) ->
         .max_by_key(|g| (hosts.contains(&g.spec.host_id.as_str()), g.free_bytes(), std::cmp::Reverse(g.spec.id)))
 }
 
-fn candidate(g: &SegmentEntry) -> Candidate {
-    Candidate {
-        segment: g.spec.id,
-        host: g.spec.host_id.clone(),
-        preferred: true,
-        capacity_bytes: g.capacity_bytes(),
-        free_bytes: g.free_bytes(),
-    }
-}
-
 /// A copy of `o` from its readable replicas on `from` to a segment of `to`.
 fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Tier, to: Tier) -> Option<Plan> {
     let sources: Vec<ReplicaPlacement> =
@@ -122,7 +112,7 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
         size_bytes: o.size_bytes,
         checksum: o.checksum?,
         sources,
-        target: candidate(target),
+        target: Candidate::of(target, true),
         tier: to,
         executor: target.owner,
     })

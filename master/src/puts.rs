@@ -64,19 +64,12 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
             "preferred segment {disk} is a disk segment; puts are placed in memory (docs/TIERS.md)"
         )));
     }
-    let candidate = |g: &mooncake_raft_store::state::SegmentEntry, preferred: bool| Candidate {
-        segment: g.spec.id,
-        host: g.spec.host_id.clone(),
-        preferred,
-        capacity_bytes: g.capacity_bytes(),
-        free_bytes: g.free_bytes(),
-    };
     let mut candidates: Vec<Candidate> = Vec::new();
     for id in preferred {
         if let Some(g) = s.segment(*id)
             && !candidates.iter().any(|c| c.segment == *id)
         {
-            candidates.push(candidate(g, true));
+            candidates.push(Candidate::of(g, true));
         }
     }
     let mut rest: Vec<_> = s
@@ -84,7 +77,7 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
         .filter(|g| !preferred.contains(&g.spec.id) && g.capacity_bytes() >= aligned(size))
         .collect();
     rest.sort_by_key(|g| (std::cmp::Reverse(g.free_bytes()), g.spec.id));
-    candidates.extend(rest.into_iter().map(|g| candidate(g, false)));
+    candidates.extend(rest.into_iter().map(|g| Candidate::of(g, false)));
     Ok(Look { exists, candidates })
 }
 

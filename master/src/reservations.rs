@@ -92,6 +92,19 @@ pub struct Candidate {
     pub free_bytes: u64,
 }
 
+impl Candidate {
+    /// `segment` as the applied state has it.
+    pub fn of(segment: &mooncake_raft_store::state::SegmentEntry, preferred: bool) -> Candidate {
+        Candidate {
+            segment: segment.spec.id,
+            host: segment.spec.host_id.clone(),
+            preferred,
+            capacity_bytes: segment.capacity_bytes(),
+            free_bytes: segment.free_bytes(),
+        }
+    }
+}
+
 /// The answer of [`PutTable::reserve`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reserve {
