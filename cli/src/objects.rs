@@ -18,6 +18,10 @@ pub struct PutArgs {
     /// Replicas (fewer are placed when fewer segments have room).
     #[arg(long, default_value_t = 1)]
     pub replicas: u32,
+    /// Fewest replicas to accept (default 1): with fewer segments with room
+    /// the put fails instead of storing fewer copies.
+    #[arg(long, default_value_t = 1)]
+    pub min_replicas: u32,
     /// Eviction protection: none, soft or hard.
     #[arg(long, default_value = "none")]
     pub pin: String,
@@ -98,7 +102,8 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
         data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file))?;
     }
     let client = connect(&a.masters, &a.protocol).await?;
-    let opts = PutOptions { replicas: a.replicas, pin: pin_code(&a.pin)?, ..Default::default() };
+    let opts =
+        PutOptions { replicas: a.replicas, min_replicas: a.min_replicas, pin: pin_code(&a.pin)?, ..Default::default() };
     let result = match a.upsert {
         true => client.upsert(&a.key, &data, &opts).await.map(|()| PutOutcome::Stored),
         false => client.put(&a.key, &data, &opts).await,

@@ -28,8 +28,13 @@ mod scatter;
 #[derive(Clone, Debug, Default)]
 pub struct PutOptions {
     /// Replicas wanted (0 = the client's default). Fewer are placed when
-    /// fewer segments have room.
+    /// fewer segments have room, down to `min_replicas`.
     pub replicas: u32,
+    /// Fewest replicas the put accepts (0 = 1): when fewer segments have
+    /// room, the put fails with `NO_AVAILABLE_HANDLE` rather than store
+    /// fewer copies. Set it to `replicas` for a put that must survive the
+    /// loss of all but one of its segments.
+    pub min_replicas: u32,
     /// Segments to try first.
     pub preferred_segments: Vec<u64>,
     /// 0 none, 1 soft, 2 hard (never evicted).
@@ -305,6 +310,7 @@ impl Client {
             preferred_segments: opts.preferred_segments.clone(),
             pin: opts.pin,
             upsert,
+            min_replicas: opts.min_replicas,
         };
         Ok(self.master.put_start(req).await?)
     }
@@ -414,6 +420,7 @@ impl Client {
                 preferred_segments: opts.preferred_segments.clone(),
                 pin: opts.pin,
                 upsert: false,
+                min_replicas: opts.min_replicas,
             })
             .collect();
         let started = match self.master.batch_put_start(reqs).await {

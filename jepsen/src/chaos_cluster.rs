@@ -29,6 +29,10 @@ pub const MASTER_HTTP_PORT: u16 = 8081;
 /// Transfer port of the store node.
 pub const STORE_PORT: u16 = 7000;
 /// Size of each power-loss filesystem image (XFS needs ≥ 300 MiB).
+/// Environment variable that overrides the nodes' `RUST_LOG` (default
+/// `info,openraft=warn`), to replay a failing seed with debug logs.
+pub const NODE_LOG_ENV: &str = "MOONCAKE_JEPSEN_NODE_LOG";
+
 const LOOP_IMAGE_BYTES: u64 = 320 * 1024 * 1024;
 /// Client id of store node n is `STORE_CLIENT_ID + n` (stable, so a restart
 /// replaces its segment at once).
@@ -328,7 +332,8 @@ impl ChaosCluster {
             c.apply(&mut cmd);
         }
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&p.log)?;
-        cmd.env("RUST_LOG", "info,openraft=warn").stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        let filter = std::env::var(NODE_LOG_ENV).unwrap_or_else(|_| "info,openraft=warn".into());
+        cmd.env("RUST_LOG", filter).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let child = cmd.spawn().with_context(|| format!("starting {t:?}"))?;
         crate::registry::track(child.id());
         if clock.is_some() {

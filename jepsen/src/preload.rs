@@ -262,7 +262,7 @@ async fn put_batch(client: &MasterClient, range: std::ops::Range<u64>) -> anyhow
             replica_num: 1,
             preferred_segments: vec![SEGMENT_ID],
             pin: mooncake_proto::master::Pin::Hard as i32,
-            upsert: false,
+            ..Default::default()
         })
         .collect();
     let started = tokio::time::timeout(CALL_TIMEOUT, client.batch_put_start(starts))

@@ -164,7 +164,7 @@ async fn start_and_write_half(
         replica_num: STALL_REPLICAS,
         preferred_segments: Vec::new(),
         pin: STALL_PIN_HARD,
-        upsert: false,
+        ..Default::default()
     };
     let replicas = client.master().put_start(req).await.map_err(|e| format!("PutStart: {e}"))?;
     for r in &replicas {

@@ -33,11 +33,14 @@ pub const OBJECT_BYTES: usize = 4096;
 const OPS_PER_KEY_MAX: u64 = 150;
 /// Keys in play at once.
 const ACTIVE_KEYS: usize = 6;
-/// Every put asks for two replicas: one per store node, so killing the
-/// faulted store node never loses an acknowledged object; hard-pinned
+/// Every put asks for two replicas and accepts no fewer (`min_replicas`):
+/// one per store node, so killing the faulted store node never loses an
+/// acknowledged object, even when the other node's room is held by failed
+/// puts' quarantined ranges (placement is otherwise best effort); hard-pinned
 /// (`pin: 2`), so eviction never removes one (the final-state checker would
 /// see it as lost).
-const PINNED_TWO_REPLICAS: PutOptions = PutOptions { replicas: 2, preferred_segments: Vec::new(), pin: 2 };
+const PINNED_TWO_REPLICAS: PutOptions =
+    PutOptions { replicas: 2, min_replicas: 2, preferred_segments: Vec::new(), pin: 2 };
 /// How often a held put looks whether it may go.
 const PUTS_HELD_POLL: Duration = Duration::from_millis(2);
 /// A client gives up on an operation after this long (outcome Unknown).

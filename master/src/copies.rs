@@ -263,6 +263,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose) -> bool {
                 client: p.executor,
                 size_bytes: len,
                 replica_num: 1,
+                min_replicas: 1,
                 pin: Pin::None,
                 upsert: false,
             };

@@ -52,6 +52,9 @@ pub struct MasterMetrics {
     pub copy_seconds: HistogramVec,
     /// Replicas dropped because their store node found their bytes corrupt.
     pub corrupt_replicas_dropped: IntCounter,
+    /// Puts placed with fewer replicas than asked (no other segment had
+    /// room after eviction; at least their `min_replicas`).
+    pub puts_under_replicated: IntCounter,
     /// Scrape-time gauges, set just before encoding.
     pub gauges: Gauges,
 }
@@ -261,6 +264,11 @@ impl MasterMetrics {
                 &r,
                 "mooncake_corrupt_replicas_dropped_total",
                 "Replicas dropped because their store node found their bytes corrupt.",
+            )?,
+            puts_under_replicated: counter(
+                &r,
+                "mooncake_puts_under_replicated_total",
+                "Puts placed with fewer replicas than asked: no other segment had room after eviction.",
             )?,
             gauges: Gauges::new(&r)?,
             rpc_requests,

@@ -97,9 +97,16 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         client: spec.client,
         size_bytes: spec.size_bytes,
         replica_num: spec.replica_num as usize,
+        min_replicas: req.min_replicas.max(1) as usize,
         pin: spec.pin,
         upsert: req.upsert,
     };
+    if req.min_replicas > spec.replica_num {
+        return refuse(invalid(MetaError::InvalidParams(format!(
+            "min_replicas {} exceeds replica_num {} for {:?}: ask for at least as many replicas as the put must have",
+            req.min_replicas, spec.replica_num, ask.key
+        ))));
+    }
     let need = aligned(ask.size_bytes).saturating_mul(ask.replica_num as u64);
     // Fewer replicas than asked are placed only once eviction cannot help.
     let mut round = Round::default();
@@ -120,6 +127,15 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         };
         match r {
             Reserve::Placed(p) | Reserve::Again(p) => {
+                if p.len() < ask.replica_num {
+                    shared.metrics.puts_under_replicated.inc();
+                    tracing::debug!(
+                        key = %ask.key,
+                        placed = p.len(),
+                        asked = ask.replica_num,
+                        "put placed with fewer replicas than asked: no other segment had room after eviction"
+                    );
+                }
                 let replicas = shared.reader.read(|s| {
                     let mut replicas: Vec<Replica> = p.iter().map(|r| replica_pb(s, r)).collect();
                     shared.capabilities.grant(s, &mut replicas, Access::Write);
@@ -138,8 +154,12 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                 }
             }
             Reserve::NoRoom if round.allow_fewer => {
+                let segments = match ask.min_replicas {
+                    1 => "no segment has".to_string(),
+                    n => format!("fewer than min_replicas {n} segments have"),
+                };
                 return refuse(invalid(MetaError::NoAvailableHandle(format!(
-                    "no segment has {} free contiguous bytes for {:?} (after evicting what could be evicted)",
+                    "{segments} {} free contiguous bytes for {:?} (after evicting what could be evicted)",
                     aligned(ask.size_bytes),
                     ask.key
                 ))));

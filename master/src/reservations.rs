@@ -76,6 +76,9 @@ pub struct PutAsk {
     pub client: ClientId,
     pub size_bytes: u64,
     pub replica_num: usize,
+    /// Fewest replicas the put accepts, even once eviction cannot help
+    /// (at least 1, at most `replica_num`).
+    pub min_replicas: usize,
     pub pin: Pin,
     pub upsert: bool,
 }
@@ -229,8 +232,8 @@ impl PutTable {
     /// Reserves ranges for `ask` on up to `replica_num` of `candidates`
     /// (in their order, one replica per host first unless preferred),
     /// skipping the round's excluded segments. Fewer replicas than asked only
-    /// with `allow_fewer` (after eviction could not make room); otherwise
-    /// that is [`Reserve::NoRoom`].
+    /// with `allow_fewer` (after eviction could not make room), and never
+    /// fewer than `min_replicas`; otherwise that is [`Reserve::NoRoom`].
     pub fn reserve(&mut self, ask: &PutAsk, candidates: &[Candidate], round: &Round, now: Instant) -> Reserve {
         if let Some(r) = self.active.get(&ask.key) {
             return if r.client == ask.client && r.size_bytes == ask.size_bytes {
@@ -286,7 +289,8 @@ impl PutTable {
                 needs.into_iter().map(|c| (c.segment, self.arena_len(c.segment, len, c.capacity_bytes))).collect(),
             );
         }
-        if chosen.is_empty() || (chosen.len() < ask.replica_num && !round.allow_fewer) {
+        let fewest = if round.allow_fewer { ask.min_replicas.max(1) } else { ask.replica_num };
+        if chosen.len() < fewest {
             return Reserve::NoRoom;
         }
         let replicas: Vec<PlacedReplica> = chosen.iter().map(|s| self.take(*s, len)).collect();
@@ -504,6 +508,7 @@ mod tests {
             client: ClientId(client),
             size_bytes: size,
             replica_num: replicas,
+            min_replicas: 1,
             pin: Pin::None,
             upsert: false,
         }
@@ -587,6 +592,21 @@ mod tests {
         );
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(3), ARENA_START_BYTES)]));
         assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &fewer(), t0), Reserve::NoRoom);
+    }
+
+    #[test]
+    fn min_replicas_holds_even_once_fewer_are_allowed() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        // Only segment 1 can take a replica (segment 2 could not grant).
+        let round = Round { excluded: vec![SegmentId(2)], ..fewer() };
+        let cands = [cand(1, "h1"), cand(2, "h2")];
+        let strict = PutAsk { min_replicas: 2, ..ask("strict", 1, 100, 2) };
+        assert_eq!(t.reserve(&strict, &cands, &round, t0), Reserve::NoRoom, "one replica is not enough");
+        assert!(t.find("strict").is_none(), "a refused put reserves nothing");
+        let lenient = ask("lenient", 1, 100, 2);
+        let p = placed(t.reserve(&lenient, &cands, &round, t0));
+        assert_eq!(p.iter().map(|r| r.segment.0).collect::<Vec<_>>(), vec![1], "best effort: one of two");
     }
 
     #[test]

@@ -57,6 +57,7 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         ("unknown preferred segment", PutStartRequest { preferred_segments: vec![999], ..put("k", 10, 1) }),
         // An enum value this version does not know is refused, not read as a default.
         ("unknown pin", PutStartRequest { pin: 9, ..put("k", 10, 1) }),
+        ("min_replicas above replica_num", PutStartRequest { min_replicas: 2, ..put("k", 10, 1) }),
     ];
     for (what, req) in puts {
         let r = raw.put_start(req).await.expect("rpc").into_inner();

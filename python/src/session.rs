@@ -153,7 +153,7 @@ impl Session {
                 None => tracing::warn!(segment = %name, "preferred segment is not mounted; ignoring it"),
             }
         }
-        Ok(PutOptions { replicas, preferred_segments, pin: spec.pin })
+        Ok(PutOptions { replicas, preferred_segments, pin: spec.pin, ..Default::default() })
     }
 
     /// The id of the segment served at `endpoint`: our own, else from the

@@ -179,6 +179,7 @@ pub struct MetaState {
     retired: BTreeMap<ObjectVersion, RetiredObject>,
     /// Debug builds: records the full invariant scan may cover before it
     /// runs again (`invariants.rs`). Local bookkeeping, not replicated.
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     scan_credit_records: u64,
 }
 
