@@ -80,7 +80,7 @@ async fn a_master_on_a_damaged_data_dir_refuses_or_keeps_everything_it_acknowled
     for entry in std::fs::read_dir(&dir).expect("data dir") {
         let path = entry.expect("entry").path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-        if (name.starts_with("snap.") || name == "db") && flip_middle(&path, 64) {
+        if (name.starts_with("snap.") || name == "db" || name == "raft-snapshot") && flip_middle(&path, 64) {
             damaged.push(name);
         }
     }

@@ -70,6 +70,14 @@ pub enum StoreError {
          remove` this id (docs/OPERATIONS.md, Membership)"
     )]
     WentBackwards { dir: String, holds: String, had: String },
+    #[error(
+        "the data dir {dir} has lost its snapshot: its log starts after index {purged}, but the snapshot \
+         ({dir}/raft-snapshot) holds only up to index {applied} (the file was deleted or replaced by an older \
+         copy). The entries between are gone from this disk. Replace this master under a new id: start a fresh \
+         master with --join, `mooncake member add`, then `mooncake member remove` this id (docs/OPERATIONS.md, \
+         Membership)"
+    )]
+    SnapshotBehindLog { dir: String, purged: u64, applied: u64 },
 }
 
 impl StoreError {

@@ -7,6 +7,7 @@
 //! the gRPC types or the clock: time arrives inside each [`Request`].
 
 pub mod codec;
+mod current_snapshot;
 mod durable;
 mod error;
 pub mod fatal;

@@ -214,6 +214,11 @@ impl LogStore {
         }
     }
 
+    /// The id of the last entry purged into a snapshot.
+    pub fn last_purged(&self) -> Result<Option<LogId>, StoreError> {
+        self.read_meta(KEY_LAST_PURGED)
+    }
+
     /// The state openraft starts from: last purged and last known log ids.
     /// The id of the last entry in the log (or of the last purged one).
     pub fn last_log_id(&self) -> Result<Option<LogId>, StoreError> {

@@ -1,12 +1,15 @@
 //! The state machine as openraft sees it: applies committed entries to the
-//! in-memory [`MetaState`], and persists it through snapshots in sled.
+//! in-memory [`MetaState`], and persists it through snapshots.
 //!
 //! Persistence model: `apply` is in memory only; every snapshot is written to
-//! the `sm_snapshot` tree and fdatasync'ed before it is reported. At start the
-//! state is rebuilt from the last snapshot and openraft re-applies the
-//! committed log after it. Installing a snapshot decodes it fully, stores it
-//! with one atomic insert, syncs, and only then swaps the in-memory state: a
+//! its own file (`current_snapshot.rs`) and synced before it is reported. At
+//! start the state is rebuilt from the last snapshot and openraft re-applies
+//! the committed log after it. Installing a snapshot decodes it fully, stores
+//! it with one atomic rename, and only then swaps the in-memory state: a
 //! crash at any point leaves either the old or the new state, never a mix.
+//!
+//! Building a snapshot copies the state into an image under the state's read
+//! lock and encodes it after letting go: apply waits only for the copy.
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +23,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
+use crate::current_snapshot::SnapshotPath;
 use crate::durable::DataSync;
 use crate::error::StoreError;
 use crate::fatal;
@@ -37,6 +41,8 @@ use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
 pub const SNAPSHOT_SCHEMA_VERSION: u32 = 5;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
+/// Where data dirs of schema version 1 kept the current snapshot (now in
+/// its own file); read until the first snapshot written there removes it.
 const CURRENT_KEY: &[u8] = b"current";
 /// A restored state (`--restore`): the base the log applies on top of until
 /// the first snapshot replaces it.
@@ -44,9 +50,9 @@ const RESTORE_BASE_KEY: &[u8] = b"restore_base";
 
 /// A stored snapshot: openraft's metadata and the encoded state image.
 #[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<NodeId, BasicNode>,
-    data: Vec<u8>,
+pub(crate) struct StoredSnapshot {
+    pub(crate) meta: SnapshotMeta<NodeId, BasicNode>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Shared read access to the applied state, for the master's read paths.
@@ -108,6 +114,7 @@ impl Drop for ReadDepth {
 pub struct StateMachineStore {
     state: Arc<RwLock<MetaState>>,
     tree: sled::Tree,
+    file: SnapshotPath,
     sync: DataSync,
     snapshot_seq: Arc<AtomicU64>,
     /// How far the log is synced, when the leader's own entries may be
@@ -118,10 +125,16 @@ pub struct StateMachineStore {
 }
 
 impl StateMachineStore {
-    /// Opens the snapshot tree and rebuilds the state from the last snapshot.
-    pub fn open(db: &sled::Db, sync: DataSync, flushed: Option<FlushedLog>) -> Result<Self, StoreError> {
+    /// Rebuilds the state from the last snapshot of the data dir `dir`.
+    pub fn open(
+        db: &sled::Db,
+        dir: &std::path::Path,
+        sync: DataSync,
+        flushed: Option<FlushedLog>,
+    ) -> Result<Self, StoreError> {
         let tree = db.open_tree(SNAPSHOT_TREE).map_err(StoreError::sled("open sm_snapshot tree"))?;
-        let state = match load_stored(&tree)? {
+        let file = SnapshotPath::in_dir(dir);
+        let state = match load_current(&file, &tree)? {
             Some(stored) => decode_state(&stored.meta, &stored.data)?,
             None => match tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))? {
                 Some(data) => decode_image(&data)?,
@@ -131,6 +144,7 @@ impl StateMachineStore {
         Ok(StateMachineStore {
             state: Arc::new(RwLock::new(state)),
             tree,
+            file,
             sync,
             snapshot_seq: Arc::new(AtomicU64::new(0)),
             flushed,
@@ -154,7 +168,7 @@ impl StateMachineStore {
         restored.last_applied = None;
         restored.last_membership = StoredMembership::default();
         let image = encode_image(&restored)?;
-        let pristine = load_stored(&self.tree)?.is_none()
+        let pristine = load_current(&self.file, &self.tree)?.is_none()
             && self.tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))?.is_none()
             && self.state.read().unwrap_or_else(state_poisoned).last_applied.is_none();
         if !pristine {
@@ -167,6 +181,11 @@ impl StateMachineStore {
         self.sync.sync()?;
         *self.write_state() = restored;
         Ok(())
+    }
+
+    /// The index of the last entry the state holds.
+    pub fn applied_index(&self) -> u64 {
+        self.state.read().unwrap_or_else(state_poisoned).last_applied.map_or(0, |l| l.index)
     }
 
     /// A handle for reading the applied state.
@@ -201,11 +220,17 @@ impl StateMachineStore {
 
     /// Stores `stored` as the current snapshot and makes it durable.
     async fn persist(&self, stored: &StoredSnapshot) -> Result<(), StoreError> {
-        off_the_workers(|| {
-            let bytes = codec::encode("snapshot", stored)?;
-            self.tree.insert(CURRENT_KEY, bytes).map_err(StoreError::sled("insert snapshot")).map(drop)
-        })?;
-        self.sync.sync_async().await
+        let file = self.file.clone();
+        // `stored` is borrowed: the write runs off the workers, not on a
+        // blocking task.
+        off_the_workers(|| file.write(stored))?;
+        // A data dir of schema version 1 still holds its older snapshot in
+        // sled; the file rules from now on (`load_current`), so the record
+        // goes without a sync of its own.
+        if self.tree.contains_key(CURRENT_KEY).map_err(StoreError::sled("read snapshot"))? {
+            self.tree.remove(CURRENT_KEY).map_err(StoreError::sled("remove snapshot"))?;
+        }
+        Ok(())
     }
 }
 
@@ -221,7 +246,11 @@ fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-fn load_stored(tree: &sled::Tree) -> Result<Option<StoredSnapshot>, StoreError> {
+/// The current snapshot: the file's, or a schema-1 data dir's in sled.
+fn load_current(file: &SnapshotPath, tree: &sled::Tree) -> Result<Option<StoredSnapshot>, StoreError> {
+    if let Some(stored) = file.read()? {
+        return Ok(Some(stored));
+    }
     match tree.get(CURRENT_KEY).map_err(StoreError::sled("read snapshot"))? {
         Some(bytes) => Ok(Some(codec::decode("stored snapshot", &bytes)?)),
         None => Ok(None),
@@ -230,8 +259,12 @@ fn load_stored(tree: &sled::Tree) -> Result<Option<StoredSnapshot>, StoreError> 
 
 /// Encodes the state image behind a 4-byte schema version.
 pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
+    encode_state_image(&state.to_image())
+}
+
+fn encode_state_image(image: &StateImage) -> Result<Vec<u8>, StoreError> {
     let mut data = SNAPSHOT_SCHEMA_VERSION.to_le_bytes().to_vec();
-    data.extend(codec::encode("state image", &state.to_image())?);
+    data.extend(codec::encode("state image", image)?);
     Ok(data)
 }
 
@@ -267,8 +300,12 @@ fn snapshot_err(e: StoreError) -> StorageError<NodeId> {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let (data, last_applied, membership) = off_the_workers(|| {
-            let state = self.state.read().unwrap_or_else(state_poisoned);
-            encode_image(&state).map(|data| (data, state.last_applied, state.last_membership.clone()))
+            // Only the copy holds the lock; the encoding runs after.
+            let (image, last_applied, membership) = {
+                let state = self.state.read().unwrap_or_else(state_poisoned);
+                (state.to_image(), state.last_applied, state.last_membership.clone())
+            };
+            encode_state_image(&image).map(|data| (data, last_applied, membership))
         })
         .map_err(snapshot_err)?;
         let start = std::time::Instant::now();
@@ -338,8 +375,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let stored =
-            off_the_workers(|| load_stored(&self.tree)).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let stored = off_the_workers(|| load_current(&self.file, &self.tree))
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
         Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
     }
 }
@@ -350,7 +387,8 @@ mod tests {
 
     use super::*;
 
-    /// The sled record of the current snapshot: openraft's metadata, then the
+    /// The body of the current snapshot (`current_snapshot.rs`; in sled's
+    /// `sm_snapshot` tree in data dirs of layout 1): openraft's metadata, then the
     /// image bytes (whose own encoding `tests/t05_formats.rs` pins). Changing
     /// it, or the tree and keys, needs a new `DATA_DIR_SCHEMA_VERSION`.
     #[test]

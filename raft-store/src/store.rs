@@ -39,7 +39,10 @@ impl StoreOptions {
 /// Version of the data directory's layout (sled trees and their encodings).
 /// A newer binary reads older layouts (upgrading them) or refuses with a
 /// clear message; an older binary refuses a newer layout.
-pub const DATA_DIR_SCHEMA_VERSION: u32 = 1;
+/// 1: the current snapshot in sled's `sm_snapshot` tree.
+/// 2: the current snapshot in a file of its own (`raft-snapshot`); a
+///    schema-1 snapshot is read until the first new one replaces it.
+pub const DATA_DIR_SCHEMA_VERSION: u32 = 2;
 const SCHEMA_TREE: &str = "mooncake_meta";
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -54,6 +57,12 @@ fn check_schema(db: &sled::Db) -> Result<(), StoreError> {
             })?;
             if found > DATA_DIR_SCHEMA_VERSION {
                 return Err(StoreError::SchemaVersion { found, supported: DATA_DIR_SCHEMA_VERSION });
+            }
+            if found < DATA_DIR_SCHEMA_VERSION {
+                // From here on this dir's snapshots go to the file, which an
+                // older binary would not read: it must refuse the dir.
+                tree.insert(SCHEMA_KEY, &DATA_DIR_SCHEMA_VERSION.to_le_bytes())
+                    .map_err(StoreError::sled("write schema version"))?;
             }
             Ok(())
         }
@@ -83,6 +92,14 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
     if let Some(id) = opts.node_id {
         log = log.with_own_id(id)?;
     }
-    let sm = StateMachineStore::open(&db, sync, opts.node_id.map(|_| log.flushed()))?;
+    let sm = StateMachineStore::open(&db, &opts.dir, sync, opts.node_id.map(|_| log.flushed()))?;
+    // Entries are purged only once a snapshot holds them: a snapshot older
+    // than the purge point (deleted, or replaced by an older copy) cannot be
+    // caught up from this log.
+    let purged = log.last_purged()?.map_or(0, |l| l.index);
+    let applied = sm.applied_index();
+    if purged > applied {
+        return Err(StoreError::SnapshotBehindLog { dir: opts.dir.display().to_string(), purged, applied });
+    }
     Ok((log, sm))
 }

@@ -693,7 +693,7 @@ fn a_snapshot_file_is_pinned() {
 #[tokio::test]
 async fn the_data_directory_layout_is_pinned() {
     assert_eq!(
-        DATA_DIR_SCHEMA_VERSION, 1,
+        DATA_DIR_SCHEMA_VERSION, 2,
         "a new data directory layout needs an upgrade of older directories and golden values here\n{RULES}"
     );
     let dir = tempfile::tempdir().expect("tempdir");
@@ -721,7 +721,7 @@ async fn the_data_directory_layout_is_pinned() {
     for name in ["mooncake_meta", "raft_log", "raft_meta", "sm_snapshot"] {
         assert!(names.contains(name.as_bytes()), "no {name} tree in the data directory\n{RULES}");
     }
-    assert_eq!(value("mooncake_meta", b"schema_version"), Some("01000000".into()), "{RULES}");
+    assert_eq!(value("mooncake_meta", b"schema_version"), Some("02000000".into()), "{RULES}");
     // The log: keys are big-endian indexes, values the pinned log entries.
     let log: Vec<(String, String)> =
         tree("raft_log").iter().map(|kv| kv.expect("log")).map(|(k, v)| (hex(&k), hex(&v))).collect();
@@ -731,7 +731,62 @@ async fn the_data_directory_layout_is_pinned() {
     assert_eq!(value("raft_meta", b"vote"), Some("030201".into()), "{RULES}");
     assert_eq!(value("raft_meta", b"committed"), Some("0201ac02".into()), "{RULES}");
     assert_eq!(value("raft_meta", b"cluster_id"), Some("03632d31".into()), "{RULES}");
-    // The current snapshot: openraft's metadata, then the image (pinned above).
-    let current = value("sm_snapshot", b"current").expect("a stored snapshot");
-    assert!(current.ends_with(&hex(&image)), "the stored snapshot record changed\n{RULES}");
+    // The current snapshot, in its own file: magic, body length, crc32c of
+    // the body, then the body: openraft's metadata, then the image (pinned
+    // above). Nothing of it in sled.
+    assert_eq!(value("sm_snapshot", b"current"), None, "{RULES}");
+    let file = std::fs::read(dir.path().join("raft-snapshot")).expect("the snapshot file");
+    assert_eq!(&file[..8], b"MCRAFTS1", "{RULES}");
+    let body = &file[20..];
+    assert_eq!(u64::from_le_bytes(file[8..16].try_into().unwrap()), body.len() as u64, "{RULES}");
+    assert_eq!(
+        u32::from_le_bytes(file[16..20].try_into().unwrap()),
+        mooncake_segment::checksum::crc32c(body),
+        "{RULES}"
+    );
+    assert!(hex(body).ends_with(&hex(&image)), "the stored snapshot record changed\n{RULES}");
+}
+
+/// A data directory of layout 1 kept its snapshot in sled's `sm_snapshot`
+/// tree: a newer binary starts from it, marks the directory layout 2 (an
+/// older binary would not see later snapshots), and the first snapshot it
+/// builds goes to the file and removes the old record.
+#[tokio::test]
+async fn a_data_directory_of_layout_1_is_read_and_upgraded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entries = vec![Entry {
+        log_id: log_id(2, 7),
+        payload: EntryPayload::Normal(Request { ts_ms: 1_700_000_000_000, cmd: Command::Noop }),
+    }];
+    let hash = {
+        let (mut log, mut sm) = open_store(&StoreOptions::new(dir.path())).expect("open store");
+        log.blocking_append(entries.clone()).await.expect("append");
+        log.save_committed(Some(log_id(2, 7))).await.expect("committed");
+        sm.apply(entries).await.expect("apply");
+        sm.get_snapshot_builder().await.build_snapshot().await.expect("snapshot");
+        sm.export().expect("export").2
+    };
+    // Turn it into layout 1: the snapshot record in sled, no file.
+    let file = dir.path().join("raft-snapshot");
+    let body = std::fs::read(&file).expect("snapshot file")[20..].to_vec();
+    std::fs::remove_file(&file).expect("remove the file");
+    {
+        let db = sled::open(dir.path()).expect("reopen raw");
+        db.open_tree("sm_snapshot").unwrap().insert(b"current", body).unwrap();
+        db.open_tree("mooncake_meta").unwrap().insert(b"schema_version", &1u32.to_le_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let (_log, mut sm) = open_store(&StoreOptions::new(dir.path())).expect("open a layout-1 dir");
+    let (_, applied, hash_after) = sm.export().expect("export");
+    assert_eq!((applied, hash_after), (7, hash), "the state of the layout-1 snapshot");
+    sm.get_snapshot_builder().await.build_snapshot().await.expect("snapshot");
+    assert!(file.exists(), "the new snapshot is in the file");
+    drop(sm);
+    drop(_log);
+    let db = sled::open(dir.path()).expect("reopen raw");
+    assert_eq!(db.open_tree("sm_snapshot").unwrap().get(b"current").unwrap(), None, "the old record is gone");
+    assert_eq!(
+        db.open_tree("mooncake_meta").unwrap().get(b"schema_version").unwrap().map(|v| v.to_vec()),
+        Some(2u32.to_le_bytes().to_vec())
+    );
 }

@@ -7,7 +7,7 @@ use std::io::Cursor;
 
 use mooncake_raft_store::*;
 use mooncake_segment::{ClientId, SegmentId};
-use openraft::storage::RaftStateMachine;
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, SnapshotMeta};
 
 fn entry(index: u64, cmd: Command) -> Entry {
@@ -69,6 +69,32 @@ async fn a_snapshot_survives_restart_with_identical_state() {
     assert_eq!(applied.map(|l| l.index), Some(workload().len() as u64));
     let snap = sm.get_current_snapshot().await.unwrap().expect("snapshot kept");
     assert_eq!(snap.meta.last_log_id, applied);
+}
+
+/// Once the log is purged into a snapshot, that snapshot is the only copy
+/// of the entries before the purge point: a data dir whose snapshot file
+/// is gone is refused at start with the file and the fix named, never
+/// started as an empty state under a log that begins in the middle.
+#[tokio::test]
+async fn a_data_dir_whose_snapshot_file_is_gone_after_a_purge_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, mut sm) = open(dir.path());
+        let entries = workload();
+        let last = entries.last().unwrap().log_id;
+        log.blocking_append(entries.clone()).await.unwrap();
+        sm.apply(entries).await.unwrap();
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        log.purge(last).await.unwrap();
+    }
+    // Still whole: it opens.
+    drop(open(dir.path()));
+    std::fs::remove_file(dir.path().join("raft-snapshot")).unwrap();
+    let e = match open_store(&StoreOptions::new(dir.path())) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a data dir without the snapshot its log was purged into was opened"),
+    };
+    assert!(e.contains("lost its snapshot") && e.contains("raft-snapshot") && e.contains("member add"), "{e}");
 }
 
 #[tokio::test]
