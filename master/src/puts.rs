@@ -366,7 +366,7 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
     if req.request_id != 0
         && let Some(first) = s.request_answer(req.request_id)
     {
-        return EndPlan::Answer(response_status(first));
+        return EndPlan::Answer(response_status(&first));
     }
     let client = ClientId(req.client_id);
     let echoed = placed_from(req);

@@ -66,7 +66,7 @@ fn find(s: &MetaState, key: &str, request_id: u64) -> Found {
     if request_id != 0
         && let Some(answer) = s.request_answer(request_id)
     {
-        return Found::Answered(answer.clone());
+        return Found::Answered(answer);
     }
     match s.object(key) {
         None => Found::Missing,

@@ -8,8 +8,9 @@
 //! it with one atomic rename, and only then swaps the in-memory state: a
 //! crash at any point leaves either the old or the new state, never a mix.
 //!
-//! Building a snapshot copies the state into an image under the state's read
-//! lock and encodes it after letting go: apply waits only for the copy.
+//! Building a snapshot clones the state under the state's read lock (its
+//! large indexes are persistent maps, so the clone shares them) and makes
+//! and encodes the image after letting go: apply waits microseconds.
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,7 +155,7 @@ impl StateMachineStore {
     /// The state image (as in snapshots), the applied index and the state
     /// hash, taken atomically.
     pub fn export(&self) -> Result<(Vec<u8>, u64, u64), StoreError> {
-        let state = self.state.read().unwrap_or_else(state_poisoned);
+        let state = self.state.read().unwrap_or_else(state_poisoned).clone();
         let data = encode_image(&state)?;
         Ok((data, state.last_applied.map(|l| l.index).unwrap_or(0), state.state_hash()))
     }
@@ -259,12 +260,8 @@ fn load_current(file: &SnapshotPath, tree: &sled::Tree) -> Result<Option<StoredS
 
 /// Encodes the state image behind a 4-byte schema version.
 pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
-    encode_state_image(&state.to_image())
-}
-
-fn encode_state_image(image: &StateImage) -> Result<Vec<u8>, StoreError> {
     let mut data = SNAPSHOT_SCHEMA_VERSION.to_le_bytes().to_vec();
-    data.extend(codec::encode("state image", image)?);
+    data.extend(codec::encode("state image", &state.to_image())?);
     Ok(data)
 }
 
@@ -300,12 +297,10 @@ fn snapshot_err(e: StoreError) -> StorageError<NodeId> {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let (data, last_applied, membership) = off_the_workers(|| {
-            // Only the copy holds the lock; the encoding runs after.
-            let (image, last_applied, membership) = {
-                let state = self.state.read().unwrap_or_else(state_poisoned);
-                (state.to_image(), state.last_applied, state.last_membership.clone())
-            };
-            encode_state_image(&image).map(|data| (data, last_applied, membership))
+            // Only the clone holds the lock (its large indexes are shared,
+            // not copied: `state/objects.rs`); the image is made after.
+            let copy = self.state.read().unwrap_or_else(state_poisoned).clone();
+            encode_image(&copy).map(|data| (data, copy.last_applied, copy.last_membership.clone()))
         })
         .map_err(snapshot_err)?;
         let start = std::time::Instant::now();

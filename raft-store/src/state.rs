@@ -258,7 +258,7 @@ impl MetaState {
     }
     /// The first answer of `request_id` if a `Once` command with it was
     /// applied within the deduplication window.
-    pub fn request_answer(&self, request_id: u64) -> Option<&Response> {
+    pub fn request_answer(&self, request_id: u64) -> Option<Response> {
         self.requests.answer(request_id)
     }
     /// The clock that ages remembered request ids (`requests.rs`). Only
@@ -518,7 +518,7 @@ impl MetaState {
             return Ok(Response::Err(invalid("Once wraps a single command")));
         }
         if let Some(answer) = self.requests.answer(request_id) {
-            return Ok(answer.clone());
+            return Ok(answer);
         }
         let answer = self.apply_cmd(cmd)?;
         self.requests.remember(request_id, answer.clone())?;

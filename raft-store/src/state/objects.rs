@@ -3,17 +3,28 @@
 //! key and the record's), 46 of the ~320 bytes an object cost at 20-byte
 //! keys; here the record is its own key (`ByKey` orders and looks up by
 //! `ObjectMeta::key`).
+//!
+//! The set is a persistent B+tree (`imbl::OrdSet`): cloning the index
+//! shares every node and costs O(1), and a change then copies only the
+//! nodes on its path. A snapshot copies the state under its lock and
+//! encodes the copy after letting go, so applies wait microseconds instead
+//! of the hundreds of ms a full copy of a million objects took.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
 use std::ops::Bound;
+use std::sync::Arc;
+
+use imbl::OrdSet;
 
 use super::ObjectMeta;
 
-/// An object ordered, compared and looked up by its key alone.
+/// An object ordered, compared and looked up by its key alone. Behind an
+/// `Arc`: a tree node holds 8 bytes per object rather than the 112-byte
+/// record (nodes are about half full), and copying a node a snapshot shares
+/// copies pointers, not records.
 #[derive(Clone, Debug)]
-struct ByKey(ObjectMeta);
+struct ByKey(Arc<ObjectMeta>);
 
 impl PartialEq for ByKey {
     fn eq(&self, other: &Self) -> bool {
@@ -35,6 +46,13 @@ impl Ord for ByKey {
     }
 }
 
+impl ByKey {
+    /// The record, copied only if a clone of the index still shares it.
+    fn into_inner(self) -> ObjectMeta {
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
 impl Borrow<str> for ByKey {
     fn borrow(&self) -> &str {
         &self.0.key
@@ -44,12 +62,12 @@ impl Borrow<str> for ByKey {
 /// The objects by key.
 #[derive(Clone, Debug, Default)]
 pub struct ObjectIndex {
-    set: BTreeSet<ByKey>,
+    set: OrdSet<ByKey>,
 }
 
 impl ObjectIndex {
     pub fn get(&self, key: &str) -> Option<&ObjectMeta> {
-        self.set.get(key).map(|o| &o.0)
+        self.set.get(key).map(|o| &*o.0)
     }
 
     pub fn len(&self) -> usize {
@@ -58,37 +76,37 @@ impl ObjectIndex {
 
     /// In key order.
     pub fn values(&self) -> impl Iterator<Item = &ObjectMeta> {
-        self.set.iter().map(|o| &o.0)
+        self.set.iter().map(|o| &*o.0)
     }
 
     /// The objects whose key starts with `prefix`, in key order.
     pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
         self.set
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(move |o| o.0.key.starts_with(prefix))
-            .map(|o| &o.0)
+            .map(|o| &*o.0)
     }
 
     /// The objects whose key sorts after `key`, in key order (a cursor for
     /// scans done a slice at a time).
     pub fn after<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a ObjectMeta> + 'a {
-        self.set.range::<str, _>((Bound::Excluded(key), Bound::Unbounded)).map(|o| &o.0)
+        self.set.range::<_, str>((Bound::Excluded(key), Bound::Unbounded)).map(|o| &*o.0)
     }
 
     /// Stores `object` under its key, returning the one it replaced.
     pub fn insert(&mut self, object: ObjectMeta) -> Option<ObjectMeta> {
-        self.set.replace(ByKey(object)).map(|o| o.0)
+        self.set.insert(ByKey(Arc::new(object))).map(ByKey::into_inner)
     }
 
     pub fn remove(&mut self, key: &str) -> Option<ObjectMeta> {
-        self.set.take(key).map(|o| o.0)
+        self.set.remove(key).map(ByKey::into_inner)
     }
 
     /// Changes the object `key` in place (its key must stay); `None` when
     /// there is none.
     pub fn update<T>(&mut self, key: &str, f: impl FnOnce(&mut ObjectMeta) -> T) -> Option<T> {
-        let mut object = self.set.take(key)?;
-        let out = f(&mut object.0);
+        let mut object = self.set.remove(key)?;
+        let out = f(Arc::make_mut(&mut object.0));
         debug_assert_eq!(object.0.key, key, "an update must not change the key");
         self.set.insert(object);
         Some(out)
@@ -98,13 +116,13 @@ impl ObjectIndex {
     /// keys) returns true.
     pub fn retain_mut(&mut self, mut f: impl FnMut(&mut ObjectMeta) -> bool) {
         let set = std::mem::take(&mut self.set);
-        self.set = set.into_iter().filter_map(|mut o| f(&mut o.0).then_some(o)).collect();
+        self.set = set.into_iter().filter_map(|mut o| f(Arc::make_mut(&mut o.0)).then_some(o)).collect();
     }
 }
 
 impl FromIterator<ObjectMeta> for ObjectIndex {
     fn from_iter<I: IntoIterator<Item = ObjectMeta>>(iter: I) -> Self {
-        ObjectIndex { set: iter.into_iter().map(ByKey).collect() }
+        ObjectIndex { set: iter.into_iter().map(|o| ByKey(Arc::new(o))).collect() }
     }
 }
 
