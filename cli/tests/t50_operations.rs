@@ -264,6 +264,15 @@ async fn member_remove_drops_a_learner_and_refuses_a_stranger() {
     };
     let (leader, _) = cluster.wait_for_leader(T).await;
     assert!(members(&cluster.info(leader).await.unwrap()).contains(&(4, false)), "4 joined as a learner");
+    // Adding it again changes nothing: no second membership entry (each
+    // one restarted the learner's snapshot transfer, so a retried add of a
+    // master catching up from a large snapshot never let it finish).
+    let before = cluster.info(leader).await.unwrap().last_log_index;
+    let again = cluster.client().add_learner(4, &addr4).await.expect("add the same learner again");
+    assert!(again.contains("already a member"), "{again}");
+    assert_eq!(cluster.info(leader).await.unwrap().last_log_index, before, "adding it again appended an entry");
+    let elsewhere = cluster.client().add_learner(4, "127.0.0.1:1").await.expect_err("another address");
+    assert!(elsewhere.to_string().contains("remove it first"), "{elsewhere}");
     let out = mooncake(&["member", "remove", "4", "--masters", &masters, &admin_of(&cluster)]);
     assert!(out.contains("learner 4 removed"), "{out}");
     let (leader, _) = cluster.wait_for_leader(T).await;

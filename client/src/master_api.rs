@@ -363,16 +363,38 @@ impl MasterClient {
         }
     }
 
-    /// Adds a master as a learner (waits until it has caught up).
+    /// Adds a master as a learner and waits until it has caught up with the
+    /// log as committed when it was added (by snapshot or by log), asking
+    /// the leader how far it got. Not one blocking call: catching up by a
+    /// snapshot of millions of objects outlasts any call's timeout, and a
+    /// retried add used to restart the snapshot's transfer every time.
     pub async fn add_learner(&self, node_id: u64, addr: &str) -> Result<String, MasterError> {
-        let req = AddLearnerRequest { node_id, addr: addr.to_string(), blocking: true };
+        let req = AddLearnerRequest { node_id, addr: addr.to_string(), blocking: false };
         let r = self
             .call_admin(|mut c| {
                 let req = req.clone();
                 async move { c.add_learner(req).await }
             })
             .await?;
-        Ok(check(r)?.detail)
+        let detail = check(r)?.detail;
+        let target = self.cluster_info().await?.commit_index;
+        let deadline = std::time::Instant::now() + LEARNER_CATCH_UP_MAX;
+        loop {
+            let info = self.cluster_info().await?;
+            let matched = info.members.iter().find(|m| m.id == node_id && m.has_matched_index).map(|m| m.matched_index);
+            if matched.is_some_and(|m| m >= target) {
+                return Ok(format!("{detail}; caught up to log index {target}"));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(MasterError::NotCaughtUp {
+                    node: node_id,
+                    at: matched.map_or("none".to_string(), |m| m.to_string()),
+                    target,
+                    waited: LEARNER_CATCH_UP_MAX,
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     }
 
     /// Makes `voters` the complete voter set.
@@ -432,6 +454,10 @@ impl MasterClient {
         Err(MasterError::Unavailable { deadline: self.config().deadline, attempts: 0, last })
     }
 }
+
+/// How long [`MasterClient::add_learner`] waits for the learner to catch
+/// up: a snapshot of 10 M objects installs in well under a minute here.
+const LEARNER_CATCH_UP_MAX: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Redirects followed while looking for the leader to export from.
 const REDIRECTS_MAX: usize = 8;

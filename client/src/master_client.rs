@@ -109,6 +109,12 @@ pub enum MasterError {
     /// does not prove the call changed nothing.
     #[error("{code:?}: {message}")]
     Rejected { code: ErrorCode, message: String, attempts: u32 },
+    /// A master added as a learner is still catching up (it keeps doing so).
+    #[error(
+        "master {node} was added as a learner but has not caught up within {waited:?} (at log index {at} of \
+         {target}); it keeps catching up: watch `mooncake status`, then promote it"
+    )]
+    NotCaughtUp { node: u64, at: String, target: u64, waited: Duration },
 }
 
 impl MasterError {
@@ -116,7 +122,7 @@ impl MasterError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             MasterError::Rejected { code, .. } => Some(*code),
-            MasterError::Config(_) | MasterError::Unavailable { .. } => None,
+            MasterError::Config(_) | MasterError::Unavailable { .. } | MasterError::NotCaughtUp { .. } => None,
         }
     }
 
@@ -126,7 +132,7 @@ impl MasterError {
         match self {
             MasterError::Rejected { attempts, .. } => *attempts <= 1,
             MasterError::Config(_) => true,
-            MasterError::Unavailable { .. } => false,
+            MasterError::Unavailable { .. } | MasterError::NotCaughtUp { .. } => false,
         }
     }
 }

@@ -81,6 +81,20 @@ impl AdminService for AdminServiceImpl {
         if r.node_id == 0 || !r.addr.contains(':') {
             return answer(Status::with(ErrorCode::InvalidParams, "need a node id > 0 and an address HOST:PORT"), "");
         }
+        // Idempotent: adding a member again would commit another membership
+        // entry, and each one restarts replication to the learner, so a
+        // retried add never let a long snapshot transfer finish.
+        let membership = self.shared.raft.metrics().borrow().membership_config.clone();
+        if let Some(node) = membership.membership().get_node(&r.node_id) {
+            if node.addr != r.addr {
+                let msg = format!(
+                    "master {} is already a member at {}; remove it first (`mooncake member remove {}`)",
+                    r.node_id, node.addr, r.node_id
+                );
+                return answer(Status::with(ErrorCode::InvalidParams, msg), "");
+            }
+            return answer(Status::ok(), format!("master {} is already a member at {}", r.node_id, r.addr));
+        }
         match self.shared.raft.add_learner(r.node_id, BasicNode::new(&r.addr), r.blocking).await {
             Ok(resp) => {
                 tracing::info!(node = r.node_id, addr = %r.addr, log = %resp.log_id, "membership change: learner added");

@@ -53,7 +53,7 @@ pub fn of_client(e: &ClientError) -> Code {
 pub fn of_master(e: &MasterError) -> Code {
     match e {
         MasterError::Config(_) => INVALID_PARAMS,
-        MasterError::Unavailable { .. } => RPC_FAIL,
+        MasterError::Unavailable { .. } | MasterError::NotCaughtUp { .. } => RPC_FAIL,
         MasterError::Rejected { code, .. } => of_error_code(*code),
     }
 }
