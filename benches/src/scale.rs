@@ -91,6 +91,9 @@ struct Measured {
     terms_during_load: u64,
     snapshot_build_s: Option<f64>,
     commit_stall_ms: Option<f64>,
+    /// The slowest put of as long a window just before, with no snapshot:
+    /// the same run's baseline for `commit_stall_ms`.
+    commit_worst_baseline_ms: Option<f64>,
     follower_restart_s: Option<f64>,
     install_s: Option<f64>,
     gaps_ms: Vec<f64>,
@@ -261,6 +264,13 @@ async fn snapshot(
     }
     stop.store(true, Ordering::SeqCst);
     let worst = probe.await.context("put loop")?;
+    // The baseline: the same probe for as long, with no snapshot being built.
+    let window = start.elapsed();
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = tokio::spawn(put_loop(client.clone(), "scale-base", stop.clone()));
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::SeqCst);
+    m.commit_worst_baseline_ms = Some(probe.await.context("put loop")?.as_secs_f64() * 1e3);
     let sum = metric(cluster, leader, "mooncake_snapshot_build_seconds_sum").unwrap_or(0.0);
     m.snapshot_build_s = (builds(cluster).unwrap_or(0.0) > before).then_some(sum - build_sum_before);
     m.commit_stall_ms = Some(worst.as_secs_f64() * 1e3);
@@ -408,6 +418,7 @@ fn results_table(m: &Measured) -> Table {
     row(&mut t, "objects", Some(m.objects as f64), 0);
     row(&mut t, "load s", Some(m.load_s), 1);
     row(&mut t, "commit stall during snapshot build ms", m.commit_stall_ms, 0);
+    row(&mut t, "slowest commit, as long without a snapshot ms", m.commit_worst_baseline_ms, 0);
     for (i, g) in m.gaps_ms.iter().enumerate() {
         row(&mut t, &format!("failover gap {} ms", i + 1), Some(*g), 0);
     }

@@ -78,9 +78,19 @@ impl SnapshotPath {
         codec::decode("stored snapshot", body).map(Some)
     }
 
-    /// Replaces the stored snapshot with `stored`, durably.
+    /// Replaces the stored snapshot with `stored`, durably. The body is
+    /// written as the encoding of `stored` would be (the metadata, the
+    /// image's length, the image) without copying the image into one
+    /// buffer first: at 10 M objects it is ~1.5 GB.
     pub fn write(&self, stored: &StoredSnapshot) -> Result<(), StoreError> {
-        let body = codec::encode("snapshot", stored)?;
+        let mut prefix = codec::encode("snapshot metadata", &stored.meta)?;
+        prefix.extend(codec::encode("snapshot length", &(stored.data.len() as u64))?);
+        let body_len = prefix.len() + stored.data.len();
+        let crc = mooncake_segment::checksum::crc32c_combine(
+            mooncake_segment::checksum::crc32c(&prefix),
+            mooncake_segment::checksum::crc32c(&stored.data),
+            stored.data.len(),
+        );
         let tmp = self.path.with_extension("tmp");
         let tmp_io = |op: &'static str| {
             let path = tmp.display().to_string();
@@ -89,10 +99,11 @@ impl SnapshotPath {
         let mut f = std::fs::File::create(&tmp).map_err(tmp_io("create snapshot"))?;
         let mut header = Vec::with_capacity(HEADER_BYTES);
         header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        header.extend_from_slice(&mooncake_segment::checksum::crc32c(&body).to_le_bytes());
+        header.extend_from_slice(&(body_len as u64).to_le_bytes());
+        header.extend_from_slice(&crc.to_le_bytes());
+        header.extend_from_slice(&prefix);
         f.write_all(&header).map_err(tmp_io("write snapshot"))?;
-        for chunk in body.chunks(SYNC_EVERY_BYTES) {
+        for chunk in stored.data.chunks(SYNC_EVERY_BYTES) {
             f.write_all(chunk).map_err(tmp_io("write snapshot"))?;
             f.sync_data().map_err(tmp_io("fdatasync snapshot"))?;
         }
@@ -120,6 +131,18 @@ mod tests {
         match at.read() {
             Err(e) => e.to_string(),
             Ok(found) => panic!("a damaged snapshot was read (found one: {})", found.is_some()),
+        }
+    }
+
+    #[test]
+    fn the_body_is_the_encoding_of_the_stored_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = SnapshotPath::in_dir(dir.path());
+        for len in [0, 1, 127, 128, 300_000] {
+            let s = stored((0..len).map(|i| i as u8).collect());
+            at.write(&s).unwrap();
+            let file = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+            assert_eq!(file[HEADER_BYTES..], codec::encode("snapshot", &s).unwrap()[..], "{len} bytes");
         }
     }
 

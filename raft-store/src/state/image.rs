@@ -234,7 +234,80 @@ impl StateImage {
     }
 }
 
+/// A sequence serialised from an iterator of known length, as a `Vec` of
+/// its items would be: the image of a state without copying its records.
+struct Seq<F>(usize, F);
+
+impl<F, I> Serialize for Seq<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0))?;
+        let mut n = 0;
+        for item in (self.1)() {
+            seq.serialize_element(&item)?;
+            n += 1;
+        }
+        if n != self.0 {
+            return Err(serde::ser::Error::custom(format!("{n} items where {} were announced", self.0)));
+        }
+        seq.end()
+    }
+}
+
+/// [`StateImage`] borrowed from a state: the same fields in the same order,
+/// so it encodes to the same bytes. A snapshot of 10 M objects encodes from
+/// here without first cloning every record into an image (~1.5 GB of small
+/// allocations, freed right after).
+#[derive(Serialize)]
+#[serde(bound(serialize = "Seq<O>: Serialize, Seq<C>: Serialize, Seq<D>: Serialize, Seq<Q>: Serialize, \
+                           Seq<A>: Serialize, Seq<R>: Serialize, Seq<K>: Serialize"))]
+struct StateImageRef<'a, O, C, D, Q, A, R, K> {
+    last_applied: Option<LogId>,
+    last_membership: &'a StoredMembership<NodeId, BasicNode>,
+    now_ms: u64,
+    next_version: u64,
+    segments: Vec<(SegmentSpec, ClientId)>,
+    objects: Seq<O>,
+    clients: Seq<C>,
+    discarded: Seq<D>,
+    requests: Seq<Q>,
+    arenas: Seq<A>,
+    next_arena: u64,
+    retired: Seq<R>,
+    request_anchor_ts_ms: u64,
+    client_credentials: Seq<K>,
+    detached: Vec<(SegmentId, DetachedDisk)>,
+}
+
 impl MetaState {
+    /// The encoding of [`MetaState::to_image`], made from the state in place.
+    pub fn encode_image(&self, buf: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        let image = StateImageRef {
+            last_applied: self.last_applied,
+            last_membership: &self.last_membership,
+            now_ms: self.now_ms,
+            next_version: self.next_version,
+            segments: self.segments.values().map(|s| (s.spec.clone(), s.owner)).collect(),
+            objects: Seq(self.objects.len(), || self.objects.values()),
+            clients: Seq(self.clients.len(), || self.clients.values()),
+            discarded: Seq(self.discarded.len(), || self.discarded.values()),
+            requests: Seq(self.requests.count(), || self.requests.image_iter()),
+            arenas: Seq(self.arenas.len(), || self.arenas.values()),
+            next_arena: self.next_arena,
+            retired: Seq(self.retired.len(), || self.retired.values()),
+            request_anchor_ts_ms: self.requests.clock().anchor_ts_ms,
+            client_credentials: Seq(self.credentials.len(), || self.credentials.iter().map(|(id, h)| (*id, *h))),
+            detached: self.segments.values().filter_map(|s| Some((s.spec.id, s.detached.clone()?))).collect(),
+        };
+        postcard::to_extend(&image, buf)
+            .map_err(|e| StoreError::Encode { what: "state image".into(), message: e.to_string() })
+    }
+
     /// The serialisable image of the state.
     pub fn to_image(&self) -> StateImage {
         StateImage {

@@ -149,10 +149,15 @@ impl RequestMemory {
     /// The entries of a state image: (id, age on the request clock, answer),
     /// by id.
     pub(super) fn image(&self) -> Vec<(u64, u64, Response)> {
+        self.image_iter().collect()
+    }
+
+    /// The entries of [`image`](Self::image), one at a time.
+    pub(super) fn image_iter(&self) -> impl Iterator<Item = (u64, u64, Response)> + '_ {
         // No id is after the clock (`remember` and `check` hold that); a
         // snapshot is no place to stop on it, so this one saturates.
         let now = self.clock.now_ms;
-        self.answers.iter().map(|(id, (ms, answer))| (*id, now.saturating_sub(*ms), answer.response())).collect()
+        self.answers.iter().map(move |(id, (ms, answer))| (*id, now.saturating_sub(*ms), answer.response()))
     }
 
     pub(super) fn clock(&self) -> RequestClock {
@@ -164,8 +169,7 @@ impl RequestMemory {
         self.clock.tick(ts_ms);
     }
 
-    /// How many request ids are remembered (the debug builds' invariant scan).
-    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    /// How many request ids are remembered.
     pub(super) fn count(&self) -> usize {
         self.answers.len()
     }
