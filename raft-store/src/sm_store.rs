@@ -291,7 +291,7 @@ pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
 }
 
 /// [`encode_image`] into `buf` (a capacity sized from the last snapshot
-/// saves regrowing a buffer of a GB or more).
+/// saves regrowing a buffer of hundreds of MB).
 fn encode_image_into(state: &MetaState, mut buf: Vec<u8>) -> Result<Vec<u8>, StoreError> {
     buf.clear();
     buf.extend_from_slice(&SNAPSHOT_SCHEMA_VERSION.to_le_bytes());
