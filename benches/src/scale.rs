@@ -255,26 +255,36 @@ async fn snapshot(
     let builds = |c: &Cluster| metric(c, leader, "mooncake_snapshot_build_seconds_count");
     let before = builds(cluster).unwrap_or(0.0);
     let build_sum_before = metric(cluster, leader, "mooncake_snapshot_build_seconds_sum").unwrap_or(0.0);
-    let stop = Arc::new(AtomicBool::new(false));
-    let probe = tokio::spawn(put_loop(client.clone(), "scale-snap", stop.clone()));
-    client.trigger_snapshot().await.context("TriggerSnapshot")?;
-    let start = Instant::now();
-    while builds(cluster).unwrap_or(0.0) <= before && start.elapsed() < WAIT_MAX {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    let worst = probe.await.context("put loop")?;
+    let (worst, built) = slowest_commit_while(client, "scale-snap", async {
+        client.trigger_snapshot().await.context("TriggerSnapshot")?;
+        let start = Instant::now();
+        while builds(cluster).unwrap_or(0.0) <= before && start.elapsed() < WAIT_MAX {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::Ok(start.elapsed())
+    })
+    .await?;
     // The baseline: the same probe for as long, with no snapshot being built.
-    let window = start.elapsed();
-    let stop = Arc::new(AtomicBool::new(false));
-    let probe = tokio::spawn(put_loop(client.clone(), "scale-base", stop.clone()));
-    tokio::time::sleep(window).await;
-    stop.store(true, Ordering::SeqCst);
-    m.commit_worst_baseline_ms = Some(probe.await.context("put loop")?.as_secs_f64() * 1e3);
+    let (baseline, ()) = slowest_commit_while(client, "scale-base", tokio::time::sleep(built?)).await?;
+    m.commit_worst_baseline_ms = Some(baseline.as_secs_f64() * 1e3);
     let sum = metric(cluster, leader, "mooncake_snapshot_build_seconds_sum").unwrap_or(0.0);
     m.snapshot_build_s = (builds(cluster).unwrap_or(0.0) > before).then_some(sum - build_sum_before);
     m.commit_stall_ms = Some(worst.as_secs_f64() * 1e3);
     Ok(())
+}
+
+/// Runs [`put_loop`] while `during` runs: the slowest put, and what
+/// `during` gave.
+async fn slowest_commit_while<T>(
+    client: &Arc<MasterClient>,
+    prefix: &'static str,
+    during: impl std::future::Future<Output = T>,
+) -> anyhow::Result<(Duration, T)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = tokio::spawn(put_loop(client.clone(), prefix, stop.clone()));
+    let out = during.await;
+    stop.store(true, Ordering::SeqCst);
+    Ok((probe.await.context("put loop")?, out))
 }
 
 /// Puts one small object after another until stopped; returns the slowest.

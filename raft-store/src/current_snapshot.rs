@@ -18,6 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codec;
+use crate::durable::replace_file_durably;
 use crate::error::StoreError;
 use crate::sm_store::StoredSnapshot;
 
@@ -91,29 +92,20 @@ impl SnapshotPath {
             mooncake_segment::checksum::crc32c(&stored.data),
             stored.data.len(),
         );
-        let tmp = self.path.with_extension("tmp");
-        let tmp_io = |op: &'static str| {
-            let path = tmp.display().to_string();
-            move |source| StoreError::Io { op, path, source }
-        };
-        let mut f = std::fs::File::create(&tmp).map_err(tmp_io("create snapshot"))?;
-        let mut header = Vec::with_capacity(HEADER_BYTES);
+        let mut header = Vec::with_capacity(HEADER_BYTES + prefix.len());
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&(body_len as u64).to_le_bytes());
         header.extend_from_slice(&crc.to_le_bytes());
         header.extend_from_slice(&prefix);
-        f.write_all(&header).map_err(tmp_io("write snapshot"))?;
-        for chunk in stored.data.chunks(SYNC_EVERY_BYTES) {
-            f.write_all(chunk).map_err(tmp_io("write snapshot"))?;
-            f.sync_data().map_err(tmp_io("fdatasync snapshot"))?;
-        }
-        f.sync_all().map_err(tmp_io("fsync snapshot"))?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(self.io("rename snapshot into place"))?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(self.io("fsync data dir"))?;
-        }
-        Ok(())
+        replace_file_durably(&self.path, |f| {
+            f.write_all(&header)?;
+            for chunk in stored.data.chunks(SYNC_EVERY_BYTES) {
+                f.write_all(chunk)?;
+                f.sync_data()?;
+            }
+            Ok(())
+        })
+        .map_err(self.io("store snapshot"))
     }
 }
 

@@ -76,15 +76,25 @@ impl DataSync {
     }
 }
 
-/// Replaces `path` with `bytes` durably: a synced temporary file renamed
-/// over it, then the directory synced (a crash leaves the old or the new
-/// content, never a mix). For small files written rarely.
+/// Replaces `path` with `bytes` durably (see [`replace_file_durably`]).
+/// For small files written rarely.
 pub fn write_file_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
+    replace_file_durably(path, |f| f.write_all(bytes))
+}
+
+/// Replaces `path` with what `write` writes, durably: a temporary file
+/// written, synced and renamed over it, then the directory synced (a crash
+/// leaves the old or the new content, never a mix).
+pub fn replace_file_durably(
+    path: &Path,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
+    write(&mut f)?;
     f.sync_all()?;
+    drop(f);
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir)?.sync_all()?;

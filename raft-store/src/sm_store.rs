@@ -224,10 +224,7 @@ impl StateMachineStore {
 
     /// Stores `stored` as the current snapshot and makes it durable.
     async fn persist(&self, stored: &StoredSnapshot) -> Result<(), StoreError> {
-        let file = self.file.clone();
-        // `stored` is borrowed: the write runs off the workers, not on a
-        // blocking task.
-        off_the_workers(|| file.write(stored))?;
+        off_the_workers(|| self.file.write(stored))?;
         // A data dir of schema version 1 still holds its older snapshot in
         // sled; the file rules from now on (`load_current`), so the record
         // goes without a sync of its own.
@@ -262,8 +259,8 @@ async fn in_background<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static
     })
 }
 
-/// Runs `f`, CPU-heavy (encoding or decoding a whole state, writing it to
-/// sled), without holding up the runtime: on a multi-thread runtime the
+/// Runs `f`, CPU-heavy or I/O-heavy (decoding a whole state, writing a
+/// snapshot file), without holding up the runtime: on a multi-thread runtime the
 /// worker hands its other tasks to another thread first (at 1 M objects
 /// this takes ~0.1–0.5 s, during which Raft heartbeats and votes on this
 /// worker would otherwise wait and followers start elections).
@@ -293,7 +290,6 @@ pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
 /// [`encode_image`] into `buf` (a capacity sized from the last snapshot
 /// saves regrowing a buffer of hundreds of MB).
 fn encode_image_into(state: &MetaState, mut buf: Vec<u8>) -> Result<Vec<u8>, StoreError> {
-    buf.clear();
     buf.extend_from_slice(&SNAPSHOT_SCHEMA_VERSION.to_le_bytes());
     state.encode_image(buf)
 }
