@@ -15,8 +15,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mooncake_raft_store::{Command, MetaState, Pin, PutStart, Request, Response, SegmentSpec, Tier};
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_raft_store::testing::{SegmentSpecExt, segment};
+use mooncake_raft_store::{Command, MetaState, Pin, PutStart, Request, Response};
+use mooncake_segment::ClientId;
 
 const TS_MS: u64 = 1_750_000_000_000;
 const WRITER: ClientId = ClientId(7);
@@ -32,16 +33,10 @@ fn mounted_state() -> MetaState {
     let mut state = MetaState::default();
     for i in 0..4u64 {
         let host = i % 2;
-        let segment = SegmentSpec {
-            id: SegmentId(0x5e60_0000 + i),
-            size_bytes: 64 << 30,
-            endpoint: format!("10.0.0.{}:7400", host + 1),
-            host_id: format!("store-{host}"),
-            zone: "zone-a".into(),
-            tier: Tier::Dram,
-            shm_path: String::new(),
-        };
-        apply_ok(&mut state, Command::MountSegment { client: ClientId(100 + host), segment });
+        let spec = segment(0x5e60_0000 + i, 64 << 30, &format!("store-{host}"))
+            .endpoint(format!("10.0.0.{}:7400", host + 1))
+            .zone("zone-a");
+        apply_ok(&mut state, Command::MountSegment { client: ClientId(100 + host), segment: spec });
     }
     state
 }

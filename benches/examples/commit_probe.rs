@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use mooncake_client::LocalCluster;
+use mooncake_local_cluster::LocalCluster;
 use mooncake_proto::master::{PutStartRequest, Segment};
 
 fn scrape(addr: &str) -> anyhow::Result<String> {
@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
     let masters: u64 =
         args.iter().position(|a| a == "--masters").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(3);
     let mut builder = LocalCluster::builder().masters(masters).stores(0);
-    if let Ok(bin) = mooncake_client::local_cluster::find_binary("mooncake-master") {
+    if let Ok(bin) = mooncake_local_cluster::find_binary("mooncake-master") {
         builder = builder.master_bin(bin);
     }
     for a in &master_args {
@@ -88,9 +88,9 @@ fn main() -> anyhow::Result<()> {
         anyhow::Ok((leader, p50(&puts), p50(&removes)))
     })?;
     let mut rows: BTreeMap<&str, String> = BTreeMap::new();
-    let leader_text = scrape(&cluster.node(mooncake_client::Role::Master, leader).expect("leader").http)?;
+    let leader_text = scrape(&cluster.node(mooncake_local_cluster::Role::Master, leader).expect("leader").http)?;
     let follower = cluster.master_ids().into_iter().find(|id| *id != leader).unwrap_or(leader);
-    let follower_text = scrape(&cluster.node(mooncake_client::Role::Master, follower).expect("follower").http)?;
+    let follower_text = scrape(&cluster.node(mooncake_local_cluster::Role::Master, follower).expect("follower").http)?;
     let show = |m: Option<(f64, f64)>| m.map(|(ms, n)| format!("{ms:.3} ms (n={n})")).unwrap_or_else(|| "-".into());
     rows.insert("1 client: put p50 (PutStart + PutEnd commit)", format!("{client_ms:.3} ms"));
     rows.insert("1 client: remove p50 (one commit)", format!("{remove_ms:.3} ms"));

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, LocalCluster};
+use mooncake_client::{Client, ClientConfig};
+use mooncake_local_cluster::LocalCluster;
 use mooncake_transfer::{Protocol, TcpConfig};
 
 /// How long a new cluster may take to elect a leader and mount its segments.

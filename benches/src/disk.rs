@@ -31,7 +31,7 @@ use mooncake_segment::{BackendChoice, ClientId, DISK_BUFFERS_MAX, DISK_IO_CHUNK_
 use crate::baseline::raw_disk::{self, Dir, DirectFile};
 use crate::cluster::KEEP_DIR_ENV;
 use crate::data::{pattern, size_name};
-use crate::disk_tier::{self, HEARTBEAT_SHORT_MS, RawReads, TierPlan, TierRun};
+use crate::disk_tier::{self, HEARTBEAT_SHORT_MS, OFFLOAD_WRITERS, RawReads, TierPlan, TierRun};
 use crate::report::{Cell, Section, Table, cols};
 use crate::stats::{Budget, Samples, ratio};
 use crate::{Ctx, bound_row, target_row, targets_table};
@@ -44,21 +44,6 @@ const SIZES: [usize; 3] = [4 * MIB, MIB, 64 * KIB];
 /// Requests in flight: one (a sequential reader) and a few (the store
 /// node's 4 TCP lanes, or its 4 copies at once).
 const DEPTHS: [usize; 2] = [1, 4];
-/// Copies a Ping answer hands a store node at most (the masters'
-/// `COPIES_PER_PING_MAX`, master/src/copies.rs): with a heartbeat of H ms,
-/// offload of objects of S bytes cannot pass 64 * S / H.
-const COPIES_PER_PING_MAX: u64 = 64;
-/// The masters' copy duty runs every 250 ms (`COPY_TICK`,
-/// master/src/copies.rs) and places a tick's copies in the disk segment's
-/// open arena, granting new arenas and using them at once up to
-/// `SCHEDULE_ROUNDS_MAX` (3) times a tick; arenas grow by doubling from
-/// 4 MiB to 1/64 of the segment, at most 256 MiB (`ARENA_SHARE_DIVISOR`,
-/// `ARENA_MAX_BYTES`, master/src/reservations.rs). So offload to one disk
-/// segment cannot pass three full arenas per tick.
-const COPY_TICK_S: f64 = 0.25;
-const ARENAS_PER_TICK: u64 = 3;
-const ARENA_SHARE_DIVISOR: u64 = 64;
-const ARENA_MAX_BYTES: u64 = 256 << 20;
 /// The pass that fills a file may take this long (then the hard limit, twice).
 const FILL_TIME: Duration = Duration::from_secs(60);
 /// Operations of one cell at least.
@@ -169,8 +154,7 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     section.failed_ops += tier.failed + cells.iter().map(|c| c.samples.errors).sum::<u64>();
     section.tables.push(targets(&cells, &tier));
     section.tables.push(gets_table(&cells, &tier));
-    let disk_bytes = mooncake_client::parse_size(plan.tier.disk).map_err(anyhow::Error::msg)?;
-    section.tables.push(offload_table(&cells, &tier, disk_bytes));
+    section.tables.push(offload_table(&cells, &tier));
     section.tables.push(engine_table(&cells));
     section.tables.push(raw_table(&cells));
     notes(&mut section, &plan, tier);
@@ -449,7 +433,7 @@ fn gets_table(cells: &[Measured], tier: &TierRun) -> Table {
     t
 }
 
-fn offload_table(cells: &[Measured], tier: &TierRun, disk_bytes: u64) -> Table {
+fn offload_table(cells: &[Measured], tier: &TierRun) -> Table {
     let mut t = Table::new(
         "offload: from the first put until every object has a disk replica, vs raw O_DIRECT write of the size x4",
         cols(&[
@@ -461,18 +445,13 @@ fn offload_table(cells: &[Measured], tier: &TierRun, disk_bytes: u64) -> Table {
             ("offload_s", "offload s"),
             ("gb_per_s", "GB/s"),
             ("copy_mean_ms", "copy mean ms"),
-            ("ping_cap_gb_per_s", "Ping cap GB/s"),
-            ("arena_cap_gb_per_s", "arena cap GB/s"),
             ("baseline_gb_per_s", "raw write GB/s"),
             ("ratio", "ratio"),
         ]),
     );
-    let arena = ARENA_MAX_BYTES.min(disk_bytes / ARENA_SHARE_DIVISOR);
-    let arena_cap = (ARENAS_PER_TICK * arena) as f64 / COPY_TICK_S / 1e9;
     for o in &tier.offloads {
         // As many bytes in flight as the store node's 4 copies at once.
         let raw = gb(find(cells, "raw", Dir::Write, o.size, 4));
-        let cap = (COPIES_PER_PING_MAX * o.size as u64) as f64 / (o.heartbeat_ms as f64 / 1e3) / 1e9;
         t.row(vec![
             Cell::text(size_name(o.size)),
             Cell::Int(o.heartbeat_ms),
@@ -482,8 +461,6 @@ fn offload_table(cells: &[Measured], tier: &TierRun, disk_bytes: u64) -> Table {
             Cell::opt(o.offload_s, 2),
             Cell::opt(o.gb_per_s(), 3),
             Cell::opt(o.copy_mean_ms, 1),
-            Cell::Num(cap, 2),
-            Cell::Num(arena_cap, 2),
             Cell::opt(raw, 2),
             Cell::opt(o.gb_per_s().and_then(|g| ratio(g, raw)), 3),
         ]);
@@ -581,12 +558,12 @@ fn notes(section: &mut Section, plan: &Plan, tier: TierRun) {
         plan.tier.memory, plan.tier.disk
     ));
     section.note(format!(
-        "offload: 1 writer puts one object after another; a copy = the store node reads the memory replica \
-         over tcp, checks its crc32c, writes it to its disk segment over tcp (durable), reports it (a commit); \
-         4 copies at once; copies reach a store node only in Ping answers, at most {COPIES_PER_PING_MAX} per \
-         Ping (Ping cap); the copy duty places {ARENAS_PER_TICK} disk arenas' worth of copies per {COPY_TICK_S} s tick \
-         (arena cap: an arena is at most 1/{ARENA_SHARE_DIVISOR} of the disk segment); ratio vs raw write \
-         of the same size x4 (as many bytes in flight as 4 copies)"
+        "offload: {OFFLOAD_WRITERS} writers put the objects in parallel; the leader plans a copy of each object \
+         as its PutEnd commits; a copy = the store node reads its memory replica and writes its disk segment \
+         by the local route (no socket), checks its crc32c, writes durably, reports it (a commit); 4 copies at \
+         once; copies reach a store node in Ping answers (at most 64 each), and a node with a free copy slot \
+         pings at once, so the first copies of a burst wait for the next Ping (up to one heartbeat); ratio vs \
+         raw write of the same size x4 (as many bytes in flight as 4 copies)"
     ));
     section.note(
         "a virtual disk: the host may cache what the guest writes, for the raw files as for the segments; \
@@ -658,7 +635,7 @@ mod tests {
         let gets = gets_table(&cells, &tier).json();
         assert_eq!(gets["rows"][1]["baseline"], "raw read x1 before");
         assert_eq!((&gets["rows"][1]["memory_ratio"], &gets["rows"][0]["memory_ratio"]), (&0.5.into(), &json_null()));
-        let offload = offload_table(&cells, &tier, 1 << 30).json();
-        assert!((offload["rows"][0]["arena_cap_gb_per_s"].as_f64().unwrap() - 3.0 * 0.067108864).abs() < 1e-9);
+        let offload = offload_table(&cells, &tier).json();
+        assert!((offload["rows"][0]["gb_per_s"].as_f64().unwrap() - 1.0).abs() < 1e-9);
     }
 }

@@ -3,10 +3,10 @@
 //! pre-faulted memory segment and a disk segment (`disk.seg` in its data
 //! dir), a short store heartbeat; then, with one workload client over TCP:
 //!
-//! 1. **offload**: a writer puts a set of 4 MiB objects (then one of 64 KiB)
-//!    one after another as fast as it can, while the bench lists the set
-//!    (ListObjects, no KV lease) every few ms; offload time = from the first
-//!    put until every object of the set has a disk replica. The sets fit in
+//! 1. **offload**: [`OFFLOAD_WRITERS`] writers put a set of 4 MiB objects
+//!    (then one of 64 KiB) as fast as they can, while the bench lists the
+//!    set (ListObjects, no KV lease) every few ms; offload time = from the
+//!    first put until every object of the set has a disk replica. The sets fit in
 //!    memory below its high watermark, so nothing is evicted meanwhile;
 //! 2. **eviction**: 4 MiB filler objects are put in rounds (each round
 //!    waits until it is on disk, so eviction always has copies to drop)
@@ -21,14 +21,16 @@
 //!
 //! Then the same offload of 4 MiB objects on a second cluster whose store
 //! node pings at the default interval (1 s): the masters hand copies to a
-//! store node only in Ping answers, at most `COPIES_PER_PING_MAX` (64) per
-//! Ping, so the interval bounds offload.
+//! store node only in Ping answers (at most 64 per Ping; the node pings
+//! again at once when a copy slot falls free), so the first copies of a
+//! burst wait up to one interval.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, LocalCluster, MasterClient, PutOptions, PutOutcome, Role};
+use mooncake_client::{Client, ClientConfig, MasterClient, PutOptions, PutOutcome};
+use mooncake_local_cluster::{LocalCluster, Role};
 use mooncake_proto::master::Tier;
 use mooncake_transfer::Protocol;
 
@@ -46,6 +48,10 @@ const FILL_BYTES: usize = 4 * MIB;
 /// Store heartbeat of the main cluster, and the default one.
 pub const HEARTBEAT_SHORT_MS: u64 = 100;
 pub const HEARTBEAT_DEFAULT_MS: u64 = 1_000;
+/// Writers of an offload set, each putting its share of the objects one
+/// after another (a prefill fleet writes in parallel; one writer would
+/// bound the offload by its own put rate).
+pub const OFFLOAD_WRITERS: u64 = 4;
 /// How often the watcher lists a set during an offload.
 const WATCH_EVERY: Duration = Duration::from_millis(5);
 /// Longest wait for one offload, one filler round, a cluster start.
@@ -231,7 +237,7 @@ impl TierCluster {
 
     /// The store node's disk segment file.
     fn disk_file(&self) -> std::path::PathBuf {
-        self.inner.dir().join("store-1").join(mooncake_client::local_cluster::STORE_DISK_FILE)
+        self.inner.dir().join("store-1").join(mooncake_local_cluster::STORE_DISK_FILE)
     }
 
     /// Objects under `prefix`: (key, in memory, on disk).
@@ -436,8 +442,8 @@ fn set_prefix(size: usize, heartbeat_ms: u64) -> String {
     format!("bench/disk/{}-{heartbeat_ms}/", size_name(size))
 }
 
-/// Puts `n` objects of `size` one after another while watching when all of
-/// them have a disk replica. Returns the measurement and the failed puts.
+/// Puts `n` objects of `size` ([`OFFLOAD_WRITERS`] writers) while watching
+/// when all of them have a disk replica. Returns the measurement and the failed puts.
 async fn offload(
     ctx: &mut Ctx,
     cluster: &TierCluster,
@@ -451,14 +457,24 @@ async fn offload(
     let (sum0, count0) = cluster.copy_seconds();
     let start = Instant::now();
     let writer = async {
-        let mut failed = Samples::default();
-        for i in 0..n {
-            let key = format!("{prefix}{i}");
-            match client.put(&key, &payloads[(i % PAYLOADS) as usize], &PutOptions::default()).await {
-                Ok(PutOutcome::Stored) => {}
-                Ok(PutOutcome::KeptExisting) => failed.failed(format!("put {key}: the key already existed")),
-                Err(e) => failed.failed(format!("put {key}: {e}")),
+        let writers = (0..OFFLOAD_WRITERS).map(|w| {
+            let (prefix, payloads) = (&prefix, &payloads);
+            async move {
+                let mut failed = Samples::default();
+                for i in (w..n).step_by(OFFLOAD_WRITERS as usize) {
+                    let key = format!("{prefix}{i}");
+                    match client.put(&key, &payloads[(i % PAYLOADS) as usize], &PutOptions::default()).await {
+                        Ok(PutOutcome::Stored) => {}
+                        Ok(PutOutcome::KeptExisting) => failed.failed(format!("put {key}: the key already existed")),
+                        Err(e) => failed.failed(format!("put {key}: {e}")),
+                    }
+                }
+                failed
             }
+        });
+        let mut failed = Samples::default();
+        for f in futures::future::join_all(writers).await {
+            failed.merge(f);
         }
         (start.elapsed(), failed)
     };

@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, PutOptions, PutOutcome, Role};
+use mooncake_client::{Client, PutOptions, PutOutcome};
+use mooncake_local_cluster::Role;
 use mooncake_proto::ErrorCode;
 use mooncake_transfer::Protocol;
 use tokio::task::JoinHandle;

@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
-use mooncake_client::{Client, ClientConfig, MasterClient, PutOptions, Role};
+use mooncake_client::{Client, ClientConfig, MasterClient, PutOptions};
+use mooncake_local_cluster::Role;
 use mooncake_transfer::Protocol;
 
 use crate::cluster::{Cluster, Spec};
@@ -158,7 +159,7 @@ struct Measured {
 
 async fn phases(ctx: &mut Ctx, fleet: &Fleet, m: &mut Measured) -> anyhow::Result<()> {
     let cluster = &fleet.cluster;
-    let admin = mooncake_client::LocalCluster::client(cluster).map_err(anyhow::Error::msg)?;
+    let admin = mooncake_local_cluster::LocalCluster::client(cluster).map_err(anyhow::Error::msg)?;
     let (_, term0) = cluster.wait_for_leader(REGISTER_MAX).await.map_err(anyhow::Error::msg)?;
     let counters0 = ExpiryCounters::read(cluster);
     let started = Instant::now();

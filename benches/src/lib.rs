@@ -34,19 +34,27 @@
 //! baselines (etcd, redis-server, upstream Mooncake's Python wheel) are
 //! skipped with an install hint.
 //!
-//! Depends on `client`, `proto` and `transfer`, never on `master`: masters
-//! run as processes.
+//! The etcd and Redis clients, and so `meta`, `small` and `failover`, come
+//! with feature `baselines` (on by default; `mooncake-cli` forwards it).
+//! Without it, a run that asks for one of those scenarios stops at once with
+//! an error naming the feature; `data`, `disk` and `scale` need no feature.
+//!
+//! Depends on `client`, `local-cluster`, `proto` and `transfer`, never on
+//! `master`: masters run as processes.
 
 pub mod baseline;
 pub mod cluster;
 pub mod data;
 pub mod disk;
 pub mod disk_tier;
+#[cfg(feature = "baselines")]
 pub mod failover;
 pub mod fleet;
+#[cfg(feature = "baselines")]
 pub mod meta;
 pub mod report;
 pub mod scale;
+#[cfg(feature = "baselines")]
 pub mod small;
 pub mod stats;
 
@@ -77,6 +85,34 @@ impl Scenario {
             one => vec![one],
         }
     }
+
+    /// Whether the scenario measures against etcd or Redis, whose clients
+    /// come with feature `baselines`: `meta` and `failover` against etcd,
+    /// `small` against Redis (`all` runs all three).
+    fn needs_baselines(self) -> bool {
+        match self {
+            Scenario::Meta | Scenario::Small | Scenario::Failover | Scenario::All => true,
+            Scenario::Data | Scenario::Disk | Scenario::Scale => false,
+        }
+    }
+}
+
+/// `Err` naming the feature to enable when `scenario` needs the etcd or
+/// Redis baseline and this build left their clients out.
+fn check_baselines(scenario: Scenario) -> anyhow::Result<()> {
+    if cfg!(feature = "baselines") || !scenario.needs_baselines() {
+        return Ok(());
+    }
+    Err(baselines_missing(scenario))
+}
+
+fn baselines_missing(scenario: Scenario) -> anyhow::Error {
+    let name = format!("{scenario:?}").to_lowercase();
+    anyhow::anyhow!(
+        "`mooncake bench {name}` measures against etcd or Redis, whose clients this build leaves out; \
+         rebuild with the `baselines` feature (on by default: `cargo build --release -p mooncake-cli`, \
+         or add `--features baselines`); `bench data`, `bench disk` and `bench scale` run without it"
+    )
 }
 
 /// Arguments of `mooncake bench`.
@@ -138,6 +174,7 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
     tcp.lanes = args.tcp_lanes.unwrap_or(tcp.lanes);
     tcp.split_bytes = args.tcp_split_bytes.unwrap_or(tcp.split_bytes);
     tcp.validate().map_err(|e| anyhow::anyhow!("--tcp-lanes / --tcp-split-bytes: {e}"))?;
+    check_baselines(args.scenario)?;
     let mut ctx = Ctx { quick: args.quick, exe, master_args: args.master_args.clone(), tcp, progress: Progress::new() };
     let started = std::time::SystemTime::now();
     let mut sections = Vec::new();
@@ -145,9 +182,15 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
     for s in args.scenario.expand() {
         let results = match s {
             Scenario::Data => vec![data::run(&mut ctx).await],
+            #[cfg(feature = "baselines")]
             Scenario::Meta => vec![meta::run(&mut ctx).await],
+            #[cfg(feature = "baselines")]
             Scenario::Small => vec![small::run(&mut ctx).await],
+            #[cfg(feature = "baselines")]
             Scenario::Failover => vec![failover::run(&mut ctx).await],
+            // Refused by `check_baselines` before anything started.
+            #[cfg(not(feature = "baselines"))]
+            Scenario::Meta | Scenario::Small | Scenario::Failover => vec![Err(baselines_missing(s))],
             Scenario::Disk => vec![disk::run(&mut ctx).await],
             Scenario::Scale => scale_phases(&mut ctx, &args).await,
             Scenario::All => continue,
@@ -260,6 +303,20 @@ mod tests {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_764_415_800);
         assert_eq!(utc_date(t), "2025-11-29 11:30 UTC");
         assert_eq!(utc_date(std::time::UNIX_EPOCH), "1970-01-01 00:00 UTC");
+    }
+
+    #[test]
+    fn scenarios_against_etcd_or_redis_name_the_feature_they_need() {
+        for s in [Scenario::Data, Scenario::Disk, Scenario::Scale] {
+            assert!(check_baselines(s).is_ok(), "{s:?} needs no baseline feature");
+        }
+        for s in [Scenario::Meta, Scenario::Small, Scenario::Failover, Scenario::All] {
+            let refused = check_baselines(s).err();
+            assert_eq!(refused.is_none(), cfg!(feature = "baselines"), "{s:?}");
+            if let Some(e) = refused {
+                assert!(e.to_string().contains("`baselines` feature"), "{e}");
+            }
+        }
     }
 
     #[test]

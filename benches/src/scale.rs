@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{MasterClient, Role};
+use mooncake_client::MasterClient;
+use mooncake_local_cluster::Role;
 use mooncake_proto::master::{PutEndRequest, PutStartRequest, Segment};
 
 use crate::cluster::{Cluster, Spec};
@@ -63,7 +64,7 @@ pub async fn run(ctx: &mut Ctx, objects: Option<u64>) -> anyhow::Result<Section>
         &ctx.master_args,
     )
     .await?;
-    let client = Arc::new(mooncake_client::LocalCluster::client(&cluster).map_err(anyhow::Error::msg)?);
+    let client = Arc::new(mooncake_local_cluster::LocalCluster::client(&cluster).map_err(anyhow::Error::msg)?);
     let stop = Arc::new(AtomicBool::new(false));
     register(&client).await?;
     let beats = tokio::spawn(heartbeats(client.clone(), stop.clone()));

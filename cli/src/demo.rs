@@ -7,7 +7,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, PutOptions, PutOutcome, Role, parse_size};
+use mooncake_client::{Client, ClientConfig, PutOptions, PutOutcome, parse_size};
+use mooncake_local_cluster::Role;
 use mooncake_transfer::Protocol;
 
 #[derive(clap::Args)]
@@ -117,7 +118,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
 async fn workload(
     a: &DemoArgs,
     client: &Client,
-    cluster: &mut mooncake_client::LocalCluster,
+    cluster: &mut mooncake_local_cluster::LocalCluster,
 ) -> anyhow::Result<(Phase, Phase, u64, Option<Failover>)> {
     let (mut put, mut get) = (Phase::default(), Phase::default());
     let size = a.block_size as usize;

@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 
 use anyhow::Context;
-use mooncake_client::{Client, ClientConfig, PutOptions, PutOutcome};
+use mooncake_client::{Client, ClientConfig, Pin, PutOptions, PutOutcome};
 use mooncake_transfer::Protocol;
 
 use crate::MastersArg;
@@ -24,7 +24,7 @@ pub struct PutArgs {
     pub min_replicas: u32,
     /// Eviction protection: none, soft or hard.
     #[arg(long, default_value = "none")]
-    pub pin: String,
+    pub pin: Pin,
     /// Transport: tcp, shm, rdma or auto.
     #[arg(long, default_value = "auto")]
     pub protocol: String,
@@ -85,15 +85,6 @@ async fn connect(masters: &MastersArg, protocol: &str) -> anyhow::Result<Client>
     Ok(Client::connect(cfg).await?)
 }
 
-fn pin_code(pin: &str) -> anyhow::Result<i32> {
-    match pin {
-        "none" => Ok(0),
-        "soft" => Ok(1),
-        "hard" => Ok(2),
-        other => anyhow::bail!("--pin {other:?}: use none, soft or hard"),
-    }
-}
-
 pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     let mut data = Vec::new();
     if a.file == "-" {
@@ -102,8 +93,7 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
         data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file))?;
     }
     let client = connect(&a.masters, &a.protocol).await?;
-    let opts =
-        PutOptions { replicas: a.replicas, min_replicas: a.min_replicas, pin: pin_code(&a.pin)?, ..Default::default() };
+    let opts = PutOptions { replicas: a.replicas, min_replicas: a.min_replicas, pin: a.pin, ..Default::default() };
     let result = match a.upsert {
         true => client.upsert(&a.key, &data, &opts).await.map(|()| PutOutcome::Stored),
         false => client.put(&a.key, &data, &opts).await,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mooncake_client::LocalCluster;
+use mooncake_local_cluster::LocalCluster;
 
 #[derive(clap::Args)]
 pub struct UpArgs {

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, Once, PoisonError};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome, Role, remote};
+use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome, remote};
+use mooncake_local_cluster::Role;
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{GetClusterInfoResponse, ObjectInfo, Replica, ReplicaStatus, Segment};
 use mooncake_testkit::{Cluster, wait_until};
@@ -138,7 +139,11 @@ fn payload(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn replicas(n: u32, preferred: &[&Segment]) -> PutOptions {
-    PutOptions { replicas: n, preferred_segments: preferred.iter().map(|s| s.id).collect(), ..Default::default() }
+    PutOptions {
+        replicas: n,
+        preferred_segments: preferred.iter().map(|s| mooncake_segment::SegmentId(s.id)).collect(),
+        ..Default::default()
+    }
 }
 
 async fn put(client: &Client, key: &str, data: &[u8], opts: &PutOptions) {

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions, Role};
+use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions};
+use mooncake_local_cluster::Role;
 use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake");

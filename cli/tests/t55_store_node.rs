@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions, Role};
+use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions};
+use mooncake_local_cluster::Role;
 use mooncake_proto::master::Segment;
 use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
 

@@ -10,8 +10,8 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;
 
-use mooncake_client::local_cluster::STORE_DISK_FILE;
-use mooncake_client::{Client, ClientConfig, PutOptions, Role};
+use mooncake_client::{Client, ClientConfig, PutOptions};
+use mooncake_local_cluster::{Role, STORE_DISK_FILE};
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::Tier;
 use mooncake_testkit::{Cluster, wait_until};

@@ -1,13 +1,43 @@
 //! Typed calls on [`MasterClient`]: one method per master RPC, returning the
 //! response on OK and [`MasterError::Rejected`] with the stable code otherwise.
+//! Every unary RPC goes through [`MasterClient::ask`] (or
+//! [`MasterClient::ask_admin`]): the method builds the request and picks the
+//! fields of the answer, and nothing else.
 
+use std::time::Duration;
+
+use mooncake_proto::HasStatus;
 use mooncake_proto::admin::*;
 use mooncake_proto::master::master_service_client::MasterServiceClient;
 use mooncake_proto::master::*;
 
-use crate::master_client::{Attempted, MasterClient, MasterError, check};
+use crate::master_client::{AdminRpc, Attempted, MasterClient, MasterError, MasterRpc, check};
+
+/// What one attempt of a unary RPC returns.
+type Reply<R> = Result<tonic::Response<R>, tonic::Status>;
 
 impl MasterClient {
+    /// Sends `req` to the leader's client API through `rpc` (retrying and
+    /// following redirects as [`call`](Self::call) does, each attempt with a
+    /// copy of `req`); an answer whose status is not OK becomes
+    /// [`MasterError::Rejected`].
+    async fn ask<Q: Clone, R: HasStatus>(
+        &self,
+        req: Q,
+        rpc: impl AsyncFn(MasterRpc, Q) -> Reply<R>,
+    ) -> Result<Attempted<R>, MasterError> {
+        checked(self.call(|c| rpc(c, req.clone())).await?)
+    }
+
+    /// [`ask`](Self::ask) of the admin API.
+    async fn ask_admin<Q: Clone, R: HasStatus>(
+        &self,
+        req: Q,
+        rpc: impl AsyncFn(AdminRpc, Q) -> Reply<R>,
+    ) -> Result<Attempted<R>, MasterError> {
+        checked(self.call_admin(|c| rpc(c, req.clone())).await?)
+    }
+
     /// The Ping of `client_id`, with this client's credential.
     pub(crate) fn ping_request(&self, client_id: u64) -> PingRequest {
         PingRequest { client_id, credential: self.credential().as_bytes().to_vec() }
@@ -17,30 +47,27 @@ impl MasterClient {
     /// remounted; `PERMISSION_DENIED`, that another process (another
     /// credential) holds the client id.
     pub async fn ping(&self, client_id: u64) -> Result<bool, MasterError> {
-        let req = self.ping_request(client_id);
-        let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.ping(req).await }
-            })
-            .await?;
-        match r.reply.status.as_ref().map(|s| s.error_code()) {
-            Some(mooncake_proto::ErrorCode::NeedRemount) => Ok(false),
-            _ => check(r).map(|_| true),
+        match self.ping_for_copies(client_id).await {
+            Err(e) if e.code() == Some(mooncake_proto::ErrorCode::NeedRemount) => Ok(false),
+            r => r.map(|_| true),
         }
     }
 
     /// Heartbeat of a store node: the full answer, with the copies the
     /// leader asks it to make (docs/TIERS.md).
     pub async fn ping_for_copies(&self, client_id: u64) -> Result<PingResponse, MasterError> {
-        let req = self.ping_request(client_id);
-        let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.ping(req).await }
-            })
-            .await?;
-        check(r)
+        Ok(self.ask(self.ping_request(client_id), async |mut c, r| c.ping(r).await).await?.reply)
+    }
+
+    /// The copies the leader asks store node `client_id` to make: those
+    /// queued for it, or, when none is, the first queued within `wait`
+    /// (held by the leader; at most half the RPC timeout, so a held call is
+    /// never taken for a dead master). Empty when none came.
+    pub async fn take_copies(&self, client_id: u64, wait: Duration) -> Result<Vec<CopyTask>, MasterError> {
+        let credential = self.credential().as_bytes().to_vec();
+        let wait_ms = wait.min(self.config().rpc_timeout / 2).as_millis();
+        let req = TakeCopiesRequest { client_id, credential, wait_ms: u32::try_from(wait_ms).unwrap_or(u32::MAX) };
+        Ok(self.ask(req, async |mut c, r| c.take_copies(r).await).await?.reply.copy_tasks)
     }
 
     /// Reports the outcome of copy `task_id` (`error`: empty when the copy is
@@ -48,14 +75,7 @@ impl MasterClient {
     pub async fn report_copy(&self, client_id: u64, task_id: u64, error: &str) -> Result<(), MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let req = ReportCopyRequest { client_id, credential, task_id, error: error.to_string() };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.report_copy(req).await }
-            })
-            .await?,
-        )
-        .map(drop)
+        self.ask(req, async |mut c, r| c.report_copy(r).await).await.map(drop)
     }
 
     /// Reports ranges of `segment_id` whose bytes failed verification;
@@ -69,14 +89,7 @@ impl MasterClient {
         let credential = self.credential().as_bytes().to_vec();
         let ranges = ranges.into_iter().map(|(offset, len)| ByteRange { offset, len }).collect();
         let req = ReportCorruptRequest { client_id, credential, segment_id, ranges };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.report_corrupt(req).await }
-            })
-            .await?,
-        )
-        .map(|r| r.dropped)
+        Ok(self.ask(req, async |mut c, r| c.report_corrupt(r).await).await?.reply.dropped)
     }
 
     /// Mounts `segment` for `client_id`; returns its capability key (for
@@ -84,27 +97,13 @@ impl MasterClient {
     pub async fn mount_segment(&self, client_id: u64, segment: Segment) -> Result<Vec<SegmentKey>, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let req = MountSegmentRequest { client_id, segment: Some(segment), credential };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.mount_segment(req).await }
-            })
-            .await?,
-        )
-        .map(|r| r.segment_keys)
+        Ok(self.ask(req, async |mut c, r| c.mount_segment(r).await).await?.reply.segment_keys)
     }
 
     pub async fn unmount_segment(&self, client_id: u64, segment_id: u64) -> Result<(), MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let req = UnmountSegmentRequest { client_id, segment_id, credential };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.unmount_segment(req).await }
-            })
-            .await?,
-        )
-        .map(drop)
+        self.ask(req, async |mut c, r| c.unmount_segment(r).await).await.map(drop)
     }
 
     /// Registers `client_id` with exactly `segments`; returns their
@@ -116,25 +115,11 @@ impl MasterClient {
     ) -> Result<Vec<SegmentKey>, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let req = RemountSegmentRequest { client_id, segments, credential };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.remount_segment(req).await }
-            })
-            .await?,
-        )
-        .map(|r| r.segment_keys)
+        Ok(self.ask(req, async |mut c, r| c.remount_segment(r).await).await?.reply.segment_keys)
     }
 
     pub async fn put_start(&self, req: PutStartRequest) -> Result<Vec<Replica>, MasterError> {
-        let r = check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.put_start(req).await }
-            })
-            .await?,
-        )?;
-        Ok(r.replicas)
+        Ok(self.ask(req, async |mut c, r| c.put_start(r).await).await?.reply.replicas)
     }
 
     /// PutEnd naming only the key: the leader that answered the PutStart
@@ -149,91 +134,43 @@ impl MasterClient {
 
     /// PutEnd with the placement and parameters of its PutStart echoed back.
     pub async fn put_end_with(&self, req: PutEndRequest) -> Result<(), MasterError> {
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.put_end(req).await }
-            })
-            .await?,
-        )
-        .map(drop)
+        self.ask(req, async |mut c, r| c.put_end(r).await).await.map(drop)
     }
 
     pub async fn put_revoke(&self, client_id: u64, key: &str) -> Result<(), MasterError> {
         let req = PutRevokeRequest { client_id, key: key.to_string() };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.put_revoke(req).await }
-            })
-            .await?,
-        )
-        .map(drop)
+        self.ask(req, async |mut c, r| c.put_revoke(r).await).await.map(drop)
     }
 
     pub async fn get_replica_list(&self, client_id: u64, key: &str) -> Result<GetReplicaListResponse, MasterError> {
         let req = GetReplicaListRequest { key: key.to_string(), client_id };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.get_replica_list(req).await }
-            })
-            .await?,
-        )
+        Ok(self.ask(req, async |mut c, r| c.get_replica_list(r).await).await?.reply)
     }
 
     pub async fn exist_key(&self, key: &str) -> Result<bool, MasterError> {
         let req = ExistKeyRequest { key: key.to_string() };
-        Ok(check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.exist_key(req).await }
-            })
-            .await?,
-        )?
-        .exists)
+        Ok(self.ask(req, async |mut c, r| c.exist_key(r).await).await?.reply.exists)
     }
 
     pub async fn get_size(&self, key: &str) -> Result<u64, MasterError> {
         let req = GetSizeRequest { key: key.to_string() };
-        Ok(check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.get_size(req).await }
-            })
-            .await?,
-        )?
-        .size)
+        Ok(self.ask(req, async |mut c, r| c.get_size(r).await).await?.reply.size)
     }
 
     pub async fn remove(&self, key: &str, force: bool) -> Result<(), MasterError> {
         // One id for every retry of this remove: the master applies it once.
         let req = RemoveRequest { key: key.to_string(), force, request_id: rand::random::<u64>().max(1) };
-        check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.remove(req).await }
-            })
-            .await?,
-        )
-        .map(drop)
+        self.ask(req, async |mut c, r| c.remove(r).await).await.map(drop)
     }
 
     pub async fn remove_all(&self, force: bool) -> Result<u64, MasterError> {
         let req = RemoveAllRequest { force };
-        Ok(check(self.call(|mut c| async move { c.remove_all(req).await }).await?)?.removed)
+        Ok(self.ask(req, async |mut c, r| c.remove_all(r).await).await?.reply.removed)
     }
 
     pub async fn list_objects(&self, prefix: &str, limit: u32) -> Result<Vec<ObjectInfo>, MasterError> {
         let req = ListObjectsRequest { prefix: prefix.to_string(), limit };
-        Ok(check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.list_objects(req).await }
-            })
-            .await?,
-        )?
-        .objects)
+        Ok(self.ask(req, async |mut c, r| c.list_objects(r).await).await?.reply.objects)
     }
 
     /// PutStart of many objects in one RPC (and one log entry): the batch
@@ -243,14 +180,7 @@ impl MasterClient {
         requests: Vec<PutStartRequest>,
     ) -> Result<Attempted<Vec<PutStartResponse>>, MasterError> {
         let req = BatchPutStartRequest { requests };
-        let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.batch_put_start(req).await }
-            })
-            .await?;
-        let attempts = r.attempts;
-        Ok(Attempted { reply: check(r)?.responses, attempts })
+        Ok(self.ask(req, async |mut c, r| c.batch_put_start(r).await).await?.map(|b| b.responses))
     }
 
     pub async fn batch_put_end(
@@ -258,14 +188,7 @@ impl MasterClient {
         requests: Vec<PutEndRequest>,
     ) -> Result<Attempted<Vec<PutEndResponse>>, MasterError> {
         let req = BatchPutEndRequest { requests };
-        let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.batch_put_end(req).await }
-            })
-            .await?;
-        let attempts = r.attempts;
-        Ok(Attempted { reply: check(r)?.responses, attempts })
+        Ok(self.ask(req, async |mut c, r| c.batch_put_end(r).await).await?.map(|b| b.responses))
     }
 
     pub async fn batch_put_revoke(
@@ -273,14 +196,7 @@ impl MasterClient {
         requests: Vec<PutRevokeRequest>,
     ) -> Result<Vec<PutRevokeResponse>, MasterError> {
         let req = BatchPutRevokeRequest { requests };
-        Ok(check(
-            self.call(|mut c| {
-                let req = req.clone();
-                async move { c.batch_put_revoke(req).await }
-            })
-            .await?,
-        )?
-        .responses)
+        Ok(self.ask(req, async |mut c, r| c.batch_put_revoke(r).await).await?.reply.responses)
     }
 
     /// Replica lists of many keys after one leadership confirmation.
@@ -290,38 +206,20 @@ impl MasterClient {
         keys: Vec<String>,
     ) -> Result<Attempted<Vec<GetReplicaListResponse>>, MasterError> {
         let req = BatchGetReplicaListRequest { keys, client_id };
-        let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.batch_get_replica_list(req).await }
-            })
-            .await?;
-        let attempts = r.attempts;
-        Ok(Attempted { reply: check(r)?.responses, attempts })
+        Ok(self.ask(req, async |mut c, r| c.batch_get_replica_list(r).await).await?.map(|b| b.responses))
     }
 
     /// Existence of many keys after one leadership confirmation: the batch
     /// answer and each key's answer.
     pub async fn batch_exist_key(&self, keys: Vec<String>) -> Result<Attempted<Vec<ExistKeyResponse>>, MasterError> {
         let req = BatchExistKeyRequest { keys };
-        let r = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.batch_exist_key(req).await }
-            })
-            .await?;
-        let attempts = r.attempts;
-        Ok(Attempted { reply: check(r)?.responses, attempts })
+        Ok(self.ask(req, async |mut c, r| c.batch_exist_key(r).await).await?.map(|b| b.responses))
     }
 
     /// The leader's view of the cluster (following redirects).
     pub async fn cluster_info(&self) -> Result<GetClusterInfoResponse, MasterError> {
-        let r = self
-            .call(|mut c| async move {
-                c.get_cluster_info(GetClusterInfoRequest { local_view: false, with_state_hash: false }).await
-            })
-            .await?;
-        check(r)
+        let req = GetClusterInfoRequest { local_view: false, with_state_hash: false };
+        Ok(self.ask(req, async |mut c, r| c.get_cluster_info(r).await).await?.reply)
     }
 
     /// This one master's own view of the cluster, leader or not (no
@@ -370,13 +268,7 @@ impl MasterClient {
     /// retried add used to restart the snapshot's transfer every time.
     pub async fn add_learner(&self, node_id: u64, addr: &str) -> Result<String, MasterError> {
         let req = AddLearnerRequest { node_id, addr: addr.to_string(), blocking: false };
-        let r = self
-            .call_admin(|mut c| {
-                let req = req.clone();
-                async move { c.add_learner(req).await }
-            })
-            .await?;
-        let detail = check(r)?.detail;
+        let detail = self.ask_admin(req, async |mut c, r| c.add_learner(r).await).await?.reply.detail;
         let target = self.cluster_info().await?.commit_index;
         let deadline = std::time::Instant::now() + LEARNER_CATCH_UP_MAX;
         loop {
@@ -400,38 +292,31 @@ impl MasterClient {
     /// Makes `voters` the complete voter set.
     pub async fn change_membership(&self, voters: Vec<u64>, retain: bool) -> Result<String, MasterError> {
         let req = ChangeMembershipRequest { voters, retain };
-        let r = self
-            .call_admin(|mut c| {
-                let req = req.clone();
-                async move { c.change_membership(req).await }
-            })
-            .await?;
-        Ok(check(r)?.detail)
+        Ok(self.ask_admin(req, async |mut c, r| c.change_membership(r).await).await?.reply.detail)
     }
 
     /// Drops learner `node_id` from the membership (voters: use
     /// [`change_membership`](Self::change_membership)).
     pub async fn remove_learner(&self, node_id: u64) -> Result<String, MasterError> {
         let req = RemoveLearnerRequest { node_id };
-        let r = self.call_admin(|mut c| async move { c.remove_learner(req).await }).await?;
-        Ok(check(r)?.detail)
+        Ok(self.ask_admin(req, async |mut c, r| c.remove_learner(r).await).await?.reply.detail)
     }
 
     pub async fn trigger_snapshot(&self) -> Result<String, MasterError> {
-        let r = self.call_admin(|mut c| async move { c.trigger_snapshot(TriggerSnapshotRequest {}).await }).await?;
-        Ok(check(r)?.detail)
+        let req = TriggerSnapshotRequest {};
+        Ok(self.ask_admin(req, async |mut c, r| c.trigger_snapshot(r).await).await?.reply.detail)
     }
 
     /// Registered clients with their segments and last heartbeat (leader's view).
     pub async fn list_clients(&self) -> Result<Vec<ClientInfo>, MasterError> {
-        let r = self.call_admin(|mut c| async move { c.list_clients(ListClientsRequest {}).await }).await?;
-        Ok(check(r)?.clients)
+        let req = ListClientsRequest {};
+        Ok(self.ask_admin(req, async |mut c, r| c.list_clients(r).await).await?.reply.clients)
     }
 
     /// Expires `client_id` now: its segments are unmounted at once.
     pub async fn evict_client(&self, client_id: u64) -> Result<String, MasterError> {
-        let r = self.call_admin(|mut c| async move { c.evict_client(EvictClientRequest { client_id }).await }).await?;
-        Ok(check(r)?.detail)
+        let req = EvictClientRequest { client_id };
+        Ok(self.ask_admin(req, async |mut c, r| c.evict_client(r).await).await?.reply.detail)
     }
 
     /// A consistent image of the leader's state: the first chunk's header
@@ -497,4 +382,43 @@ async fn export_from(client: &MasterClient, addr: &str) -> Result<Export, String
         return Err(format!("{addr}: snapshot stream ended after {} of {} bytes", data.len(), first.total_bytes));
     }
     Ok(Export::Done(SnapshotChunk { data: Vec::new(), ..first }, data))
+}
+
+/// `r` when its status is OK, with its attempts; [`check`] otherwise.
+fn checked<R: HasStatus>(r: Attempted<R>) -> Result<Attempted<R>, MasterError> {
+    let attempts = r.attempts;
+    Ok(Attempted { reply: check(r)?, attempts })
+}
+
+#[cfg(test)]
+mod tests {
+    use mooncake_proto::{ErrorCode, Status};
+
+    use super::*;
+
+    fn answer(status: Option<Status>, attempts: u32) -> Attempted<PutEndResponse> {
+        Attempted { reply: PutEndResponse { status }, attempts }
+    }
+
+    #[test]
+    fn an_ok_answer_keeps_its_attempts() {
+        for status in [Some(Status::ok()), None] {
+            let r = checked(answer(status.clone(), 3)).expect("OK");
+            assert_eq!((r.reply.status, r.attempts), (status, 3));
+        }
+    }
+
+    #[test]
+    fn any_other_answer_is_rejected_with_its_code_message_and_attempts() {
+        let r = checked(answer(Some(Status::with(ErrorCode::ObjectNotFound, "gone")), 2));
+        match r {
+            Err(MasterError::Rejected { code, message, attempts }) => {
+                assert_eq!((code, message.as_str(), attempts), (ErrorCode::ObjectNotFound, "gone", 2));
+            }
+            other => panic!("expected Rejected, got {other:?}"),
+        }
+        // A code this version does not know is an error, never OK.
+        let unknown = Status { code: 999, ..Status::with(ErrorCode::Ok, "newer") };
+        assert_eq!(checked(answer(Some(unknown), 1)).err().and_then(|e| e.code()), Some(ErrorCode::InternalError));
+    }
 }

@@ -144,6 +144,13 @@ pub struct Attempted<R> {
     pub attempts: u32,
 }
 
+impl<R> Attempted<R> {
+    /// The same attempts with `f` of the reply (a batch answer's items).
+    pub(crate) fn map<T>(self, f: impl FnOnce(R) -> T) -> Attempted<T> {
+        Attempted { reply: f(self.reply), attempts: self.attempts }
+    }
+}
+
 impl<R> From<R> for Attempted<R> {
     fn from(reply: R) -> Self {
         Attempted { reply, attempts: 1 }

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::ClientConfig;
 use crate::error::ClientError;
-use crate::local_segment::LocalSegment;
 use crate::master_client::{Attempted, MasterClient, MasterClientConfig, MasterError};
+use crate::store_node::LocalSegment;
 
 mod scatter;
 
@@ -36,9 +36,53 @@ pub struct PutOptions {
     /// loss of all but one of its segments.
     pub min_replicas: u32,
     /// Segments to try first.
-    pub preferred_segments: Vec<u64>,
-    /// 0 none, 1 soft, 2 hard (never evicted).
-    pub pin: i32,
+    pub preferred_segments: Vec<SegmentId>,
+    /// How eviction treats the object.
+    pub pin: Pin,
+}
+
+/// How eviction treats an object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pin {
+    /// Evicted in its turn (oldest first, KV leases respected).
+    #[default]
+    None,
+    /// Evicted only after every unpinned candidate.
+    Soft,
+    /// Never evicted: removed only by Remove/RemoveAll or the loss of its
+    /// segments.
+    Hard,
+}
+
+impl Pin {
+    /// The value on the wire (`mooncake_proto::master::Pin`).
+    pub fn wire(self) -> i32 {
+        use mooncake_proto::master::Pin as Wire;
+        match self {
+            Pin::None => Wire::None as i32,
+            Pin::Soft => Wire::Soft as i32,
+            Pin::Hard => Wire::Hard as i32,
+        }
+    }
+}
+
+impl std::str::FromStr for Pin {
+    type Err = String;
+
+    /// `none`, `soft` or `hard`.
+    fn from_str(s: &str) -> Result<Pin, String> {
+        match s {
+            "none" => Ok(Pin::None),
+            "soft" => Ok(Pin::Soft),
+            "hard" => Ok(Pin::Hard),
+            other => Err(format!("{other:?} is not a pin; use none, soft or hard")),
+        }
+    }
+}
+
+/// The ids of `segments` on the wire.
+fn wire_segments(segments: &[SegmentId]) -> Vec<u64> {
+    segments.iter().map(|s| s.0).collect()
 }
 
 /// What a successful put did. As in Mooncake, putting a key that exists
@@ -102,13 +146,18 @@ impl Client {
             0 => None,
             size => Some(Arc::new(LocalSegment::start(&cfg, client_id, size, server).await?)),
         };
+        // This process's own segments are reached without a socket (a store
+        // node's copies to its own disk, a client reading what it serves).
+        if let Some(local) = &local {
+            engine.route_locally(local.registry().clone());
+        }
         // Register at once with our exact set of segments: a restarted
         // process with the same identity replaces its stale segments now
         // instead of waiting for its old registration to expire. Unless that
         // registration is another process's (another credential): then the
         // heartbeat waits for it to expire and registers.
         let segments = local.iter().flat_map(|l| l.specs()).collect();
-        let mut held = crate::heartbeat::HeldId::default();
+        let mut held = crate::store_node::heartbeat::HeldId::default();
         match master.remount_segments(client_id, segments).await {
             Ok(keys) => {
                 if let Some(local) = &local {
@@ -120,7 +169,14 @@ impl Client {
         }
         // A store node makes the copies the leader asks for (tiers), and
         // scrubs a disk it found at start.
-        let copier = local.as_ref().map(|_| crate::copier::Copier::new(master.clone(), engine.clone(), client_id));
+        let copier = local.as_ref().map(|_| {
+            crate::store_node::copier::Copier::new(
+                master.clone(),
+                engine.clone(),
+                client_id,
+                cfg.dev_unsafe_unwritten_copies,
+            )
+        });
         if let Some(local) = local.clone() {
             tokio::spawn(async move {
                 if let Err(e) = local.scrub_disk().await {
@@ -129,7 +185,8 @@ impl Client {
             });
         }
         let (stop, stop_rx) = watch::channel(false);
-        let heartbeat = Some(tokio::spawn(crate::heartbeat::run(
+        let take_copies = copier.clone().map(|c| c.take_copies(cfg.heartbeat_interval, stop_rx.clone()));
+        let beat = crate::store_node::heartbeat::run(
             master.clone(),
             client_id,
             local.clone(),
@@ -137,7 +194,13 @@ impl Client {
             cfg.heartbeat_interval,
             held,
             stop_rx,
-        )));
+        );
+        let heartbeat = Some(tokio::spawn(async move {
+            match take_copies {
+                Some(take_copies) => drop(tokio::join!(beat, take_copies)),
+                None => beat.await,
+            }
+        }));
         tracing::info!(client = format!("{client_id:016x}"), segment = ?local.as_ref().map(|l| l.spec().id), "client connected");
         Ok(Client { cfg, client_id, master, engine, local, stop, heartbeat, stats: ClientStats::default() })
     }
@@ -287,7 +350,7 @@ impl Client {
             checksum,
             size,
             replicas: replicas.to_vec(),
-            pin: opts.pin,
+            pin: opts.pin.wire(),
             upsert,
             // One id per put attempt: retries of this PutEnd share it.
             request_id: rand::random::<u64>() | 1,
@@ -307,8 +370,8 @@ impl Client {
             key: key.to_string(),
             size,
             replica_num,
-            preferred_segments: opts.preferred_segments.clone(),
-            pin: opts.pin,
+            preferred_segments: wire_segments(&opts.preferred_segments),
+            pin: opts.pin.wire(),
             upsert,
             min_replicas: opts.min_replicas,
         };
@@ -417,8 +480,8 @@ impl Client {
                 key: key.to_string(),
                 size: parts_len(data),
                 replica_num,
-                preferred_segments: opts.preferred_segments.clone(),
-                pin: opts.pin,
+                preferred_segments: wire_segments(&opts.preferred_segments),
+                pin: opts.pin.wire(),
                 upsert: false,
                 min_replicas: opts.min_replicas,
             })

@@ -73,9 +73,10 @@ pub const PUT_START_DISCARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// 1 MiB/s for both nodes), so disk eviction never runs in a CI run.
 pub const STORE_DISK_SIZE: &str = "64MiB";
 /// The store nodes' `--heartbeat-interval-ms` in scenarios with disks.
-/// Copies reach a store node in its Ping answers, at most 16 a Ping: at the
-/// default 1 s the eager offload of the workloads' puts (~60 objects/s)
-/// would fall ever further behind; every 200 ms a node takes up to 80/s.
+/// Chosen when copies reached a store node only in its Ping answers (at
+/// most 16 a Ping: at the default 1 s the eager offload of the workloads'
+/// puts, ~60 objects/s, fell behind). Copies now come by TakeCopies as soon
+/// as they are planned; the interval is kept so runs stay comparable.
 pub const DISK_STORE_HEARTBEAT: Duration = Duration::from_millis(200);
 /// The masters' `--disk_replica_grace_sec` (their default, pinned here):
 /// far longer than any run, so a store node's detached disk is always
@@ -100,6 +101,9 @@ pub struct ClusterOptions {
     pub fake_clock: bool,
     /// Extra master flags (the deliberately broken builds).
     pub master_flags: Vec<String>,
+    /// Extra flags of the workload's store nodes (`s1`, `s2`: a deliberately
+    /// broken store node).
+    pub store_flags: Vec<String>,
     pub segment_size: String,
     /// The masters' `--eviction_high_watermark_ratio` and `--eviction_ratio`
     /// ([`EVICTION_HIGH_WATERMARK_RATIO`] and [`EVICTION_RATIO`], but for
@@ -290,13 +294,14 @@ impl ChaosCluster {
             ]);
         }
         args.extend(self.security_args(Role::Store));
+        args.extend(self.opts.store_flags.iter().cloned());
         Ok(args)
     }
 
     /// The disk segment file of store node `n` (scenarios with disks), in
     /// its own data dir: the same file across its restarts.
     pub fn store_disk_file(&self, n: u64) -> PathBuf {
-        self.opts.dir.join(format!("store-{n}")).join(mooncake_client::local_cluster::STORE_DISK_FILE)
+        self.opts.dir.join(format!("store-{n}")).join(mooncake_local_cluster::STORE_DISK_FILE)
     }
 
     /// `role`'s `--tls-cert --tls-key --tls-ca` with TLS on; `--insecure`

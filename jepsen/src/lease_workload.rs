@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, MasterError, PutOptions, PutOutcome, remote};
+use mooncake_client::{Client, MasterError, Pin, PutOptions, PutOutcome, remote};
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::GetReplicaListResponse;
 use tokio::task::JoinSet;
@@ -51,7 +51,8 @@ const ROUND_GAP: Duration = Duration::from_millis(100);
 const HOLDERS_MAX: usize = 64;
 /// Unpinned (eviction may take them), two replicas: one on the store node
 /// faults never touch, so a killed store node never loses a lease object.
-const LEASE_PUT: PutOptions = PutOptions { replicas: 2, min_replicas: 0, preferred_segments: Vec::new(), pin: 0 };
+const LEASE_PUT: PutOptions =
+    PutOptions { replicas: 2, min_replicas: 0, preferred_segments: Vec::new(), pin: Pin::None };
 /// Keeps the lease workload's draws apart from the register workload's.
 const SEED_SALT: u64 = 0x1ea5_e5ee_d000_0001;
 

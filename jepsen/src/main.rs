@@ -42,6 +42,11 @@ struct Common {
     /// show the checkers catch the bug. Never part of a real run.
     #[arg(long = "master-flag")]
     master_flags: Vec<String>,
+    /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to the workload's
+    /// store nodes (`--dev-unsafe-unwritten-copies`) to show the checkers
+    /// catch the bug. Never part of a real run.
+    #[arg(long = "store-flag")]
+    store_flags: Vec<String>,
     /// Objects preloaded (metadata only) by scenarios with a large state
     /// (`large-state`), at least (the fake segment is filled up: ~1.5 % more).
     #[arg(long, default_value_t = mooncake_jepsen::preload::PRELOAD_OBJECTS_DEFAULT)]
@@ -156,7 +161,7 @@ fn clock_seed() -> u64 {
 fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> anyhow::Result<RunOptions> {
     let bin = match &common.bin {
         Some(b) => b.clone(),
-        None => mooncake_client::local_cluster::find_binary("mooncake").map_err(anyhow::Error::msg)?,
+        None => mooncake_local_cluster::find_binary("mooncake").map_err(anyhow::Error::msg)?,
     };
     Ok(RunOptions {
         scenario,
@@ -168,6 +173,7 @@ fn options(common: &Common, scenario: Scenario, seed: u64, time: Duration) -> an
         harness_bin: std::env::current_exe()?,
         results_root: common.results.clone(),
         master_flags: common.master_flags.clone(),
+        store_flags: common.store_flags.clone(),
         prefix: format!("mcj{}", std::process::id() % 100_000),
         preload_objects: common.preload_objects,
         tls: !common.no_tls,

@@ -79,6 +79,8 @@ pub struct RunOptions {
     pub results_root: PathBuf,
     /// Extra master flags (deliberately broken builds).
     pub master_flags: Vec<String>,
+    /// Extra store node flags (a deliberately broken store node).
+    pub store_flags: Vec<String>,
     /// Namespace prefix (unique per concurrent harness).
     pub prefix: String,
     /// Objects preloaded by scenarios that preload (at least; see `preload.rs`).
@@ -138,6 +140,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         power_loss: opts.scenario.needs_power_loss(),
         fake_clock: opts.scenario.needs_fake_clock(),
         master_flags: opts.master_flags.clone(),
+        store_flags: opts.store_flags.clone(),
         segment_size: opts.scenario.store_segment_size().into(),
         eviction,
         tls: opts.tls,

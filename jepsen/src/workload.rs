@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome};
+use mooncake_client::{Client, ClientConfig, ClientError, Pin, PutOptions, PutOutcome};
 use mooncake_proto::ErrorCode;
 use tokio::sync::Mutex;
 
@@ -40,7 +40,7 @@ const ACTIVE_KEYS: usize = 6;
 /// (`pin: 2`), so eviction never removes one (the final-state checker would
 /// see it as lost).
 const PINNED_TWO_REPLICAS: PutOptions =
-    PutOptions { replicas: 2, min_replicas: 2, preferred_segments: Vec::new(), pin: 2 };
+    PutOptions { replicas: 2, min_replicas: 2, preferred_segments: Vec::new(), pin: Pin::Hard };
 /// How often a held put looks whether it may go.
 const PUTS_HELD_POLL: Duration = Duration::from_millis(2);
 /// A client gives up on an operation after this long (outcome Unknown).

@@ -11,7 +11,6 @@ mod common;
 use std::time::Duration;
 
 use mooncake_jepsen::report::RunReport;
-use mooncake_jepsen::runner::run;
 use mooncake_jepsen::scenario::Scenario;
 
 const SEED: u64 = 11;
@@ -19,13 +18,11 @@ const SEED: u64 = 11;
 fn chaos_run(master_flags: Vec<String>, results: &std::path::Path) -> Option<RunReport> {
     let duration = Duration::from_secs(15);
     let opts = common::chaos_run_options(Scenario::Baseline, SEED, duration, master_flags, results, "mcjl")?;
-    let report = run(opts).expect("the run itself completes");
-    eprint!("{}", report.summary());
-    Some(report)
+    Some(common::run_reported(opts))
 }
 
 fn lease_verdict(report: &RunReport) -> &mooncake_jepsen::report::CheckerVerdict {
-    report.checkers.iter().find(|c| c.checker == "kv_leases").expect("a KV lease verdict")
+    common::verdict(report, "kv_leases")
 }
 
 #[test]

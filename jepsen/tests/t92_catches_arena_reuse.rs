@@ -12,8 +12,8 @@ mod common;
 
 use std::time::Duration;
 
+use common::verdict;
 use mooncake_jepsen::report::{CheckerVerdict, RunReport};
-use mooncake_jepsen::runner::run;
 use mooncake_jepsen::scenario::Scenario;
 
 const SEED: u64 = 13;
@@ -22,13 +22,7 @@ const RUN_TIME: Duration = Duration::from_secs(20);
 
 fn chaos_run(master_flags: Vec<String>, results: &std::path::Path) -> Option<RunReport> {
     let opts = common::chaos_run_options(Scenario::StalledWriters, SEED, RUN_TIME, master_flags, results, "mcja")?;
-    let report = run(opts).expect("the run itself completes");
-    eprint!("{}", report.summary());
-    Some(report)
-}
-
-fn verdict<'a>(report: &'a RunReport, checker: &str) -> &'a CheckerVerdict {
-    report.checkers.iter().find(|c| c.checker == checker).unwrap_or_else(|| panic!("a {checker} verdict"))
+    Some(common::run_reported(opts))
 }
 
 #[test]

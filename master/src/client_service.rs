@@ -5,18 +5,20 @@
 //! ([`Shared::read_leased`]); removals go through [`crate::removal`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mooncake_auth::Credential;
 use mooncake_auth::capability::Access;
 use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
-use mooncake_proto::{ErrorCode, Status};
+use mooncake_proto::{ErrorCode, HasStatus, Status};
 use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_segment};
-use mooncake_raft_store::{Command, CredentialHash, MetaError, MetaState};
+use mooncake_raft_store::{Command, CredentialHash, MetaError, MetaState, SegmentSpec};
 use mooncake_segment::{ClientId, SegmentId};
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response};
 
-use crate::convert;
+use crate::convert::{self, Wire};
 use crate::errors::{internal, invalid, meta_status, response_status};
 use crate::shared::Shared;
 
@@ -52,6 +54,85 @@ fn too_many(n: usize) -> Status {
     Status::with(ErrorCode::InvalidParams, format!("batch of {n} items; the limit is {BATCH_RPC_MAX}"))
 }
 
+/// The answer of a batch RPC: a status of its own and one answer per item
+/// (none when the status refuses the batch as a whole).
+trait Batch: HasStatus + Default {
+    type Item;
+    /// The OK answer with `responses`.
+    fn answered(responses: Vec<Self::Item>) -> Self;
+}
+
+macro_rules! batch {
+    ($($batch:ident of $item:ident),* $(,)?) => {$(
+        impl Batch for $batch {
+            type Item = $item;
+            fn answered(responses: Vec<$item>) -> Self {
+                $batch { status: Some(Status::ok()), responses }
+            }
+        }
+    )*};
+}
+
+batch!(
+    BatchPutStartResponse of PutStartResponse,
+    BatchPutEndResponse of PutEndResponse,
+    BatchPutRevokeResponse of PutRevokeResponse,
+    BatchGetReplicaListResponse of GetReplicaListResponse,
+    BatchExistKeyResponse of ExistKeyResponse,
+    BatchRemoveResponse of RemoveResponse,
+);
+
+/// A batch of `items` answered by `answers` (each item's answer, or one
+/// status for the whole batch), unless it has more than [`BATCH_RPC_MAX`]
+/// items: `answers` is a future, so nothing of it runs for a batch refused.
+async fn answer_batch<B: Batch, T>(
+    items: &[T],
+    answers: impl Future<Output = Result<Vec<B::Item>, Status>>,
+) -> RpcResult<B> {
+    if items.len() > BATCH_RPC_MAX {
+        return ok(refused(too_many(items.len())));
+    }
+    match answers.await {
+        Ok(responses) => ok(B::answered(responses)),
+        Err(s) => ok(refused(s)),
+    }
+}
+
+/// Each item's status: the refusal `refusal` finds for it, or else its
+/// answer from `answer`, which is given the indices of the items not
+/// refused and answers them all in one go, in that order.
+async fn answer_valid<T>(
+    items: &[T],
+    refusal: impl Fn(&T) -> Option<Status>,
+    answer: impl AsyncFnOnce(&[usize]) -> Vec<Status>,
+) -> Vec<Status> {
+    let mut out: Vec<Option<Status>> = items.iter().map(refusal).collect();
+    let valid: Vec<usize> = (0..items.len()).filter(|i| out[*i].is_none()).collect();
+    let statuses = answer(&valid).await;
+    for (i, s) in valid.into_iter().zip(statuses) {
+        out[i] = Some(s);
+    }
+    out.into_iter().map(|s| s.unwrap_or_else(|| internal("no answer"))).collect()
+}
+
+/// The answer of a one-key call made through its batch form: the one
+/// answer, or one carrying the status that answered the whole batch.
+fn single<R: HasStatus + Default>(answers: Result<Vec<R>, Status>) -> RpcResult<R> {
+    let status = match answers.map(|mut v| v.pop()) {
+        Ok(Some(answer)) => return ok(answer),
+        Ok(None) => internal("no answer"),
+        Err(s) => s,
+    };
+    ok(refused(status))
+}
+
+/// An answer carrying only `status`, every other field empty.
+fn refused<R: HasStatus + Default>(status: Status) -> R {
+    let mut answer = R::default();
+    answer.set_status(status);
+    answer
+}
+
 impl MasterServiceImpl {
     /// Proposes one command and returns its status.
     async fn write(&self, cmd: Command) -> Status {
@@ -59,6 +140,21 @@ impl MasterServiceImpl {
             Ok(r) => response_status(&r),
             Err(s) => s,
         }
+    }
+
+    /// A batch of puts, item `i` acting as `writers[i]`: refused as a whole
+    /// when a writer may not act as itself ([`writers_allowed`]), then
+    /// answered as [`answer_batch`].
+    async fn write_batch<B: Batch>(
+        &self,
+        metadata: &MetadataMap,
+        writers: &[u64],
+        answers: impl Future<Output = Result<Vec<B::Item>, Status>>,
+    ) -> RpcResult<B> {
+        if let Err(s) = writers_allowed(&self.shared, metadata, writers) {
+            return ok(refused(s));
+        }
+        answer_batch(writers, answers).await
     }
 
     /// Refuses early a caller holding `credential` that names a client
@@ -181,9 +277,8 @@ impl MasterServiceImpl {
 /// metadata entry the client library sends on every call), or another
 /// client could revoke its puts in flight or end them with a checksum of
 /// its own. A writer that never registered a credential is not checked.
-fn writers_allowed<T>(shared: &crate::shared::Shared, req: &Request<T>, writers: &[u64]) -> Result<(), Status> {
-    let presented = req
-        .metadata()
+fn writers_allowed(shared: &crate::shared::Shared, metadata: &MetadataMap, writers: &[u64]) -> Result<(), Status> {
+    let presented = metadata
         .get(mooncake_auth::credential::CREDENTIAL_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(Credential::from_hex)
@@ -279,6 +374,34 @@ impl MasterService for MasterServiceImpl {
         ok(PingResponse { status: Some(status), view_version: applied, copy_tasks })
     }
 
+    async fn take_copies(&self, req: Request<TakeCopiesRequest>) -> RpcResult<TakeCopiesResponse> {
+        let r = req.into_inner();
+        let client = ClientId(r.client_id);
+        let refused = |status: Status| ok(TakeCopiesResponse { status: Some(status), copy_tasks: vec![] });
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        if let Err(s) = self.shared.require_leader() {
+            return refused(s);
+        }
+        // Copies carry capabilities: only the registered process gets them.
+        match self.shared.reader.read(|s| s.check_credential(client, &credential).map(|()| s.client(client).is_some()))
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return refused(Status::with(
+                    ErrorCode::NeedRemount,
+                    format!("{client} is not registered; remount its segments"),
+                ));
+            }
+            Err(e) => return refused(meta_status(&e)),
+        }
+        let wait = Duration::from_millis(r.wait_ms.into());
+        let copy_tasks = crate::copies::copies_when_queued(&self.shared, client, wait).await;
+        ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks })
+    }
+
     async fn report_copy(&self, req: Request<ReportCopyRequest>) -> RpcResult<ReportCopyResponse> {
         let r = req.into_inner();
         let credential = match credential_hash(&r.credential) {
@@ -310,7 +433,7 @@ impl MasterService for MasterServiceImpl {
         let Some(seg) = r.segment.as_ref() else {
             return refused(Status::with(ErrorCode::InvalidParams, "segment is missing"));
         };
-        let spec = match convert::segment_spec(seg) {
+        let spec = match SegmentSpec::try_from(Wire(seg)) {
             Ok(spec) => spec,
             Err(e) => return refused(invalid(e)),
         };
@@ -342,7 +465,7 @@ impl MasterService for MasterServiceImpl {
     async fn remount_segment(&self, req: Request<RemountSegmentRequest>) -> RpcResult<RemountSegmentResponse> {
         let r = req.into_inner();
         let refused = |status: Status| ok(RemountSegmentResponse { status: Some(status), segment_keys: vec![] });
-        let segments: Vec<_> = match r.segments.iter().map(convert::segment_spec).collect() {
+        let segments: Vec<_> = match r.segments.iter().map(|s| SegmentSpec::try_from(Wire(s))).collect() {
             Ok(segments) => segments,
             Err(e) => return refused(invalid(e)),
         };
@@ -361,23 +484,26 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
-        if let Err(s) = writers_allowed(&self.shared, &req, &[req.get_ref().client_id]) {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(PutStartResponse { status: Some(s), replicas: vec![] });
         }
         ok(crate::puts::put_start(&self.shared, &req.into_inner()).await)
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
-        if let Err(s) = writers_allowed(&self.shared, &req, &[req.get_ref().client_id]) {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(PutEndResponse { status: Some(s) });
         }
         let r = req.into_inner();
+        if let Err(e) = convert::check_put_end(&r) {
+            return ok(PutEndResponse { status: Some(invalid(e)) });
+        }
         let mut statuses = crate::puts::put_end(&self.shared, std::slice::from_ref(&r)).await;
         ok(PutEndResponse { status: statuses.pop() })
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
-        if let Err(s) = writers_allowed(&self.shared, &req, &[req.get_ref().client_id]) {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(PutRevokeResponse { status: Some(s) });
         }
         let r = req.into_inner();
@@ -390,25 +516,17 @@ impl MasterService for MasterServiceImpl {
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
         let key = req.into_inner().key;
         if let Err(e) = validate_key(&key) {
-            return ok(GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() });
+            return ok(refused(invalid(e)));
         }
-        match self.replica_lists(std::slice::from_ref(&key)).await.map(|mut v| v.pop()) {
-            Ok(Some(v)) => ok(v),
-            Ok(None) => ok(GetReplicaListResponse { status: Some(internal("no answer")), ..Default::default() }),
-            Err(s) => ok(GetReplicaListResponse { status: Some(s), ..Default::default() }),
-        }
+        single(self.replica_lists(std::slice::from_ref(&key)).await)
     }
 
     async fn exist_key(&self, req: Request<ExistKeyRequest>) -> RpcResult<ExistKeyResponse> {
         let key = req.into_inner().key;
         if let Err(e) = validate_key(&key) {
-            return ok(ExistKeyResponse { status: Some(invalid(e)), exists: false });
+            return ok(refused(invalid(e)));
         }
-        match self.exist_keys(std::slice::from_ref(&key)).await.map(|mut v| v.pop()) {
-            Ok(Some(v)) => ok(v),
-            Ok(None) => ok(ExistKeyResponse { status: Some(internal("no answer")), exists: false }),
-            Err(s) => ok(ExistKeyResponse { status: Some(s), exists: false }),
-        }
+        single(self.exist_keys(std::slice::from_ref(&key)).await)
     }
 
     async fn get_size(&self, req: Request<GetSizeRequest>) -> RpcResult<GetSizeResponse> {
@@ -471,64 +589,59 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
-        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
-        if let Err(s) = writers_allowed(&self.shared, &req, &writers) {
-            return ok(BatchPutStartResponse { status: Some(s), responses: vec![] });
-        }
-        let reqs = req.into_inner().requests;
-        if reqs.len() > BATCH_RPC_MAX {
-            return ok(BatchPutStartResponse { status: Some(too_many(reqs.len())), responses: vec![] });
-        }
-        let mut responses = Vec::with_capacity(reqs.len());
-        for r in &reqs {
-            let response = crate::puts::put_start(&self.shared, r).await;
-            // Not the leader (any more): the whole batch goes to the leader,
-            // which MasterClient finds from this answer.
-            if let Some(s) = response.status.as_ref().filter(|s| is_leadership(s)) {
-                return ok(BatchPutStartResponse { status: Some(s.clone()), responses: vec![] });
+        let (metadata, _, reqs) = req.into_parts();
+        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let answers = async {
+            let mut responses = Vec::with_capacity(reqs.requests.len());
+            for r in &reqs.requests {
+                let response = crate::puts::put_start(&self.shared, r).await;
+                // Not the leader (any more): the whole batch goes to the leader,
+                // which MasterClient finds from this answer.
+                if let Some(s) = response.status.as_ref().filter(|s| is_leadership(s)) {
+                    return Err(s.clone());
+                }
+                responses.push(response);
             }
-            responses.push(response);
-        }
-        ok(BatchPutStartResponse { status: Some(Status::ok()), responses })
+            Ok(responses)
+        };
+        self.write_batch(&metadata, &writers, answers).await
     }
 
     async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
-        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
-        if let Err(s) = writers_allowed(&self.shared, &req, &writers) {
-            return ok(BatchPutEndResponse { status: Some(s), responses: vec![] });
-        }
-        let reqs = req.into_inner().requests;
-        if reqs.len() > BATCH_RPC_MAX {
-            return ok(BatchPutEndResponse { status: Some(too_many(reqs.len())), responses: vec![] });
-        }
-        let statuses = crate::puts::put_end(&self.shared, &reqs).await;
-        if let Some(s) = statuses.iter().find(|s| is_leadership(s)) {
-            return ok(BatchPutEndResponse { status: Some(s.clone()), responses: vec![] });
-        }
-        let responses = statuses.into_iter().map(|s| PutEndResponse { status: Some(s) }).collect();
-        ok(BatchPutEndResponse { status: Some(Status::ok()), responses })
+        let (metadata, _, reqs) = req.into_parts();
+        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let answers = async {
+            let refusal = |r: &PutEndRequest| convert::check_put_end(r).err().map(invalid);
+            let statuses = answer_valid(&reqs.requests, refusal, async |valid| {
+                // Copied only when some are refused (never, from our client).
+                if valid.len() == reqs.requests.len() {
+                    return crate::puts::put_end(&self.shared, &reqs.requests).await;
+                }
+                let valid: Vec<PutEndRequest> = valid.iter().map(|i| reqs.requests[*i].clone()).collect();
+                crate::puts::put_end(&self.shared, &valid).await
+            })
+            .await;
+            if let Some(s) = statuses.iter().find(|s| is_leadership(s)) {
+                return Err(s.clone());
+            }
+            Ok(statuses.into_iter().map(|s| PutEndResponse { status: Some(s) }).collect())
+        };
+        self.write_batch(&metadata, &writers, answers).await
     }
 
     async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
-        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
-        if let Err(s) = writers_allowed(&self.shared, &req, &writers) {
-            return ok(BatchPutRevokeResponse { status: Some(s), responses: vec![] });
-        }
-        let reqs = req.into_inner().requests;
-        if reqs.len() > BATCH_RPC_MAX {
-            return ok(BatchPutRevokeResponse { status: Some(too_many(reqs.len())), responses: vec![] });
-        }
-        let responses = reqs
-            .iter()
-            .map(|r| {
-                let status = match validate_key(&r.key) {
-                    Ok(()) => crate::puts::put_revoke(&self.shared, r),
-                    Err(e) => invalid(e),
-                };
-                PutRevokeResponse { status: Some(status) }
-            })
-            .collect();
-        ok(BatchPutRevokeResponse { status: Some(Status::ok()), responses })
+        let (metadata, _, reqs) = req.into_parts();
+        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        // Unlike a PutStart's or PutEnd's, a revoke's NOT_LEADER answers its
+        // item only: the batch itself is answered OK.
+        let answers = async {
+            let revoke = |r: &PutRevokeRequest| match validate_key(&r.key) {
+                Ok(()) => crate::puts::put_revoke(&self.shared, r),
+                Err(e) => invalid(e),
+            };
+            Ok(reqs.requests.iter().map(|r| PutRevokeResponse { status: Some(revoke(r)) }).collect())
+        };
+        self.write_batch(&metadata, &writers, answers).await
     }
 
     async fn batch_get_replica_list(
@@ -536,44 +649,70 @@ impl MasterService for MasterServiceImpl {
         req: Request<BatchGetReplicaListRequest>,
     ) -> RpcResult<BatchGetReplicaListResponse> {
         let keys = req.into_inner().keys;
-        if keys.len() > BATCH_RPC_MAX {
-            return ok(BatchGetReplicaListResponse { status: Some(too_many(keys.len())), responses: vec![] });
-        }
-        match self.replica_lists(&keys).await {
-            Ok(responses) => ok(BatchGetReplicaListResponse { status: Some(Status::ok()), responses }),
-            Err(s) => ok(BatchGetReplicaListResponse { status: Some(s), responses: vec![] }),
-        }
+        answer_batch(&keys, self.replica_lists(&keys)).await
     }
 
     async fn batch_exist_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
         let keys = req.into_inner().keys;
-        if keys.len() > BATCH_RPC_MAX {
-            return ok(BatchExistKeyResponse { status: Some(too_many(keys.len())), responses: vec![] });
-        }
-        match self.exist_keys(&keys).await {
-            Ok(responses) => ok(BatchExistKeyResponse { status: Some(Status::ok()), responses }),
-            Err(s) => ok(BatchExistKeyResponse { status: Some(s), responses: vec![] }),
-        }
+        answer_batch(&keys, self.exist_keys(&keys)).await
     }
 
     async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {
         let r = req.into_inner();
-        if r.keys.len() > BATCH_RPC_MAX {
-            return ok(BatchRemoveResponse { status: Some(too_many(r.keys.len())), responses: vec![] });
-        }
-        // Invalid keys are answered here; the others go through one removal.
-        let mut out: Vec<Option<Status>> = r.keys.iter().map(|k| validate_key(k).err().map(invalid)).collect();
-        let valid: Vec<usize> = (0..r.keys.len()).filter(|i| out[*i].is_none()).collect();
-        let keys: Vec<String> = valid.iter().map(|i| r.keys[*i].clone()).collect();
-        let ids: Vec<u64> = valid.iter().map(|i| r.request_ids.get(*i).copied().unwrap_or(0)).collect();
-        let statuses = crate::removal::remove_keys(&self.shared, &keys, &ids, r.force).await;
-        for (i, s) in valid.into_iter().zip(statuses) {
-            out[i] = Some(s);
-        }
-        let responses = out
-            .into_iter()
-            .map(|s| RemoveResponse { status: Some(s.unwrap_or_else(|| internal("no answer"))) })
-            .collect();
-        ok(BatchRemoveResponse { status: Some(Status::ok()), responses })
+        let answers = async {
+            let refusal = |k: &String| validate_key(k).err().map(invalid);
+            let statuses = answer_valid(&r.keys, refusal, async |valid| {
+                let keys: Vec<String> = valid.iter().map(|i| r.keys[*i].clone()).collect();
+                let ids: Vec<u64> = valid.iter().map(|i| r.request_ids.get(*i).copied().unwrap_or(0)).collect();
+                crate::removal::remove_keys(&self.shared, &keys, &ids, r.force).await
+            })
+            .await;
+            Ok(statuses.into_iter().map(|s| RemoveResponse { status: Some(s) }).collect())
+        };
+        answer_batch(&r.keys, answers).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(statuses: &[Status]) -> Vec<ErrorCode> {
+        statuses.iter().map(Status::error_code).collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_over_the_limit_is_refused_before_any_item_is_answered() {
+        let items = vec![0u8; BATCH_RPC_MAX + 1];
+        let never = async { panic!("an oversized batch was answered") };
+        let r: BatchExistKeyResponse = answer_batch(&items, never).await.unwrap().into_inner();
+        assert_eq!(r.status.map(|s| s.error_code()), Some(ErrorCode::InvalidParams));
+        assert!(r.responses.is_empty());
+        let whole = async { Err(Status::with(ErrorCode::NotLeader, "elsewhere")) };
+        let r: BatchExistKeyResponse = answer_batch(&items[..1], whole).await.unwrap().into_inner();
+        assert_eq!((r.status.map(|s| s.error_code()), r.responses.len()), (Some(ErrorCode::NotLeader), 0));
+    }
+
+    #[tokio::test]
+    async fn refused_items_keep_their_place_among_the_answered_ones() {
+        let items = ["a", "", "b", ""];
+        let refusal = |k: &&str| k.is_empty().then(|| Status::with(ErrorCode::InvalidParams, "empty"));
+        let statuses = answer_valid(&items, refusal, async |valid: &[usize]| {
+            assert_eq!(valid, [0, 2], "only the items not refused are answered");
+            vec![Status::ok(), Status::with(ErrorCode::ObjectNotFound, "b")]
+        })
+        .await;
+        let expected = [ErrorCode::Ok, ErrorCode::InvalidParams, ErrorCode::ObjectNotFound, ErrorCode::InvalidParams];
+        assert_eq!(codes(&statuses), expected);
+    }
+
+    #[test]
+    fn a_single_answer_is_the_batch_answer_or_carries_the_whole_batch_status() {
+        let answer = ExistKeyResponse { status: Some(Status::ok()), exists: true };
+        assert_eq!(single(Ok(vec![answer.clone()])).unwrap().into_inner(), answer);
+        let none: ExistKeyResponse = single(Ok(vec![])).unwrap().into_inner();
+        assert_eq!((none.status.map(|s| s.error_code()), none.exists), (Some(ErrorCode::InternalError), false));
+        let whole: ExistKeyResponse = single(Err(Status::with(ErrorCode::NotLeader, "x"))).unwrap().into_inner();
+        assert_eq!((whole.status.map(|s| s.error_code()), whole.exists), (Some(ErrorCode::NotLeader), false));
     }
 }

@@ -9,7 +9,8 @@
 //! target segment, exactly as a put's is (`reservations.rs`, under
 //! [`Copy::reservation_key`]), so nothing else is placed there while the
 //! store node writes, and a copy never reported is expired with the puts.
-//! The copy goes to its executor in the answer to its next Ping.
+//! The copy goes to its executor in the answer to its waiting TakeCopies
+//! call ([`copies_when_queued`]), or else to its next Ping.
 //!
 //! Lock order as everywhere (`leader.rs`): the state is read first, the
 //! soft state consulted after.
@@ -37,8 +38,8 @@ const COPY_TICK: Duration = Duration::from_millis(250);
 /// heartbeat; the node runs a few at once and queues the rest).
 pub const COPIES_PER_PING_MAX: usize = 64;
 /// Rounds of planning per copy-duty tick: a round that had to grant arenas
-/// is followed by one that uses them.
-const SCHEDULE_ROUNDS_MAX: usize = 3;
+/// is followed by one that uses them (each grant is one commit).
+const SCHEDULE_ROUNDS_MAX: usize = 8;
 /// Copies planned in one tick at most (each tick looks again).
 const COPIES_PER_TICK_MAX: usize = 256;
 /// Objects the eager offload looks at per tick (a slice of the key space,
@@ -50,17 +51,26 @@ const OFFLOAD_SCAN_PER_TICK: usize = 16_384;
 /// once per this many ticks, and only while memory is under pressure.
 const ON_EVICT_SCAN_EVERY_TICKS: u32 = 4;
 
-/// The copy duty: idle on followers.
+/// The copy duty: idle on followers. Besides its tick, a commit of new
+/// objects wakes it when offload is eager ([`Shared::copy_wake`]): it then
+/// plans copies of those objects only, at once.
 pub async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(COPY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut n: u32 = 0;
     loop {
-        tick.tick().await;
-        n = n.wrapping_add(1);
+        let woken = tokio::select! {
+            _ = tick.tick() => false,
+            () = shared.copy_wake.notified() => true,
+        };
         if shared.leader.with(|_| ()).is_none() {
             continue;
         }
+        if woken {
+            schedule(&shared, Purpose::Offload, Scan::FreshOnly).await;
+            continue;
+        }
+        n = n.wrapping_add(1);
         give_up_late_copies(&shared);
         let offload_due = match shared.tiers.offload {
             OffloadMode::Off => false,
@@ -68,14 +78,23 @@ pub async fn run(shared: Arc<Shared>) {
             OffloadMode::OnEvict => n.is_multiple_of(ON_EVICT_SCAN_EVERY_TICKS),
         };
         if offload_due {
-            schedule(&shared, Purpose::Offload).await;
+            schedule(&shared, Purpose::Offload, Scan::KeySpace).await;
         }
         if shared.tiers.promotion_on_hit {
-            schedule(&shared, Purpose::Promote).await;
+            schedule(&shared, Purpose::Promote, Scan::KeySpace).await;
         }
         end_detached(&shared).await;
         shared.evictor.round_on(Tier::Ssd, 0).await;
     }
+}
+
+/// What eager offload planning looks at besides the objects just committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scan {
+    /// The next slice of the key space too (on the duty's tick).
+    KeySpace,
+    /// Nothing else (woken by a commit: cheap, however often).
+    FreshOnly,
 }
 
 /// One copy to make, as planned from the state.
@@ -127,20 +146,27 @@ fn wants_offload(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, on_e
         && o.replicas.iter().any(|r| s.is_readable(r))
 }
 
-/// Objects to offload, and where the scan stopped. Eager: the next slice of
-/// the key space after `cursor` (wrapping). `--offload_on_evict`: once
-/// memory is within one eviction round of its high watermark, the oldest
-/// objects of all.
-fn plan_offloads(s: &MetaState, shared: &Shared, max: usize, cursor: &str) -> (Vec<Plan>, String) {
+/// Objects to offload, and where the scan stopped (`None`: no scan).
+/// Eager: the objects just committed (`fresh`), then, on a tick, the next
+/// slice of the key space after `cursor` (wrapping). `--offload_on_evict`:
+/// once memory is within one eviction round of its high watermark, the
+/// oldest objects of all.
+fn plan_offloads(
+    s: &MetaState,
+    shared: &Shared,
+    max: usize,
+    cursor: &str,
+    (fresh, scan): (&[String], Scan),
+) -> (Vec<Plan>, Option<String>) {
     if s.attached(Tier::Ssd).next().is_none() {
-        return (Vec::new(), cursor.to_string());
+        return (Vec::new(), None);
     }
     if shared.tiers.offload == OffloadMode::OnEvict {
         let policy = &shared.evictor.policy;
         let start = (policy.high_watermark_ratio - policy.eviction_ratio).max(0.0);
         let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
-        if (s.tier_used_bytes(Tier::Dram) as f64) < capacity * start {
-            return (Vec::new(), cursor.to_string());
+        if scan == Scan::FreshOnly || (s.tier_used_bytes(Tier::Dram) as f64) < capacity * start {
+            return (Vec::new(), None);
         }
         let mut objects: Vec<&mooncake_raft_store::state::ObjectMeta> =
             s.objects().filter(|o| wants_offload(s, o, true)).collect();
@@ -150,9 +176,17 @@ fn plan_offloads(s: &MetaState, shared: &Shared, max: usize, cursor: &str) -> (V
         }
         objects.sort_by_key(|o| o.completed_ms.unwrap_or(o.created_ms));
         let plans = objects.into_iter().filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd)).collect();
-        return (plans, cursor.to_string());
+        return (plans, None);
     }
-    let mut plans = Vec::new();
+    let mut plans: Vec<Plan> = fresh
+        .iter()
+        .filter_map(|k| s.object(k))
+        .filter(|o| wants_offload(s, o, false))
+        .filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd))
+        .collect();
+    if scan == Scan::FreshOnly || plans.len() >= max {
+        return (plans, None);
+    }
     let mut last = cursor.to_string();
     let slice = s.objects_after(cursor).chain(s.objects()).take(OFFLOAD_SCAN_PER_TICK.min(s.object_count()));
     for o in slice {
@@ -166,7 +200,7 @@ fn plan_offloads(s: &MetaState, shared: &Shared, max: usize, cursor: &str) -> (V
             }
         }
     }
-    (plans, last)
+    (plans, Some(last))
 }
 
 /// Hot objects to promote: complete, readable on disk only, as many as fit
@@ -197,11 +231,10 @@ fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>
 }
 
 /// Plans copies for `purpose` and reserves their targets; grants the
-/// arenas the reservations asked for (used by the next tick).
-async fn schedule(shared: &Shared, purpose: Purpose) {
-    // Arenas granted in a round are used by the next one at once.
+/// arenas the reservations asked for (used by the next round at once).
+async fn schedule(shared: &Shared, purpose: Purpose, scan: Scan) {
     for _ in 0..SCHEDULE_ROUNDS_MAX {
-        if !schedule_round(shared, purpose).await {
+        if !schedule_round(shared, purpose, scan).await {
             return;
         }
     }
@@ -209,18 +242,19 @@ async fn schedule(shared: &Shared, purpose: Purpose) {
 
 /// One round of [`schedule`]: whether it granted arenas for copies it
 /// could not place yet (another round places them).
-async fn schedule_round(shared: &Shared, purpose: Purpose) -> bool {
+async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
     let limit = match purpose {
         Purpose::Offload => shared.tiers.offload_queue_limit,
         Purpose::Promote => shared.tiers.promotion_queue_limit,
     };
-    let Some((room, hot, cursor)) = shared.leader.with(|t| {
+    let Some((room, hot, fresh, cursor)) = shared.leader.with(|t| {
         let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
-        let hot = match purpose {
-            Purpose::Promote if room > 0 => t.copies.take_hot(shared.tiers.promotion_admission_threshold),
-            _ => Vec::new(),
+        let (hot, fresh) = match purpose {
+            Purpose::Promote if room > 0 => (t.copies.take_hot(shared.tiers.promotion_admission_threshold), vec![]),
+            Purpose::Offload if room > 0 => (Vec::new(), t.copies.take_fresh(room)),
+            _ => (Vec::new(), Vec::new()),
         };
-        (room, hot, t.copies.offload_cursor.clone())
+        (room, hot, fresh, t.copies.offload_cursor.clone())
     }) else {
         return false;
     };
@@ -230,8 +264,8 @@ async fn schedule_round(shared: &Shared, purpose: Purpose) -> bool {
     let mut scanned_to = None;
     let plans = match purpose {
         Purpose::Offload => {
-            let (plans, last) = shared.reader.read(|s| plan_offloads(s, shared, room * 2, &cursor));
-            scanned_to = Some(last);
+            let (plans, last) = shared.reader.read(|s| plan_offloads(s, shared, room * 2, &cursor, (&fresh, scan)));
+            scanned_to = last;
             plans
         }
         Purpose::Promote => {
@@ -286,8 +320,9 @@ async fn schedule_round(shared: &Shared, purpose: Purpose) -> bool {
                     added += 1;
                 }
                 Reserve::NeedArenas(segments) => {
-                    if purpose == Purpose::Promote {
-                        t.copies.keep_hot(&p.key, shared.tiers.promotion_admission_threshold);
+                    match purpose {
+                        Purpose::Promote => t.copies.keep_hot(&p.key, shared.tiers.promotion_admission_threshold),
+                        Purpose::Offload => t.copies.keep_fresh(p.key.clone()),
                     }
                     for (segment, arena_len) in segments {
                         if !wanted.iter().any(|(s, _, _)| *s == segment) {
@@ -300,6 +335,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose) -> bool {
         }
         if added > 0 {
             tracing::debug!(copies = added, purpose = purpose.name(), "copies handed to store nodes' next pings");
+            shared.copies_queued.notify_waiters();
         }
         shared.metrics.copies_issued(purpose).inc_by(added as u64);
         // The scan goes on past this slice only once every copy in it is
@@ -352,6 +388,30 @@ async fn end_detached(shared: &Shared) {
         ),
         Ok(other) => tracing::warn!(?other, "dropping detached disk segments refused"),
         Err(s) => tracing::warn!(message = %s.message, "dropping detached disk segments failed"),
+    }
+}
+
+/// Longest a TakeCopies call is held (`TakeCopiesRequest.wait_ms`).
+pub const COPY_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// [`copies_for_ping`], holding the answer up to `wait` (at most
+/// [`COPY_WAIT_MAX`]) while none is queued for `client`: a store node
+/// asking for copies gets them as soon as they are planned, not at its
+/// next heartbeat. Empty when none came in time (or leadership was lost).
+pub async fn copies_when_queued(shared: &Shared, client: ClientId, wait: Duration) -> Vec<pb::CopyTask> {
+    let deadline = tokio::time::Instant::now() + wait.min(COPY_WAIT_MAX);
+    loop {
+        // Registered before looking, so copies queued in between wake it.
+        let queued = shared.copies_queued.notified();
+        tokio::pin!(queued);
+        queued.as_mut().enable();
+        let copies = copies_for_ping(shared, client);
+        if !copies.is_empty() || shared.leader.with(|_| ()).is_none() {
+            return copies;
+        }
+        if tokio::time::timeout_at(deadline, queued).await.is_err() {
+            return Vec::new();
+        }
     }
 }
 

@@ -68,6 +68,7 @@ instrument! {
     batch_get_replica_list: BatchGetReplicaListRequest => BatchGetReplicaListResponse, "BatchGetReplicaList";
     batch_exist_key: BatchExistKeyRequest => BatchExistKeyResponse, "BatchExistKey";
     batch_remove: BatchRemoveRequest => BatchRemoveResponse, "BatchRemove";
+    take_copies: TakeCopiesRequest => TakeCopiesResponse, "TakeCopies";
     report_copy: ReportCopyRequest => ReportCopyResponse, "ReportCopy";
     report_corrupt: ReportCorruptRequest => ReportCorruptResponse, "ReportCorrupt";
 }

@@ -159,6 +159,8 @@ impl MasterNode {
             secret,
             roles: crate::roles::Roles::new(admin_token),
             tiers,
+            copy_wake: tokio::sync::Notify::new(),
+            copies_queued: tokio::sync::Notify::new(),
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();

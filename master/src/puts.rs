@@ -26,6 +26,7 @@ use crate::convert;
 use crate::errors::{internal, invalid, response_status};
 use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
 use crate::shared::Shared;
+use crate::tiering::OffloadMode;
 
 /// Rounds of placement one PutStart may go through (each may grant arenas
 /// or run an eviction round) before it gives up.
@@ -346,12 +347,23 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
         })
         .collect();
     // The commits are applied (or refused): those ranges are not being
-    // written any more.
-    shared.leader.with(|t| {
-        for req in reqs {
+    // written any more. With eager offload, the new objects are copied to
+    // disk first, and the copy duty is woken for them.
+    let eager = shared.tiers.offload == OffloadMode::Eager;
+    let fresh = shared.leader.with(|t| {
+        let mut fresh = false;
+        for (req, status) in reqs.iter().zip(&out) {
             t.puts.finish(&req.key, ClientId(req.client_id));
+            if eager && status.error_code() == ErrorCode::Ok {
+                t.copies.note_fresh(&req.key);
+                fresh = true;
+            }
         }
+        fresh
     });
+    if fresh == Some(true) {
+        shared.copy_wake.notify_one();
+    }
     out
 }
 

@@ -57,6 +57,12 @@ pub struct Shared {
     pub roles: crate::roles::Roles,
     /// The tier knobs (offload, promotion, disk watermark, grace).
     pub tiers: crate::tiering::TierPolicy,
+    /// Wakes the copy duty (`copies.rs`) between its ticks: new objects
+    /// committed while offload is eager.
+    pub copy_wake: tokio::sync::Notify,
+    /// Wakes the TakeCopies calls held for copies
+    /// (`copies::copies_when_queued`): copies were queued for a store node.
+    pub copies_queued: tokio::sync::Notify,
 }
 
 impl Shared {

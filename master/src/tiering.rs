@@ -114,7 +114,7 @@ pub struct Copy {
     /// Where it goes: reserved in this leader's arena.
     pub target: PlacedReplica,
     pub issued: Instant,
-    /// When a Ping handed it to the executor.
+    /// When a Ping or TakeCopies answer handed it to the executor.
     pub delivered: Option<Instant>,
 }
 
@@ -131,6 +131,10 @@ impl Copy {
 /// start over (hot keys reach the threshold again quickly).
 pub const HITS_TRACKED_MAX: usize = 100_000;
 
+/// Most keys just committed kept for the eager offload (at 200 B each,
+/// ~13 MB); past it new keys wait for the offload's scan of the key space.
+pub const FRESH_KEYS_MAX: usize = 65_536;
+
 /// The copies in flight of one term, and what promotion and the detach
 /// grace count.
 #[derive(Debug, Default)]
@@ -144,6 +148,9 @@ pub struct CopyTable {
     detached_seen: HashMap<SegmentId, Instant>,
     /// Where the eager offload scan goes on (the last key it looked at).
     pub offload_cursor: String,
+    /// Keys of objects just committed, for the eager offload to copy first
+    /// (the scan finds what falls off: at most [`FRESH_KEYS_MAX`]).
+    fresh: VecDeque<String>,
     /// Objects whose disk copy disk eviction dropped: not offloaded again
     /// (it would only push another copy out, and back, for ever).
     disk_evicted: HashSet<String>,
@@ -211,6 +218,26 @@ impl CopyTable {
         let old: Vec<u64> =
             self.copies.values().filter(|c| now.saturating_duration_since(c.issued) > timeout).map(|c| c.id).collect();
         old.into_iter().filter_map(|id| self.finish(id, self.copies.get(&id)?.executor)).collect()
+    }
+
+    /// Notes that `key` was just committed (eager offload copies it first).
+    pub fn note_fresh(&mut self, key: &str) {
+        if self.fresh.len() < FRESH_KEYS_MAX {
+            self.fresh.push_back(key.to_string());
+        }
+    }
+
+    /// Up to `max` of the keys just committed, oldest first, no longer kept.
+    pub fn take_fresh(&mut self, max: usize) -> Vec<String> {
+        let n = max.min(self.fresh.len());
+        self.fresh.drain(..n).collect()
+    }
+
+    /// Keeps `key` for the next planning round (its copy waits for an arena).
+    pub fn keep_fresh(&mut self, key: String) {
+        if self.fresh.len() < FRESH_KEYS_MAX {
+            self.fresh.push_front(key);
+        }
     }
 
     /// Counts one read of the disk-only object `key`; answers the count.

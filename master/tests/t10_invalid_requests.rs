@@ -125,6 +125,81 @@ async fn malformed_requests_are_refused_and_change_nothing() {
     assert_eq!(client.list_objects("", 10).await.expect("list").len(), 0);
 }
 
+/// Checks that `s` is INVALID_PARAMS with a message containing `needle`.
+fn refused_naming(what: &str, s: &Option<mooncake_proto::Status>, needle: &str) {
+    assert_eq!(code(s), ErrorCode::InvalidParams, "{what}: {s:?}");
+    let message = s.as_ref().map(|s| s.message.as_str()).unwrap_or_default();
+    assert!(message.contains(needle), "{what}: the message does not name {needle:?}: {message}");
+}
+
+/// An enum value this version does not know (a newer peer's tier or pin) is
+/// refused wherever a request carries one, never read as a default (a tier
+/// as DRAM, a pin as none) nor ignored (a PutEnd's echoed pin and replicas).
+#[tokio::test]
+async fn unknown_enum_values_are_refused_naming_the_field_and_the_value() {
+    let (_cluster, client, addr) = one_master_with_a_segment().await;
+    let mut raw = MasterServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+    // A put in flight: its PutEnd reaches the leader holding its reservation,
+    // which reads neither the pin nor the replicas a PutEnd echoes.
+    let started = raw.put_start(put("inflight", 10, 1)).await.expect("rpc").into_inner();
+    assert_eq!(code(&started.status), ErrorCode::Ok, "{:?}", started.status);
+    let end = PutEndRequest {
+        client_id: 10,
+        key: "inflight".into(),
+        checksum: 1,
+        size: 10,
+        replicas: started.replicas.clone(),
+        ..Default::default()
+    };
+    let before = hash(&client, &addr).await;
+
+    // Puts: a pin past the last one, and a negative one (a corrupt varint).
+    for pin in [9, -1] {
+        let r = raw.put_start(PutStartRequest { pin, ..put("k", 10, 1) }).await.expect("rpc").into_inner();
+        refused_naming("PutStart", &r.status, &format!("pin {pin}"));
+        assert!(r.replicas.is_empty(), "a refused PutStart got replicas");
+    }
+    let batch = BatchPutStartRequest { requests: vec![PutStartRequest { pin: 9, ..put("b", 10, 1) }] };
+    let r = raw.batch_put_start(batch).await.expect("rpc").into_inner();
+    assert_eq!(code(&r.status), ErrorCode::Ok, "the batch is answered item by item");
+    refused_naming("BatchPutStart item", &r.responses[0].status, "pin 9");
+
+    // Segments: a mount, and a remount whose other segment is known.
+    let credential = client.credential().as_bytes().to_vec();
+    let unknown_tier = Segment { tier: 7, ..seg(6, 1 << 20, "127.0.0.1:1") };
+    let mount =
+        MountSegmentRequest { client_id: 9, segment: Some(unknown_tier.clone()), credential: credential.clone() };
+    refused_naming("MountSegment", &raw.mount_segment(mount).await.expect("rpc").into_inner().status, "tier 7");
+    let segments = vec![seg(1, 1 << 20, "127.0.0.1:1"), unknown_tier];
+    let remount = RemountSegmentRequest { client_id: 9, segments, credential };
+    refused_naming("RemountSegment", &raw.remount_segment(remount).await.expect("rpc").into_inner().status, "tier 7");
+
+    // PutEnds of the put in flight, each echoing one unknown value.
+    let bad_replica = |r: &Replica| Replica { tier: 7, ..r.clone() };
+    let ends = [
+        ("pin", PutEndRequest { pin: 9, ..end.clone() }, "pin 9"),
+        (
+            "replica tier",
+            PutEndRequest { replicas: started.replicas.iter().map(bad_replica).collect(), ..end.clone() },
+            "replicas[0]: tier 7",
+        ),
+    ];
+    for (what, req, needle) in ends {
+        refused_naming(what, &raw.put_end(req).await.expect("rpc").into_inner().status, needle);
+    }
+    let batch = BatchPutEndRequest { requests: vec![PutEndRequest { pin: 9, ..end.clone() }] };
+    let r = raw.batch_put_end(batch).await.expect("rpc").into_inner();
+    assert_eq!(code(&r.status), ErrorCode::Ok, "the batch is answered item by item");
+    refused_naming("BatchPutEnd item", &r.responses[0].status, "pin 9");
+
+    assert_eq!(hash(&client, &addr).await, before, "a refused request changed the state");
+    // The refusals left the put as it was: its valid PutEnd still commits it.
+    let r = raw.put_end(end).await.expect("rpc").into_inner();
+    assert_eq!(code(&r.status), ErrorCode::Ok, "{:?}", r.status);
+    let keys: Vec<String> = client.list_objects("", 10).await.expect("list").into_iter().map(|o| o.key).collect();
+    assert_eq!(keys, ["inflight"]);
+}
+
 /// Sends `body` as the raw protobuf of a request to `method`: what a broken
 /// or hostile peer can put on the wire.
 async fn raw_call(addr: &str, method: &'static str, body: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {

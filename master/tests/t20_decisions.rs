@@ -11,10 +11,11 @@ use mooncake_master::decisions::{
 use mooncake_master::kv_lease::KeyHash;
 use mooncake_master::leader::LeaderState;
 use mooncake_raft_store::state::ObjectStatus;
+use mooncake_raft_store::testing::segment;
 use mooncake_raft_store::{
-    Command, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, Request, Response, SegmentSpec, Tier, VersionedKey,
+    Command, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, Request, Response, VersionedKey,
 };
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_segment::ClientId;
 
 // ---------------------------------------------------------------- builders
 
@@ -30,18 +31,6 @@ const NODE_B: ClientId = ClientId(102);
 /// Page-sized units (segments are whole pages; allocations 64-byte aligned):
 /// object sizes below are whole units so used bytes are exact.
 const UNIT: u64 = 4096;
-
-fn seg(id: u64, size: u64, host: &str) -> SegmentSpec {
-    SegmentSpec {
-        id: SegmentId(id),
-        size_bytes: size,
-        endpoint: format!("{host}:7000"),
-        host_id: host.to_string(),
-        zone: "zone-1".to_string(),
-        tier: Tier::Dram,
-        shm_path: String::new(),
-    }
-}
 
 fn put_pinned(client: ClientId, key: &str, size: u64, replicas: u32, pin: Pin) -> Command {
     Command::PutStart(PutStart {
@@ -87,7 +76,7 @@ fn complete(state: &mut MetaState, key: &str, units: u64, replicas: u32, pin: Pi
 /// One segment of `units` allocation units, owned by NODE_A.
 fn one_segment(units: u64) -> MetaState {
     let mut s = MetaState::default();
-    ok(&mut s, Command::MountSegment { client: NODE_A, segment: seg(1, units * UNIT, "host-a") });
+    ok(&mut s, Command::MountSegment { client: NODE_A, segment: segment(1, units * UNIT, "host-a") });
     s
 }
 
@@ -317,8 +306,8 @@ fn eviction_counts_the_bytes_of_every_replica() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = MetaState::default();
-    ok(&mut s, Command::MountSegment { client: NODE_A, segment: seg(1, 40 * UNIT, "host-a") });
-    ok(&mut s, Command::MountSegment { client: NODE_B, segment: seg(2, 40 * UNIT, "host-b") });
+    ok(&mut s, Command::MountSegment { client: NODE_A, segment: segment(1, 40 * UNIT, "host-a") });
+    ok(&mut s, Command::MountSegment { client: NODE_B, segment: segment(2, 40 * UNIT, "host-b") });
     complete(&mut s, "x", 10, 2, Pin::None);
     complete(&mut s, "y", 10, 2, Pin::None);
     assert_eq!(held(&s, "x"), 20 * UNIT);
@@ -391,8 +380,8 @@ fn applying_the_victims_frees_at_least_the_target_and_removes_each_named_version
 /// Two store nodes registered by mounting.
 fn two_clients() -> MetaState {
     let mut s = MetaState::default();
-    ok(&mut s, Command::MountSegment { client: NODE_A, segment: seg(1, 100 * UNIT, "host-a") });
-    ok(&mut s, Command::MountSegment { client: NODE_B, segment: seg(2, 100 * UNIT, "host-b") });
+    ok(&mut s, Command::MountSegment { client: NODE_A, segment: segment(1, 100 * UNIT, "host-a") });
+    ok(&mut s, Command::MountSegment { client: NODE_B, segment: segment(2, 100 * UNIT, "host-b") });
     s
 }
 

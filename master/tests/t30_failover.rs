@@ -239,7 +239,7 @@ async fn a_master_with_a_wiped_data_dir_refuses_to_rejoin_under_its_old_id() {
     client.put_end(7, "before", 0).await.expect("put end");
     let victim = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
     cluster.kill(victim);
-    let dir = cluster.inner.node(mooncake_client::Role::Master, victim).expect("node").data_dir.clone();
+    let dir = cluster.inner.node(mooncake_testkit::Role::Master, victim).expect("node").data_dir.clone();
     std::fs::remove_dir_all(&dir).expect("wipe the data dir");
     cluster.restart(victim);
     let status = wait_until("the blank master to exit", Duration::from_secs(20), || {
@@ -248,7 +248,7 @@ async fn a_master_with_a_wiped_data_dir_refuses_to_rejoin_under_its_old_id() {
     })
     .await;
     assert!(!status.success(), "a blank master under an old id must not run: {status:?}");
-    let log = std::fs::read_to_string(&cluster.inner.node(mooncake_client::Role::Master, victim).unwrap().log)
+    let log = std::fs::read_to_string(&cluster.inner.node(mooncake_testkit::Role::Master, victim).unwrap().log)
         .unwrap_or_default();
     assert!(log.contains(&format!("must not rejoin under id {victim}")), "the refusal says why: {log}");
     assert!(log.contains("--join"), "and how to replace it: {log}");

@@ -29,7 +29,7 @@ async fn a_master_refuses_raft_messages_from_another_cluster() {
     let answer = admin.add_learner(req).await.expect("add learner rpc").into_inner();
     assert_eq!(answer.status.map(|s| s.code), Some(0), "B's admin added the learner");
 
-    let log = a.inner.node(mooncake_client::Role::Master, 1).expect("master of A").log.clone();
+    let log = a.inner.node(mooncake_testkit::Role::Master, 1).expect("master of A").log.clone();
     wait_until("A to refuse B's raft messages", T, || async {
         let text = std::fs::read_to_string(&log).ok()?;
         // Refused for its MAC (each one-master cluster made its own secret)

@@ -1,7 +1,7 @@
 //! The masters' side of the SSD tier on a real master (metadata only: no
 //! bytes move here; the store node is played by RPCs). With offload on, a
 //! complete object is handed to its store node as a copy task in a Ping
-//! answer; the reported copy is recorded as a disk replica, listed after the
+//! answer, or at once to its waiting TakeCopies call; the reported copy is recorded as a disk replica, listed after the
 //! memory one; only the executor may report it. A read of a disk-only object
 //! makes a promotion task. An expired store node's disk stays known
 //! (unreadable) until the same process comes back, which makes its objects
@@ -231,4 +231,44 @@ async fn a_full_disk_evicts_its_oldest_copies_and_keeps_objects_that_are_also_in
         assert!(answer.copy_tasks.iter().all(|t| t.key != "d0"), "d0 was offloaded again");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_copies_is_held_until_a_copy_is_planned_and_only_for_its_node() {
+    let cluster = Cluster::builder().masters(1).master_bin(BIN).arg("--enable_offload").start();
+    cluster.wait_for_leader(T).await;
+    let node = process(&cluster, Credential::random().expect("randomness"));
+    let writer = cluster.client();
+    node.remount_segments(NODE, vec![segment(MEM, Tier::Dram, 9001), segment(DISK, Tier::Ssd, 9001)])
+        .await
+        .expect("the store node mounts memory and disk");
+
+    // Why: with nothing to copy the leader holds the call (a store node
+    // waiting for copies does not poll), and answers with none at the end.
+    let wait = Duration::from_millis(600);
+    let asked = std::time::Instant::now();
+    let none = node.take_copies(NODE, wait).await.expect("an idle TakeCopies");
+    assert!(none.is_empty(), "{none:?}");
+    assert!(asked.elapsed() >= wait, "answered after {:?}, before the wait of {wait:?} ended", asked.elapsed());
+
+    // Why: copies carry capabilities; another process asking as this
+    // node's client id gets nothing.
+    let intruder = process(&cluster, Credential::random().expect("randomness"));
+    let e = intruder.take_copies(NODE, wait).await.expect_err("another process's TakeCopies");
+    assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
+
+    // Why: a put's copy reaches the node by TakeCopies alone, no Ping.
+    put(&writer, "t", 100).await;
+    let task = tokio::time::timeout(T, async {
+        loop {
+            let tasks = node.take_copies(NODE, Duration::from_secs(1)).await.expect("TakeCopies");
+            if let Some(task) = tasks.into_iter().find(|t| t.key == "t") {
+                return task;
+            }
+        }
+    })
+    .await
+    .expect("the copy of the put within the deadline");
+    assert_eq!(task.target.map(|t| t.segment_id), Some(DISK));
+    node.report_copy(NODE, task.task_id, "").await.expect("the copy is recorded");
 }

@@ -9,9 +9,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use mooncake_client::Role;
 use mooncake_proto::master::{PutStartRequest, Segment};
-use mooncake_testkit::Cluster;
+use mooncake_testkit::{Cluster, Role};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake-master");
 const OBJECTS: u64 = 300;

@@ -89,6 +89,7 @@ impl_has_status!(
     master::BatchExistKeyResponse,
     master::BatchRemoveResponse,
     master::ReportCopyResponse,
+    master::TakeCopiesResponse,
     master::ReportCorruptResponse,
     admin::AdminResponse,
     admin::ClusterStatusResponse,

@@ -11,7 +11,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use mooncake_client::{Client, ClientError, PutOptions};
+use mooncake_client::{Client, ClientError, Pin, PutOptions};
+use mooncake_segment::SegmentId;
 use tokio::runtime::Runtime;
 
 use crate::buffers::{BufferRegistry, Region};
@@ -38,8 +39,8 @@ pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct ReplicaSpec {
     /// Replicas wanted (at least 1).
     pub replica_num: i64,
-    /// 0 none, 1 soft, 2 hard (never evicted).
-    pub pin: i32,
+    /// How eviction treats the object.
+    pub pin: Pin,
     /// Segments to try first, by endpoint (`host:port`, as `get_hostname`).
     pub preferred: Vec<String>,
 }
@@ -149,7 +150,7 @@ impl Session {
         let mut preferred_segments = Vec::with_capacity(spec.preferred.len());
         for name in spec.preferred.iter().filter(|n| !n.is_empty()) {
             match self.segment_id(name).await {
-                Some(id) => preferred_segments.push(id),
+                Some(id) => preferred_segments.push(SegmentId(id)),
                 None => tracing::warn!(segment = %name, "preferred segment is not mounted; ignoring it"),
             }
         }

@@ -14,8 +14,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mooncake_raft_store::state::{ObjectMeta, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_WINDOW_MS};
+use mooncake_raft_store::testing::{SegmentSpecExt, segment};
 use mooncake_raft_store::{
-    ArenaId, Command, MetaState, NewObject, Pin, PlacedReplica, ReplicaPlacement, Request, Response, SegmentSpec, Tier,
+    ArenaId, Command, MetaState, NewObject, Pin, PlacedReplica, ReplicaPlacement, Request, Response,
 };
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -55,15 +56,7 @@ fn main() {
     let mut s = MetaState::default();
     let mut ts = 1_000u64;
     for g in 0..SEGMENTS {
-        let spec = SegmentSpec {
-            id: SegmentId(g + 1),
-            size_bytes: 1 << 40,
-            endpoint: format!("10.0.0.{g}:7000"),
-            host_id: format!("host-{g}"),
-            zone: String::new(),
-            tier: Tier::Dram,
-            shm_path: String::new(),
-        };
+        let spec = segment(g + 1, 1 << 40, &format!("host-{g}")).endpoint(format!("10.0.0.{g}:7000")).zone("");
         ts += 1;
         assert_eq!(
             apply(&mut s, ts, Command::MountSegment { client: ClientId(9_100 + g), segment: spec }),

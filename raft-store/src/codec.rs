@@ -18,7 +18,8 @@ pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, StoreE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{Command, Request, TypeConfig};
+    use crate::command::{Command, Request};
+    use crate::type_config::TypeConfig;
     use openraft::{BasicNode, Entry, EntryPayload, LogId, Membership, Vote};
     use std::collections::{BTreeMap, BTreeSet};
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::watch;
 
-use crate::types::LogId;
+use crate::type_config::LogId;
 
 /// The last log id whose entry (and every one before it) is synced.
 #[derive(Clone)]

@@ -15,7 +15,7 @@ use openraft::storage::LogFlushed;
 
 use crate::durable::DataSync;
 use crate::flushed::FlushedLog;
-use crate::types::{LogId, TypeConfig};
+use crate::type_config::{LogId, TypeConfig};
 
 /// Appends waiting for a sync. openraft bounds its own in-flight appends far
 /// below this; the bound only keeps a stalled disk from growing memory.

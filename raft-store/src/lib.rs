@@ -5,8 +5,14 @@
 //!
 //! Depends on `segment` (ids, the offset allocator) and never on the network,
 //! the gRPC types or the clock: time arrives inside each [`Request`].
+//!
+//! The command vocabulary (`command.rs`) and the openraft type configuration
+//! (`type_config.rs`) are re-exported here; the state machine's own items
+//! are reached through [`state`]. The `testing` feature adds `testing`:
+//! builders of command values for tests, examples and benches.
 
 pub mod codec;
+mod command;
 mod current_snapshot;
 mod durable;
 mod error;
@@ -20,9 +26,12 @@ mod sm_store;
 mod snapshot_file;
 pub mod state;
 mod store;
-mod types;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+mod type_config;
 mod watermark;
 
+pub use command::*;
 pub use durable::{DataSync, write_file_durably};
 pub use error::{MetaError, StoreError};
 pub use flushed::FlushedLog;
@@ -34,4 +43,4 @@ pub use sm_store::{
 pub use snapshot_file::{SnapshotFileInfo, decode_snapshot_file, encode_snapshot_file, load_snapshot_file};
 pub use state::MetaState;
 pub use store::{DATA_DIR_SCHEMA_VERSION, StoreOptions, open_store};
-pub use types::*;
+pub use type_config::*;

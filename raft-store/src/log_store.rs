@@ -30,7 +30,7 @@ use crate::error::StoreError;
 use crate::flushed::FlushedLog;
 use crate::flusher::{Flusher, Job};
 use crate::janitor::{Janitor, delete_upto};
-use crate::types::{LogId, NodeId, TypeConfig};
+use crate::type_config::{LogId, NodeId, TypeConfig};
 use crate::watermark::Watermark;
 
 /// A log entry of this type configuration.

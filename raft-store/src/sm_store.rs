@@ -24,13 +24,14 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
+use crate::command::Response;
 use crate::current_snapshot::SnapshotPath;
 use crate::durable::DataSync;
 use crate::error::StoreError;
 use crate::fatal;
 use crate::flushed::FlushedLog;
 use crate::state::{MetaState, StateImage};
-use crate::types::{Entry, LogId, NodeId, Response, TypeConfig};
+use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 
 /// Version of the snapshot format (the first 4 bytes of every snapshot, LE).
 /// A newer binary reads older versions or refuses with a clear message.

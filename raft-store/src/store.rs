@@ -22,7 +22,7 @@ pub struct StoreOptions {
     /// The master this store belongs to: as leader, its own entries are
     /// synced while they replicate (`flushed.rs`). `None`: every append
     /// waits for its sync.
-    pub node_id: Option<crate::types::NodeId>,
+    pub node_id: Option<crate::type_config::NodeId>,
 }
 
 impl StoreOptions {

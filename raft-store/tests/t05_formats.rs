@@ -20,6 +20,7 @@ use mooncake_raft_store::state::{
     ClientEntry, DetachedDisk, DiscardedPut, ObjectMeta, ObjectStatus, RetiredObject, StateImage, StateImageV1,
     StateImageV2,
 };
+use mooncake_raft_store::testing::{SegmentSpecExt, segment};
 use mooncake_raft_store::*;
 use mooncake_segment::{ClientId, Range, SegmentId};
 use openraft::raft::{
@@ -105,15 +106,7 @@ const CREDENTIAL: CredentialHash = CredentialHash([7; 32]);
 const SEGMENT: SegmentId = SegmentId(1);
 
 fn spec(tier: Tier) -> SegmentSpec {
-    SegmentSpec {
-        id: SEGMENT,
-        size_bytes: 1 << 20,
-        endpoint: "h:1".into(),
-        host_id: "h".into(),
-        zone: "z".into(),
-        tier,
-        shm_path: "/m".into(),
-    }
+    segment(SEGMENT.0, 1 << 20, "h").endpoint("h:1").zone("z").tier(tier).shm("/m")
 }
 
 fn vkey(key: &str, version: u64) -> VersionedKey {

@@ -5,8 +5,9 @@
 
 use std::io::Cursor;
 
+use mooncake_raft_store::testing::{SegmentSpecExt, segment};
 use mooncake_raft_store::*;
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_segment::ClientId;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, SnapshotMeta};
 
@@ -18,15 +19,7 @@ fn entry(index: u64, cmd: Command) -> Entry {
 }
 
 fn workload() -> Vec<Entry> {
-    let seg = SegmentSpec {
-        id: SegmentId(1),
-        size_bytes: 1 << 20,
-        endpoint: "127.0.0.1:1".into(),
-        host_id: "h".into(),
-        zone: "z".into(),
-        tier: Tier::Dram,
-        shm_path: String::new(),
-    };
+    let seg = segment(1, 1 << 20, "h").endpoint("127.0.0.1:1").zone("z");
     let mut cmds = vec![Command::MountSegment { client: ClientId(7), segment: seg }];
     for i in 0..20 {
         let key = format!("key-{i}");

@@ -36,7 +36,7 @@ fn denied(e: MetaError) {
 /// A store node registered with its credential.
 fn owned_node() -> MetaState {
     let mut s = MetaState::default();
-    ok(&mut s, mount_as(NODE_A, OWNER, seg(1, 1 << 20, "host-a")));
+    ok(&mut s, mount_as(NODE_A, OWNER, segment(1, 1 << 20, "host-a")));
     s
 }
 
@@ -47,8 +47,8 @@ fn the_first_credential_registers_the_client_and_its_own_calls_work() {
     assert!(s.check_credential(NODE_A, &OWNER).is_ok());
     assert!(s.check_credential(NODE_B, &INTRUDER).is_ok(), "an unknown id is free");
     // A retried mount, a remount with a new segment set, an unmount: as today.
-    ok(&mut s, mount_as(NODE_A, OWNER, seg(1, 1 << 20, "host-a")));
-    ok(&mut s, remount_as(NODE_A, OWNER, vec![seg(2, 1 << 20, "host-a")]));
+    ok(&mut s, mount_as(NODE_A, OWNER, segment(1, 1 << 20, "host-a")));
+    ok(&mut s, remount_as(NODE_A, OWNER, vec![segment(2, 1 << 20, "host-a")]));
     assert!(s.segment(SegmentId(1)).is_none() && s.segment(SegmentId(2)).is_some());
     ok(&mut s, unmount_as(NODE_A, OWNER, 2));
     assert!(s.segment(SegmentId(2)).is_none());
@@ -61,13 +61,14 @@ fn another_credential_can_neither_mount_remount_nor_unmount_as_the_client() {
     put_complete_one(&mut s);
     // The probe that would leak the segment's key: a remount of the node's
     // own segment under its id.
-    denied(refused(&mut s, remount_as(NODE_A, INTRUDER, vec![seg(1, 1 << 20, "host-a")])));
+    denied(refused(&mut s, remount_as(NODE_A, INTRUDER, vec![segment(1, 1 << 20, "host-a")])));
     denied(refused(&mut s, remount_as(NODE_A, INTRUDER, vec![])));
-    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, seg(1, 1 << 20, "host-a"))));
-    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, seg(9, 1 << 20, "host-x"))));
+    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, segment(1, 1 << 20, "host-a"))));
+    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, segment(9, 1 << 20, "host-x"))));
     denied(refused(&mut s, unmount_as(NODE_A, INTRUDER, 1)));
     // Inside a batch too, and the rest of the batch still applies.
-    let batch = Command::Batch(vec![unmount_as(NODE_A, INTRUDER, 1), mount_as(NODE_B, INTRUDER, seg(3, 1 << 20, "b"))]);
+    let batch =
+        Command::Batch(vec![unmount_as(NODE_A, INTRUDER, 1), mount_as(NODE_B, INTRUDER, segment(3, 1 << 20, "b"))]);
     match apply(&mut s, batch) {
         mooncake_raft_store::Response::Batch(answers) => {
             assert!(matches!(answers[0].err(), Some(MetaError::PermissionDenied(_))), "{answers:?}");
@@ -103,7 +104,7 @@ fn expiry_or_eviction_frees_the_id_for_a_new_credential() {
     let mut s = owned_node();
     ok(&mut s, Command::ExpireClient { client: NODE_A });
     assert_eq!(s.client_credential(NODE_A), None);
-    ok(&mut s, remount_as(NODE_A, INTRUDER, vec![seg(1, 1 << 20, "host-a")]));
+    ok(&mut s, remount_as(NODE_A, INTRUDER, vec![segment(1, 1 << 20, "host-a")]));
     assert_eq!(s.client_credential(NODE_A), Some(&INTRUDER), "the restarted process holds the id now");
     denied(refused(&mut s, remount_as(NODE_A, OWNER, vec![])));
 }
@@ -112,24 +113,24 @@ fn expiry_or_eviction_frees_the_id_for_a_new_credential() {
 fn a_client_an_older_log_registered_adopts_the_first_credential_it_mounts_with() {
     let mut s = MetaState::default();
     // Legacy commands (replayed from an older log) register without one.
-    mount(&mut s, NODE_A, seg(1, 1 << 20, "host-a"));
+    mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
     ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
     assert_eq!(s.client_credential(NODE_A), None);
     // Until it adopts one, any credential may act as it (as before).
     ok(&mut s, unmount_as(NODE_A, INTRUDER, 99));
     assert_eq!(s.client_credential(NODE_A), None, "an unmount binds nothing");
-    ok(&mut s, remount_as(NODE_A, OWNER, vec![seg(1, 1 << 20, "host-a")]));
+    ok(&mut s, remount_as(NODE_A, OWNER, vec![segment(1, 1 << 20, "host-a")]));
     assert_eq!(s.client_credential(NODE_A), Some(&OWNER));
-    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, seg(2, 1 << 20, "host-a"))));
+    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, segment(2, 1 << 20, "host-a"))));
     // A legacy command keeps the credential a client holds.
-    ok(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![seg(1, 1 << 20, "host-a")] });
+    ok(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![segment(1, 1 << 20, "host-a")] });
     assert_eq!(s.client_credential(NODE_A), Some(&OWNER));
 }
 
 #[test]
 fn a_refused_mount_binds_no_credential() {
     let mut s = MetaState::default();
-    let e = refused(&mut s, mount_as(NODE_A, OWNER, seg(0, 1 << 20, "host-a")));
+    let e = refused(&mut s, mount_as(NODE_A, OWNER, segment(0, 1 << 20, "host-a")));
     assert!(is_invalid(&e), "{e:?}");
     assert_eq!(s.client_credential(NODE_A), None);
     assert!(s.client(NODE_A).is_none());
@@ -144,7 +145,7 @@ fn credentials_survive_a_snapshot_image_and_count_in_the_state_hash() {
     let mut other = MetaState::default();
     other.apply(&mooncake_raft_store::Request {
         ts_ms: s.now_ms(),
-        cmd: mount_as(NODE_A, INTRUDER, seg(1, 1 << 20, "host-a")),
+        cmd: mount_as(NODE_A, INTRUDER, segment(1, 1 << 20, "host-a")),
     });
     assert_ne!(other.state_hash(), s.state_hash(), "replicas that bound different credentials hash apart");
     s.check_invariants().expect("consistent");

@@ -67,8 +67,8 @@ fn return_arena(s: &mut MetaState, a: &Arena) {
 
 fn two_nodes() -> MetaState {
     let mut s = MetaState::default();
-    mount(&mut s, NODE_A, seg(1, 64 * UNIT, "host-a"));
-    mount(&mut s, NODE_B, seg(2, 64 * UNIT, "host-b"));
+    mount(&mut s, NODE_A, segment(1, 64 * UNIT, "host-a"));
+    mount(&mut s, NODE_B, segment(2, 64 * UNIT, "host-b"));
     s
 }
 
@@ -336,7 +336,7 @@ fn arenas_and_retired_objects_survive_a_snapshot_image() {
 #[test]
 fn a_version_1_image_is_read_and_upgraded() {
     let mut s = MetaState::default();
-    mount(&mut s, NODE_A, seg(1, 64 * UNIT, "host-a"));
+    mount(&mut s, NODE_A, segment(1, 64 * UNIT, "host-a"));
     ok(&mut s, Command::RemountSegments { client: ClientId(5), segments: vec![] });
     let v2 = s.to_image();
     let v1 = mooncake_raft_store::state::StateImageV1 {

@@ -8,8 +8,9 @@
 use mooncake_raft_store::state::{
     REQUEST_CLOCK_REORDER_MAX_MS, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_WINDOW_MS, RequestClock,
 };
+use mooncake_raft_store::testing::{SegmentSpecExt, segment};
 use mooncake_raft_store::*;
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_segment::ClientId;
 use proptest::prelude::*;
 
 const DAY_MS: u64 = 86_400_000;
@@ -22,15 +23,7 @@ fn apply(s: &mut MetaState, ts_ms: u64, cmd: Command) -> Response {
 
 fn setup() -> MetaState {
     let mut s = MetaState::default();
-    let seg = SegmentSpec {
-        id: SegmentId(1),
-        size_bytes: 1 << 20,
-        endpoint: "e:1".into(),
-        host_id: "h".into(),
-        zone: String::new(),
-        tier: Tier::Dram,
-        shm_path: String::new(),
-    };
+    let seg = segment(1, 1 << 20, "h").endpoint("e:1").zone("");
     assert_eq!(apply(&mut s, 1, Command::MountSegment { client: ClientId(1), segment: seg }), Response::Ok);
     s
 }

@@ -51,7 +51,7 @@ fn random_command(rng: &mut Rng, s: &MetaState, salt: u64) -> Command {
     match rng.below(100) {
         0..=4 => {
             let id = 1 + rng.below(4);
-            with_credential(rng, mount_cmd(ClientId(100 + id % 3), seg(id, 16 * UNIT, &format!("host-{}", id % 3))))
+            with_credential(rng, mount_cmd(ClientId(100 + id % 3), segment(id, 16 * UNIT, &format!("host-{}", id % 3))))
         }
         5..=6 => {
             let unmount =
@@ -61,7 +61,7 @@ fn random_command(rng: &mut Rng, s: &MetaState, salt: u64) -> Command {
         7 => {
             let owner = 100 + rng.below(3);
             let ids = (1..=4).filter(|id| id % 3 == owner % 100 && rng.below(2) == 0);
-            let segments = ids.map(|id| seg(id, 16 * UNIT, &format!("host-{}", id % 3))).collect();
+            let segments = ids.map(|id| segment(id, 16 * UNIT, &format!("host-{}", id % 3))).collect();
             with_credential(rng, Command::RemountSegments { client: ClientId(owner), segments })
         }
         8 => Command::ExpireClient {
@@ -173,7 +173,7 @@ fn commit_in_arena(rng: &mut Rng, arenas: &[Arena], key: String, client: ClientI
 fn start() -> MetaState {
     let mut s = MetaState::default();
     for id in 1..=4 {
-        mount(&mut s, ClientId(100 + id % 3), seg(id, 16 * UNIT, &format!("host-{}", id % 3)));
+        mount(&mut s, ClientId(100 + id % 3), segment(id, 16 * UNIT, &format!("host-{}", id % 3)));
     }
     s
 }

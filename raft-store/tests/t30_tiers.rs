@@ -20,10 +20,6 @@ const MEM: u64 = 1;
 const DISK: u64 = 9;
 const MIB: u64 = 1 << 20;
 
-fn disk(id: u64, size: u64, host: &str) -> SegmentSpec {
-    SegmentSpec { tier: Tier::Ssd, ..seg(id, size, host) }
-}
-
 fn mount_as(s: &mut MetaState, client: ClientId, credential: CredentialHash, spec: SegmentSpec) -> Response {
     apply(s, Command::MountSegmentAs { client, credential, segment: spec })
 }
@@ -78,8 +74,8 @@ fn tiers_of(s: &MetaState, key: &str) -> Vec<Tier> {
 /// object of 100 bytes in memory.
 fn node_with_object() -> (MetaState, ObjectVersion) {
     let mut s = MetaState::default();
-    assert_eq!(mount_as(&mut s, NODE_A, OWNER, seg(MEM, MIB, "host-a")), Response::Ok);
-    assert_eq!(mount_as(&mut s, NODE_A, OWNER, disk(DISK, MIB, "host-a")), Response::Ok);
+    assert_eq!(mount_as(&mut s, NODE_A, OWNER, segment(MEM, MIB, "host-a")), Response::Ok);
+    assert_eq!(mount_as(&mut s, NODE_A, OWNER, segment(DISK, MIB, "host-a").ssd()), Response::Ok);
     let arena = grant(&mut s, MEM, 64 * 1024);
     let v = put(&mut s, "k", 100, &arena, 0);
     (s, v)
@@ -119,7 +115,7 @@ fn a_disk_copy_is_added_in_whole_blocks_and_puts_never_land_on_disk() {
     on_disk.replicas[0].range.offset = disk_arena.extents[0].offset + 4096;
     assert!(is_invalid(&refused(&mut s, Command::PutCommit(on_disk))));
     let mut only_disk = MetaState::default();
-    assert_eq!(mount_as(&mut only_disk, NODE_B, OWNER, disk(DISK, MIB, "host-b")), Response::Ok);
+    assert_eq!(mount_as(&mut only_disk, NODE_B, OWNER, segment(DISK, MIB, "host-b").ssd()), Response::Ok);
     let start = mooncake_raft_store::PutStart {
         client: W1,
         key: "x".into(),
@@ -183,7 +179,7 @@ fn an_expired_store_nodes_disk_stays_detached_until_the_same_identity_mounts_it_
     assert!(!restored.segment(SegmentId(DISK)).expect("kept").is_attached());
 
     // Another process claiming the id (another credential) cannot take it.
-    let moved = SegmentSpec { endpoint: "host-a:7100".into(), ..disk(DISK, MIB, "host-a") };
+    let moved = segment(DISK, MIB, "host-a").ssd().endpoint("host-a:7100");
     let intruder = Command::MountSegmentAs { client: NODE_A, credential: INTRUDER, segment: moved.clone() };
     assert!(matches!(refused(&mut s, intruder), MetaError::PermissionDenied(_)));
     // The restarted store node (same id and credential) mounts it again, from its new endpoint.

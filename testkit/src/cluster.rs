@@ -1,4 +1,4 @@
-//! [`Cluster`]: the test-facing face of `mooncake_client::LocalCluster`.
+//! [`Cluster`]: the test-facing face of `mooncake_local_cluster::LocalCluster`.
 //! Same processes and flags as `mooncake up`; failures panic with the logs'
 //! tails so a test reads as a story, not as error plumbing.
 
@@ -6,7 +6,8 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mooncake_client::{LocalCluster, MasterClient, Role};
+use mooncake_client::MasterClient;
+use mooncake_local_cluster::{LocalCluster, Role};
 use mooncake_proto::master::GetClusterInfoResponse;
 
 /// Polls `cond` until it returns `Some`, or panics with `what` after `timeout`.
@@ -15,7 +16,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    match mooncake_client::local_cluster::wait_for(what, timeout, cond).await {
+    match mooncake_local_cluster::wait_for(what, timeout, cond).await {
         Ok(v) => v,
         Err(e) => panic!("{e}"),
     }
@@ -23,7 +24,7 @@ where
 
 /// Builds a [`Cluster`].
 pub struct ClusterBuilder {
-    inner: mooncake_client::LocalClusterBuilder,
+    inner: mooncake_local_cluster::LocalClusterBuilder,
 }
 
 impl ClusterBuilder {

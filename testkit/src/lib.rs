@@ -7,4 +7,4 @@ mod http;
 
 pub use cluster::{Cluster, ClusterBuilder, wait_until};
 pub use http::{Sample, http_get, parse_prometheus, sample_value};
-pub use mooncake_client::local_cluster::free_port;
+pub use mooncake_local_cluster::{Role, free_port};

@@ -20,12 +20,14 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
             "mooncake-client",
             &["mooncake-auth", "mooncake-proto", "mooncake-segment", "mooncake-transfer", "mooncake-tls"],
         ),
+        ("mooncake-local-cluster", &["mooncake-auth", "mooncake-client", "mooncake-proto", "mooncake-tls"]),
         (
             "mooncake-cli",
             &[
                 "mooncake-auth",
                 "mooncake-benches",
                 "mooncake-client",
+                "mooncake-local-cluster",
                 "mooncake-master",
                 "mooncake-proto",
                 "mooncake-raft-store",
@@ -34,7 +36,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "mooncake-tls",
             ],
         ),
-        ("mooncake-testkit", &["mooncake-client", "mooncake-proto", "mooncake-tls"]),
+        ("mooncake-testkit", &["mooncake-client", "mooncake-local-cluster", "mooncake-proto", "mooncake-tls"]),
         (
             "mooncake-py",
             &[
@@ -51,6 +53,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
             &[
                 "mooncake-auth",
                 "mooncake-client",
+                "mooncake-local-cluster",
                 "mooncake-proto",
                 "mooncake-segment",
                 "mooncake-testkit",
@@ -62,6 +65,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
             "mooncake-benches",
             &[
                 "mooncake-client",
+                "mooncake-local-cluster",
                 "mooncake-proto",
                 "mooncake-segment",
                 "mooncake-transfer",

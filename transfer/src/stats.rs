@@ -12,6 +12,8 @@ pub const STATS_PEERS_MAX: usize = 1024;
 pub enum TransportKind {
     Tcp,
     Shm,
+    /// A segment this process serves itself (the local route).
+    Local,
 }
 
 impl TransportKind {
@@ -19,6 +21,7 @@ impl TransportKind {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::Shm => "shm",
+            TransportKind::Local => "local",
         }
     }
 }

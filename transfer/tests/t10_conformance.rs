@@ -4,20 +4,14 @@
 mod common;
 
 use common::{HOST_ID, Node};
-use mooncake_transfer::testing::{self, Fixture, SUITE_SEGMENT_MIN_BYTES};
+use mooncake_transfer::testing::{self, SUITE_SEGMENT_MIN_BYTES};
 use mooncake_transfer::{Protocol, ShmTransport, TcpConfig, TcpTransport, TransferEngine};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_transport_conforms() {
     let node = Node::anonymous(SUITE_SEGMENT_MIN_BYTES).await;
     let transport = TcpTransport::new(TcpConfig::default()).unwrap();
-    let fixture = Fixture {
-        transport: &transport,
-        writer: node.writer(),
-        reader: node.reader(),
-        memory: &node.memory,
-        unknown: node.unknown_target(),
-    };
+    let fixture = node.fixture(&transport);
     testing::run_all(&fixture).await;
     assert!(node.server.stats().written_bytes > 0, "bytes went through the server");
 }
@@ -26,13 +20,7 @@ async fn tcp_transport_conforms() {
 async fn shm_transport_conforms() {
     let node = Node::shm("shm-conf", SUITE_SEGMENT_MIN_BYTES).await;
     let transport = ShmTransport::new();
-    let fixture = Fixture {
-        transport: &transport,
-        writer: node.writer(),
-        reader: node.reader(),
-        memory: &node.memory,
-        unknown: node.unknown_target(),
-    };
+    let fixture = node.fixture(&transport);
     testing::run_all(&fixture).await;
     assert_eq!(transport.mapped_count(), 1, "one mapping, reused");
     assert_eq!(node.server.stats().ops, 0, "no byte went through TCP");
@@ -42,13 +30,7 @@ async fn shm_transport_conforms() {
 async fn engine_on_the_same_host_uses_shm_and_conforms() {
     let node = Node::shm("engine-auto", SUITE_SEGMENT_MIN_BYTES).await;
     let engine = TransferEngine::new(HOST_ID.to_owned(), Protocol::Auto, TcpConfig::default()).unwrap();
-    let fixture = Fixture {
-        transport: &engine,
-        writer: node.writer(),
-        reader: node.reader(),
-        memory: &node.memory,
-        unknown: node.unknown_target(),
-    };
+    let fixture = node.fixture(&engine);
     testing::run_all(&fixture).await;
     // Only the unknown segment (no shm file) fell back to TCP, and was refused.
     assert_eq!(node.server.stats().written_bytes, 0);
@@ -60,13 +42,7 @@ async fn engine_with_tcp_rdma_or_another_host_uses_tcp_and_conforms() {
     for (host, protocol) in [(HOST_ID, Protocol::Tcp), (HOST_ID, Protocol::Rdma), ("other-host", Protocol::Auto)] {
         let node = Node::shm("engine-tcp", SUITE_SEGMENT_MIN_BYTES).await;
         let engine = TransferEngine::new(host.to_owned(), protocol, TcpConfig::default()).unwrap();
-        let fixture = Fixture {
-            transport: &engine,
-            writer: node.writer(),
-            reader: node.reader(),
-            memory: &node.memory,
-            unknown: node.unknown_target(),
-        };
+        let fixture = node.fixture(&engine);
         testing::run_all(&fixture).await;
         assert!(node.server.stats().written_bytes > 0, "{protocol} from {host} must go through TCP");
     }

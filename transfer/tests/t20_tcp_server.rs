@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Node, is_closed, raw_request};
+use common::{Node, is_closed, raw_request, request};
 use mooncake_auth::capability::Access;
 use mooncake_segment::SegmentId;
 use mooncake_transfer::frame::{
-    self, FRAME_MAGIC, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader, Status,
+    self, FRAME_MAGIC, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, ResponseHeader, Status,
 };
 use mooncake_transfer::testing::pattern;
 use mooncake_transfer::{TcpConfig, TcpTransport, TransferError};
@@ -19,16 +19,6 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 const SEGMENT_BYTES: u64 = 32 << 20;
-
-/// A request header carrying a valid capability for exactly its own range.
-fn request(op: Op, request_id: u64, segment_id: SegmentId, offset: u64, length: u64) -> [u8; REQUEST_HEADER_BYTES] {
-    let access = match op {
-        Op::Read => Access::Read,
-        Op::Write => Access::Write,
-    };
-    let capability = common::grant(segment_id, offset, length, access).encode();
-    frame::encode_request(&RequestHeader { op, request_id, segment_id, offset, length, capability })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4_mib_object_round_trips_across_lanes() {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Node;
+use common::{Node, one_lane, request};
 use mooncake_auth::capability::Access;
 use mooncake_segment::SegmentId;
 use mooncake_transfer::frame::Status;
@@ -16,10 +16,6 @@ use mooncake_transfer::{BatchRead, Protocol, ReadItem, TcpConfig, TcpTransport, 
 
 const SEGMENT_BYTES: u64 = 96 << 20;
 const ITEM_BYTES: usize = 4096;
-
-fn one_lane() -> TcpTransport {
-    TcpTransport::new(TcpConfig { lanes: 1, ..TcpConfig::default() }).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_reads_every_item_and_a_refused_item_fails_alone() {
@@ -163,16 +159,12 @@ async fn an_engine_batch_mixes_pipelined_chunked_and_refused_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_answer_is_not_held_back_behind_a_pipelined_write() {
-    use mooncake_transfer::frame::{self, Op, RESPONSE_HEADER_BYTES, RequestHeader};
+    use mooncake_transfer::frame::{self, Op, RESPONSE_HEADER_BYTES};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let node = Node::anonymous(SEGMENT_BYTES).await;
     node.memory.write_at(0, b"before").unwrap();
-    let header = |op, request_id, offset, length| {
-        let access = if op == Op::Read { Access::Read } else { Access::Write };
-        let capability = common::grant(node.target.id, offset, length, access).encode();
-        frame::encode_request(&RequestHeader { op, request_id, segment_id: node.target.id, offset, length, capability })
-    };
+    let header = |op, request_id, offset, length| request(op, request_id, node.target.id, offset, length);
     let mut stream = tokio::net::TcpStream::connect(node.server.local_addr()).await.unwrap();
     // Why: the server holds READ answers back while further requests are
     // buffered; a client that sends a WRITE header and waits for the READ's

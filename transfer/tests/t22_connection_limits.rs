@@ -14,10 +14,9 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::Node;
+use common::{Node, request};
 use mooncake_auth::capability::Access;
-use mooncake_segment::SegmentId;
-use mooncake_transfer::frame::{self, Op, REQUEST_HEADER_BYTES, RESPONSE_HEADER_BYTES, RequestHeader, Status};
+use mooncake_transfer::frame::{self, Op, RESPONSE_HEADER_BYTES, Status};
 use mooncake_transfer::testing::pattern;
 use mooncake_transfer::{ReadItem, ServerConfig, ServerStats, TcpConfig, TcpTransport, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,11 +46,6 @@ async fn connect_from(from: Ipv4Addr, server: SocketAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket.bind(SocketAddr::from((from, 0))).unwrap();
     socket.connect(server).await.unwrap()
-}
-
-fn read_request(request_id: u64, segment_id: SegmentId, offset: u64, length: u64) -> [u8; REQUEST_HEADER_BYTES] {
-    let capability = common::grant(segment_id, offset, length, Access::Read).encode();
-    frame::encode_request(&RequestHeader { op: Op::Read, request_id, segment_id, offset, length, capability })
 }
 
 /// Waits until the server's counters satisfy `cond`.
@@ -108,7 +102,7 @@ async fn a_flood_from_one_peer_takes_only_its_share_and_others_still_transfer() 
     for index in 0..8 {
         let mut stream = connect_from(FLOODER, addr).await;
         if index % 2 == 1 {
-            stream.write_all(&read_request(1, node.target.id, 0, 1)[..10]).await.unwrap();
+            stream.write_all(&request(Op::Read, 1, node.target.id, 0, 1)[..10]).await.unwrap();
         }
         held.push(stream);
     }
@@ -187,7 +181,7 @@ async fn silent_trickling_and_idle_connections_are_closed_after_their_timeouts()
     // A half header stalls: closed after the header timeout.
     let started = Instant::now();
     let mut half = TcpStream::connect(addr).await.unwrap();
-    half.write_all(&read_request(1, node.target.id, 0, 2)[..10]).await.unwrap();
+    half.write_all(&request(Op::Read, 1, node.target.id, 0, 2)[..10]).await.unwrap();
     let half_close = async move {
         wait_for_close(&mut half, "the half-header connection").await;
         started.elapsed()
@@ -195,7 +189,7 @@ async fn silent_trickling_and_idle_connections_are_closed_after_their_timeouts()
 
     // A connection served once and then quiet: closed after the idle timeout.
     let mut idle = TcpStream::connect(addr).await.unwrap();
-    idle.write_all(&read_request(2, node.target.id, 0, 2)).await.unwrap();
+    idle.write_all(&request(Op::Read, 2, node.target.id, 0, 2)).await.unwrap();
     assert_eq!(read_response(&mut idle).await.status, Status::Ok);
     let mut body = [0u8; 2];
     idle.read_exact(&mut body).await.unwrap();
@@ -210,7 +204,7 @@ async fn silent_trickling_and_idle_connections_are_closed_after_their_timeouts()
         let mut request_id = 10;
         while Instant::now() < until {
             request_id += 1;
-            busy.write_all(&read_request(request_id, node.target.id, 0, 2)).await.unwrap();
+            busy.write_all(&request(Op::Read, request_id, node.target.id, 0, 2)).await.unwrap();
             assert_eq!(read_response(&mut busy).await.status, Status::Ok, "request {request_id}");
             busy.read_exact(&mut body).await.unwrap();
             // Requests 100 ms apart: the idle timeout restarts after each.

@@ -3,22 +3,19 @@
 //! capabilities as memory; bytes put through the client read back equal, a
 //! block that fails verification answers CORRUPT, and a WRITE that does not
 //! start on a block (or whose block padding leaves its capability) is
-//! refused before a byte is written.
+//! refused before a byte is written. The engine's local route (a store
+//! node reaching its own segments without a socket) does the same.
 
 mod common;
 
-use std::os::unix::fs::FileExt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use common::{is_closed, raw_request as send};
+use common::{DiskNode, is_closed, one_lane, raw_request as send, request_under};
 use mooncake_auth::capability::{Access, SegmentKey};
-use mooncake_segment::{BackendChoice, ClientId, DISK_BLOCK_BYTES, DiskSegment, SegmentId};
-use mooncake_transfer::frame::{self, Op, RequestHeader, Status};
+use mooncake_segment::{BackendChoice, DISK_BLOCK_BYTES, DiskSegment, SegmentId};
+use mooncake_transfer::frame::{Op, Status};
 use mooncake_transfer::testing::pattern;
 use mooncake_transfer::{
-    Backing, ReadItem, RemoteSegment, SegmentRegistry, TcpConfig, TcpTransport, TransferError, TransferServer,
-    Transport,
+    Backing, Protocol, ReadItem, RemoteSegment, TcpConfig, TcpTransport, TransferEngine, TransferError, Transport,
+    TransportKind,
 };
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -27,84 +24,10 @@ const SEGMENT_BYTES: u64 = 24 << 20;
 const BLOCK: u64 = DISK_BLOCK_BYTES;
 const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Pread];
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// A store node serving one disk segment in a temp directory.
-struct DiskNode {
-    server: TransferServer,
-    registry: Arc<SegmentRegistry>,
-    disk: Arc<DiskSegment>,
-    id: SegmentId,
-    _dir: tempfile::TempDir,
-}
-
-impl DiskNode {
-    async fn start(choice: BackendChoice) -> DiskNode {
-        let dir = tempfile::tempdir().unwrap();
-        let id = SegmentId(0xD15C + NEXT.fetch_add(1, Ordering::Relaxed));
-        let path = dir.path().join("segment");
-        let disk = Arc::new(DiskSegment::create(&path, id, ClientId(7), SEGMENT_BYTES, choice).unwrap());
-        let registry = Arc::new(SegmentRegistry::new());
-        registry.register_disk(id, disk.clone()).unwrap();
-        registry.set_key(id, SegmentKey::new(&common::KEY_BYTES)).unwrap();
-        let server = TransferServer::bind("127.0.0.1:0".parse().unwrap(), registry.clone()).await.unwrap();
-        DiskNode { server, registry, disk, id, _dir: dir }
-    }
-
-    fn endpoint(&self) -> String {
-        self.server.local_addr().to_string()
-    }
-
-    /// The segment under a capability for `access` to all of it.
-    fn target(&self, access: Access) -> RemoteSegment {
-        RemoteSegment {
-            id: self.id,
-            endpoint: self.endpoint(),
-            host_id: common::HOST_ID.to_owned(),
-            shm_path: String::new(),
-            size_bytes: SEGMENT_BYTES,
-            capability: Some(common::grant(self.id, 0, SEGMENT_BYTES, access)),
-        }
-    }
-
-    /// Flips a bit of data byte `at` with a plain write to the segment file.
-    fn corrupt(&self, at: u64) {
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(self.disk.path()).unwrap();
-        // The data region is the file's tail (docs of the segment format).
-        let data_offset = file.metadata().unwrap().len() - SEGMENT_BYTES;
-        let mut byte = [0u8; 1];
-        file.read_exact_at(&mut byte, data_offset + at).unwrap();
-        file.write_all_at(&[byte[0] ^ 0x01], data_offset + at).unwrap();
-        file.sync_all().unwrap();
-    }
-
-    /// What the segment holds at `[offset, offset + len)`, read locally.
-    async fn local(&self, offset: u64, len: usize) -> Vec<u8> {
-        let mut out = Vec::new();
-        while out.len() < len {
-            let n = (len - out.len()).min(mooncake_segment::DISK_IO_CHUNK_BYTES);
-            out.extend_from_slice(self.disk.read(offset + out.len() as u64, n).await.unwrap().as_slice());
-        }
-        out
-    }
-}
-
-fn raw_header(op: Op, request_id: u64, node: &DiskNode, offset: u64, length: u64, cap: (u64, u64)) -> [u8; 104] {
-    let access = if op == Op::Read { Access::Read } else { Access::Write };
-    frame::encode_request(&RequestHeader {
-        op,
-        request_id,
-        segment_id: node.id,
-        offset,
-        length,
-        capability: common::grant(node.id, cap.0, cap.1, access).encode(),
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_put_to_a_disk_segment_read_back_equal() {
     for choice in BACKENDS {
-        let node = DiskNode::start(choice).await;
+        let node = DiskNode::start(choice, SEGMENT_BYTES).await;
         let (writer, reader) = (node.target(Access::Write), node.target(Access::Read));
         // Why: the default client splits over 4 lanes (chunks under the
         // disk chunk); one lane sends 9 MiB requests, which the server moves
@@ -138,7 +61,7 @@ async fn bytes_put_to_a_disk_segment_read_back_equal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_block_answers_corrupt_to_a_read() {
     for choice in BACKENDS {
-        let node = DiskNode::start(choice).await;
+        let node = DiskNode::start(choice, SEGMENT_BYTES).await;
         let tcp = TcpTransport::new(TcpConfig::default()).unwrap();
         let object_at = 1 << 20;
         let data = pattern(5, 256 * 1024);
@@ -157,9 +80,9 @@ async fn a_corrupted_block_answers_corrupt_to_a_read() {
         // connection stays usable for the next request.
         let mut stream = TcpStream::connect(node.server.local_addr()).await.unwrap();
         let whole = (object_at, data.len() as u64);
-        let response = send(&mut stream, &raw_header(Op::Read, 11, &node, object_at, 8192 * 4, whole), &[]).await;
+        let response = send(&mut stream, &request_under(Op::Read, 11, node.id, object_at, 8192 * 4, whole), &[]).await;
         assert_eq!((response.status, response.request_id, response.length), (Status::Corrupt, 11, 0));
-        let response = send(&mut stream, &raw_header(Op::Read, 12, &node, object_at, 8192, whole), &[]).await;
+        let response = send(&mut stream, &request_under(Op::Read, 12, node.id, object_at, 8192, whole), &[]).await;
         assert_eq!((response.status, response.length), (Status::Ok, 8192));
         let mut body = vec![0u8; 8192];
         stream.read_exact(&mut body).await.unwrap();
@@ -195,7 +118,7 @@ async fn a_corrupted_block_answers_corrupt_to_a_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unaligned_write_to_a_disk_segment_is_refused_and_writes_nothing() {
     for choice in BACKENDS {
-        let node = DiskNode::start(choice).await;
+        let node = DiskNode::start(choice, SEGMENT_BYTES).await;
         let payload = pattern(9, 5000);
         let everything = (0, SEGMENT_BYTES);
         // Why: an offset off a block boundary cannot be stored in whole
@@ -204,7 +127,7 @@ async fn an_unaligned_write_to_a_disk_segment_is_refused_and_writes_nothing() {
         // payload is read, and the connection closes.
         for (why, offset, cap) in [("unaligned", 100, everything), ("padding outside the capability", 0, (0, 5000))] {
             let mut stream = TcpStream::connect(node.server.local_addr()).await.unwrap();
-            let response = send(&mut stream, &raw_header(Op::Write, 21, &node, offset, 5000, cap), &payload).await;
+            let response = send(&mut stream, &request_under(Op::Write, 21, node.id, offset, 5000, cap), &payload).await;
             assert_eq!((response.status, response.request_id), (Status::OutOfRange, 21), "{choice:?}: {why}");
             assert!(is_closed(&mut stream).await, "{choice:?}: a refused WRITE ({why}) closes its connection");
         }
@@ -219,7 +142,7 @@ async fn an_unaligned_write_to_a_disk_segment_is_refused_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_disk_segment_is_served_under_its_new_id_only() {
-    let node = DiskNode::start(BackendChoice::Auto).await;
+    let node = DiskNode::start(BackendChoice::Auto, SEGMENT_BYTES).await;
     let tcp = TcpTransport::new(TcpConfig::default()).unwrap();
     let data = pattern(13, 10_000);
     tcp.write(&node.target(Access::Write), 0, &data).await.unwrap();
@@ -248,10 +171,6 @@ async fn a_renewed_disk_segment_is_served_under_its_new_id_only() {
     assert!(matches!(node.registry.renew_disk(node.id, new_id), Err(TransferError::UnknownSegment { .. })));
 }
 
-fn one_lane() -> TcpTransport {
-    TcpTransport::new(TcpConfig { lanes: 1, ..TcpConfig::default() }).unwrap()
-}
-
 /// Throughput of 4 MiB puts and gets over loopback TCP to a disk segment on
 /// each backend (run with `cargo test -p mooncake-transfer --test
 /// t26_disk_segments -- --ignored --nocapture`).
@@ -260,7 +179,7 @@ fn one_lane() -> TcpTransport {
 async fn throughput_of_4_mib_objects_over_tcp() {
     let rounds = 5 * (SEGMENT_BYTES >> 22) as usize;
     for choice in BACKENDS {
-        let node = DiskNode::start(choice).await;
+        let node = DiskNode::start(choice, SEGMENT_BYTES).await;
         let tcp = TcpTransport::new(TcpConfig::default()).unwrap();
         let (writer, reader) = (node.target(Access::Write), node.target(Access::Read));
         let data = pattern(1, 4 << 20);
@@ -277,5 +196,88 @@ async fn throughput_of_4_mib_objects_over_tcp() {
         let read = (rounds * 4) as f64 / started.elapsed().as_secs_f64();
         assert!(back == data);
         println!("{choice:?}: 4 MiB put {write:.0} MiB/s, get {read:.0} MiB/s (4 lanes, loopback)");
+    }
+}
+
+/// An engine that reaches `node`'s segments by the local route, and the
+/// node's segment under `access` at an endpoint nothing listens on: a
+/// request that took a socket would fail.
+fn local_engine(node: &DiskNode) -> TransferEngine {
+    let engine = TransferEngine::new(common::HOST_ID.to_owned(), Protocol::Auto, TcpConfig::default()).unwrap();
+    engine.route_locally(node.registry.clone());
+    engine
+}
+
+fn unreachable_target(node: &DiskNode, access: Access) -> RemoteSegment {
+    RemoteSegment { endpoint: "127.0.0.1:1".to_owned(), ..node.target(access) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_route_moves_bytes_of_a_segment_this_process_serves_without_a_socket() {
+    for choice in BACKENDS {
+        let node = DiskNode::start(choice, SEGMENT_BYTES).await;
+        let engine = local_engine(&node);
+        let (writer, reader) = (unreachable_target(&node, Access::Write), unreachable_target(&node, Access::Read));
+        // Why: a store node's copy to its own disk (and its reads of it)
+        // take no socket, for objects of one disk chunk and of several.
+        for (i, len) in [1usize, 4096, (4 << 20) + 7, (9 << 20) + 5].into_iter().enumerate() {
+            let offset = (i as u64) * BLOCK;
+            let data = pattern(40 + i as u64, len);
+            engine.write(&writer, offset, &data).await.unwrap_or_else(|e| panic!("{choice:?}: write of {len}: {e}"));
+            assert!(node.local(offset, len).await == data, "{choice:?}: landed bytes of {len} differ");
+            let mut back = vec![0u8; len];
+            let crc = engine.read_checksummed(&reader, offset, &mut back).await.unwrap();
+            assert!(back == data, "{choice:?}: read-back bytes of {len} differ");
+            assert_eq!(crc, mooncake_segment::checksum::crc32c(&data));
+        }
+        let kinds: Vec<_> = engine.stats().snapshot().into_iter().map(|(kind, _, s)| (kind, s.errors)).collect();
+        assert_eq!(kinds, vec![(TransportKind::Local, 0)], "{choice:?}: every move took the local route");
+        assert_eq!(node.server.stats().ops, 0, "{choice:?}: the server saw no request");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_route_refuses_what_the_server_refuses_and_writes_nothing() {
+    let node = DiskNode::start(BackendChoice::Pread, SEGMENT_BYTES).await;
+    let engine = local_engine(&node);
+    let payload = pattern(9, 5000);
+    let refused = |err: TransferError| match err {
+        TransferError::Remote { status, .. } => status,
+        other => panic!("expected a refusal, got {other}"),
+    };
+    // Why: the masters' grant bounds what a store node writes even to its
+    // own disk: an unaligned offset, padding past the capability, a READ
+    // capability, none at all, a range past the segment.
+    let mut writer = unreachable_target(&node, Access::Write);
+    let err = engine.write(&writer, BLOCK + 1, &payload).await.unwrap_err();
+    assert_eq!(refused(err), Status::OutOfRange, "unaligned");
+    writer.capability = Some(common::grant(node.id, 0, 5000, Access::Write));
+    assert_eq!(refused(engine.write(&writer, 0, &payload).await.unwrap_err()), Status::OutOfRange, "padding");
+    let reader = unreachable_target(&node, Access::Read);
+    assert_eq!(refused(engine.write(&reader, 0, &payload).await.unwrap_err()), Status::Unauthorized, "READ grant");
+    let none = RemoteSegment { capability: None, ..unreachable_target(&node, Access::Write) };
+    assert_eq!(refused(engine.write(&none, 0, &payload).await.unwrap_err()), Status::Unauthorized, "no grant");
+    let past = engine.write(&unreachable_target(&node, Access::Write), SEGMENT_BYTES - BLOCK, &payload).await;
+    assert_eq!(refused(past.unwrap_err()), Status::OutOfRange, "past the end");
+    assert!(node.local(0, 4 * BLOCK as usize).await.iter().all(|b| *b == 0), "no byte was written");
+    let tail = node.local(SEGMENT_BYTES - BLOCK, BLOCK as usize).await;
+    assert!(tail.iter().all(|b| *b == 0), "no byte was written at the end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_route_never_returns_a_corrupted_block_and_notes_it() {
+    for choice in BACKENDS {
+        let node = DiskNode::start(choice, SEGMENT_BYTES).await;
+        let engine = local_engine(&node);
+        let object_at = 1 << 20;
+        let data = pattern(5, 256 * 1024);
+        engine.write(&unreachable_target(&node, Access::Write), object_at, &data).await.unwrap();
+        node.corrupt(object_at + 3 * BLOCK + 100);
+        // Why: the bad bytes are never handed out, the error says read
+        // another replica, and the range waits for the node's report.
+        let mut back = vec![0u8; data.len()];
+        let err = engine.read(&unreachable_target(&node, Access::Read), object_at, &mut back).await.unwrap_err();
+        assert!(matches!(err, TransferError::Corrupt { .. }), "{choice:?}: {err}");
+        assert_eq!(node.registry.take_corrupt(), vec![(node.id, object_at + 3 * BLOCK, BLOCK)], "{choice:?}");
     }
 }

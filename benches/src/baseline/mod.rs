@@ -5,12 +5,17 @@
 //! and upstream Mooncake itself (for `data`, `meta` and `small`). External servers are started by the bench on free 127.0.0.1
 //! ports with their own temporary directories, and a [`Proc`] guard kills
 //! them (and the directory goes) however the bench ends.
+//!
+//! The etcd and Redis clients ([`etcd`], [`redis`]) are compiled only with
+//! feature `baselines` (on by default).
 
+#[cfg(feature = "baselines")]
 pub mod etcd;
 pub mod memcpy;
 pub mod raw_disk;
 pub mod raw_tcp;
 pub mod raw_tls;
+#[cfg(feature = "baselines")]
 pub mod redis;
 pub mod upstream;
 
@@ -105,7 +110,7 @@ impl Drop for Proc {
 
 /// A free port on 127.0.0.1 (free a moment ago).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(mooncake_client::local_cluster::free_port()?)
+    Ok(mooncake_local_cluster::free_port()?)
 }
 
 /// Polls `cond` every 50 ms until it is true or `timeout` passes.

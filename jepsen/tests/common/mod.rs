@@ -481,7 +481,7 @@ pub fn chaos_run_options(
         skip_or_fail("chaos host", e);
         return None;
     }
-    let bin = match mooncake_client::local_cluster::find_binary("mooncake") {
+    let bin = match mooncake_local_cluster::find_binary("mooncake") {
         Ok(b) => b,
         Err(e) => {
             skip_or_fail("mooncake binary", e);
@@ -498,8 +498,25 @@ pub fn chaos_run_options(
         harness_bin: env!("CARGO_BIN_EXE_mooncake-jepsen").into(),
         results_root: results.to_path_buf(),
         master_flags,
+        store_flags: Vec::new(),
         prefix: format!("{prefix}{}", std::process::id() % 10_000),
         preload_objects: mooncake_jepsen::preload::PRELOAD_OBJECTS_DEFAULT,
         tls: true,
     })
+}
+
+/// Runs `opts` (from [`chaos_run_options`]) to its verdict and prints its
+/// summary (the evidence when a test fails).
+pub fn run_reported(opts: mooncake_jepsen::runner::RunOptions) -> mooncake_jepsen::report::RunReport {
+    let report = mooncake_jepsen::runner::run(opts).expect("the run itself completes");
+    eprint!("{}", report.summary());
+    report
+}
+
+/// The verdict of `checker` in `report`.
+pub fn verdict<'a>(
+    report: &'a mooncake_jepsen::report::RunReport,
+    checker: &str,
+) -> &'a mooncake_jepsen::report::CheckerVerdict {
+    report.checkers.iter().find(|c| c.checker == checker).unwrap_or_else(|| panic!("a {checker} verdict"))
 }

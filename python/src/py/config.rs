@@ -5,6 +5,8 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use mooncake_client::Pin;
+
 use crate::session::ReplicaSpec;
 use crate::setup::{SetupArgs, TLS_KEYS, TlsPaths};
 
@@ -123,9 +125,9 @@ impl ReplicateConfig {
     /// `ENABLE` (`PRESERVE` and `DISABLE` put the object unpinned).
     pub fn spec(&self) -> ReplicaSpec {
         let pin = match (self.with_hard_pin, self.soft_pin_action) {
-            (true, _) => 2,
-            (false, SoftPinAction::ENABLE) => 1,
-            (false, _) => 0,
+            (true, _) => Pin::Hard,
+            (false, SoftPinAction::ENABLE) => Pin::Soft,
+            (false, _) => Pin::None,
         };
         ReplicaSpec {
             replica_num: i64::try_from(self.replica_num).unwrap_or(i64::MAX),

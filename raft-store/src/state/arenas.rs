@@ -13,14 +13,16 @@ use std::collections::BTreeSet;
 
 use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 
-use super::invariants::{InvariantViolation, Record};
-use super::{Applied, HeldBy, MetaState, ObjectMeta, ObjectStatus, RetiredObject, invalid, validate_key};
+use super::apply::Applied;
+use super::invariants::{HeldBy, InvariantViolation, Record};
+use super::validation::{invalid, validate_key};
+use super::{MetaState, ObjectMeta, ObjectStatus, RetiredObject};
+use crate::command::*;
+use crate::error::MetaError;
 
 /// Most holes one arena may gather on a fragmented segment: bounds the size
 /// of a grant entry and of the arena's record.
 pub const ARENA_EXTENTS_MAX: usize = 1_024;
-use crate::error::MetaError;
-use crate::types::*;
 
 impl MetaState {
     /// Grants an arena of `len_bytes` (rounded up to the allocation unit) on

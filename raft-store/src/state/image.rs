@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use super::requests::RequestMemory;
 use super::{ClientEntry, DetachedDisk, DiscardedPut, MetaState, ObjectMeta, RetiredObject, SegmentEntry};
+use crate::command::*;
 use crate::error::StoreError;
-use crate::types::*;
+use crate::type_config::{LogId, NodeId};
 
 /// The serialisable form of [`MetaState`] (schema version 5); allocators are
 /// rebuilt from the ranges of objects and discarded puts (the free set is

@@ -34,7 +34,7 @@ use std::fmt;
 use mooncake_segment::{ALLOC_ALIGN_BYTES, AllocError, ClientId, Range, SegmentId};
 
 use super::{ARENA_EXTENTS_MAX, MetaState, ObjectMeta, ObjectStatus, REPLICA_NUM_MAX, SegmentEntry, validate_key};
-use crate::types::{ArenaId, DISK_ALIGN_BYTES, ObjectVersion, ReplicaPlacement, Tier};
+use crate::command::{ArenaId, DISK_ALIGN_BYTES, ObjectVersion, ReplicaPlacement, Tier};
 
 /// What a violation is about.
 #[derive(Clone, Debug, PartialEq, Eq)]

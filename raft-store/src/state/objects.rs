@@ -129,8 +129,8 @@ impl FromIterator<ObjectMeta> for ObjectIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::{ObjectVersion, Pin};
     use crate::state::ObjectStatus;
-    use crate::types::{ObjectVersion, Pin};
     use mooncake_segment::ClientId;
 
     fn object(key: &str, version: u64) -> ObjectMeta {

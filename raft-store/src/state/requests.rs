@@ -34,7 +34,7 @@
 use imbl::{OrdMap, Vector};
 
 use super::invariants::{InvariantViolation, Record};
-use crate::types::{ObjectVersion, Response};
+use crate::command::{ObjectVersion, Response};
 
 /// How long (request-clock time) a request id is remembered for
 /// deduplication: far longer than any client retries one call (15 s).

@@ -10,10 +10,12 @@
 
 use mooncake_segment::{ClientId, Range, SegmentId};
 
+use super::apply::Applied;
 use super::invariants::HeldBy;
-use super::{Applied, DetachedDisk, MetaState, ObjectStatus, REPLICA_NUM_MAX, invalid};
+use super::validation::invalid;
+use super::{DetachedDisk, MetaState, ObjectStatus, REPLICA_NUM_MAX};
+use crate::command::*;
 use crate::error::MetaError;
-use crate::types::*;
 
 impl MetaState {
     /// Detaches the disk segment `id` of an expired owner: its arenas end

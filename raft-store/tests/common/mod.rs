@@ -1,6 +1,6 @@
-//! Builders and checks shared by the state-machine tests: segments, applying
-//! commands at a steady clock, refusals that must change nothing, the
-//! no-shared-bytes invariant, and a seeded PRNG.
+//! Builders and checks shared by the state-machine tests: segments, legacy
+//! puts, applying commands at a steady clock, refusals that must change
+//! nothing, the no-shared-bytes invariant, a seeded PRNG and random commands.
 
 #![allow(dead_code)] // each test file uses its own subset
 
@@ -8,7 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use mooncake_raft_store::codec;
 use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{Command, MetaError, MetaState, Request, Response, SegmentSpec, Tier};
+#[allow(unused_imports)] // as `dead_code` above: each test file uses its own subset
+pub use mooncake_raft_store::testing::{SegmentSpecExt, segment};
+use mooncake_raft_store::{
+    Command, MetaError, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, ReplicaPlacement, Request, Response,
+    SegmentSpec, VersionedKey,
+};
 use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
 
 /// Writers (inference servers) and store nodes.
@@ -17,19 +22,6 @@ pub const W2: ClientId = ClientId(2);
 pub const NODE_A: ClientId = ClientId(101);
 pub const NODE_B: ClientId = ClientId(102);
 pub const NODE_C: ClientId = ClientId(103);
-
-/// A DRAM segment declaration on `host`.
-pub fn seg(id: u64, size: u64, host: &str) -> SegmentSpec {
-    SegmentSpec {
-        id: SegmentId(id),
-        size_bytes: size,
-        endpoint: format!("{host}:7000"),
-        host_id: host.to_string(),
-        zone: "zone-1".to_string(),
-        tier: Tier::Dram,
-        shm_path: String::new(),
-    }
-}
 
 pub fn mount_cmd(client: ClientId, spec: SegmentSpec) -> Command {
     Command::MountSegment { client, segment: spec }
@@ -66,9 +58,9 @@ pub fn image_bytes(state: &MetaState) -> Vec<u8> {
 /// Three segments of `size` bytes on three hosts, owned by three store nodes.
 pub fn three_node_cluster(size: u64) -> MetaState {
     let mut s = MetaState::default();
-    mount(&mut s, NODE_A, seg(1, size, "host-a"));
-    mount(&mut s, NODE_B, seg(2, size, "host-b"));
-    mount(&mut s, NODE_C, seg(3, size, "host-c"));
+    mount(&mut s, NODE_A, segment(1, size, "host-a"));
+    mount(&mut s, NODE_B, segment(2, size, "host-b"));
+    mount(&mut s, NODE_C, segment(3, size, "host-c"));
     s
 }
 
@@ -172,5 +164,147 @@ impl Rng {
     }
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
         if items.is_empty() { None } else { Some(&items[self.below(items.len() as u64) as usize]) }
+    }
+}
+
+// ---------------------------------------------------------------- builders
+
+/// The PutStart parameters of `key` (no preferred segments, unpinned).
+pub fn put_spec(client: ClientId, key: &str, size: u64, replicas: u32) -> PutStart {
+    PutStart {
+        client,
+        key: key.to_string(),
+        size_bytes: size,
+        replica_num: replicas,
+        preferred: Vec::new(),
+        pin: Pin::None,
+    }
+}
+
+/// A PutStart command.
+pub fn put(client: ClientId, key: &str, size: u64, replicas: u32) -> Command {
+    Command::PutStart(put_spec(client, key, size, replicas))
+}
+
+/// A PutStart command that names preferred segments.
+pub fn put_preferring(client: ClientId, key: &str, size: u64, replicas: u32, preferred: &[u64]) -> Command {
+    let mut p = put_spec(client, key, size, replicas);
+    p.preferred = preferred.iter().map(|id| SegmentId(*id)).collect();
+    Command::PutStart(p)
+}
+
+pub fn put_end(client: ClientId, key: &str, checksum: u32) -> Command {
+    Command::PutEnd { client, key: key.to_string(), checksum }
+}
+
+/// Applies a PutStart and returns its placement.
+pub fn placed(state: &mut MetaState, cmd: Command) -> (ObjectVersion, Vec<ReplicaPlacement>) {
+    let shown = format!("{cmd:?}");
+    match apply(state, cmd) {
+        Response::Placed { version, replicas } => (version, replicas),
+        other => panic!("{shown} was not placed: {other:?}"),
+    }
+}
+
+/// PutStart then PutEnd: a complete object.
+pub fn put_complete(state: &mut MetaState, client: ClientId, key: &str, size: u64, replicas: u32) -> ObjectVersion {
+    let (version, _) = placed(state, put(client, key, size, replicas));
+    ok(state, put_end(client, key, 0xC0FFEE));
+    version
+}
+
+// ---------------------------------------------------------------- random commands
+
+/// A random (often valid, sometimes refused) command, aimed at what exists in
+/// `state` so that ends, removes and discards mostly hit real objects.
+pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
+    let objects: Vec<_> = state.objects().collect();
+    let discarded: Vec<_> = state.discarded().map(|d| d.version).collect();
+    let client = ClientId(1 + rng.below(4));
+    match rng.below(100) {
+        0..=5 => {
+            let id = 1 + rng.below(8);
+            let owner = if rng.below(6) == 0 { client } else { ClientId(1 + id % 4) };
+            let size = [4096, 8192, 16384][rng.below(3) as usize];
+            mount_cmd(owner, segment(id, size, &format!("host-{}", id % 3)))
+        }
+        6..=8 => Command::UnmountSegment { client, segment: SegmentId(1 + rng.below(8)) },
+        9..=10 => {
+            let ids: BTreeSet<u64> = (0..rng.below(3)).map(|_| 1 + rng.below(8)).collect();
+            let segments = ids.iter().map(|id| segment(*id, 8192, &format!("host-{}", id % 3))).collect();
+            Command::RemountSegments { client, segments }
+        }
+        11..=44 => {
+            let key = format!("k{}", rng.below(40));
+            let size = 1 + rng.below(3000);
+            let replicas = 1 + rng.below(3) as u32;
+            if rng.below(5) == 0 {
+                put_preferring(client, &key, size, replicas, &[1 + rng.below(8)])
+            } else {
+                put(client, &key, size, replicas)
+            }
+        }
+        45..=64 => match rng.pick(&objects) {
+            Some(o) => {
+                let writer = if rng.below(10) == 0 { client } else { o.writer };
+                put_end(writer, &o.key, rng.below(3) as u32)
+            }
+            None => put_end(client, "nothing", 1),
+        },
+        65..=70 => match rng.pick(&objects) {
+            Some(o) => Command::PutRevoke { client: o.writer, key: o.key.clone() },
+            None => Command::PutRevoke { client, key: "nothing".into() },
+        },
+        71..=76 => match rng.pick(&objects) {
+            // Sometimes a stale (wrong) version.
+            Some(o) => Command::RemoveVersion {
+                key: o.key.clone(),
+                version: ObjectVersion(o.version.0 + u64::from(rng.below(4) == 0)),
+            },
+            None => Command::RemoveVersion { key: "nothing".into(), version: ObjectVersion(1) },
+        },
+        77..=80 => match rng.pick(&objects) {
+            Some(o) => Command::Remove { key: o.key.clone() },
+            None => Command::Remove { key: "nothing".into() },
+        },
+        81..=84 => {
+            let mut victims = Vec::new();
+            for _ in 0..rng.below(4) {
+                if let Some(o) = rng.pick(&objects) {
+                    // Sometimes a stale (wrong) version.
+                    let version = ObjectVersion(o.version.0 + u64::from(rng.below(4) == 0));
+                    victims.push(VersionedKey { key: o.key.clone(), version });
+                }
+            }
+            Command::RemoveObjects { victims, reason: RemoveReason::Evict }
+        }
+        85..=88 => {
+            let mut victims = Vec::new();
+            for _ in 0..rng.below(3) {
+                if let Some(o) = rng.pick(&objects) {
+                    victims.push(VersionedKey { key: o.key.clone(), version: o.version });
+                }
+            }
+            Command::DiscardPuts { victims }
+        }
+        89..=91 => {
+            let mut versions = Vec::new();
+            for _ in 0..rng.below(3) {
+                versions.extend(rng.pick(&discarded).copied());
+            }
+            Command::ReleaseDiscarded { versions }
+        }
+        92 => Command::ExpireClient { client },
+        93..=96 => {
+            let n = 2 + rng.below(3);
+            let cmds = (0..n)
+                .map(|_| match random_command(rng, state) {
+                    Command::Batch(_) => Command::Noop,
+                    c => c,
+                })
+                .collect();
+            Command::Batch(cmds)
+        }
+        _ => put(client, "", 0, 0),
     }
 }

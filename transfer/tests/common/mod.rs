@@ -1,17 +1,23 @@
 //! Test support shared by the transfer engine's integration tests: a store
 //! node (one segment with its capability key, a registry, a real
-//! `TransferServer` on 127.0.0.1:0), and capabilities for it, signed as a
-//! master would.
+//! `TransferServer` on 127.0.0.1:0) serving memory ([`Node`]) or a disk
+//! segment file ([`DiskNode`]), capabilities for it, signed as a master
+//! would, raw request headers carrying them, and clients.
 
 #![allow(dead_code)]
 
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mooncake_auth::capability::{self, Access, Capability, Requested, SegmentKey};
-use mooncake_segment::{SegmentId, SegmentMemory};
-use mooncake_transfer::{RemoteSegment, SegmentRegistry, ServerConfig, TransferServer};
+use mooncake_segment::{BackendChoice, ClientId, DiskSegment, SegmentId, SegmentMemory};
+use mooncake_transfer::frame::{self, Op, REQUEST_HEADER_BYTES, RequestHeader};
+use mooncake_transfer::testing::Fixture;
+use mooncake_transfer::{
+    RemoteSegment, SegmentRegistry, ServerConfig, TcpConfig, TcpTransport, TransferServer, Transport,
+};
 
 /// The host id every test node claims.
 pub const HOST_ID: &str = "test-host";
@@ -117,6 +123,107 @@ impl Node {
             ..self.target.clone()
         }
     }
+
+    /// The conformance suite's fixture for `transport` reaching this node.
+    pub fn fixture<'a, T: Transport>(&'a self, transport: &'a T) -> Fixture<'a, T> {
+        Fixture {
+            transport,
+            writer: self.writer(),
+            reader: self.reader(),
+            memory: &self.memory,
+            unknown: self.unknown_target(),
+        }
+    }
+}
+
+/// A store node serving one disk segment file in a temp directory.
+pub struct DiskNode {
+    pub server: TransferServer,
+    pub registry: Arc<SegmentRegistry>,
+    pub disk: Arc<DiskSegment>,
+    pub id: SegmentId,
+    pub size_bytes: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl DiskNode {
+    /// A node whose segment of `size_bytes` is a file on `choice`'s backend.
+    pub async fn start(choice: BackendChoice, size_bytes: u64) -> DiskNode {
+        let dir = tempfile::tempdir().unwrap();
+        let id = SegmentId(0xD15C + NEXT.fetch_add(1, Ordering::Relaxed));
+        let path = dir.path().join("segment");
+        let disk = Arc::new(DiskSegment::create(&path, id, ClientId(7), size_bytes, choice).unwrap());
+        let registry = Arc::new(SegmentRegistry::new());
+        registry.register_disk(id, disk.clone()).unwrap();
+        registry.set_key(id, SegmentKey::new(&KEY_BYTES)).unwrap();
+        let server = TransferServer::bind("127.0.0.1:0".parse().unwrap(), registry.clone()).await.unwrap();
+        DiskNode { server, registry, disk, id, size_bytes, _dir: dir }
+    }
+
+    pub fn endpoint(&self) -> String {
+        self.server.local_addr().to_string()
+    }
+
+    /// The segment under a capability for `access` to all of it.
+    pub fn target(&self, access: Access) -> RemoteSegment {
+        RemoteSegment {
+            id: self.id,
+            endpoint: self.endpoint(),
+            host_id: HOST_ID.to_owned(),
+            shm_path: String::new(),
+            size_bytes: self.size_bytes,
+            capability: Some(grant(self.id, 0, self.size_bytes, access)),
+        }
+    }
+
+    /// Flips a bit of data byte `at` with a plain write to the segment file.
+    pub fn corrupt(&self, at: u64) {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(self.disk.path()).unwrap();
+        // The data region is the file's tail (docs of the segment format).
+        let data_offset = file.metadata().unwrap().len() - self.size_bytes;
+        let mut byte = [0u8; 1];
+        file.read_exact_at(&mut byte, data_offset + at).unwrap();
+        file.write_all_at(&[byte[0] ^ 0x01], data_offset + at).unwrap();
+        file.sync_all().unwrap();
+    }
+
+    /// What the segment holds at `[offset, offset + len)`, read locally.
+    pub async fn local(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        while out.len() < len {
+            let n = (len - out.len()).min(mooncake_segment::DISK_IO_CHUNK_BYTES);
+            out.extend_from_slice(self.disk.read(offset + out.len() as u64, n).await.unwrap().as_slice());
+        }
+        out
+    }
+}
+
+/// A request header under a capability for exactly its own range.
+pub fn request(op: Op, request_id: u64, segment_id: SegmentId, offset: u64, length: u64) -> [u8; REQUEST_HEADER_BYTES] {
+    request_under(op, request_id, segment_id, offset, length, (offset, length))
+}
+
+/// A request header under a capability for `op`'s access to
+/// `[cap.0, cap.0 + cap.1)` of the segment.
+pub fn request_under(
+    op: Op,
+    request_id: u64,
+    segment_id: SegmentId,
+    offset: u64,
+    length: u64,
+    cap: (u64, u64),
+) -> [u8; REQUEST_HEADER_BYTES] {
+    let access = match op {
+        Op::Read => Access::Read,
+        Op::Write => Access::Write,
+    };
+    let capability = grant(segment_id, cap.0, cap.1, access).encode();
+    frame::encode_request(&RequestHeader { op, request_id, segment_id, offset, length, capability })
+}
+
+/// A client with a single lane (one connection) per store node.
+pub fn one_lane() -> TcpTransport {
+    TcpTransport::new(TcpConfig { lanes: 1, ..TcpConfig::default() }).unwrap()
 }
 
 /// A peer that accepts connections and never answers: its address and the

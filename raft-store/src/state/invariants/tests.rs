@@ -12,7 +12,8 @@ use mooncake_segment::{ClientId, Range, RangeAllocator, SegmentId};
 
 use super::super::{MetaState, ObjectStatus};
 use super::{HeldBy, InvariantViolation as V, Record};
-use crate::types::*;
+use crate::command::*;
+use crate::testing::segment;
 
 const SIZE: u64 = 8192;
 const NODE_A: ClientId = ClientId(101);
@@ -20,18 +21,6 @@ const NODE_B: ClientId = ClientId(102);
 const WRITER: ClientId = ClientId(1);
 const S1: SegmentId = SegmentId(1);
 const S2: SegmentId = SegmentId(2);
-
-fn spec(id: SegmentId, host: &str) -> SegmentSpec {
-    SegmentSpec {
-        id,
-        size_bytes: SIZE,
-        endpoint: format!("{host}:7000"),
-        host_id: host.into(),
-        zone: "zone-1".into(),
-        tier: Tier::Dram,
-        shm_path: String::new(),
-    }
-}
 
 /// Applies `cmd` one ms after the state's time (debug builds: then the full scan).
 fn apply(s: &mut MetaState, cmd: Command) -> Response {
@@ -48,8 +37,14 @@ fn put_start(key: &str, size_bytes: u64, replica_num: u32) -> Command {
 /// offset 0; an arena on each segment; a discarded put "d" on segment 2.
 fn base() -> MetaState {
     let mut s = MetaState::default();
-    assert_eq!(apply(&mut s, Command::MountSegment { client: NODE_A, segment: spec(S1, "host-a") }), Response::Ok);
-    assert_eq!(apply(&mut s, Command::MountSegment { client: NODE_B, segment: spec(S2, "host-b") }), Response::Ok);
+    assert_eq!(
+        apply(&mut s, Command::MountSegment { client: NODE_A, segment: segment(S1.0, SIZE, "host-a") }),
+        Response::Ok
+    );
+    assert_eq!(
+        apply(&mut s, Command::MountSegment { client: NODE_B, segment: segment(S2.0, SIZE, "host-b") }),
+        Response::Ok
+    );
     assert!(matches!(apply(&mut s, put_start("a", 64, 2)), Response::Placed { .. }));
     assert_eq!(apply(&mut s, Command::PutEnd { client: WRITER, key: "a".into(), checksum: 7 }), Response::Ok);
     for segment in [S1, S2] {

@@ -1,17 +1,20 @@
 //! Batched reads: [`TransferEngine::read_batch_checksummed`] reads many
-//! objects at once, each by the cheapest route. Same-host targets are copied
-//! over shared memory; small reads from one store node share a pipeline on
-//! one connection ([`TcpTransport::read_pipelined`]); every other read (larger
-//! than the split size, or out of range) takes the path of a single read.
+//! objects at once, each by the cheapest route. This process's own segments
+//! take the local route; other same-host targets are copied over shared
+//! memory; small reads from one store node share a pipeline on one
+//! connection ([`TcpTransport::read_pipelined`](crate::TcpTransport::read_pipelined));
+//! every other read (larger than the split size, or out of range) takes the
+//! path of a single read.
 
 use std::collections::HashMap;
 
 use futures::future::join_all;
 
-use super::{RemoteSegment, TransferEngine};
+use super::TransferEngine;
 use crate::error::TransferError;
 use crate::stats::TransportKind;
 use crate::tcp::{ReadItem, check_target_range};
+use crate::transport::RemoteSegment;
 
 /// One read of a batch: `buf.len()` bytes from `offset` of `target`.
 #[derive(Debug)]
@@ -31,7 +34,9 @@ impl TransferEngine {
         let mut pipelined: HashMap<&str, Vec<(usize, ReadItem<'_>)>> = HashMap::new();
         let mut singles = Vec::new();
         for (index, BatchRead { target, offset, buf }) in items.into_iter().enumerate() {
-            if let Some(memory) = self.shm_route(target) {
+            if self.local_route(target).is_some() {
+                singles.push((index, target, offset, buf));
+            } else if let Some(memory) = self.shm_route(target) {
                 results[index] = Some(self.read_shm_checksummed(&memory, target, offset, buf));
             } else if buf.len() as u64 <= split_bytes && check_target_range(target, offset, buf.len()).is_ok() {
                 let item = ReadItem { segment: target.id, capability: target.capability, offset, buf };

@@ -4,58 +4,17 @@
 //! start, SIGKILL, restart from the data dir, add joiners, wait for a leader.
 //! Every child is killed when the cluster is dropped.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::net::TcpListener;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use mooncake_client::{MasterClient, MasterClientConfig};
 use mooncake_proto::master::GetClusterInfoResponse;
 
-use crate::master_client::{MasterClient, MasterClientConfig};
-
-/// Most attempts [`free_port`] makes to find a port it has not handed out.
-const FREE_PORT_ATTEMPTS: usize = 1_000;
-
-/// A port that was free a moment ago on 127.0.0.1 and that this process has
-/// not handed out before. The kernel may give a just-released port to the
-/// next bind, so without the memory two clusters started at once in one
-/// process (parallel tests) could be given the same port before either
-/// child binds it, and one cluster's masters would talk Raft to the other's.
-pub fn free_port() -> std::io::Result<u16> {
-    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    for _ in 0..FREE_PORT_ATTEMPTS {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner).insert(port) {
-            return Ok(port);
-        }
-    }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::AddrInUse,
-        format!("no port in {FREE_PORT_ATTEMPTS} tries that this process has not handed out already"),
-    ))
-}
-
-/// Polls `cond` every 20 ms until it returns `Some`, or fails after
-/// `timeout`. The condition is the event; the interval bounds how late we see it.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut cond: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = cond().await {
-            return Ok(v);
-        }
-        if start.elapsed() > timeout {
-            return Err(format!("timed out after {timeout:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use crate::binary::find_binary;
+use crate::node::{Node, Role};
+use crate::ports::free_port;
+use crate::wait::wait_for;
 
 /// Store node `n` of the first local cluster of a process has client id
 /// `STORE_CLIENT_ID_BASE + n`; each further cluster in the same process
@@ -66,92 +25,6 @@ pub const STORE_CLIENT_ID_BASE: u64 = 0x5700;
 fn next_store_id_base() -> u64 {
     static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     STORE_CLIENT_ID_BASE + (CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 8)
-}
-
-/// Kind of a child process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    Master,
-    Store,
-}
-
-/// One child process and how to start it again.
-pub struct Node {
-    pub role: Role,
-    pub id: u64,
-    /// gRPC address of a master; transfer address of a store ("" until known).
-    pub addr: String,
-    pub http: String,
-    pub data_dir: PathBuf,
-    pub log: PathBuf,
-    bin: PathBuf,
-    args: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Node {
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    fn launch(&mut self) -> std::io::Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
-        let filter = std::env::var("MOONCAKE_CHILD_LOG").unwrap_or_else(|_| "info,openraft=warn".into());
-        let child = Command::new(&self.bin)
-            .args(&self.args)
-            .env("RUST_LOG", filter)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| std::io::Error::new(e.kind(), format!("starting {}: {e}", self.bin.display())))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Asks the process to stop (SIGTERM) and waits up to `grace`, then kills it.
-    fn stop(&mut self, grace: Duration) {
-        let Some(mut c) = self.child.take() else { return };
-        // SAFETY: kill(2) with a pid we own and a valid signal number.
-        unsafe {
-            libc::kill(c.id() as i32, libc::SIGTERM);
-        }
-        let start = Instant::now();
-        while start.elapsed() < grace {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
-/// Where the binaries are: `MOONCAKE_BIN_DIR`, else next to this executable,
-/// else one level up (test executables live in `target/<profile>/deps`).
-pub fn find_binary(name: &str) -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("MOONCAKE_BIN_DIR") {
-        return Ok(PathBuf::from(dir).join(name));
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = exe.parent().ok_or("executable has no directory")?;
-    for candidate in [dir.join(name), dir.parent().map(|p| p.join(name)).unwrap_or_default()] {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(format!("{name} not found next to {}; build it (cargo build --release --bin {name})", exe.display()))
 }
 
 /// How to build a [`LocalCluster`].

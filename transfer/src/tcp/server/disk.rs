@@ -24,49 +24,11 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use mooncake_auth::capability::Capability;
-use mooncake_segment::{DISK_BLOCK_BYTES, DISK_IO_CHUNK_BYTES, DiskBuf, DiskError, DiskSegment};
+use mooncake_segment::{DISK_IO_CHUNK_BYTES, DiskBuf, DiskError, DiskSegment};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::connection::{After, Connection, with_timeout};
 use crate::frame::{RequestHeader, ResponseHeader, Status, encode_response};
-
-/// Why a WRITE to a disk segment cannot be served as asked.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum NotBlockWrite {
-    #[error("offset {0} is not a multiple of the disk block size {DISK_BLOCK_BYTES}")]
-    Unaligned(u64),
-    #[error(
-        "its block-padded end {padded_end} lies beyond the capability's range [{cap_offset}, {cap_offset} + {cap_len})"
-    )]
-    PaddingOutsideCapability { padded_end: u64, cap_offset: u64, cap_len: u64 },
-}
-
-/// Ok when a WRITE of `request` under `capability` can be stored in whole
-/// blocks without touching a byte the capability does not grant.
-pub(super) fn write_fits(request: &RequestHeader, capability: &Capability) -> Result<(), NotBlockWrite> {
-    if !request.offset.is_multiple_of(DISK_BLOCK_BYTES) {
-        return Err(NotBlockWrite::Unaligned(request.offset));
-    }
-    let padded_len = request.length.div_ceil(DISK_BLOCK_BYTES) * DISK_BLOCK_BYTES;
-    if !capability.covers(request.offset, padded_len) {
-        return Err(NotBlockWrite::PaddingOutsideCapability {
-            padded_end: request.offset.saturating_add(padded_len),
-            cap_offset: capability.offset,
-            cap_len: capability.len,
-        });
-    }
-    Ok(())
-}
-
-/// The status that answers a disk error.
-fn status_of(err: &DiskError) -> Status {
-    match err {
-        DiskError::Corrupt { .. } => Status::Corrupt,
-        DiskError::OutOfBounds { .. } | DiskError::Unaligned { .. } => Status::OutOfRange,
-        _ => Status::Internal,
-    }
-}
 
 /// Length of chunk `done..` of a transfer of `total` bytes.
 fn chunk_len(total: u64, done: u64) -> usize {
@@ -172,7 +134,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// closes, as for any refused WRITE) and logs it: corruption and disk
     /// failures are the operator's business, unlike a client's bad request.
     async fn disk_failed(&mut self, request: &RequestHeader, disk: &DiskSegment, err: DiskError) -> io::Result<After> {
-        let status = status_of(&err);
+        let status = crate::access::disk_status(&err);
         if let DiskError::Corrupt { offset, len } = &err {
             self.registry.note_corrupt(request.segment_id, *offset, *len);
         }

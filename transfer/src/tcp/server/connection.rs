@@ -12,15 +12,16 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use mooncake_auth::capability::{self, Access, Capability, CapabilityError, Requested, SegmentKey};
+use mooncake_auth::capability::Access;
 use mooncake_segment::SegmentMemory;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::time::Instant;
 
 use super::Counters;
 use super::admission::Slot;
+use crate::access::{self, Asked};
 use crate::frame::{self, Op, REQUEST_HEADER_BYTES, RequestHeader, ResponseHeader, Status};
 use crate::registry::{Backing, SegmentRegistry};
 
@@ -155,39 +156,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 return Ok(After::Close);
             }
         };
-        let Some((backing, key)) = self.registry.lookup_with_key(request.segment_id) else {
-            return self.refuse(&request, Status::UnknownSegment).await;
+        let asked = Asked {
+            segment: request.segment_id,
+            offset: request.offset,
+            len: request.length,
+            access: match request.op {
+                Op::Read => Access::Read,
+                Op::Write => Access::Write,
+            },
+            capability: &request.capability,
         };
-        let in_range = match &backing {
-            Backing::Memory(memory) => memory.check_range(request.offset, request.length).is_ok(),
-            Backing::Disk(disk) => {
-                request.offset.checked_add(request.length).is_some_and(|end| end <= disk.data_bytes())
-            }
-        };
-        if !in_range {
-            return self.refuse(&request, Status::OutOfRange).await;
-        }
-        let capability = match authorize(key.as_deref(), &request) {
-            Ok(capability) => capability,
+        let backing = match access::admit(&self.registry, &asked) {
+            Ok(admitted) => admitted.backing,
             Err(why) => {
-                self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+                if why.status() == Status::Unauthorized {
+                    self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+                }
                 tracing::debug!(peer = %self.peer, segment = %request.segment_id, op = ?request.op,
-                    offset = request.offset, length = request.length, "transfer request unauthorized: {why}");
-                return self.refuse(&request, Status::Unauthorized).await;
+                    offset = request.offset, length = request.length, "transfer request refused: {why}");
+                return self.refuse(&request, why.status()).await;
             }
         };
         match (request.op, backing) {
             (Op::Read, Backing::Memory(memory)) => self.serve_read(&request, &memory).await,
             (Op::Write, Backing::Memory(memory)) => self.serve_write(&request, &memory).await,
             (Op::Read, Backing::Disk(disk)) => self.serve_disk_read(&request, &disk).await,
-            (Op::Write, Backing::Disk(disk)) => {
-                if let Err(why) = super::disk::write_fits(&request, &capability) {
-                    tracing::debug!(peer = %self.peer, segment = %request.segment_id, offset = request.offset,
-                        length = request.length, "disk segment WRITE refused: {why}");
-                    return self.refuse(&request, Status::OutOfRange).await;
-                }
-                self.serve_disk_write(&request, &disk).await
-            }
+            (Op::Write, Backing::Disk(disk)) => self.serve_disk_write(&request, &disk).await,
         }
     }
 
@@ -246,38 +240,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let header = frame::encode_response(&ResponseHeader { status, request_id, length });
         with_timeout(self.deadlines.payload, self.stream.write_all(&header)).await
     }
-}
-
-/// Why a request may not be served.
-#[derive(Debug, thiserror::Error)]
-enum Unauthorized {
-    #[error("the segment has no capability key yet (its mount has not been answered)")]
-    NoKey,
-    #[error(transparent)]
-    Capability(#[from] CapabilityError),
-}
-
-/// The request's capability when it verifies under the segment's `key` and
-/// covers exactly what it asks (segment, access, range, not expired).
-fn authorize(key: Option<&SegmentKey>, request: &RequestHeader) -> Result<Capability, Unauthorized> {
-    let key = key.ok_or(Unauthorized::NoKey)?;
-    let requested = Requested {
-        segment_id: request.segment_id.0,
-        offset: request.offset,
-        len: request.length,
-        access: match request.op {
-            Op::Read => Access::Read,
-            Op::Write => Access::Write,
-        },
-    };
-    Ok(capability::verify(key, &request.capability, &requested, unix_ms_now())?)
-}
-
-/// This node's wall clock in unix ms, which capability expiries are
-/// compared with (they are the master's wall clock plus a TTL).
-fn unix_ms_now() -> u64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs one I/O step with a deadline; expiry is a `TimedOut` error.

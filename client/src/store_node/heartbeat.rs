@@ -27,7 +27,8 @@
 //! one they knew and dropped is renewed first, as above.
 //!
 //! A store node with a disk (docs/TIERS.md) mounts both segments in one
-//! call, hands the copies a Ping answer brings to its [`Copier`], and
+//! call, hands the copies a Ping answer brings to its [`Copier`] (which
+//! also asks for them itself: [`Copier::take_copies`]), and
 //! reports the disk ranges its transfer server or its start-up scrub found
 //! corrupt (`ReportCorrupt`) after each Ping.
 
@@ -38,9 +39,9 @@ use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{CopyTask, Segment};
 use tokio::sync::watch;
 
-use crate::copier::Copier;
+use super::copier::Copier;
+use super::local_segment::LocalSegment;
 use crate::error::ClientError;
-use crate::local_segment::LocalSegment;
 use crate::master_client::{MasterClient, MasterError, check};
 
 /// Pings between two checks of the segment while the master's view moves:

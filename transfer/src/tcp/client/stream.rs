@@ -1,6 +1,6 @@
 //! [`Stream`]: one lane's connection, a bare socket or mutual TLS over one.
 //!
-//! The exchanges in `tcp` and `pipeline` are generic over the stream and
+//! The exchanges in `client` and `pipeline` are generic over the stream and
 //! match on this enum once per request, so a plain connection runs the same
 //! monomorphic code on the bare `TcpStream` as before TLS existed: no
 //! wrapper, no extra copy, no lock between its read and write halves.

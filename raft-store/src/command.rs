@@ -1,33 +1,22 @@
-//! The openraft type configuration and the replicated command vocabulary:
-//! what a log entry may ask of the state machine, and what it answers.
-
-use std::io::Cursor;
+//! The replicated command vocabulary: what a log entry may ask of the state
+//! machine ([`Request`], [`Command`] and the values inside them) and what it
+//! answers ([`Response`]).
+//!
+//! Every type here is persisted (in log entries, and in snapshots through the
+//! state image and the remembered answers of `Once`) as postcard, which
+//! encodes enum variants by position and struct fields in order; the bytes
+//! are pinned by `tests/t05_formats.rs` (docs/STATE_MACHINE.md, *Changing
+//! the formats*).
+//!
+//! Each [`Command`] variant says what a second application does when a
+//! client or leader retries it after losing the answer: only `Once`
+//! deduplicates by request id; the others are idempotent by themselves,
+//! pinned to an object version, or say what a repeat does.
 
 use mooncake_segment::{ClientId, Range, SegmentId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::MetaError;
-
-openraft::declare_raft_types!(
-    /// openraft types of the mooncake master quorum.
-    pub TypeConfig:
-        D = Request,
-        R = Response,
-        NodeId = u64,
-        Node = openraft::BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
-);
-
-/// A master's id in the Raft group.
-pub type NodeId = u64;
-/// A log id of this type configuration.
-pub type LogId = openraft::LogId<NodeId>;
-/// A log entry of this type configuration.
-pub type Entry = openraft::Entry<TypeConfig>;
-/// The openraft handle of this type configuration.
-pub type Raft = openraft::Raft<TypeConfig>;
 
 /// One proposal: a command stamped with the proposing leader's wall clock.
 /// The state machine never reads a clock; it takes time from here (and never
@@ -229,60 +218,81 @@ impl std::fmt::Debug for CredentialHash {
 }
 
 /// Everything the replicated state machine can be asked to do.
+///
+/// Variants are encoded by position: new ones go at the end, and legacy
+/// ones (never proposed any more) stay so older logs replay identically.
+/// Each variant's "Retry" paragraph says what applying it a second time
+/// does.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Legacy (logs written before client credentials): `MountSegmentAs`
     /// without the credential. Never proposed any more.
-    MountSegment {
-        client: ClientId,
-        segment: SegmentSpec,
-    },
+    ///
+    /// Retry: idempotent. Mounting a segment its owner already has (same
+    /// size and tier) answers `Ok`; a disk segment takes the new
+    /// declaration (endpoint) and is attached again if it was detached.
+    MountSegment { client: ClientId, segment: SegmentSpec },
     /// Legacy, as `MountSegment`.
-    UnmountSegment {
-        client: ClientId,
-        segment: SegmentId,
-    },
-    /// Registers `client` and makes `segments` its exact set of segments.
-    /// Legacy, as `MountSegment`.
-    RemountSegments {
-        client: ClientId,
-        segments: Vec<SegmentSpec>,
-    },
+    ///
+    /// Retry: idempotent. Unmounting an unknown segment answers `Ok`.
+    UnmountSegment { client: ClientId, segment: SegmentId },
+    /// Registers `client` and makes `segments` its exact set of segments
+    /// (all or nothing). Legacy, as `MountSegment`.
+    ///
+    /// Retry: idempotent. The same list yields the same set; each segment
+    /// mounted already counts as a retried mount.
+    RemountSegments { client: ClientId, segments: Vec<SegmentSpec> },
+    /// Legacy (the two-commit put): places a new object, PROCESSING.
+    ///
+    /// Retry: a retry by the same writer with the same size while the
+    /// object is still PROCESSING answers the same placement and version;
+    /// once it is complete the retry is refused (`OBJECT_ALREADY_EXISTS`).
     PutStart(PutStart),
-    PutEnd {
-        client: ClientId,
-        key: String,
-        checksum: u32,
-    },
-    PutRevoke {
-        client: ClientId,
-        key: String,
-    },
+    /// Legacy: completes a PROCESSING object with its checksum.
+    ///
+    /// Retry: idempotent. A retry with the same checksum answers `Ok`;
+    /// another checksum is refused (`OBJECT_ALREADY_EXISTS`).
+    PutEnd { client: ClientId, key: String, checksum: u32 },
+    /// Legacy: drops a PROCESSING object of its writer and frees its space.
+    ///
+    /// Retry: not idempotent. A retry after it applied is refused
+    /// (`OBJECT_NOT_FOUND`), unless the same writer started the key again
+    /// in between, whose new put it then revokes.
+    PutRevoke { client: ClientId, key: String },
     /// Legacy (logs written before removals were pinned to a version):
     /// removes whatever complete object `key` names. Never proposed any more;
     /// kept so older logs replay identically.
-    Remove {
-        key: String,
-    },
+    ///
+    /// Retry: not idempotent. A retry after it applied is refused
+    /// (`OBJECT_NOT_FOUND`), or removes the object put under the key in
+    /// between; `RemoveVersion` replaced it for that reason.
+    Remove { key: String },
     /// Remove these exact object versions (RemoveAll or eviction).
-    RemoveObjects {
-        victims: Vec<VersionedKey>,
-        reason: RemoveReason,
-    },
+    ///
+    /// Retry: idempotent (pinned to versions). A repeat skips the versions
+    /// already gone and answers a smaller count.
+    RemoveObjects { victims: Vec<VersionedKey>, reason: RemoveReason },
     /// The leader saw no heartbeat for `client_ttl`: drop the client and its segments.
-    ExpireClient {
-        client: ClientId,
-    },
+    ///
+    /// Retry: a repeat is refused (`ILLEGAL_CLIENT`: not registered) and
+    /// changes nothing, unless the client registered again in between,
+    /// which it then expires again.
+    ExpireClient { client: ClientId },
     /// Abandoned puts past the discard timeout: free their keys, hold their
     /// ranges until the release timeout (the writer may still be writing).
-    DiscardPuts {
-        victims: Vec<VersionedKey>,
-    },
+    ///
+    /// Retry: idempotent (pinned to versions that are still PROCESSING). A
+    /// repeat skips the puts already discarded.
+    DiscardPuts { victims: Vec<VersionedKey> },
     /// Discarded ranges past the release timeout: give the space back.
-    ReleaseDiscarded {
-        versions: Vec<ObjectVersion>,
-    },
+    ///
+    /// Retry: idempotent. Versions no longer discarded are skipped
+    /// (versions are never reused).
+    ReleaseDiscarded { versions: Vec<ObjectVersion> },
     /// Several commands in one log entry (batch RPCs, group commit).
+    ///
+    /// Retry: each command inside follows its own rule; a batch as a whole
+    /// is never deduplicated (`Once` refuses to wrap one).
     Batch(Vec<Command>),
     /// Apply `cmd` at most once per `request_id`: a client retrying after an
     /// answer was lost (timeout, leader change) gets the first answer back
@@ -290,112 +300,113 @@ pub enum Command {
     /// put in between). Ids are kept for `REQUEST_DEDUP_WINDOW_MS` of the
     /// request clock, which no single leader clock jump can fast-forward
     /// (`state/requests.rs`).
-    Once {
-        request_id: u64,
-        cmd: Box<Command>,
-    },
+    ///
+    /// Retry: deduplicated by `request_id` within that window, refusals
+    /// included (the first answer is returned, nothing changes). `cmd` must
+    /// be a single command: a `Batch` or `Once` inside is refused.
+    Once { request_id: u64, cmd: Box<Command> },
     /// Does nothing; used by tests and to stamp time.
+    ///
+    /// Retry: idempotent (only the state's time moves).
     Noop,
     /// Removes the object `key` only if its current incarnation is
     /// `version` and complete (the leader checked that incarnation's KV
     /// lease and fenced its readers before proposing). A newer incarnation
     /// put in between is never touched: the answer is `OBJECT_NOT_FOUND`.
-    RemoveVersion {
-        key: String,
-        version: ObjectVersion,
-    },
+    ///
+    /// Retry: idempotent in effect (pinned to `version`), but a repeat
+    /// answers `OBJECT_NOT_FOUND`; the master proposes it inside `Once` when
+    /// the client gave a request id, so the retry gets the first answer.
+    RemoveVersion { key: String, version: ObjectVersion },
     /// The leader of `term` grants itself an arena of `len_bytes` on
     /// `segment`, from bytes free of objects and of other arenas: the
     /// smallest hole that fits, or else the largest holes of at least
     /// `unit_bytes` (the object the leader must place) until `len_bytes`.
-    ArenaGrant {
-        segment: SegmentId,
-        len_bytes: u64,
-        unit_bytes: u64,
-        term: u64,
-    },
+    ///
+    /// Retry: not idempotent. Every application grants another arena, with
+    /// a new id.
+    ArenaGrant { segment: SegmentId, len_bytes: u64, unit_bytes: u64, term: u64 },
     /// Shortens an arena to its first `keep_bytes`, counted across its
     /// extents in order (its leader never handed out the rest); 0 ends it.
-    ArenaTrim {
-        arena: ArenaId,
-        keep_bytes: u64,
-    },
+    ///
+    /// Retry: idempotent. The same trim again keeps the same extents; an
+    /// unknown (ended) arena answers `Ok`.
+    ArenaTrim { arena: ArenaId, keep_bytes: u64 },
     /// Ends arenas: their leader has no reservation left in them, or (an
     /// older term's) their writers can no longer be writing. Objects inside
     /// stay; the free space returns to the segment.
-    ArenaReturn {
-        arenas: Vec<ArenaId>,
-    },
+    ///
+    /// Retry: idempotent. Unknown (ended) arenas are skipped; the count
+    /// answered says how many ended this time.
+    ArenaReturn { arenas: Vec<ArenaId> },
     /// Records a written object as complete (the one commit of a put).
+    ///
+    /// Retry: a retry with the same writer, checksum and ranges answers the
+    /// same version. A retry after the object was removed finds the key
+    /// free and, while its arena lives and its ranges are free, commits it
+    /// again; the master proposes it inside `Once` when the client gave a
+    /// request id.
     PutCommit(NewObject),
     /// Frees the ranges of objects replaced by upserts, once no KV lease on
     /// them can be left.
-    ReleaseRetired {
-        versions: Vec<ObjectVersion>,
-    },
+    ///
+    /// Retry: idempotent. Versions no longer retired are skipped.
+    ReleaseRetired { versions: Vec<ObjectVersion> },
     /// `MountSegment` by a caller that proves it is `client`: refused
     /// (`PERMISSION_DENIED`, nothing changes) when `client` is registered
     /// under another credential; otherwise mounts as `MountSegment` does and
     /// binds `credential` to a client it registers (or that was registered
     /// without one, by an older log).
-    MountSegmentAs {
-        client: ClientId,
-        credential: CredentialHash,
-        segment: SegmentSpec,
-    },
+    ///
+    /// Retry: idempotent, as `MountSegment` (the credential it bound passes).
+    MountSegmentAs { client: ClientId, credential: CredentialHash, segment: SegmentSpec },
     /// `UnmountSegment` by a caller that proves it is `client` (refused as
     /// `MountSegmentAs`).
-    UnmountSegmentAs {
-        client: ClientId,
-        credential: CredentialHash,
-        segment: SegmentId,
-    },
+    ///
+    /// Retry: idempotent, as `UnmountSegment`.
+    UnmountSegmentAs { client: ClientId, credential: CredentialHash, segment: SegmentId },
     /// `RemountSegments` by a caller that proves it is `client` (refused and
     /// binding as `MountSegmentAs`).
-    RemountSegmentsAs {
-        client: ClientId,
-        credential: CredentialHash,
-        segments: Vec<SegmentSpec>,
-    },
+    ///
+    /// Retry: idempotent, as `RemountSegments`.
+    RemountSegmentsAs { client: ClientId, credential: CredentialHash, segments: Vec<SegmentSpec> },
     /// Adds a copy of the complete object `key` at `version` that a store
     /// node made (offload to a disk segment, or promotion back to memory):
     /// the range lies inside a live arena of the leader that asked for the
     /// copy, on free bytes, on a segment holding no other replica of it.
     /// Refused (nothing changes) when that incarnation is gone: the copy is
     /// then simply never referenced.
-    AddReplica {
-        key: String,
-        version: ObjectVersion,
-        replica: PlacedReplica,
-    },
+    ///
+    /// Retry: idempotent in effect. A repeat is refused
+    /// (`OBJECT_ALREADY_EXISTS`: the replica is there already) and changes
+    /// nothing.
+    AddReplica { key: String, version: ObjectVersion, replica: PlacedReplica },
     /// Drops the replicas on `tier` of these exact object versions and frees
     /// their ranges, for each object that keeps a replica on another tier on
     /// an attached segment (the leader checked no KV lease is left on them
     /// and fenced their readers). Others are skipped. Answers `Removed`.
-    DropTierReplicas {
-        victims: Vec<VersionedKey>,
-        tier: Tier,
-    },
+    ///
+    /// Retry: idempotent (pinned to versions). A repeat skips objects with
+    /// no replica left on `tier`.
+    DropTierReplicas { victims: Vec<VersionedKey>, tier: Tier },
     /// `ExpireClient` that keeps the client's disk segments, detached: their
     /// objects stay known (unreadable) until the store node mounts them again
     /// with the same client id and credential, or `DropDetached` ends them.
-    ExpireClientKeepDisk {
-        client: ClientId,
-    },
+    ///
+    /// Retry: as `ExpireClient`.
+    ExpireClientKeepDisk { client: ClientId },
     /// Ends detached disk segments whose grace passed, with every replica on
     /// them (segments since remounted are skipped). Answers `Removed`.
-    DropDetached {
-        segments: Vec<SegmentId>,
-    },
+    ///
+    /// Retry: idempotent. A repeat skips the segments already ended.
+    DropDetached { segments: Vec<SegmentId> },
     /// The owner of `segment` (proving it is `client`) found these ranges
     /// corrupt: every replica overlapping one is dropped; objects left with
     /// no replica are gone. Answers `Removed` (replicas dropped).
-    DropCorrupt {
-        client: ClientId,
-        credential: CredentialHash,
-        segment: SegmentId,
-        ranges: Vec<Range>,
-    },
+    ///
+    /// Retry: a repeat drops whatever overlaps the ranges then: nothing,
+    /// unless new replicas were placed on those bytes in between.
+    DropCorrupt { client: ClientId, credential: CredentialHash, segment: SegmentId, ranges: Vec<Range> },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

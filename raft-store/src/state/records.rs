@@ -1,0 +1,105 @@
+//! The records the state keeps: objects ([`ObjectMeta`]), mounted segments
+//! ([`SegmentEntry`], with their allocators and detached disks), registered
+//! clients, and the ranges of abandoned puts and replaced objects held until
+//! they can be freed.
+
+use mooncake_segment::{ClientId, RangeAllocator};
+use serde::{Deserialize, Serialize};
+
+use crate::command::{CredentialHash, ObjectVersion, Pin, ReplicaPlacement, SegmentSpec, Tier};
+
+/// Whether an object can be read yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjectStatus {
+    /// PutStart committed, bytes being written; not readable.
+    Processing,
+    /// PutEnd committed: readable.
+    Complete,
+}
+
+/// One object incarnation and where its replicas live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub version: ObjectVersion,
+    pub size_bytes: u64,
+    /// crc32c of the bytes, set by PutEnd.
+    pub checksum: Option<u32>,
+    pub writer: ClientId,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub status: ObjectStatus,
+    pub pin: Pin,
+    pub created_ms: u64,
+    pub completed_ms: Option<u64>,
+}
+
+/// A mounted segment: its declaration, its owner and its free space.
+#[derive(Clone, Debug)]
+pub struct SegmentEntry {
+    pub spec: SegmentSpec,
+    pub owner: ClientId,
+    pub(super) alloc: RangeAllocator,
+    /// A disk segment whose store node expired (`ExpireClientKeepDisk`):
+    /// kept with its objects, neither read nor placed on, until its owner
+    /// mounts it again or the grace ends it (docs/TIERS.md).
+    pub(super) detached: Option<DetachedDisk>,
+}
+
+/// Why and since when a disk segment is detached.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetachedDisk {
+    /// State time when its owner expired.
+    pub since_ms: u64,
+    /// The credential its owner was registered with: only a caller holding
+    /// the same may mount it again (none for an owner registered without).
+    pub credential: Option<CredentialHash>,
+}
+
+impl SegmentEntry {
+    /// The tier of the segment.
+    pub fn tier(&self) -> Tier {
+        self.spec.tier
+    }
+    /// Whether it is served: not a detached disk segment.
+    pub fn is_attached(&self) -> bool {
+        self.detached.is_none()
+    }
+    pub fn detached(&self) -> Option<&DetachedDisk> {
+        self.detached.as_ref()
+    }
+    pub fn used_bytes(&self) -> u64 {
+        self.alloc.used_bytes()
+    }
+    pub fn free_bytes(&self) -> u64 {
+        self.alloc.free_bytes()
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        self.alloc.capacity_bytes()
+    }
+}
+
+/// A registered client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEntry {
+    pub id: ClientId,
+    pub registered_ms: u64,
+}
+
+/// Ranges of an abandoned put, held until its writer can no longer be writing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardedPut {
+    pub version: ObjectVersion,
+    pub key: String,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub discarded_ms: u64,
+}
+
+/// Ranges of an object replaced by an upsert, held until no KV lease on the
+/// old bytes can be left (the leader then releases them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredObject {
+    pub version: ObjectVersion,
+    pub key: String,
+    pub replicas: Vec<ReplicaPlacement>,
+    pub retired_ms: u64,
+}

@@ -1,0 +1,217 @@
+//! Apply of the client and segment commands: registering clients (and
+//! binding their credentials), mounting, unmounting and remounting
+//! segments, dropping a segment with every replica on it, and expiring a
+//! client (keeping its disk segments detached, if asked).
+
+use std::collections::BTreeSet;
+
+use mooncake_segment::{ClientId, RangeAllocator, SegmentId};
+
+use super::validation::{invalid, validate_segment};
+use super::{ClientEntry, MetaState, ObjectStatus, SegmentEntry};
+use crate::command::{CredentialHash, SegmentSpec, Tier, VersionedKey};
+use crate::error::MetaError;
+
+/// Whether `client` (holding `credential`) may mount `spec` over `existing`,
+/// the segment already mounted under its id: only its owner, with the same
+/// size and tier, and for a detached disk segment the credential its owner
+/// was registered with.
+fn check_remount(
+    existing: &SegmentEntry,
+    client: ClientId,
+    spec: &SegmentSpec,
+    credential: Option<&CredentialHash>,
+) -> Result<(), MetaError> {
+    if existing.owner != client || existing.spec.size_bytes != spec.size_bytes || existing.tier() != spec.tier {
+        return Err(MetaError::SegmentAlreadyExists(format!(
+            "{} is mounted by {} with {} bytes of {}",
+            spec.id,
+            existing.owner,
+            existing.spec.size_bytes,
+            existing.tier().name()
+        )));
+    }
+    if let Some(held) = existing.detached.as_ref().and_then(|d| d.credential.as_ref())
+        && Some(held) != credential
+    {
+        return Err(MetaError::PermissionDenied(format!(
+            "disk segment {} belongs to {client} as registered by another process (another credential); \
+             restart the store node with its --credential-file to mount its disk again",
+            spec.id
+        )));
+    }
+    Ok(())
+}
+
+fn same_memory_error(spec: &SegmentSpec, other: &SegmentEntry) -> MetaError {
+    MetaError::SegmentAlreadyExists(format!(
+        "segment {} would map {} on {}, which is already segment {} (owned by {}); one memory region is one segment",
+        spec.id, spec.shm_path, spec.host_id, other.spec.id, other.owner
+    ))
+}
+
+impl MetaState {
+    /// Runs `register` (a mount or remount, which registers `client`) for a
+    /// caller holding `credential`, if it may act as `client`; on success the
+    /// client is registered under `credential` (a client an older log
+    /// registered without one adopts it). A refusal changes nothing.
+    pub(super) fn as_client(
+        &mut self,
+        client: ClientId,
+        credential: &CredentialHash,
+        register: impl FnOnce(&mut Self) -> Result<(), MetaError>,
+    ) -> Result<(), MetaError> {
+        self.check_credential(client, credential)?;
+        register(self)?;
+        self.credentials.insert(client, *credential);
+        Ok(())
+    }
+
+    fn register_client(&mut self, client: ClientId) {
+        let now = self.now_ms;
+        self.clients.entry(client).or_insert(ClientEntry { id: client, registered_ms: now });
+    }
+
+    /// The segment (other than `spec.id` and those `ignore` accepts) that
+    /// already maps the same shared memory as `spec`: same host, same file.
+    fn same_memory(&self, spec: &SegmentSpec, ignore: impl Fn(&SegmentEntry) -> bool) -> Option<&SegmentEntry> {
+        if spec.shm_path.is_empty() {
+            return None; // private memory of its store node: nothing to share
+        }
+        self.segments.values().find(|s| {
+            s.spec.id != spec.id && s.spec.host_id == spec.host_id && s.spec.shm_path == spec.shm_path && !ignore(s)
+        })
+    }
+
+    /// Mounts `spec` for `client` (holding `credential`, `None` for the
+    /// legacy commands). Mounting a segment it already has is a retried
+    /// mount, except for a disk segment: a restarted store node mounts its
+    /// disk file again from a new endpoint, which the segment takes (and a
+    /// detached one is attached again, its objects readable again).
+    pub(super) fn mount(
+        &mut self,
+        client: ClientId,
+        spec: &SegmentSpec,
+        credential: Option<&CredentialHash>,
+    ) -> Result<(), MetaError> {
+        validate_segment(spec)?;
+        if let Some(other) = self.same_memory(spec, |_| false) {
+            return Err(same_memory_error(spec, other));
+        }
+        if let Some(existing) = self.segments.get(&spec.id) {
+            check_remount(existing, client, spec, credential)?;
+            self.register_client(client);
+            if let Some(existing) = self.segments.get_mut(&spec.id)
+                && existing.tier() == Tier::Ssd
+            {
+                existing.detached = None;
+                existing.spec = spec.clone();
+            }
+            return Ok(()); // a retried mount, or a disk segment's owner back
+        }
+        self.register_client(client);
+        let alloc = RangeAllocator::new(spec.size_bytes);
+        self.segments.insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc, detached: None });
+        Ok(())
+    }
+
+    pub(super) fn unmount(&mut self, client: ClientId, id: SegmentId) -> Result<(), MetaError> {
+        // Idempotent, as Mooncake's: a client retrying an unmount whose
+        // answer it lost (or unmounting twice) is told OK.
+        let Some(seg) = self.segments.get(&id) else {
+            return Ok(());
+        };
+        if seg.owner != client {
+            return Err(MetaError::IllegalClient(format!("{id} is owned by {}, not {client}", seg.owner)));
+        }
+        self.drop_segment(id);
+        Ok(())
+    }
+
+    pub(super) fn remount(
+        &mut self,
+        client: ClientId,
+        specs: &[SegmentSpec],
+        credential: Option<&CredentialHash>,
+    ) -> Result<(), MetaError> {
+        // Check everything first: a refused remount changes nothing.
+        let mut ids = BTreeSet::new();
+        let mut memories = BTreeSet::new();
+        for spec in specs {
+            validate_segment(spec)?;
+            if !ids.insert(spec.id) {
+                return Err(invalid(format!("segment {} listed twice", spec.id)));
+            }
+            if !spec.shm_path.is_empty() && !memories.insert((&spec.host_id, &spec.shm_path)) {
+                return Err(invalid(format!("two segments map {} on {}", spec.shm_path, spec.host_id)));
+            }
+        }
+        // The client's segments that this remount replaces may share memory
+        // with the new ones (a restarted store node reusing its file).
+        for spec in specs {
+            if let Some(other) = self.same_memory(spec, |s| s.owner == client && !ids.contains(&s.spec.id)) {
+                return Err(same_memory_error(spec, other));
+            }
+            if let Some(existing) = self.segments.get(&spec.id) {
+                check_remount(existing, client, spec, credential)?;
+            }
+        }
+        let stale: Vec<SegmentId> =
+            self.client_segments(client).map(|s| s.spec.id).filter(|id| !ids.contains(id)).collect();
+        for id in stale {
+            self.drop_segment(id);
+        }
+        self.register_client(client);
+        for spec in specs {
+            self.mount(client, spec, credential)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a segment and every replica on it; objects left with no
+    /// replica are gone.
+    pub(super) fn drop_segment(&mut self, id: SegmentId) {
+        self.segments.remove(&id);
+        self.objects.retain_mut(|o| {
+            o.replicas.retain(|r| r.segment != id);
+            !o.replicas.is_empty()
+        });
+        self.discarded.retain(|_, d| {
+            d.replicas.retain(|r| r.segment != id);
+            !d.replicas.is_empty()
+        });
+        self.retired.retain(|_, d| {
+            d.replicas.retain(|r| r.segment != id);
+            !d.replicas.is_empty()
+        });
+        self.drop_arenas_of(id);
+    }
+
+    /// Drops `client` and its segments; with `keep_disk`, its disk segments
+    /// stay, detached, with their objects.
+    pub(super) fn expire_client(&mut self, client: ClientId, keep_disk: bool) -> Result<(), MetaError> {
+        if self.clients.remove(&client).is_none() {
+            return Err(MetaError::IllegalClient(format!("{client} is not registered")));
+        }
+        // The id is free: the next credential to mount under it holds it.
+        let credential = self.credentials.remove(&client);
+        let owned: Vec<(SegmentId, Tier)> = self.client_segments(client).map(|s| (s.spec.id, s.tier())).collect();
+        for (id, tier) in owned {
+            if keep_disk && tier == Tier::Ssd {
+                self.detach(id, credential);
+            } else {
+                self.drop_segment(id);
+            }
+        }
+        // Its unfinished puts can never complete; hold their ranges until the
+        // release timeout in case the writer is alive behind a partition.
+        let abandoned: Vec<VersionedKey> = self
+            .objects
+            .values()
+            .filter(|o| o.writer == client && o.status == ObjectStatus::Processing)
+            .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
+            .collect();
+        self.discard_puts(&abandoned);
+        Ok(())
+    }
+}

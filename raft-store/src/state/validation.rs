@@ -1,0 +1,81 @@
+//! The limits on what one command may carry (key length, replicas, batch
+//! size, segment size and alignment, label length) and the shape checks
+//! shared by the master's edge (to fail fast) and apply (authoritative).
+
+use crate::command::{PutStart, SegmentSpec};
+use crate::error::MetaError;
+
+/// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
+/// and bounds the memory one entry can pin.
+pub const KEY_MAX_BYTES: usize = 4096;
+/// Most replicas one object may ask for.
+pub const REPLICA_NUM_MAX: u32 = 16;
+/// Most commands in one batch (one log entry): bounds entry size and apply latency.
+pub const BATCH_MAX: usize = 4096;
+/// Largest segment accepted (16 TiB).
+pub const SEGMENT_SIZE_MAX_BYTES: u64 = 1 << 44;
+/// Segment sizes are whole pages: a segment is mapped (shared memory) or
+/// opened for direct I/O (SSD), and both want page-sized extents. A segment
+/// starts at offset 0 of its own mapping, so its base is page-aligned too.
+pub const SEGMENT_ALIGN_BYTES: u64 = 4096;
+/// Longest endpoint, host id, zone label or shm path.
+pub const LABEL_MAX_BYTES: usize = 512;
+
+pub(super) fn invalid(msg: impl Into<String>) -> MetaError {
+    MetaError::InvalidParams(msg.into())
+}
+
+/// Checks a key; shared by the master edge (fail fast) and apply (authoritative).
+pub fn validate_key(key: &str) -> Result<(), MetaError> {
+    if key.is_empty() {
+        return Err(invalid("key is empty"));
+    }
+    if key.len() > KEY_MAX_BYTES {
+        return Err(invalid(format!("key is {} bytes; the limit is {KEY_MAX_BYTES}", key.len())));
+    }
+    Ok(())
+}
+
+/// Checks a segment declaration on its own (not against other segments).
+pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
+    if spec.id.0 == 0 {
+        return Err(invalid("segment id 0 is reserved; use a random non-zero id"));
+    }
+    if spec.size_bytes < SEGMENT_ALIGN_BYTES || spec.size_bytes > SEGMENT_SIZE_MAX_BYTES {
+        return Err(invalid(format!(
+            "segment {} size {} bytes is outside {SEGMENT_ALIGN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}",
+            spec.id, spec.size_bytes,
+        )));
+    }
+    if !spec.size_bytes.is_multiple_of(SEGMENT_ALIGN_BYTES) {
+        return Err(invalid(format!(
+            "segment {} size {} bytes is not a multiple of {SEGMENT_ALIGN_BYTES} (a page); round it down to {}",
+            spec.id,
+            spec.size_bytes,
+            spec.size_bytes / SEGMENT_ALIGN_BYTES * SEGMENT_ALIGN_BYTES
+        )));
+    }
+    if spec.endpoint.is_empty() {
+        return Err(invalid(format!("segment {} has no transfer endpoint", spec.id)));
+    }
+    let labels = [&spec.endpoint, &spec.host_id, &spec.zone, &spec.shm_path];
+    if labels.iter().any(|l| l.len() > LABEL_MAX_BYTES) {
+        return Err(invalid(format!("segment {} has a label longer than {LABEL_MAX_BYTES} bytes", spec.id)));
+    }
+    Ok(())
+}
+
+/// Checks the shape of a PutStart (not whether there is room).
+pub fn validate_put_start(put: &PutStart) -> Result<(), MetaError> {
+    validate_key(&put.key)?;
+    if put.size_bytes == 0 {
+        return Err(invalid(format!("object {:?} has size 0", put.key)));
+    }
+    if put.replica_num == 0 || put.replica_num > REPLICA_NUM_MAX {
+        return Err(invalid(format!("replica_num {} is outside 1..={REPLICA_NUM_MAX}", put.replica_num)));
+    }
+    if put.preferred.len() > REPLICA_NUM_MAX as usize {
+        return Err(invalid(format!("more than {REPLICA_NUM_MAX} preferred segments")));
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! The client-facing engine: [`TransferEngine`] picks a route for each
+//! target segment, by the [`Protocol`] asked for and where the target is:
+//! the local route (`local`) for this process's own segments, shared memory
+//! (`shm`) for others on this host, TCP (`tcp`) otherwise. Batched reads
+//! live in `batch`.
+
+use std::sync::{Arc, OnceLock};
+
+use mooncake_segment::SegmentMemory;
+
+use crate::error::TransferError;
+use crate::local::LocalRoute;
+use crate::registry::SegmentRegistry;
+use crate::shm::ShmTransport;
+use crate::stats::{EngineStats, TransportKind};
+use crate::tcp::{TcpConfig, TcpTransport};
+use crate::transport::{Protocol, RemoteSegment, Transport};
+
+mod batch;
+pub use batch::BatchRead;
+
+/// Moves bytes to and from remote segments: directly when this process
+/// serves the target itself ([`route_locally`](Self::route_locally)), by
+/// shared memory when the target is on this host, and TCP otherwise.
+#[derive(Debug)]
+pub struct TransferEngine {
+    local_host_id: String,
+    protocol: Protocol,
+    tcp: TcpTransport,
+    shm: ShmTransport,
+    local: OnceLock<LocalRoute>,
+    stats: EngineStats,
+}
+
+impl TransferEngine {
+    /// An engine for a process on host `local_host_id`. Fails on an invalid
+    /// [`TcpConfig`].
+    pub fn new(local_host_id: String, protocol: Protocol, tcp: TcpConfig) -> Result<Self, TransferError> {
+        if protocol == Protocol::Rdma {
+            tracing::warn!(reason = %crate::rdma::unavailable_reason(), "rdma unavailable; falling back to tcp");
+        }
+        Ok(Self {
+            local_host_id,
+            protocol,
+            tcp: TcpTransport::new(tcp)?,
+            shm: ShmTransport::new(),
+            local: OnceLock::new(),
+            stats: EngineStats::default(),
+        })
+    }
+
+    /// Reaches the segments of `registry` (this process's own transfer
+    /// server's) without a socket from now on, with the server's checks
+    /// (`local.rs`). Once per engine: a second call is ignored.
+    pub fn route_locally(&self, registry: Arc<SegmentRegistry>) {
+        let route = LocalRoute::new(registry, self.tcp.config().request_timeout);
+        if self.local.set(route).is_err() {
+            tracing::warn!("the engine routes to local segments already; ignoring a second registry");
+        }
+    }
+
+    /// The local route, if it serves `target`.
+    fn local_route(&self, target: &RemoteSegment) -> Option<&LocalRoute> {
+        self.local.get().filter(|route| route.serves(target))
+    }
+
+    /// Bytes, operations and errors per transport and peer.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// The protocol asked for.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The TCP backend (for its config and pools).
+    pub fn tcp(&self) -> &TcpTransport {
+        &self.tcp
+    }
+
+    /// Writes `data` to `[offset, offset + data.len())` of `target`.
+    pub async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
+        let (kind, result) = if let Some(local) = self.local_route(target) {
+            (TransportKind::Local, local.write(target, offset, data).await)
+        } else if let Some(memory) = self.shm_route(target) {
+            (TransportKind::Shm, memory.write_at(offset, data).map_err(TransferError::from))
+        } else {
+            (TransportKind::Tcp, self.tcp.write(target, offset, data).await)
+        };
+        self.stats.record(kind, &target.endpoint, true, data.len() as u64, result.is_ok());
+        result
+    }
+
+    /// Fills `buf` from `[offset, offset + buf.len())` of `target`.
+    pub async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
+        let (kind, result) = if let Some(local) = self.local_route(target) {
+            (TransportKind::Local, local.read(target, offset, buf).await)
+        } else if let Some(memory) = self.shm_route(target) {
+            (TransportKind::Shm, memory.read_at(offset, buf).map_err(TransferError::from))
+        } else {
+            (TransportKind::Tcp, self.tcp.read(target, offset, buf).await)
+        };
+        self.stats.record(kind, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        result
+    }
+
+    /// [`read`](Self::read) that also returns the crc32c of `buf` (over TCP
+    /// computed per chunk as chunks land, overlapping the transfer).
+    pub async fn read_checksummed(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<u32, TransferError> {
+        if let Some(local) = self.local_route(target) {
+            let result = local.read(target, offset, buf).await.map(|()| mooncake_segment::checksum::crc32c(buf));
+            self.stats.record(TransportKind::Local, &target.endpoint, false, buf.len() as u64, result.is_ok());
+            return result;
+        }
+        if let Some(memory) = self.shm_route(target) {
+            return self.read_shm_checksummed(&memory, target, offset, buf);
+        }
+        let result = self.tcp.read_checksummed(target, offset, buf).await;
+        self.stats.record(TransportKind::Tcp, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        result
+    }
+
+    /// The shared-memory half of [`read_checksummed`](Self::read_checksummed):
+    /// copies from `memory`, the mapping of `target`, and checksums the copy.
+    fn read_shm_checksummed(
+        &self,
+        memory: &SegmentMemory,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<u32, TransferError> {
+        let result =
+            memory.read_at(offset, buf).map(|()| mooncake_segment::checksum::crc32c(buf)).map_err(TransferError::from);
+        self.stats.record(TransportKind::Shm, &target.endpoint, false, buf.len() as u64, result.is_ok());
+        result
+    }
+
+    /// The target's mapping if shared memory applies and works, else `None`
+    /// (use TCP). A mapping that fails is not an error: TCP still reaches it.
+    fn shm_route(&self, target: &RemoteSegment) -> Option<Arc<SegmentMemory>> {
+        let wants_shm = match self.protocol {
+            Protocol::Shm | Protocol::Auto => true,
+            Protocol::Tcp | Protocol::Rdma => false,
+        };
+        let same_host = !self.local_host_id.is_empty() && target.host_id == self.local_host_id;
+        if !wants_shm || !same_host || target.shm_path.is_empty() {
+            return None;
+        }
+        match self.shm.mapping(target) {
+            Ok(memory) => Some(memory),
+            Err(err) => {
+                tracing::debug!(segment = %target.id, "shm route unavailable, using tcp: {err}");
+                None
+            }
+        }
+    }
+}
+
+impl Transport for TransferEngine {
+    async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
+        TransferEngine::write(self, target, offset, data).await
+    }
+
+    async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
+        TransferEngine::read(self, target, offset, buf).await
+    }
+}
