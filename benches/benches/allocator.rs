@@ -8,6 +8,9 @@
 //!
 //! Each iteration frees what it allocated; the free set is canonical, so the allocator is back in
 //! the same state and every iteration measures the same work.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
 

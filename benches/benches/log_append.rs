@@ -9,6 +9,9 @@
 //!
 //! The temp dir is created under `$MOONCAKE_BENCH_DIR` when set, else the system temp dir:
 //! it must be on a real disk (not tmpfs) for the numbers to mean anything.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

@@ -6,6 +6,9 @@
 //! remounts it under a new id, serving again, without a restart; a node is
 //! its --client-id only with its --credential-file (restarted without it,
 //! it waits for the old registration to go).
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

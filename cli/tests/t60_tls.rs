@@ -4,6 +4,9 @@
 //! certificate of the cluster's CA refused by the masters' gRPC port and
 //! the store node's transfer port; the loopback rule (a reachable address
 //! without TLS is refused, allowed with --insecure); a partial flag set refused.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

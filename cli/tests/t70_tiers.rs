@@ -6,6 +6,9 @@
 //! registration expired) serves its disk objects again; a block corrupted
 //! on disk while the node was down is found by its scrub, and the replica
 //! on it is dropped, never served.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;

@@ -4,6 +4,9 @@
 //! from the file's, a size that is not whole blocks, a disk without a
 //! --client-id. (The disk is opened before the masters are contacted, so no
 //! cluster is needed.)
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Command, Output};

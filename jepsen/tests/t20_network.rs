@@ -7,6 +7,9 @@
 //! except where `MOONCAKE_CHAOS_REQUIRED` is set (CI), where it fails.
 //! Every probe runs in a thread that entered a host namespace: nothing is
 //! ever sent from the root namespace to the harness subnet.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,6 +1,9 @@
 //! The leader's pure decisions (client expiry, eviction, reclaim of
 //! abandoned puts) over a state machine built by applying commands, and the
 //! leader-local soft state they read. Time is passed in explicitly: no sleeps.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,9 @@
 //! once a follower is gone its acknowledgements age out and every read takes
 //! a quorum round again (still answered, never from the lease); when it is
 //! back the lease returns. `--leader-lease-ms=0` turns lease reads off.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

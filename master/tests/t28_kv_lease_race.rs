@@ -16,6 +16,9 @@
 //! fixed) must find violations, so the test is known to be able to fail.
 //! Every operation has a deadline: a lock-order deadlock between RPCs, the
 //! leader's duties and apply shows up as a hung operation, not a hung test.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,6 +4,9 @@
 //! its key; a PutEnd that reaches a new leader is still recorded from the
 //! ranges it echoes back, and a deposed leader's arenas are returned only
 //! after the release timeout; a full segment still takes a put that fits.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,12 +1,16 @@
 //! The masters' side of the SSD tier on a real master (metadata only: no
 //! bytes move here; the store node is played by RPCs). With offload on, a
 //! complete object is handed to its store node as a copy task in a Ping
-//! answer, or at once to its waiting TakeCopies call; the reported copy is recorded as a disk replica, listed after the
-//! memory one; only the executor may report it. A read of a disk-only object
+//! answer, or at once to its waiting TakeCopies call; the reported copy is
+//! recorded as a disk replica, listed after the memory one; only the
+//! executor may report it. A read of a disk-only object
 //! makes a promotion task. An expired store node's disk stays known
 //! (unreadable) until the same process comes back, which makes its objects
 //! readable again; past the grace they are gone. A corrupt range reported by
 //! the owner drops the replica on it.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -2,6 +2,9 @@
 //! neither disturb a healthy leader nor replay a long log: a paused follower
 //! that wakes up asks the others first (PreVote) and is told there is a
 //! leader, so no term changes; a follower far behind is sent a snapshot.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -4,6 +4,9 @@
 //! acknowledged. (sled checks its records and, finding a damaged one, used
 //! to recover quietly to an earlier state; the durable watermark catches
 //! that: `raft-store/src/watermark.rs`.)
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;

@@ -12,6 +12,9 @@
 //! exhaustive `match`es, so a new variant does not compile until it has a
 //! golden case. The rules to follow when one fails are in [`RULES`] (and in
 //! `docs/STATE_MACHINE.md`, "Changing the formats").
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;

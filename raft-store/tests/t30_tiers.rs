@@ -4,6 +4,9 @@
 //! node's disk segment stays detached with its objects until the same
 //! process identity mounts it again or the grace ends it; corrupt disk
 //! ranges drop the replicas on them.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

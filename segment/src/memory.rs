@@ -557,6 +557,7 @@ mod tests {
         ));
         // SAFETY: no view is formed (out of range); nobody writes this memory.
         assert!(matches!(unsafe { mem.slice(u64::MAX, 2) }, Err(MemoryError::OutOfRange { .. })));
+        // SAFETY: as above: the range overflows, so no view is formed.
         assert!(matches!(unsafe { mem.slice(1, u64::MAX) }, Err(MemoryError::OutOfRange { .. })));
         let mut buf = [0u8; 4];
         assert!(mem.read_at(8189, &mut buf).is_err());

@@ -8,6 +8,9 @@
 //! Linux), the well-behaved client from 127.0.0.1, so the two count as
 //! different peers. Every wait is for an event (EOF, a counter), bounded by
 //! [`EVENT_WAIT`]; no sleep stands in for one.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

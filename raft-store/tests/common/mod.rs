@@ -1,7 +1,9 @@
 //! Builders and checks shared by the state-machine tests: segments, legacy
 //! puts, applying commands at a steady clock, refusals that must change
 //! nothing, the no-shared-bytes invariant, a seeded PRNG and random commands.
-
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::collections::{BTreeMap, BTreeSet};

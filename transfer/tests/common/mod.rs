@@ -3,7 +3,9 @@
 //! `TransferServer` on 127.0.0.1:0) serving memory ([`Node`]) or a disk
 //! segment file ([`DiskNode`]), capabilities for it, signed as a master
 //! would, raw request headers carrying them, and clients.
-
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::os::unix::fs::FileExt;
