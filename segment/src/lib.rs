@@ -12,6 +12,7 @@ pub mod checksum;
 pub mod disk;
 mod ids;
 mod memory;
+pub mod testing;
 
 pub use allocator::{ALLOC_ALIGN_BYTES, AllocError, Range, RangeAllocator};
 pub use disk::{

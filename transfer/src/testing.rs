@@ -8,6 +8,7 @@
 //! any test. Data is a deterministic function of a seed, printed on failure.
 
 use mooncake_segment::SegmentMemory;
+pub use mooncake_segment::testing::pattern;
 
 use crate::transport::{RemoteSegment, Transport};
 
@@ -102,18 +103,4 @@ pub async fn unknown_segment_is_refused<T: Transport>(fixture: &Fixture<'_, T>) 
     );
     // The transport must still work for the known segment afterwards.
     fixture.transport.write(&fixture.writer, 0, &data).await.unwrap_or_else(|e| panic!("write after refusal: {e}"));
-}
-
-/// Deterministic bytes for `seed` (xorshift64*), so a failure names the data.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        out.extend_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 use super::file::FileLayout;
 use super::*;
 use crate::ids::{ClientId, SegmentId};
+use crate::testing::pattern;
 
 /// Both backends, named for failure messages.
 const BACKENDS: [(BackendChoice, DiskBackend); 2] =
@@ -41,20 +42,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Deterministic bytes for `seed` (xorshift64*), so a failure names the data.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        out.extend_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 fn create(path: &Path, data_bytes: u64, choice: BackendChoice) -> DiskSegment {
