@@ -63,7 +63,7 @@ impl AdminServiceImpl {
 /// Answers PERMISSION_DENIED unless the request comes from an admin.
 macro_rules! admin {
     ($self:ident, $req:ident, $what:literal) => {
-        if let Err(s) = $self.shared.roles.require_admin(&$req, $what) {
+        if let Err(s) = $self.shared.auth.roles.require_admin(&$req, $what) {
             return answer(s, "");
         }
     };
@@ -156,7 +156,7 @@ impl AdminService for AdminServiceImpl {
     type ExportSnapshotStream = futures::stream::Iter<std::vec::IntoIter<Result<SnapshotChunk, tonic::Status>>>;
 
     async fn export_snapshot(&self, req: Request<ExportSnapshotRequest>) -> RpcResult<Self::ExportSnapshotStream> {
-        let allowed = self.shared.roles.require_admin(&req, "ExportSnapshot");
+        let allowed = self.shared.auth.roles.require_admin(&req, "ExportSnapshot");
         let chunks = match async {
             allowed?;
             self.export().await
@@ -203,7 +203,7 @@ impl AdminService for AdminServiceImpl {
         admin!(self, req, "EvictClient");
         let client = mooncake_segment::ClientId(req.into_inner().client_id);
         let cmd = mooncake_raft_store::Command::ExpireClient { client };
-        match self.shared.proposer.propose(cmd).await {
+        match self.shared.write_path.proposer.propose(cmd).await {
             Ok(r) => match r.err() {
                 None => {
                     self.shared.metrics.expired_clients.inc();

@@ -136,7 +136,7 @@ fn refused<R: HasStatus + Default>(status: Status) -> R {
 impl MasterServiceImpl {
     /// Proposes one command and returns its status.
     async fn write(&self, cmd: Command) -> Status {
-        match self.shared.proposer.propose(cmd).await {
+        match self.shared.write_path.proposer.propose(cmd).await {
             Ok(r) => response_status(&r),
             Err(s) => s,
         }
@@ -191,7 +191,7 @@ impl MasterServiceImpl {
         if status.error_code() != ErrorCode::Ok {
             return vec![];
         }
-        let issuer = &self.shared.capabilities;
+        let issuer = &self.shared.auth.capabilities;
         segments
             .into_iter()
             .map(|id| SegmentKey { segment_id: id.0, key: issuer.key_bytes(id, owner).to_vec() })
@@ -222,7 +222,7 @@ impl MasterServiceImpl {
                 readable.sort_by_key(|r| s.replica_tier(r));
                 let mut replicas: Vec<Replica> =
                     readable.into_iter().map(|r| convert::replica_pb(s, r, o.status)).collect();
-                self.shared.capabilities.grant(s, &mut replicas, Access::Read);
+                self.shared.auth.capabilities.grant(s, &mut replicas, Access::Read);
                 return GetReplicaListResponse {
                     status: Some(Status::ok()),
                     replicas,
@@ -559,7 +559,7 @@ impl MasterService for MasterServiceImpl {
     async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
         // Forced, it ignores every KV lease and pin: an admin operation.
         let allowed = match req.get_ref().force {
-            true => self.shared.roles.require_admin(&req, "RemoveAll with force"),
+            true => self.shared.auth.roles.require_admin(&req, "RemoveAll with force"),
             false => Ok(()),
         };
         if let Err(s) = allowed {

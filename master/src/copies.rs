@@ -52,8 +52,9 @@ const OFFLOAD_SCAN_PER_TICK: usize = 16_384;
 const ON_EVICT_SCAN_EVERY_TICKS: u32 = 4;
 
 /// The copy duty: idle on followers. Besides its tick, a commit of new
-/// objects wakes it when offload is eager ([`Shared::copy_wake`]): it then
-/// plans copies of those objects only, at once.
+/// objects wakes it when offload is eager
+/// ([`crate::shared::Tiers::copy_wake`]): it then plans copies of those
+/// objects only, at once.
 pub async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(COPY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,7 +62,7 @@ pub async fn run(shared: Arc<Shared>) {
     loop {
         let woken = tokio::select! {
             _ = tick.tick() => false,
-            () = shared.copy_wake.notified() => true,
+            () = shared.tiers.copy_wake.notified() => true,
         };
         if shared.leader.with(|_| ()).is_none() {
             continue;
@@ -72,7 +73,7 @@ pub async fn run(shared: Arc<Shared>) {
         }
         n = n.wrapping_add(1);
         give_up_late_copies(&shared);
-        let offload_due = match shared.tiers.offload {
+        let offload_due = match shared.tiers.policy.offload {
             OffloadMode::Off => false,
             OffloadMode::Eager => true,
             OffloadMode::OnEvict => n.is_multiple_of(ON_EVICT_SCAN_EVERY_TICKS),
@@ -80,11 +81,11 @@ pub async fn run(shared: Arc<Shared>) {
         if offload_due {
             schedule(&shared, Purpose::Offload, Scan::KeySpace).await;
         }
-        if shared.tiers.promotion_on_hit {
+        if shared.tiers.policy.promotion_on_hit {
             schedule(&shared, Purpose::Promote, Scan::KeySpace).await;
         }
         end_detached(&shared).await;
-        shared.evictor.round_on(Tier::Ssd, 0).await;
+        shared.write_path.evictor.round_on(Tier::Ssd, 0).await;
     }
 }
 
@@ -161,8 +162,8 @@ fn plan_offloads(
     if s.attached(Tier::Ssd).next().is_none() {
         return (Vec::new(), None);
     }
-    if shared.tiers.offload == OffloadMode::OnEvict {
-        let policy = &shared.evictor.policy;
+    if shared.tiers.policy.offload == OffloadMode::OnEvict {
+        let policy = &shared.write_path.evictor.policy;
         let start = (policy.high_watermark_ratio - policy.eviction_ratio).max(0.0);
         let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
         if scan == Scan::FreshOnly || (s.tier_used_bytes(Tier::Dram) as f64) < capacity * start {
@@ -208,7 +209,8 @@ fn plan_offloads(
 /// eviction run: it would drop another object's memory copy, or the
 /// promoted one, and promote again). The others are kept hot for later.
 fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>, Vec<String>) {
-    let ceiling = (s.tier_capacity_bytes(Tier::Dram) as f64 * shared.evictor.policy.high_watermark_ratio) as u64;
+    let ceiling =
+        (s.tier_capacity_bytes(Tier::Dram) as f64 * shared.write_path.evictor.policy.high_watermark_ratio) as u64;
     let mut used = s.tier_used_bytes(Tier::Dram);
     let mut plans = Vec::new();
     let mut deferred = Vec::new();
@@ -244,13 +246,15 @@ async fn schedule(shared: &Shared, purpose: Purpose, scan: Scan) {
 /// could not place yet (another round places them).
 async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
     let limit = match purpose {
-        Purpose::Offload => shared.tiers.offload_queue_limit,
-        Purpose::Promote => shared.tiers.promotion_queue_limit,
+        Purpose::Offload => shared.tiers.policy.offload_queue_limit,
+        Purpose::Promote => shared.tiers.policy.promotion_queue_limit,
     };
     let Some((room, hot, fresh, cursor)) = shared.leader.with(|t| {
         let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
         let (hot, fresh) = match purpose {
-            Purpose::Promote if room > 0 => (t.copies.take_hot(shared.tiers.promotion_admission_threshold), vec![]),
+            Purpose::Promote if room > 0 => {
+                (t.copies.take_hot(shared.tiers.policy.promotion_admission_threshold), vec![])
+            }
             Purpose::Offload if room > 0 => (Vec::new(), t.copies.take_fresh(room)),
             _ => (Vec::new(), Vec::new()),
         };
@@ -270,7 +274,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         }
         Purpose::Promote => {
             let (plans, deferred) = shared.reader.read(|s| plan_promotions(s, shared, &hot));
-            let threshold = shared.tiers.promotion_admission_threshold;
+            let threshold = shared.tiers.policy.promotion_admission_threshold;
             shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
             plans
         }
@@ -321,7 +325,9 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
                 }
                 Reserve::NeedArenas(segments) => {
                     match purpose {
-                        Purpose::Promote => t.copies.keep_hot(&p.key, shared.tiers.promotion_admission_threshold),
+                        Purpose::Promote => {
+                            t.copies.keep_hot(&p.key, shared.tiers.policy.promotion_admission_threshold)
+                        }
                         Purpose::Offload => t.copies.keep_fresh(p.key.clone()),
                     }
                     for (segment, arena_len) in segments {
@@ -335,7 +341,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         }
         if added > 0 {
             tracing::debug!(copies = added, purpose = purpose.name(), "copies handed to store nodes' next pings");
-            shared.copies_queued.notify_waiters();
+            shared.tiers.copies_queued.notify_waiters();
         }
         shared.metrics.copies_issued(purpose).inc_by(added as u64);
         // The scan goes on past this slice only once every copy in it is
@@ -360,7 +366,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
 /// was lost): the object is planned again; the range stays reserved until
 /// the put table expires it.
 fn give_up_late_copies(shared: &Shared) {
-    let timeout = shared.tiers.copy_timeout;
+    let timeout = shared.tiers.policy.copy_timeout;
     let gone = shared.leader.with(|t| t.copies.expire(Instant::now(), timeout)).unwrap_or_default();
     for c in &gone {
         shared.metrics.copies_failed(c.purpose).inc();
@@ -372,14 +378,14 @@ fn give_up_late_copies(shared: &Shared) {
 async fn end_detached(shared: &Shared) {
     let detached: Vec<SegmentId> =
         shared.reader.read(|s| s.segments().filter(|g| !g.is_attached()).map(|g| g.spec.id).collect());
-    let grace = shared.tiers.disk_replica_grace;
+    let grace = shared.tiers.policy.disk_replica_grace;
     let Some(ended) = shared.leader.with(|t| t.copies.detached_past_grace(&detached, Instant::now(), grace)) else {
         return;
     };
     if ended.is_empty() {
         return;
     }
-    match shared.proposer.propose(Command::DropDetached { segments: ended.clone() }).await {
+    match shared.write_path.proposer.propose(Command::DropDetached { segments: ended.clone() }).await {
         Ok(Response::Removed { count }) => tracing::info!(
             count,
             grace_s = grace.as_secs(),
@@ -402,7 +408,7 @@ pub async fn copies_when_queued(shared: &Shared, client: ClientId, wait: Duratio
     let deadline = tokio::time::Instant::now() + wait.min(COPY_WAIT_MAX);
     loop {
         // Registered before looking, so copies queued in between wake it.
-        let queued = shared.copies_queued.notified();
+        let queued = shared.tiers.copies_queued.notified();
         tokio::pin!(queued);
         queued.as_mut().enable();
         let copies = copies_for_ping(shared, client);
@@ -426,13 +432,13 @@ pub fn copies_for_ping(shared: &Shared, client: ClientId) -> Vec<pb::CopyTask> {
             .map(|c| {
                 let mut sources: Vec<pb::Replica> =
                     c.sources.iter().map(|r| convert::replica_pb(s, r, ObjectStatus::Complete)).collect();
-                shared.capabilities.grant(s, &mut sources, Access::Read);
+                shared.auth.capabilities.grant(s, &mut sources, Access::Read);
                 let placement = ReplicaPlacement { segment: c.target.segment, range: c.target.range };
                 let mut target = vec![pb::Replica {
                     arena_id: c.target.arena.0,
                     ..convert::replica_pb(s, &placement, ObjectStatus::Processing)
                 }];
-                shared.capabilities.grant(s, &mut target, Access::Write);
+                shared.auth.capabilities.grant(s, &mut target, Access::Write);
                 pb::CopyTask {
                     task_id: c.id,
                     key: c.key.clone(),
@@ -464,7 +470,7 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
                 "copy {} is not one this leader handed to {client} (given up after {} s, or handed out by an \
                  earlier leader); nothing to do",
                 req.task_id,
-                shared.tiers.copy_timeout.as_secs()
+                shared.tiers.policy.copy_timeout.as_secs()
             ),
         );
     };
@@ -476,7 +482,7 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
         return Status::ok();
     }
     let cmd = Command::AddReplica { key: copy.key.clone(), version: copy.version, replica: copy.target.clone() };
-    let answer = shared.proposer.propose(cmd).await;
+    let answer = shared.write_path.proposer.propose(cmd).await;
     // Applied or refused, the range is not being written any more.
     shared.leader.with(|t| t.puts.finish(&reservation, client));
     match answer {
@@ -511,7 +517,7 @@ pub async fn report_corrupt(shared: &Shared, req: &ReportCorruptRequest, credent
         segment: SegmentId(req.segment_id),
         ranges,
     };
-    match shared.proposer.propose(cmd).await {
+    match shared.write_path.proposer.propose(cmd).await {
         Ok(Response::Removed { count }) => {
             shared.metrics.corrupt_replicas_dropped.inc_by(count);
             tracing::warn!(
@@ -531,7 +537,7 @@ pub async fn report_corrupt(shared: &Shared, req: &ReportCorruptRequest, credent
 /// Counts reads of disk-only objects for promotion (`--promotion_on_hit`):
 /// answers whose replicas are all on disk.
 pub fn count_hits(shared: &Shared, keys: &[String], answers: &[pb::GetReplicaListResponse]) {
-    if !shared.tiers.promotion_on_hit {
+    if !shared.tiers.policy.promotion_on_hit {
         return;
     }
     let disk_only = |a: &pb::GetReplicaListResponse| {

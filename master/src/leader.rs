@@ -11,7 +11,9 @@
 //! writer blocks new readers, so a soft-state lock taken inside a state read
 //! could deadlock with a duty holding the soft state and waiting to read.
 //! [`LeaderState`] asserts the rule on every lock, so a violation fails the
-//! tests at once instead of hanging one run in a thousand.
+//! tests at once instead of hanging one run in a thousand. Where the other
+//! locks a master shares (the write path's, the leaves) sit around this one:
+//! `Shared` (`shared.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

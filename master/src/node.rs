@@ -33,7 +33,7 @@ use crate::peers_heard::PeersHeard;
 use crate::prevote::{ElectionDriver, LeaderContact};
 use crate::proposer::Proposer;
 use crate::raft_service::{Admission, RaftServiceImpl, heard_from_mac};
-use crate::shared::Shared;
+use crate::shared::{Auth, ReadPath, Shared, Tiers, WritePath};
 use crate::workers::{self, DutyContext};
 use mooncake_auth::{ClusterSecret, MacKey};
 
@@ -145,22 +145,30 @@ impl MasterNode {
             reader: reader.clone(),
             sm: sm_handle,
             leader: leader.clone(),
-            proposer: proposer.clone(),
             metrics: metrics.clone(),
-            reads: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
-            acks,
-            leader_lease: cfg.leader_lease(),
-            evictor: evictor.clone(),
-            flushed,
-            arena_grants: tokio::sync::Mutex::new(()),
-            unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
             quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
-            capabilities: crate::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
-            secret,
-            roles: crate::roles::Roles::new(admin_token),
-            tiers,
-            copy_wake: tokio::sync::Notify::new(),
-            copies_queued: tokio::sync::Notify::new(),
+            read_path: ReadPath {
+                barrier: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
+                acks,
+                leader_lease: cfg.leader_lease(),
+                flushed,
+                unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
+            },
+            write_path: WritePath {
+                proposer: proposer.clone(),
+                evictor: evictor.clone(),
+                arena_grants: tokio::sync::Mutex::new(()),
+            },
+            tiers: Tiers {
+                policy: tiers,
+                copy_wake: tokio::sync::Notify::new(),
+                copies_queued: tokio::sync::Notify::new(),
+            },
+            auth: Auth {
+                capabilities: crate::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
+                secret,
+                roles: crate::roles::Roles::new(admin_token),
+            },
         });
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();

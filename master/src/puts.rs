@@ -139,7 +139,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                 }
                 let replicas = shared.reader.read(|s| {
                     let mut replicas: Vec<Replica> = p.iter().map(|r| replica_pb(s, r)).collect();
-                    shared.capabilities.grant(s, &mut replicas, Access::Write);
+                    shared.auth.capabilities.grant(s, &mut replicas, Access::Write);
                     replicas
                 });
                 return PutStartResponse { status: Some(Status::ok()), replicas };
@@ -169,7 +169,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                 let target = need.saturating_mul(1 << (2 * evictions));
                 evictions += 1;
                 // Once eviction cannot help any more, take what room there is.
-                if evictions > EVICT_ROUNDS_MAX || shared.evictor.round(target).await == 0 {
+                if evictions > EVICT_ROUNDS_MAX || shared.write_path.evictor.round(target).await == 0 {
                     round.allow_fewer = true;
                 }
                 round.excluded.clear();
@@ -199,7 +199,7 @@ pub(crate) enum Grant {
 /// the tail of the segment's open arena and every own arena with nothing in
 /// flight.
 pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> Grant {
-    let _one_grant_at_a_time = shared.arena_grants.lock().await;
+    let _one_grant_at_a_time = shared.write_path.arena_grants.lock().await;
     let Some((term, room)) = shared.leader.with(|t| (t.term, t.puts.has_room(segment, min_len))) else {
         return Grant::NotLeading;
     };
@@ -214,7 +214,7 @@ pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, m
             relieve(shared, segment).await;
         }
         let grant = Command::ArenaGrant { segment, len_bytes: len, unit_bytes: min_len, term };
-        match shared.proposer.propose(grant).await {
+        match shared.write_path.proposer.propose(grant).await {
             Ok(Response::ArenaGranted(arena)) => {
                 let capacity = shared.reader.read(|s| s.segment(segment).map(|g| g.capacity_bytes()).unwrap_or(0));
                 // Adopted only by the term that asked for it (a later term
@@ -253,7 +253,7 @@ async fn relieve(shared: &Shared, segment: SegmentId) {
 }
 
 async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
-    match shared.proposer.propose(Command::ArenaTrim { arena, keep_bytes }).await {
+    match shared.write_path.proposer.propose(Command::ArenaTrim { arena, keep_bytes }).await {
         Ok(_) => {
             shared.leader.with(|t| t.puts.trimmed(arena, keep_bytes));
         }
@@ -263,7 +263,7 @@ async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
 
 /// Returns arenas through the log and forgets them once returned.
 pub async fn return_arenas(shared: &Shared, arenas: Vec<ArenaId>) {
-    crate::workers::return_arenas(&shared.proposer, &shared.leader, arenas).await;
+    crate::workers::return_arenas(&shared.write_path.proposer, &shared.leader, arenas).await;
 }
 
 /// A placed replica with everything the writer needs to reach it.
@@ -326,7 +326,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let plans: Vec<EndPlan> =
         shared.read_durable(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, &owned)).collect()).await;
     let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
-    let answers = shared.proposer.propose_many(cmds).await;
+    let answers = shared.write_path.proposer.propose_many(cmds).await;
     let mut answers = match answers {
         Ok(a) => a.into_iter().map(|r| response_status(&r)).collect::<Vec<_>>().into_iter(),
         Err(s) => {
@@ -349,7 +349,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     // The commits are applied (or refused): those ranges are not being
     // written any more. With eager offload, the new objects are copied to
     // disk first, and the copy duty is woken for them.
-    let eager = shared.tiers.offload == OffloadMode::Eager;
+    let eager = shared.tiers.policy.offload == OffloadMode::Eager;
     let fresh = shared.leader.with(|t| {
         let mut fresh = false;
         for (req, status) in reqs.iter().zip(&out) {
@@ -362,7 +362,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
         fresh
     });
     if fresh == Some(true) {
-        shared.copy_wake.notify_one();
+        shared.tiers.copy_wake.notify_one();
     }
     out
 }

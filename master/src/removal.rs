@@ -123,7 +123,7 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
             })
             .collect();
         let removed = |answers: &[Response], j: usize| answers.get(j).is_some_and(|a| a.err().is_none());
-        match propose_fenced(&shared.proposer, cmds, fenced.guard, removed).await {
+        match propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, removed).await {
             Ok(answers) => {
                 for ((i, _), a) in go.iter().zip(&answers) {
                     out[*i] = Some(response_status(a));
@@ -163,6 +163,6 @@ pub async fn remove_all(shared: &Shared, force: bool) -> Result<u64, Status> {
             reason: mooncake_raft_store::RemoveReason::RemoveAll,
         })
         .collect();
-    let answers = propose_fenced(&shared.proposer, cmds, fenced.guard, |_, _| true).await?;
+    let answers = propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, |_, _| true).await?;
     Ok(answers.iter().map(|a| if let Response::Removed { count } = a { *count } else { 0 }).sum())
 }

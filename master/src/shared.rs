@@ -1,6 +1,8 @@
 //! What every service of one master shares: the Raft handle, the applied
-//! state, the leader-local soft state and the proposer; plus the leadership
-//! checks the services use before they act.
+//! state and the leader-local soft state, then one group per job — the read
+//! path ([`ReadPath`]), the write path ([`WritePath`]), the tier copies
+//! ([`Tiers`]) and who may do what ([`Auth`]); plus the leadership checks
+//! and linearizable reads the services use before they act.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,35 +20,91 @@ use crate::leader_lease::{AckClock, LeaseQuery};
 use crate::metrics::MasterMetrics;
 use crate::proposer::Proposer;
 
+/// Everything one master's services and duties share, grouped by job. The
+/// top holds what every part uses (identity, Raft, the applied state, the
+/// leader's soft state, metrics); the groups hold what one path needs.
+///
+/// **Lock order** (outer first), with the soft-state rule of `leader.rs`:
+/// the write path's async locks ([`WritePath::arena_grants`], the evictor's
+/// one round at a time) are held across proposals and never together; under
+/// them, the state is read (`reader`) and let go of before the leader's soft
+/// state (`leader`) is locked, never inside the read. The capability key
+/// cache ([`Auth::capabilities`]) and the ack clock ([`ReadPath::acks`])
+/// are leaves: taken last, nothing locked under them.
 pub struct Shared {
     pub id: NodeId,
     pub raft: Raft,
+    /// The applied state, for every reader: services, duties and the write
+    /// path's plans (a read that must be linearizable goes through
+    /// [`Shared::read`]).
     pub reader: StateReader,
     /// The state machine (shared with openraft) for consistent exports.
     pub sm: StateMachineStore,
+    /// The leader's soft state (`leader.rs`): KV leases, puts and copies in
+    /// flight, client heartbeats. Empty while this node does not lead.
     pub leader: Arc<LeaderState>,
-    pub proposer: Proposer,
     pub metrics: Arc<MasterMetrics>,
+    /// How old the leader's last quorum acknowledgement may be while `/ready`
+    /// still says yes (the election timeout: past it, followers may elect).
+    pub quorum_ack_max: Duration,
+    pub read_path: ReadPath,
+    pub write_path: WritePath,
+    pub tiers: Tiers,
+    pub auth: Auth,
+}
+
+/// What makes a read of the applied state linearizable and durable: the
+/// quorum round, the leader lease that may skip it, and the synced log the
+/// answer waits for. Touched only by [`Shared`]'s read methods
+/// ([`Shared::read`], [`Shared::linearizable`], [`Shared::read_durable`]);
+/// the transport (`network.rs`) feeds `acks` and `flushed` through its own
+/// handles.
+pub struct ReadPath {
     /// Linearizable read barriers, one quorum round per batch of reads.
-    pub reads: crate::read_barrier::ReadBarrier,
+    pub barrier: crate::read_barrier::ReadBarrier,
     /// Accepted AppendEntries per peer, for the leader lease.
     pub acks: Arc<AckClock>,
     /// How long an acknowledged heartbeat lets reads skip the quorum round
     /// (`--leader-lease-ms`); `None`: every read batch runs one.
     pub leader_lease: Option<Duration>,
-    /// Eviction rounds (the duty's and those of puts that found no room).
-    pub evictor: Arc<crate::eviction::Evictor>,
     /// How far this master's log is synced: what is answered from the
     /// applied state waits until that state is synced (flushed.rs).
     pub flushed: mooncake_raft_store::FlushedLog,
+    /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
+    pub unsafe_stale_reads: bool,
+}
+
+/// What proposes commands on the leader's behalf: the services (puts,
+/// removals, reports) and the duties propose through it.
+pub struct WritePath {
+    /// Batches commands into log entries and waits until they are applied.
+    pub proposer: Proposer,
+    /// Eviction rounds (the duty's and those of puts that found no room).
+    pub evictor: Arc<crate::eviction::Evictor>,
     /// One arena grant at a time: concurrent puts that need an arena on the
     /// same segment share the first one's.
     pub arena_grants: tokio::sync::Mutex<()>,
-    /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
-    pub unsafe_stale_reads: bool,
-    /// How old the leader's last quorum acknowledgement may be while `/ready`
-    /// still says yes (the election timeout: past it, followers may elect).
-    pub quorum_ack_max: Duration,
+}
+
+/// Copies between tiers (`copies.rs`, `tiering.rs`): the knobs and the
+/// copy duty's wake-ups. The copy duty and TakeCopies wait on the wake-ups;
+/// puts ring `copy_wake`, the duty rings `copies_queued`.
+pub struct Tiers {
+    /// The tier knobs (offload, promotion, disk watermark, grace).
+    pub policy: crate::tiering::TierPolicy,
+    /// Wakes the copy duty (`copies.rs`) between its ticks: new objects
+    /// committed while offload is eager.
+    pub copy_wake: tokio::sync::Notify,
+    /// Wakes the TakeCopies calls held for copies
+    /// (`copies::copies_when_queued`): copies were queued for a store node.
+    pub copies_queued: tokio::sync::Notify,
+}
+
+/// Who may do what: the cluster secret and what is derived from it. Set at
+/// start and only read afterwards (the capability key cache aside); the
+/// services check `roles` before admin operations and sign replicas with
+/// `capabilities`.
+pub struct Auth {
     /// The cluster secret: keys for admin tokens and data-path capabilities
     /// are derived from it (`secret.rs`).
     pub secret: mooncake_auth::ClusterSecret,
@@ -55,14 +113,6 @@ pub struct Shared {
     pub capabilities: crate::capabilities::CapabilityIssuer,
     /// Who may call what (admin operations).
     pub roles: crate::roles::Roles,
-    /// The tier knobs (offload, promotion, disk watermark, grace).
-    pub tiers: crate::tiering::TierPolicy,
-    /// Wakes the copy duty (`copies.rs`) between its ticks: new objects
-    /// committed while offload is eager.
-    pub copy_wake: tokio::sync::Notify,
-    /// Wakes the TakeCopies calls held for copies
-    /// (`copies::copies_when_queued`): copies were queued for a store node.
-    pub copies_queued: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -91,7 +141,7 @@ impl Shared {
     /// Confirms leadership with a quorum and waits until everything committed
     /// before the call is applied: a read after this sees every acknowledged write.
     pub async fn linearizable(&self) -> Result<(), Status> {
-        self.reads.wait().await
+        self.read_path.barrier.wait().await
     }
 
     /// Runs `f` on the applied state as a linearizable read: under the
@@ -99,15 +149,15 @@ impl Shared {
     /// ([`crate::leader_lease`]), else after a quorum round ([`Shared::linearizable`]).
     /// `f` may run twice (once before and once after the round).
     pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Status> {
-        if self.unsafe_stale_reads {
+        if self.read_path.unsafe_stale_reads {
             return Ok(self.reader.read(f)); // deliberately broken build for the chaos harness
         }
         self.require_leader()?;
-        if let Some(window) = self.leader_lease {
+        if let Some(window) = self.read_path.leader_lease {
             let (value, applied) = self.reader.read(|s| (f(s), s.last_applied));
             if self.leader_lease_holds(applied.map(|l| l.leader_id.term), window) {
                 self.metrics.leader_lease_reads.inc();
-                self.flushed.wait_for(applied.map(|l| l.index).unwrap_or(0)).await;
+                self.read_path.flushed.wait_for(applied.map(|l| l.index).unwrap_or(0)).await;
                 return Ok(value);
             }
         }
@@ -121,7 +171,7 @@ impl Shared {
     /// on an entry a power cut could still take back. Not a leadership check.
     pub async fn read_durable<T>(&self, f: impl FnOnce(&MetaState) -> T) -> T {
         let (value, applied) = self.reader.read(|s| (f(s), s.last_applied.map(|l| l.index).unwrap_or(0)));
-        self.flushed.wait_for(applied).await;
+        self.read_path.flushed.wait_for(applied).await;
         value
     }
 
@@ -141,7 +191,7 @@ impl Shared {
         }
         let joint = m.membership_config.membership().get_joint_config();
         let [voters] = joint.as_slice() else { return false };
-        self.acks.holds(&LeaseQuery { me: self.id, vote: &m.vote, voters, now, window })
+        self.read_path.acks.holds(&LeaseQuery { me: self.id, vote: &m.vote, voters, now, window })
     }
 
     pub fn now(&self) -> Instant {
