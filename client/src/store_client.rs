@@ -197,7 +197,9 @@ impl Client {
         );
         let heartbeat = Some(tokio::spawn(async move {
             match take_copies {
-                Some(take_copies) => drop(tokio::join!(beat, take_copies)),
+                Some(take_copies) => {
+                    tokio::join!(beat, take_copies);
+                }
                 None => beat.await,
             }
         }));

@@ -123,37 +123,36 @@ impl LocalRoute {
     }
 }
 
-/// The chunks `(start, len)` of `total` bytes.
-fn chunks(total: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..total).step_by(DISK_IO_CHUNK_BYTES).map(move |start| (start, (total - start).min(DISK_IO_CHUNK_BYTES)))
+/// The disk offset of chunk `index` of a request at `offset`.
+fn chunk_offset(offset: u64, index: usize) -> u64 {
+    offset + (index * DISK_IO_CHUNK_BYTES) as u64
 }
 
-/// Reads `buf.len()` bytes at `offset` of `disk`, verified.
+/// Reads `buf.len()` bytes at `offset` of `disk`, verified: each chunk is
+/// read into its own piece of `buf`.
 async fn read_disk(disk: &DiskSegment, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-    let total = buf.len();
-    let mut pieces = buf.chunks_mut(DISK_IO_CHUNK_BYTES);
-    let mut reads = futures::stream::iter(chunks(total))
-        .map(|(start, len)| disk.read(offset + start as u64, len))
-        .buffered(CHUNKS_IN_FLIGHT);
-    while let Some(read) = reads.try_next().await? {
-        // `chunks` and `chunks_mut` cut the same lengths, in the same order.
-        if let Some(piece) = pieces.next() {
+    let reads: Vec<_> = buf
+        .chunks_mut(DISK_IO_CHUNK_BYTES)
+        .enumerate()
+        .map(|(index, piece)| async move {
+            let read = disk.read(chunk_offset(offset, index), piece.len()).await?;
             piece.copy_from_slice(read.as_slice());
-        }
-    }
-    Ok(())
+            Ok(())
+        })
+        .collect();
+    futures::stream::iter(reads).buffered(CHUNKS_IN_FLIGHT).try_collect().await
 }
 
 /// Writes `data` at `offset` of `disk` (a block boundary), durably.
 async fn write_disk(disk: &DiskSegment, offset: u64, data: &[u8]) -> Result<(), DiskError> {
-    futures::stream::iter(chunks(data.len()))
-        .map(|(start, len)| async move {
-            let mut buf = disk.buffer(len).await?;
-            buf.as_mut_slice().copy_from_slice(&data[start..start + len]);
-            disk.write(offset + start as u64, buf).await
+    let writes: Vec<_> = data
+        .chunks(DISK_IO_CHUNK_BYTES)
+        .enumerate()
+        .map(|(index, piece)| async move {
+            let mut buf = disk.buffer(piece.len()).await?;
+            buf.as_mut_slice().copy_from_slice(piece);
+            disk.write(chunk_offset(offset, index), buf).await
         })
-        .buffered(CHUNKS_IN_FLIGHT)
-        .try_collect::<Vec<()>>()
-        .await
-        .map(drop)
+        .collect();
+    futures::stream::iter(writes).buffered(CHUNKS_IN_FLIGHT).try_collect().await
 }

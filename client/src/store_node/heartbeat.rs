@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use super::copier::Copier;
 use super::local_segment::LocalSegment;
 use crate::error::ClientError;
-use crate::master_client::{MasterClient, MasterError, check};
+use crate::master_client::{MasterClient, MasterError};
 
 /// Pings between two checks of the segment while the master's view moves:
 /// 10 s at the default 1 s heartbeat. A check is one linearizable read on the
@@ -292,17 +292,11 @@ async fn report_corrupt(master: &MasterClient, client_id: u64, local: &LocalSegm
 /// Ping, with the view version the bool-returning `MasterClient::ping`
 /// drops, and the copies the leader asks of this node.
 async fn ping(master: &MasterClient, client_id: u64) -> Result<(PingAnswer, Vec<CopyTask>), MasterError> {
-    let req = master.ping_request(client_id);
-    let r = master
-        .call(|mut c| {
-            let req = req.clone();
-            async move { c.ping(req).await }
-        })
-        .await?;
-    match r.reply.status.as_ref().map(|s| s.error_code()) {
-        Some(ErrorCode::NeedRemount) => Ok((PingAnswer::Unknown, Vec::new())),
-        Some(ErrorCode::PermissionDenied) => Ok((PingAnswer::HeldByAnother, Vec::new())),
-        _ => check(r).map(|reply| (PingAnswer::Known { view: reply.view_version }, reply.copy_tasks)),
+    match master.ping_for_copies(client_id).await {
+        Ok(reply) => Ok((PingAnswer::Known { view: reply.view_version }, reply.copy_tasks)),
+        Err(e) if e.code() == Some(ErrorCode::NeedRemount) => Ok((PingAnswer::Unknown, Vec::new())),
+        Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => Ok((PingAnswer::HeldByAnother, Vec::new())),
+        Err(e) => Err(e),
     }
 }
 
