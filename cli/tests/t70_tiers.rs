@@ -123,12 +123,19 @@ async fn objects_past_memory_are_kept_on_disk_and_read_back_equal_and_hot_ones_r
     let cluster = cluster(&["--promotion_on_hit", "--promotion_admission_threshold=1"]);
     let client = client_of(&cluster).await;
     let n = fill_past_memory(&cluster, &client).await;
-    let mut disk_only = Vec::new();
-    for i in 0..n {
-        if tiers(&cluster, &format!("t70/{i}")).await == Ok(vec![Tier::Ssd as i32]) {
-            disk_only.push(i);
+    // Memory is past its high watermark now; its eviction duty drops the
+    // memory copies of objects kept on disk (copies are made as fast as the
+    // puts, so some of that may still be to come when the fill ends).
+    let disk_only = wait_until(&format!("{} of {n} objects on disk only", n / 4), WAIT, || async {
+        let mut disk_only = Vec::new();
+        for i in 0..n {
+            if tiers(&cluster, &format!("t70/{i}")).await == Ok(vec![Tier::Ssd as i32]) {
+                disk_only.push(i);
+            }
         }
-    }
+        (disk_only.len() >= n / 4).then_some(disk_only)
+    })
+    .await;
     assert!(disk_only.len() >= n / 4, "only {} of {n} objects left memory for disk", disk_only.len());
 
     // Room below memory's high watermark: the newest objects are removed.
