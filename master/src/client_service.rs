@@ -548,6 +548,12 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
+        // Forced, it ignores the KV lease and the pin: an admin operation.
+        if req.get_ref().force
+            && let Err(s) = self.shared.auth.roles.require_admin(&req, "Remove with force")
+        {
+            return ok(RemoveResponse { status: Some(s) });
+        }
         let r = req.into_inner();
         if let Err(e) = validate_key(&r.key) {
             return ok(RemoveResponse { status: Some(invalid(e)) });
@@ -658,6 +664,13 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {
+        // Forced, it ignores KV leases and pins: an admin operation (else
+        // ListObjects and a forced BatchRemove would be a forced RemoveAll).
+        if req.get_ref().force
+            && let Err(s) = self.shared.auth.roles.require_admin(&req, "BatchRemove with force")
+        {
+            return ok(BatchRemoveResponse { status: Some(s), responses: vec![] });
+        }
         let r = req.into_inner();
         let answers = async {
             let refusal = |k: &String| validate_key(k).err().map(invalid);

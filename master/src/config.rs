@@ -209,6 +209,12 @@ pub struct MasterConfig {
     /// harness can prove it catches that; never use it in production.
     #[arg(long = "dev-unsafe-arena-reuse", hide_short_help = true)]
     pub dev_unsafe_arena_reuse: bool,
+    /// DEVELOPMENT ONLY — LOSES OBJECTS. A leader that was paused or stalled
+    /// expires the clients it could not hear meanwhile, at once, instead of
+    /// restarting their TTLs. Exists so the chaos harness can prove it
+    /// catches that; never use it in production.
+    #[arg(long = "dev-unsafe-expire-after-stall", hide_short_help = true)]
+    pub dev_unsafe_expire_after_stall: bool,
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,

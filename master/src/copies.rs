@@ -336,7 +336,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
                         }
                     }
                 }
-                Reserve::Taken | Reserve::NoRoom => {}
+                Reserve::Taken | Reserve::NoRoom { .. } => {}
             }
         }
         if added > 0 {

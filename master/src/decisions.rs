@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{MetaState, ObjectVersion, Pin, Tier, VersionedKey};
-use mooncake_segment::ClientId;
+use mooncake_segment::{ClientId, SegmentId};
 
 use crate::kv_lease::KeyHash;
 use crate::leader::TermState;
@@ -58,11 +58,20 @@ pub fn eviction_target(used: u64, capacity: u64, policy: &EvictionPolicy, need_b
 /// everything eviction from that tier may consider, before leases are
 /// known. Taken under the state's read lock.
 pub fn eviction_candidates(state: &MetaState, tier: Tier) -> Vec<Candidate> {
+    eviction_candidates_on(state, tier, None)
+}
+
+/// [`eviction_candidates`] that hold bytes on `segment` (when given), each
+/// counted by the bytes it frees there: what a put evicts to make room on
+/// the one segment it could not place a replica on.
+pub fn eviction_candidates_on(state: &MetaState, tier: Tier, segment: Option<SegmentId>) -> Vec<Candidate> {
     state
         .objects()
         .filter(|o| o.status == ObjectStatus::Complete && o.pin != Pin::Hard)
         .filter_map(|o| {
-            let on_tier = |r: &&mooncake_raft_store::ReplicaPlacement| state.replica_tier(r) == Some(tier);
+            let on_tier = |r: &&mooncake_raft_store::ReplicaPlacement| {
+                state.replica_tier(r) == Some(tier) && segment.is_none_or(|s| r.segment == s)
+            };
             let bytes: u64 = o.replicas.iter().filter(on_tier).map(|r| r.range.len).sum();
             let kept_elsewhere = o.replicas.iter().any(|r| state.replica_tier(r) != Some(tier) && state.is_readable(r));
             (bytes > 0).then(|| Candidate {

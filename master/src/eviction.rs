@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mooncake_raft_store::{Command, RemoveReason, Response, StateReader, Tier};
+use mooncake_segment::SegmentId;
 
 use crate::decisions::{self, EvictionPolicy};
 use crate::kv_lease::KeyHash;
@@ -65,6 +66,18 @@ impl Evictor {
     /// One round on `tier` (memory: the high watermark; disk: the disk
     /// watermark). Returns how many objects it evicted from the tier.
     pub async fn round_on(&self, tier: Tier, need_bytes: u64) -> u64 {
+        self.round_where(tier, need_bytes, None).await
+    }
+
+    /// A put's round: frees about `need_bytes` on `segment` (the memory
+    /// segment the put could not place a replica on) and nothing for the
+    /// watermark, which is the duty's job. Returns how many objects it
+    /// evicted: 0 means nothing evictable holds bytes there.
+    pub async fn round_for_put(&self, segment: SegmentId, need_bytes: u64) -> u64 {
+        self.round_where(Tier::Dram, need_bytes, Some(segment)).await
+    }
+
+    async fn round_where(&self, tier: Tier, need_bytes: u64, segment: Option<SegmentId>) -> u64 {
         let _one_at_a_time = self.round.lock().await;
         let (used, capacity, disk_has_room) = self.reader.read(|s| {
             let disk_room = s.tier_capacity_bytes(Tier::Ssd) as f64 * self.tiers.disk_high_watermark_ratio;
@@ -74,7 +87,10 @@ impl Evictor {
             Tier::Dram => self.policy,
             Tier::Ssd => EvictionPolicy { high_watermark_ratio: self.tiers.disk_high_watermark_ratio, ..self.policy },
         };
-        let target = decisions::eviction_target(used, capacity, &policy, need_bytes);
+        let target = match segment {
+            Some(_) => need_bytes,
+            None => decisions::eviction_target(used, capacity, &policy, need_bytes),
+        };
         if target == 0 {
             return 0;
         }
@@ -82,7 +98,7 @@ impl Evictor {
         // duty while offload is on and the disk has room.
         let leave_to_offload =
             tier == Tier::Dram && need_bytes == 0 && self.tiers.offload != OffloadMode::Off && disk_has_room;
-        let mut candidates = self.reader.read(|s| decisions::eviction_candidates(s, tier));
+        let mut candidates = self.reader.read(|s| decisions::eviction_candidates_on(s, tier, segment));
         if leave_to_offload {
             candidates.retain(|c| c.kept_elsewhere);
         }

@@ -36,6 +36,10 @@ pub struct TermState {
     /// Copies between tiers in flight (`tiering.rs`).
     pub copies: CopyTable,
     heartbeats: HashMap<ClientId, Instant>,
+    /// Since when this leader could hear every client: its election, or
+    /// the end of the last stall of its own (`restart_hearing`). Nobody
+    /// counts as unheard for longer than this.
+    hearing_since: Instant,
     first_seen: HashMap<ObjectVersion, Instant>,
 }
 
@@ -48,6 +52,7 @@ impl TermState {
             puts: PutTable::default(),
             copies: CopyTable::default(),
             heartbeats: HashMap::new(),
+            hearing_since: now,
             first_seen: HashMap::new(),
         }
     }
@@ -59,9 +64,18 @@ impl TermState {
         now < self.elected_at + ttl || self.kv.is_leased(key, now)
     }
 
-    /// When `client` was last heard from (the election counts as a heartbeat).
+    /// When `client` was last heard from (the election, and the end of a
+    /// stall of this leader, count as a heartbeat).
     pub fn last_heartbeat(&self, client: ClientId) -> Instant {
-        self.heartbeats.get(&client).copied().unwrap_or(self.elected_at).max(self.elected_at)
+        self.heartbeats.get(&client).copied().unwrap_or(self.elected_at).max(self.hearing_since)
+    }
+
+    /// This leader could not have heard anyone until `now` (its process was
+    /// paused, its event loop stalled, or it ran out of a resource): every
+    /// client's TTL starts again, as after an election. Absence of
+    /// heartbeats is evidence only while the leader was able to receive them.
+    pub fn restart_hearing(&mut self, now: Instant) {
+        self.hearing_since = self.hearing_since.max(now);
     }
 
     /// When this leader first saw the put `version` (its PutStart, or — for
@@ -294,6 +308,29 @@ mod tests {
         assert!(s.with(|_| ()).is_none());
         s.observe(Some(2), t0 + TTL * 6);
         assert_eq!(s.with(|t| t.last_heartbeat(ClientId(7))).unwrap(), t0 + TTL * 6, "election counts as seen");
+    }
+
+    #[test]
+    fn a_stall_of_the_leader_restarts_every_clients_ttl() {
+        let t0 = Instant::now();
+        let s = LeaderState::new(TTL);
+        s.observe(Some(1), t0);
+        s.heartbeat(ClientId(7), t0 + TTL);
+        // Paused for three TTLs: the client was not heard, but could not be.
+        let resumed = t0 + TTL * 4;
+        let clients = [ClientId(7), ClientId(8)];
+        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, resumed, TTL)).unwrap();
+        assert_eq!(expired, clients.to_vec(), "without the stall noted, both would expire");
+        s.with(|t| t.restart_hearing(resumed));
+        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, resumed, TTL)).unwrap();
+        assert!(expired.is_empty(), "{expired:?}");
+        // A full TTL of hearing nothing after the stall is evidence again.
+        let later = resumed + TTL + Duration::from_millis(1);
+        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, later, TTL)).unwrap();
+        assert_eq!(expired, clients.to_vec());
+        s.heartbeat(ClientId(8), later);
+        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, later, TTL)).unwrap();
+        assert_eq!(expired, vec![ClientId(7)]);
     }
 
     #[test]

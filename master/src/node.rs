@@ -61,6 +61,7 @@ impl MasterNode {
             cfg.dev_unsafe_stale_reads,
             cfg.dev_unsafe_unfenced_removals,
             cfg.dev_unsafe_arena_reuse,
+            cfg.dev_unsafe_expire_after_stall,
         ];
         if unsafe_modes.contains(&true) {
             tracing::warn!(
@@ -68,6 +69,7 @@ impl MasterNode {
                 stale_reads = cfg.dev_unsafe_stale_reads,
                 unfenced_removals = cfg.dev_unsafe_unfenced_removals,
                 arena_reuse = cfg.dev_unsafe_arena_reuse,
+                expire_after_stall = cfg.dev_unsafe_expire_after_stall,
                 "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
             );
         }
@@ -215,6 +217,7 @@ impl MasterNode {
             release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
             kv_lease_ttl,
             unsafe_arena_reuse: cfg.dev_unsafe_arena_reuse,
+            unsafe_expire_after_stall: cfg.dev_unsafe_expire_after_stall,
             evictor,
             metrics,
         })));

@@ -31,9 +31,11 @@ use crate::tiering::OffloadMode;
 /// Rounds of placement one PutStart may go through (each may grant arenas
 /// or run an eviction round) before it gives up.
 const PLACE_ROUNDS_MAX: usize = 12;
-/// Eviction rounds one PutStart may run: each frees 4x the previous
-/// round's target (need, 4 need, 16 need, 64 need), and a round that finds
-/// nothing to evict ends them early.
+/// Eviction rounds one PutStart may run. A round evicts on each segment a
+/// replica found no room on, twice the previous round's bytes there (the
+/// object's size, then 2x, 4x, 8x: freed bytes may be scattered, or in
+/// arenas not returned yet), so one put evicts at most 15x its size per
+/// replica it places; a round that finds nothing to evict ends them early.
 const EVICT_ROUNDS_MAX: u32 = 4;
 
 /// The placement candidates of a put and whether the key exists.
@@ -108,8 +110,8 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             req.min_replicas, spec.replica_num, ask.key
         ))));
     }
-    let need = aligned(ask.size_bytes).saturating_mul(ask.replica_num as u64);
-    // Fewer replicas than asked are placed only once eviction cannot help.
+    // Fewer replicas than asked are placed only once eviction cannot help,
+    // and without eviction when fewer segments than asked could hold one.
     let mut round = Round::default();
     let mut evictions = 0u32;
     for _ in 0..PLACE_ROUNDS_MAX {
@@ -121,6 +123,16 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         };
         if look.exists && !ask.upsert {
             return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone())));
+        }
+        if look.candidates.len() < ask.min_replicas {
+            return refuse(invalid(MetaError::NoAvailableHandle(format!(
+                "min_replicas {} for {:?} but only {} memory segments can hold {} bytes: mount more store nodes \
+                 or ask for fewer replicas",
+                ask.min_replicas,
+                ask.key,
+                look.candidates.len(),
+                aligned(ask.size_bytes)
+            ))));
         }
         let now = Instant::now();
         let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &round, now)) else {
@@ -134,7 +146,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                         key = %ask.key,
                         placed = p.len(),
                         asked = ask.replica_num,
-                        "put placed with fewer replicas than asked: no other segment had room after eviction"
+                        "put placed with fewer replicas than asked: fewer segments could hold it, or no other had room after eviction"
                     );
                 }
                 let replicas = shared.reader.read(|s| {
@@ -154,7 +166,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                     }
                 }
             }
-            Reserve::NoRoom if round.allow_fewer => {
+            Reserve::NoRoom { .. } if round.allow_fewer => {
                 let segments = match ask.min_replicas {
                     1 => "no segment has".to_string(),
                     n => format!("fewer than min_replicas {n} segments have"),
@@ -165,11 +177,27 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                     ask.key
                 ))));
             }
-            Reserve::NoRoom => {
-                let target = need.saturating_mul(1 << (2 * evictions));
+            Reserve::NoRoom { missing } => {
+                // Room is made on the segments that had none, the emptiest
+                // first, one per missing replica: never more than the put
+                // will place.
+                let full: Vec<SegmentId> = look
+                    .candidates
+                    .iter()
+                    .map(|c| c.segment)
+                    .filter(|s| round.excluded.contains(s))
+                    .take(missing)
+                    .collect();
+                let per_segment = aligned(ask.size_bytes).saturating_mul(1 << evictions);
                 evictions += 1;
+                let mut evicted = 0;
+                if evictions <= EVICT_ROUNDS_MAX {
+                    for segment in full {
+                        evicted += shared.write_path.evictor.round_for_put(segment, per_segment).await;
+                    }
+                }
                 // Once eviction cannot help any more, take what room there is.
-                if evictions > EVICT_ROUNDS_MAX || shared.write_path.evictor.round(target).await == 0 {
+                if evicted == 0 {
                     round.allow_fewer = true;
                 }
                 round.excluded.clear();

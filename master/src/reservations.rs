@@ -119,8 +119,9 @@ pub enum Reserve {
     Taken,
     /// Arenas are needed on these segments first: (segment, length).
     NeedArenas(Vec<(SegmentId, u64)>),
-    /// No candidate segment can take a replica.
-    NoRoom,
+    /// Too few candidate segments have room: `missing` more replicas need
+    /// room made (on segments of the round's `excluded`).
+    NoRoom { missing: usize },
 }
 
 /// One of this term's arenas. Ranges are handed out from its extents in
@@ -231,7 +232,10 @@ impl PutTable {
 
     /// Reserves ranges for `ask` on up to `replica_num` of `candidates`
     /// (in their order, one replica per host first unless preferred),
-    /// skipping the round's excluded segments. Fewer replicas than asked only
+    /// skipping the round's excluded segments. A replica per candidate at
+    /// most: with fewer candidate segments than `replica_num`, as many as
+    /// there are, and no room is asked for the others (nothing could hold
+    /// them, so nothing is evicted for them). Fewer replicas than that only
     /// with `allow_fewer` (after eviction could not make room), and never
     /// fewer than `min_replicas`; otherwise that is [`Reserve::NoRoom`].
     pub fn reserve(&mut self, ask: &PutAsk, candidates: &[Candidate], round: &Round, now: Instant) -> Reserve {
@@ -266,12 +270,13 @@ impl PutTable {
             let sixteenths = empty.saturating_mul(EMPTINESS_STEPS) / c.capacity_bytes.max(1);
             (2, EMPTINESS_STEPS - sixteenths, self.taken.get(&c.segment).copied().unwrap_or(0), c.segment)
         });
+        let wanted = ask.replica_num.min(candidates.len());
         let mut chosen: Vec<SegmentId> = Vec::new();
         let mut needs: Vec<&Candidate> = Vec::new();
         let mut hosts: Vec<&str> = Vec::new();
         for distinct_hosts in [true, false] {
             for c in ranked.iter().copied().filter(|c| !round.excluded.contains(&c.segment)) {
-                if chosen.len() + needs.len() == ask.replica_num {
+                if chosen.len() + needs.len() == wanted {
                     break;
                 }
                 if chosen.contains(&c.segment) || needs.iter().any(|n| n.segment == c.segment) {
@@ -289,9 +294,9 @@ impl PutTable {
                 needs.into_iter().map(|c| (c.segment, self.arena_len(c.segment, len, c.capacity_bytes))).collect(),
             );
         }
-        let fewest = if round.allow_fewer { ask.min_replicas.max(1) } else { ask.replica_num };
+        let fewest = if round.allow_fewer { ask.min_replicas.max(1) } else { wanted.max(ask.min_replicas) };
         if chosen.len() < fewest {
-            return Reserve::NoRoom;
+            return Reserve::NoRoom { missing: fewest - chosen.len() };
         }
         let replicas: Vec<PlacedReplica> = chosen.iter().map(|s| self.take(*s, len)).collect();
         let r = Reservation {
@@ -581,9 +586,21 @@ mod tests {
         let p = placed(t.reserve(&ask("k", 1, 100, 2), &cands, &fewer(), t0));
         let segs: Vec<u64> = p.iter().map(|r| r.segment.0).collect();
         assert_eq!(segs, vec![1, 2]);
+        // One segment for three replicas: one replica, no room asked for the
+        // two nothing could hold.
+        let one = placed(t.reserve(&ask("j", 1, 100, 3), &[cand(1, "h1")], &Round::default(), t0));
+        assert_eq!(one.iter().map(|r| r.segment.0).collect::<Vec<_>>(), vec![1]);
+        t.revoke("j", ClientId(1), t0);
+        // Two segments for two replicas, one of them full: room is asked for
+        // the one replica missing, fewer only once allowed.
+        let r = t.reserve(
+            &ask("j", 1, 100, 3),
+            &[cand(1, "h1"), cand(2, "h2")],
+            &Round { excluded: vec![SegmentId(2)], ..Round::default() },
+            t0,
+        );
+        assert_eq!(r, Reserve::NoRoom { missing: 1 }, "fewer replicas than asked only when allowed");
         // With segment 2 excluded (it could not grant), the same host is reused.
-        let r = t.reserve(&ask("j", 1, 100, 3), &[cand(1, "h1")], &Round::default(), t0);
-        assert_eq!(r, Reserve::NoRoom, "fewer replicas than asked only when allowed");
         let r = t.reserve(
             &ask("j", 1, 100, 2),
             &[cand(1, "h1"), cand(2, "h2"), cand(3, "h1")],
@@ -591,7 +608,7 @@ mod tests {
             t0,
         );
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(3), ARENA_START_BYTES)]));
-        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &fewer(), t0), Reserve::NoRoom);
+        assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &fewer(), t0), Reserve::NoRoom { missing: 1 });
     }
 
     #[test]
@@ -602,7 +619,7 @@ mod tests {
         let round = Round { excluded: vec![SegmentId(2)], ..fewer() };
         let cands = [cand(1, "h1"), cand(2, "h2")];
         let strict = PutAsk { min_replicas: 2, ..ask("strict", 1, 100, 2) };
-        assert_eq!(t.reserve(&strict, &cands, &round, t0), Reserve::NoRoom, "one replica is not enough");
+        assert_eq!(t.reserve(&strict, &cands, &round, t0), Reserve::NoRoom { missing: 1 }, "one replica is not enough");
         assert!(t.find("strict").is_none(), "a refused put reserves nothing");
         let lenient = ask("lenient", 1, 100, 2);
         let p = placed(t.reserve(&lenient, &cands, &round, t0));

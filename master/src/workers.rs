@@ -23,6 +23,14 @@ use crate::proposer::Proposer;
 const DUTY_TICK: Duration = Duration::from_millis(100);
 /// Listing unfinished and discarded puts is O(objects): do it less often.
 const RECLAIM_EVERY_TICKS: u32 = 10;
+/// A gap between two duty ticks longer than this (or than a quarter of the
+/// client TTL, if shorter) is a stall of the leader: its process was
+/// paused (SIGSTOP, a VM pause or migration) or its event loop could not
+/// run, so no heartbeat could have been heard. Every client's TTL then
+/// starts again (docs/GUARANTEES.md). Larger values let a longer stall
+/// eat into the TTL; smaller ones take ordinary scheduling delays on a
+/// busy host for stalls, which only postpones expiries.
+const STALL_MAX: Duration = Duration::from_secs(1);
 
 /// What the leader duties need.
 #[derive(Clone)]
@@ -38,6 +46,9 @@ pub struct DutyContext {
     pub kv_lease_ttl: Duration,
     /// `--dev-unsafe-arena-reuse`: other terms' arenas returned at once.
     pub unsafe_arena_reuse: bool,
+    /// `--dev-unsafe-expire-after-stall`: a stall of the leader does not
+    /// restart the clients' TTLs.
+    pub unsafe_expire_after_stall: bool,
     pub evictor: Arc<Evictor>,
     pub metrics: Arc<MasterMetrics>,
 }
@@ -84,19 +95,43 @@ pub async fn follow_leadership(
 pub async fn leader_duties(ctx: DutyContext) {
     let mut tick = tokio::time::interval(DUTY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stall_max = STALL_MAX.min(ctx.client_ttl / 4);
     let mut n: u32 = 0;
+    let mut last_tick = Instant::now();
     loop {
         tick.tick().await;
         n = n.wrapping_add(1);
+        let now = Instant::now();
+        let gap = now.saturating_duration_since(last_tick);
+        last_tick = now;
         if ctx.leader.with(|_| ()).is_none() {
             continue;
         }
+        if gap > stall_max + DUTY_TICK {
+            note_stall(&ctx, gap, now);
+        }
         expire_clients(&ctx).await;
         ctx.evictor.round(0).await;
+        ctx.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
             reclaim_puts(&ctx).await;
         }
     }
+}
+
+/// The leader could not run for `gap`: nobody could be heard meanwhile.
+fn note_stall(ctx: &DutyContext, gap: Duration, now: Instant) {
+    ctx.metrics.leader_stalls.inc();
+    if ctx.unsafe_expire_after_stall {
+        tracing::warn!(stall_ms = gap.as_millis() as u64, "leader stalled; DEV-UNSAFE: client TTLs not restarted");
+        return;
+    }
+    ctx.leader.with(|t| t.restart_hearing(now));
+    tracing::warn!(
+        stall_ms = gap.as_millis() as u64,
+        "leader stalled (process paused, host stall or overload): heartbeats could not be heard, so every client's \
+         TTL starts again"
+    );
 }
 
 async fn propose_logged(ctx: &DutyContext, what: &str, cmd: Command) -> Option<Response> {

@@ -15,7 +15,7 @@ pub enum MetaError {
     #[error("object {0:?} already exists")]
     ObjectAlreadyExists(String),
     #[error(
-        "object {0:?} has a KV lease (a reader may be copying it); retry after the lease expires (default_kv_lease_ttl) or use force"
+        "object {0:?} has a KV lease (a reader may be copying it); retry after the lease expires (default_kv_lease_ttl; an admin may force the removal)"
     )]
     ObjectHasLease(String),
     #[error("object {0:?} is still being written")]
@@ -43,6 +43,17 @@ pub enum StoreError {
     #[error("sled {op}: {source}")]
     Sled {
         op: &'static str,
+        #[source]
+        source: sled::Error,
+    },
+    #[error(
+        "sled could not open the data dir {dir}: {source}. If its disk is full, free space and start again. If it \
+         is not, the files are damaged: keep them for a look, and replace this master under a new id (a fresh \
+         data dir with --join, `mooncake member add`, then `mooncake member remove` this id; docs/OPERATIONS.md, \
+         Membership)"
+    )]
+    SledOpen {
+        dir: String,
         #[source]
         source: sled::Error,
     },

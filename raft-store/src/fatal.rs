@@ -23,7 +23,8 @@ pub fn storage_failed(op: &str, error: &dyn Display) -> ! {
     tracing::error!(op, error = %error, "storage failed; exiting");
     eprintln!(
         "mooncake: fatal: {op} failed: {error}. Exiting (status {EXIT_STORAGE_FAILED}): after a failed sync \
-         the log in memory cannot be trusted. Fix the disk (full, read-only, failing) and restart; the node \
+         the log in memory cannot be trusted. Fix the disk (full, read-only, failing) or the file descriptor \
+         limit (ulimit -n) and restart; the node \
          recovers from its data dir and the leader, and the other masters keep serving meanwhile."
     );
     std::process::exit(EXIT_STORAGE_FAILED)

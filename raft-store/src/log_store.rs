@@ -337,8 +337,11 @@ impl LogStore {
         if let Some(mark) = w.committed_due(index, std::time::Instant::now()) {
             let w = w.clone();
             tokio::task::spawn_blocking(move || {
+                // The data dir cannot take a small file (full, read-only,
+                // or this process is out of file descriptors): a leader in
+                // that state must not go on deciding (crash-only).
                 if let Err(e) = w.write_raised(mark) {
-                    tracing::warn!(error = %e, "cannot record the durable watermark");
+                    crate::fatal::storage_failed("writing the durable watermark", &e);
                 }
             });
         }

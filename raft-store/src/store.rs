@@ -74,6 +74,35 @@ fn check_schema(db: &sled::Db) -> Result<(), StoreError> {
     }
 }
 
+/// Removes the snapshots sled began and never finished
+/// (`snap.<lsn>.generating`): sled writes a snapshot to that name, syncs
+/// it and renames it, so such a file is only ever a partial write (a crash,
+/// or a disk that filled up mid-write). sled 0.34 would read it at start
+/// and refuse the whole data dir as corrupt; without it, sled recovers from
+/// its previous snapshot and the log, as after any crash.
+fn remove_unfinished_sled_snapshots(dir: &Path) -> Result<(), StoreError> {
+    let io = |op, source| StoreError::Io { op, path: dir.display().to_string(), source };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => return Err(io("list data dir", e)),
+    };
+    let mut removed = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| io("list data dir", e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            std::fs::remove_file(entry.path()).map_err(|e| io("remove an unfinished sled snapshot", e))?;
+            tracing::warn!(file = %entry.path().display(), "removed a sled snapshot that was never finished (a crash or a full disk during its write)");
+            removed = true;
+        }
+    }
+    if removed {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync data dir", e))?;
+    }
+    Ok(())
+}
+
 /// Opens (or creates) the store in `opts.dir` and recovers its state.
 pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), StoreError> {
     std::fs::create_dir_all(&opts.dir).map_err(|source| StoreError::Io {
@@ -81,11 +110,12 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
         path: opts.dir.display().to_string(),
         source,
     })?;
+    remove_unfinished_sled_snapshots(&opts.dir)?;
     let db = sled::Config::new()
         .path(&opts.dir)
         .mode(sled::Mode::HighThroughput)
         .open()
-        .map_err(StoreError::sled("open"))?;
+        .map_err(|source| StoreError::SledOpen { dir: opts.dir.display().to_string(), source })?;
     check_schema(&db)?;
     let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync, opts.observer.clone())?;
     let mut log = LogStore::open(&db, sync.clone())?.with_watermark(&opts.dir)?;

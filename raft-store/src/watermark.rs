@@ -52,7 +52,12 @@ impl Watermark {
         let io = |op, source| StoreError::Io { op, path: path.display().to_string(), source };
         let mark = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Decode {
-                what: format!("{} (delete it to skip the check once)", path.display()),
+                what: format!(
+                    "{} (it is replaced whole by a rename, so a crash or a full disk cannot leave it so: the disk \
+                     damaged it; never delete it to get past this check: replace this master under a new id, \
+                     docs/OPERATIONS.md, Membership)",
+                    path.display()
+                ),
                 message: e.to_string(),
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Mark::default(),

@@ -67,6 +67,30 @@ async fn a_snapshot_survives_restart_with_identical_state() {
     assert_eq!(snap.meta.last_log_id, applied);
 }
 
+/// A disk that fills up while sled writes its own snapshot leaves an empty
+/// `snap.<lsn>.generating` file. sled would refuse the whole data dir as
+/// corrupt at every start; the store removes the unfinished file and
+/// recovers as after any crash, with the same state.
+#[tokio::test]
+async fn an_unfinished_sled_snapshot_left_by_a_full_disk_does_not_stop_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let (mut log, mut sm) = open(dir.path());
+        let entries = workload();
+        log.blocking_append(entries.clone()).await.unwrap();
+        sm.apply(entries).await.unwrap();
+        sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        hash(&sm)
+    };
+    let unfinished = dir.path().join("snap.00000000000FFFFF.generating");
+    std::fs::write(&unfinished, b"").unwrap();
+    let (log, sm) = open(dir.path());
+    assert_eq!(hash(&sm), before, "the same state after the restart");
+    assert!(!unfinished.exists(), "the unfinished snapshot is gone");
+    drop((log, sm));
+    drop(open(dir.path()));
+}
+
 /// Once the log is purged into a snapshot, that snapshot is the only copy
 /// of the entries before the purge point: a data dir whose snapshot file
 /// is gone is refused at start with the file and the fix named, never

@@ -46,6 +46,12 @@ pub fn validate_segment_path(path: &Path) -> Result<(), MemoryError> {
     }
     let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| refuse("it has no plain file name"))?;
     validate_name(name).map_err(|e| refuse(&e.to_string()))?;
+    // One spelling per file: `/dev/shm//x`, `/dev//shm/x`, `/dev/shm/./x`
+    // or `x/` name the same file as `/dev/shm/x`, and rules that compare
+    // paths as text (one region, one segment) would take them for another.
+    if path.as_os_str().to_str() != Some(format!("{SHM_DIR}/{name}").as_str()) {
+        return Err(refuse(&format!("it is not spelled {SHM_DIR}/{name} (no repeated or trailing '/', no '.')")));
+    }
     if !name.starts_with(SEGMENT_FILE_PREFIX) {
         return Err(refuse(&format!("its name does not start with {SEGMENT_FILE_PREFIX:?}")));
     }
@@ -228,6 +234,12 @@ impl SegmentMemory {
         let me = unsafe { libc::geteuid() };
         if !meta.file_type().is_file() || (meta.uid() != me && meta.uid() != 0) {
             let reason = format!("it is not a regular file owned by uid {me} or root (uid {})", meta.uid());
+            return Err(MemoryError::NotASegmentFile { path: path.to_path_buf(), reason });
+        }
+        // A hard link is another name for a store node's memory: a segment
+        // mounted under it would overlap the real one.
+        if meta.nlink() != 1 {
+            let reason = format!("it has {} names (hard links); a segment file has one", meta.nlink());
             return Err(MemoryError::NotASegmentFile { path: path.to_path_buf(), reason });
         }
         let actual = meta.len();
@@ -516,9 +528,19 @@ mod tests {
     /// (or reads from) any file: only segment files are ever mapped.
     #[test]
     fn only_segment_files_are_mapped() {
-        for bad in
-            ["/etc/passwd", "/dev/shm/../etc/passwd", "/dev/shm/other-file", "relative/mooncake-x", "/tmp/mooncake-x"]
-        {
+        for bad in [
+            "/etc/passwd",
+            "/dev/shm/../etc/passwd",
+            "/dev/shm/other-file",
+            "relative/mooncake-x",
+            "/tmp/mooncake-x",
+            "/dev/shm//mooncake-x",
+            "//dev/shm/mooncake-x",
+            "/dev/shm/./mooncake-x",
+            "/dev//shm/mooncake-x",
+            "/dev/shm/mooncake-x/",
+            "/dev/./shm/mooncake-x",
+        ] {
             let e = SegmentMemory::open_shm(Path::new(bad), 4096).map(|_| ()).unwrap_err();
             assert!(matches!(e, MemoryError::NotASegmentFile { .. }), "{bad}: {e}");
         }
@@ -533,6 +555,31 @@ mod tests {
         let _ = std::fs::remove_file(&link);
         assert_eq!(std::fs::read(&target).unwrap(), vec![7u8; 4096], "the victim file is untouched");
         let _ = std::fs::remove_file(&target);
+    }
+
+    #[test]
+    fn a_segment_file_is_mapped_under_its_one_name_only() {
+        let mem = SegmentMemory::create_shm(&unique_name("real"), 4096, false).unwrap();
+        let real = mem.shm_path().unwrap().to_path_buf();
+        mem.write_at(0, &[9; 16]).unwrap();
+        // Other spellings of the same file are refused before any open.
+        let name = real.file_name().unwrap().to_str().unwrap();
+        for alias in [format!("/dev/shm//{name}"), format!("/dev/shm/./{name}"), format!("{}/", real.display())] {
+            let e = SegmentMemory::open_shm(Path::new(&alias), 4096).map(|_| ()).unwrap_err();
+            assert!(matches!(e, MemoryError::NotASegmentFile { .. }), "{alias}: {e}");
+        }
+        // A second name (hard link) for the same memory is refused too.
+        let link = Path::new(SHM_DIR).join(unique_name("alias"));
+        std::fs::hard_link(&real, &link).unwrap();
+        let e = SegmentMemory::open_shm(&link, 4096).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("hard links"), "{e}");
+        let e = SegmentMemory::open_shm(&real, 4096).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("hard links"), "the real name too, while an alias exists: {e}");
+        std::fs::remove_file(&link).unwrap();
+        let opened = SegmentMemory::open_shm(&real, 4096).unwrap();
+        let mut buf = [0u8; 16];
+        opened.read_at(0, &mut buf).unwrap();
+        assert_eq!(buf, [9; 16], "with one name again it maps");
     }
 
     #[test]

@@ -1,0 +1,219 @@
+//! Faults and callers that used to lose objects nobody asked to lose
+//! (issue 23): a put asking for more replicas than there are segments, a
+//! pause of the master past the client TTL, and forced removals by clients
+//! that are not admins. Each test would fail on the build before the fix
+//! (the pause test also runs the planted bug and sees it lose objects).
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome};
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::BatchRemoveRequest;
+use mooncake_testkit::{Cluster, wait_until};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
+
+/// Object bytes that tell every object (and its writer's put) apart.
+fn value(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+fn code(e: &ClientError) -> Option<ErrorCode> {
+    match e {
+        ClientError::Master(m) => m.code(),
+        ClientError::PutRevoked(inner) => code(inner),
+        _ => None,
+    }
+}
+
+/// Puts `n` objects `obj/<i>` of `len` bytes, one replica each.
+async fn fill(client: &Client, n: usize, len: usize) -> Vec<(String, Vec<u8>)> {
+    let values: Vec<(String, Vec<u8>)> = (0..n).map(|i| (format!("obj/{i}"), value(i, len))).collect();
+    for (k, v) in &values {
+        let stored = client.put(k, v, &PutOptions { replicas: 1, ..Default::default() }).await;
+        assert!(matches!(stored, Ok(PutOutcome::Stored)), "{k}: {stored:?}");
+    }
+    values
+}
+
+/// Every one of `values` reads back with its bytes.
+async fn all_readable(client: &Client, values: &[(String, Vec<u8>)]) -> usize {
+    let keys: Vec<&str> = values.iter().map(|(k, _)| k.as_str()).collect();
+    let got = client.get_batch(&keys).await;
+    got.iter().zip(values).filter(|(g, (_, v))| g.as_ref().is_ok_and(|g| g == v)).count()
+}
+
+/// One put with `replica_num` 3 on 2 store nodes used to run the put's
+/// eviction rounds first (no third segment ever had room) and empty the
+/// cache before it stored the object with 2 replicas. Now it places the 2
+/// replicas there is room for and evicts nothing; one that insists on 3
+/// (`min_replicas`) is refused at once, also evicting nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_asking_for_more_replicas_than_segments_evicts_nothing() {
+    // A short KV lease: a new leader counts every object as leased (not
+    // evictable) for one lease TTL, and this test runs within seconds of
+    // the election.
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(2)
+        .segment_size("32MiB")
+        .binary(BIN)
+        .arg("--default_kv_lease_ttl=100")
+        .start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 60, 256 << 10).await;
+
+    let three = value(1_000, 256 << 10);
+    let stored = client.put("three", &three, &PutOptions { replicas: 3, ..Default::default() }).await;
+    assert!(matches!(stored, Ok(PutOutcome::Stored)), "{stored:?}");
+    let replicas = client.master().get_replica_list(client.client_id(), "three").await.expect("replica list");
+    assert_eq!(replicas.replicas.len(), 2, "one replica on each of the two segments");
+    assert_eq!(client.get("three").await.expect("get three"), three);
+    assert_eq!(all_readable(&client, &values).await, 60, "every object stays");
+
+    let strict = PutOptions { replicas: 3, min_replicas: 3, ..Default::default() };
+    let refused = client.put("strict", &three, &strict).await.expect_err("3 replicas on 2 segments");
+    assert_eq!(code(&refused), Some(ErrorCode::NoAvailableHandle), "{refused}");
+    assert!(refused.to_string().contains("only 2 memory segments"), "{refused}");
+
+    assert_eq!(all_readable(&client, &values).await, 60, "every object stays after the refusal too");
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    assert_eq!(cluster.metric(leader, "mooncake_evicted_objects_total"), 0.0);
+    client.close().await;
+}
+
+/// A full cache makes room for a put on the segments it places the put on,
+/// about the put's size on each: a few objects go, not the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_into_a_full_cache_evicts_about_its_own_size() {
+    // A short KV lease: a new leader counts every object as leased for one
+    // lease TTL, and this cache is filled within seconds of the election.
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(2)
+        .segment_size("16MiB")
+        .binary(BIN)
+        .arg("--default_kv_lease_ttl=100")
+        .start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    // 2 x 16 MiB, filled to the last MiB with 1 MiB objects.
+    let values = fill(&client, 30, 1 << 20).await;
+    let big = value(2_000, 2 << 20);
+    let stored = client.put("big", &big, &PutOptions { replicas: 2, ..Default::default() }).await;
+    assert!(matches!(stored, Ok(PutOutcome::Stored)), "{stored:?}");
+    assert_eq!(client.get("big").await.expect("get big"), big);
+    let left = all_readable(&client, &values).await;
+    eprintln!("{left} of 30 objects left after the put");
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let evicted = cluster.metric(leader, "mooncake_evicted_objects_total");
+    assert_eq!(left as f64 + evicted, 30.0, "an object is evicted or readable");
+    // 2 MiB on each of 2 segments: 4 objects would do; the bound is the
+    // put's rounds (1x, 2x, 4x, 8x its size on each), far below the cache.
+    assert!(left >= 20, "only {left} of 30 objects left: the put evicted {evicted}");
+    client.close().await;
+}
+
+/// Forced removals ignore KV leases and pins: like a forced RemoveAll, they
+/// are for admins. A client without the admin token is refused and the
+/// object stays; the admin's forced removal goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_removals_are_admin_operations() {
+    let cluster = Cluster::builder().masters(1).stores(1).segment_size("16MiB").binary(BIN).start();
+    cluster.wait_for_segments(1, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 3, 4096).await;
+    // Leased: the get grants a KV lease, so only force could remove it.
+    assert_eq!(client.get("obj/0").await.expect("get"), values[0].1);
+
+    let e = client.remove("obj/0", true).await.expect_err("forced remove by a client");
+    assert_eq!(code(&e), Some(ErrorCode::PermissionDenied), "{e}");
+    let req = BatchRemoveRequest { keys: vec!["obj/1".into()], force: true, ..Default::default() };
+    let answer = client
+        .master()
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.batch_remove(req).await }
+        })
+        .await
+        .expect("batch remove answered");
+    let status = answer.reply.status.expect("a batch status");
+    assert_eq!(status.error_code(), ErrorCode::PermissionDenied, "{}", status.message);
+    let e = client.remove("obj/0", false).await.expect_err("a leased object");
+    assert_eq!(code(&e), Some(ErrorCode::ObjectHasLease), "{e}");
+    assert!(!e.to_string().contains("use force"), "clients are not told to force: {e}");
+    assert_eq!(all_readable(&client, &values).await, 3, "nothing was removed");
+
+    let admin = cluster.client();
+    admin.remove("obj/0", true).await.expect("the admin forces a removal");
+    assert!(!client.exists("obj/0").await.expect("exists"));
+    client.close().await;
+}
+
+/// The masters' `--client_ttl` in the pause tests.
+const PAUSE_TTL_SEC: u64 = 3;
+
+/// Pauses the only master for twice the client TTL with 20 objects stored,
+/// resumes it, and waits until its duties have run again (the stall is
+/// counted). Returns how many objects are readable then, and how many
+/// clients the master expired.
+async fn pause_the_master_past_the_ttl(master_flag: Option<&str>) -> (usize, f64) {
+    let mut builder = Cluster::builder()
+        .masters(1)
+        .stores(2)
+        .segment_size("16MiB")
+        .binary(BIN)
+        .arg(format!("--client_ttl={PAUSE_TTL_SEC}"));
+    if let Some(flag) = master_flag {
+        builder = builder.arg(flag);
+    }
+    let cluster = builder.start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 20, 64 << 10).await;
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(5)).await;
+
+    // The fault: SIGSTOP for two TTLs (a VM pause, a live migration).
+    cluster.pause(leader);
+    tokio::time::sleep(Duration::from_secs(2 * PAUSE_TTL_SEC)).await;
+    cluster.resume(leader);
+    wait_until("the master noticed its stall", Duration::from_secs(20), || async {
+        (cluster.metric(leader, "mooncake_leader_stalls_total") >= 1.0).then_some(())
+    })
+    .await;
+    // The duty round that saw the stall has ended, and one more after it:
+    // its client expiries (there should be none) are committed and counted.
+    let rounds = cluster.metric(leader, "mooncake_leader_duty_rounds_total");
+    wait_until("two more leader duty rounds", Duration::from_secs(20), || async {
+        (cluster.metric(leader, "mooncake_leader_duty_rounds_total") >= rounds + 2.0).then_some(())
+    })
+    .await;
+    let expired_at_resume = cluster.metric(leader, "mooncake_expired_clients_total");
+    let readable = all_readable(&client, &values).await;
+    client.close().await;
+    (readable, expired_at_resume)
+}
+
+/// A pause of the master longer than the client TTL expired every store
+/// node the instant it resumed (it had heard nothing, because it could not
+/// hear): every object lost. A stalled leader now restarts every client's
+/// TTL, as a new leader does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_paused_past_the_client_ttl_expires_nobody() {
+    let (readable, expired) = pause_the_master_past_the_ttl(None).await;
+    assert_eq!(expired, 0.0, "no client expired after the pause");
+    assert_eq!(readable, 20, "every object readable after the pause");
+}
+
+/// The same pause against the planted bug (`--dev-unsafe-expire-after-stall`):
+/// the test above can tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planted_expiry_after_a_stall_loses_objects() {
+    let (readable, expired) = pause_the_master_past_the_ttl(Some("--dev-unsafe-expire-after-stall")).await;
+    assert!(expired >= 1.0, "the planted bug expired no store node");
+    assert!(readable < 20, "the planted bug lost no object");
+}
