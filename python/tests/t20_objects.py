@@ -83,15 +83,18 @@ def test_remove_respects_kv_leases_and_remove_all_counts(client, stores):
     assert client.put("t20/r", b"x") == 0
     assert client.get("t20/r") == b"x"
     assert client.remove("t20/r") == OBJECT_HAS_LEASE  # a reader may still hold it
-    assert client.remove("t20/r", True) == 0  # force
+    # Forced removals ignore leases and pins: only the admin may force.
+    assert client.remove("t20/r", True) == ILLEGAL_CLIENT
+    assert client.batch_remove(["t20/r"], force=True) == [ILLEGAL_CLIENT]
+    assert client.is_exist("t20/r") == 1, "a refused forced remove removed nothing"
+    admin = stores.open_admin()
+    assert admin.remove("t20/r", True) == 0
     assert client.remove("t20/r") == OBJECT_NOT_FOUND
-    assert client.batch_remove(["t20/missing"], force=True) == [OBJECT_NOT_FOUND]
+    assert admin.batch_remove(["t20/missing"], force=True) == [OBJECT_NOT_FOUND]
     for i in range(3):
         assert client.put(f"t20/all/{i}", b"x") == 0
-    # Forced, RemoveAll ignores leases and pins: only the admin may.
     assert client.remove_all(force=True) == ILLEGAL_CLIENT
     assert client.is_exist("t20/all/0") == 1, "a refused RemoveAll removed nothing"
-    admin = stores.open_admin()
     assert admin.remove_all(force=True) >= 3
     assert client.is_exist("t20/all/0") == 0
 
