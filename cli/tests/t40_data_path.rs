@@ -80,6 +80,14 @@ impl Story {
         Client::connect(cfg).await.unwrap_or_else(|e| panic!("connecting a workload client: {e}"))
     }
 
+    /// A workload client acting as admin (it may force removals).
+    async fn admin_client(&self) -> Client {
+        let mut cfg = ClientConfig::new(self.cluster.addrs());
+        cfg.protocol = Protocol::Tcp;
+        cfg.admin_token = Some(self.cluster.inner.admin_token().clone());
+        Client::connect(cfg).await.unwrap_or_else(|e| panic!("connecting an admin client: {e}"))
+    }
+
     fn store_addr(&self, id: u64) -> String {
         self.cluster.inner.node(Role::Store, id).expect("store node").addr.clone()
     }
@@ -606,12 +614,17 @@ async fn remove_story(story: &mut Story) {
     assert_eq!(writer.get_size(key).await.expect("get_size"), data.len() as u64);
     assert_get(&reader, key, &data).await;
 
-    // Phase 3: a forced remove succeeds; the key is gone everywhere.
-    writer.remove(key, true).await.expect("forced remove");
+    // Phase 3: forcing is an admin's: the writer is refused, the admin's
+    // forced remove succeeds; the key is gone everywhere.
+    let err = writer.remove(key, true).await.expect_err("a client's forced remove");
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
+    assert!(writer.exists(key).await.expect("exists"));
+    let admin = story.admin_client().await;
+    admin.remove(key, true).await.expect("forced remove");
     assert!(!writer.exists(key).await.expect("exists"));
     assert_not_found("get_size after remove", writer.get_size(key).await);
     assert_not_found("get after remove", reader.get(key).await);
-    let err = writer.remove(key, true).await.expect_err("second remove");
+    let err = admin.remove(key, true).await.expect_err("second remove");
     assert_eq!(err.code(), Some(ErrorCode::ObjectNotFound), "{err}");
 
     // Phase 4: an object nobody read is removed without force once no lease

@@ -20,6 +20,11 @@ pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
 /// timeout, so a write capability is dead long before its range can be
 /// handed to another writer.
 pub const DEFAULT_CAPABILITY_TTL_SEC: u64 = 60;
+/// Default of `--grpc-connections-max`: room for a 100-node cluster's
+/// clients and store nodes many times over, at one descriptor each.
+pub const DEFAULT_GRPC_CONNECTIONS_MAX: usize = 8_192;
+/// Default of `--grpc-peer-connections-max`.
+pub const DEFAULT_GRPC_PEER_CONNECTIONS_MAX: usize = 2_048;
 /// Hits within the access horizon before a disk-only object is promoted
 /// back to memory (Mooncake: 2).
 pub const DEFAULT_PROMOTION_ADMISSION_THRESHOLD: u32 = 2;
@@ -100,6 +105,19 @@ pub struct MasterConfig {
     /// HTTP address for /health, /ready, /leader and /metrics.
     #[arg(long)]
     pub http: Option<SocketAddr>,
+    /// Most connections to the gRPC port at once (clients, store nodes,
+    /// the other masters). Capped at start by the file descriptor budget
+    /// (`ulimit -n` less 512 kept for Raft and the data dir). A connection
+    /// beyond it takes the place of one that has not spoken yet, or is
+    /// refused (docs/OPERATIONS.md, Connection limits).
+    #[arg(long = "grpc-connections-max", default_value_t = DEFAULT_GRPC_CONNECTIONS_MAX)]
+    pub grpc_connections_max: usize,
+    /// Most connections to the gRPC port from one IP address (every process
+    /// of a host counts together; a client process holds about one per
+    /// master). Lower protects other hosts from one misbehaving host; it
+    /// must cover the busiest host's processes. 1..=grpc-connections-max.
+    #[arg(long = "grpc-peer-connections-max", default_value_t = DEFAULT_GRPC_PEER_CONNECTIONS_MAX)]
+    pub grpc_peer_connections_max: usize,
     /// KV lease in milliseconds: how long an object read (GetReplicaList,
     /// ExistKey) is protected from Remove, RemoveAll and eviction.
     #[arg(long = "default_kv_lease_ttl", default_value_t = DEFAULT_KV_LEASE_TTL_MS)]
@@ -271,6 +289,15 @@ impl MasterConfig {
         let unit = |name: &str, v: f64| {
             if v > 0.0 && v <= 1.0 { Ok(()) } else { Err(format!("--{name} {v} must be in (0, 1]")) }
         };
+        if self.grpc_connections_max == 0
+            || self.grpc_peer_connections_max == 0
+            || self.grpc_peer_connections_max > self.grpc_connections_max
+        {
+            return Err(format!(
+                "--grpc-peer-connections-max {} must be in 1..=--grpc-connections-max ({}), which must be positive",
+                self.grpc_peer_connections_max, self.grpc_connections_max
+            ));
+        }
         unit("eviction_high_watermark_ratio", self.eviction_high_watermark_ratio)?;
         unit("eviction_ratio", self.eviction_ratio)?;
         unit("disk_eviction_high_watermark_ratio", self.disk_eviction_high_watermark_ratio)?;

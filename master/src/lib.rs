@@ -33,6 +33,7 @@ mod network;
 mod node;
 pub mod peer;
 mod peers_heard;
+pub mod ports;
 pub mod prevote;
 mod proposer;
 mod puts;

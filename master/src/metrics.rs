@@ -43,6 +43,7 @@ pub struct MasterMetrics {
     pub eviction_rounds: IntCounter,
     pub expired_clients: IntCounter,
     pub leader_stalls: IntCounter,
+    pub port_refusals: IntCounterVec,
     pub leader_duty_rounds: IntCounter,
     pub discarded_puts: IntCounter,
     pub released_puts: IntCounter,
@@ -203,8 +204,18 @@ impl MasterMetrics {
             &["purpose", "outcome"],
         )?;
         r.register(Box::new(copies.clone()))?;
+        let port_refusals = IntCounterVec::new(
+            Opts::new(
+                "mooncake_port_refusals_total",
+                "Connections the gRPC or HTTP port could not take, by port and reason (a connection limit, or a \
+                 failed accept: out of file descriptors). Each restarts every client's TTL.",
+            ),
+            &["port", "reason"],
+        )?;
+        r.register(Box::new(port_refusals.clone()))?;
         Ok(MasterMetrics {
             elections,
+            port_refusals,
             fsync: histogram(
                 &r,
                 "mooncake_fsync_duration_seconds",

@@ -16,7 +16,6 @@ use mooncake_raft_store::{Raft, StoreOptions, open_store};
 use openraft::BasicNode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 
 use crate::admin_service::AdminServiceImpl;
 use crate::client_service::MasterServiceImpl;
@@ -30,6 +29,7 @@ use crate::leader_lease::AckClock;
 use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::network::NetworkFactory;
 use crate::peers_heard::PeersHeard;
+use crate::ports::{FD_RESERVE, FIRST_BYTES_TIMEOUT, GuardedListener, PortEvents, PortLimits, fd_budget};
 use crate::prevote::{ElectionDriver, LeaderContact};
 use crate::proposer::Proposer;
 use crate::raft_service::{Admission, RaftServiceImpl, heard_from_mac};
@@ -185,8 +185,9 @@ impl MasterNode {
             metrics.raft_rpc_handled.clone(),
             heard,
         );
+        let limits = port_limits(&cfg);
         let (grpc_addr, grpc_task) =
-            serve_grpc(cfg.listen, tls.as_ref(), shared.clone(), raft_service, stop_rx.clone())?;
+            serve_grpc(cfg.listen, limits.grpc, tls.as_ref(), shared.clone(), raft_service, stop_rx.clone())?;
         tasks.push(grpc_task);
         let driver = ElectionDriver {
             id: cfg.id,
@@ -200,7 +201,7 @@ impl MasterNode {
         tasks.push(tokio::spawn(driver.run(stop_rx.clone())));
         let http_addr = match cfg.http {
             Some(addr) => {
-                let (bound, task) = serve_http(addr, shared.clone(), stop_rx.clone()).await?;
+                let (bound, task) = serve_http(addr, limits.http, shared.clone(), stop_rx.clone()).await?;
                 tasks.push(task);
                 Some(bound)
             }
@@ -367,17 +368,79 @@ async fn wait_stop(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
+/// Most connections to the HTTP port (health checks, metrics scrapers,
+/// `mooncake status`), and from one address.
+const HTTP_CONNECTIONS_MAX: usize = 128;
+const HTTP_PEER_CONNECTIONS_MAX: usize = 32;
+
+/// The connection limits of both ports.
+struct Limits {
+    grpc: PortLimits,
+    http: PortLimits,
+}
+
+/// The configured limits within the file descriptor budget (`ports.rs`).
+fn port_limits(cfg: &MasterConfig) -> Limits {
+    let budget = usize::try_from(fd_budget()).unwrap_or(usize::MAX);
+    let http_max = HTTP_CONNECTIONS_MAX.min(budget / 8).max(1);
+    let grpc_max = cfg.grpc_connections_max.min(budget.saturating_sub(http_max)).max(1);
+    if grpc_max < cfg.grpc_connections_max {
+        tracing::warn!(
+            configured = cfg.grpc_connections_max,
+            used = grpc_max,
+            reserve = FD_RESERVE,
+            "the file descriptor limit (ulimit -n) caps the gRPC port's connections below --grpc-connections-max; \
+             raise the limit (LimitNOFILE= in systemd) for larger clusters"
+        );
+    }
+    let first_bytes_timeout = FIRST_BYTES_TIMEOUT;
+    Limits {
+        grpc: PortLimits {
+            total_max: grpc_max,
+            peer_max: cfg.grpc_peer_connections_max.min(grpc_max),
+            first_bytes_timeout,
+        },
+        http: PortLimits { total_max: http_max, peer_max: HTTP_PEER_CONNECTIONS_MAX.min(http_max), first_bytes_timeout },
+    }
+}
+
+/// What a port tells the master: a refusal restarts every client's TTL
+/// (a heartbeat may have been refused) and is counted.
+fn port_events(port: &'static str, shared: &Arc<Shared>) -> PortEvents {
+    let (leader, metrics) = (shared.leader.clone(), shared.metrics.clone());
+    PortEvents {
+        on_deaf: Box::new(move || {
+            leader.with(|t| t.restart_hearing(std::time::Instant::now()));
+        }),
+        on_refused: Box::new(move |reason| metrics.port_refusals.with_label_values(&[port, reason]).inc()),
+    }
+}
+
+/// Binds `addr` for a port and starts admitting connections under `limits`.
+fn bind_port(
+    port: &'static str,
+    addr: SocketAddr,
+    limits: PortLimits,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<GuardedListener> {
+    let std_listener = std::net::TcpListener::bind(addr)?;
+    std_listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(std_listener)?;
+    Ok(GuardedListener::start(port, listener, limits, port_events(port, shared))?)
+}
+
 fn serve_grpc(
     addr: SocketAddr,
+    limits: PortLimits,
     tls: Option<&mooncake_tls::TlsConfig>,
     shared: Arc<Shared>,
     raft_service: RaftServiceImpl,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
-    let incoming = TcpIncoming::bind(addr)
-        .with_context(|| format!("binding gRPC address {addr} (in use? pick another --listen)"))?
-        .with_nodelay(Some(true));
-    let bound = incoming.local_addr().context("gRPC local address")?;
+    let listener = bind_port("grpc", addr, limits, &shared)
+        .with_context(|| format!("binding gRPC address {addr} (in use? pick another --listen)"))?;
+    let bound = listener.local_addr();
+    let incoming = listener.into_stream();
     let service = Instrumented::new(MasterServiceImpl::new(shared.clone()), shared.metrics.clone());
     let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
@@ -418,13 +481,13 @@ fn load_tls(cfg: &MasterConfig) -> anyhow::Result<Option<mooncake_tls::TlsConfig
 
 async fn serve_http(
     addr: SocketAddr,
+    limits: PortLimits,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
+    let listener = bind_port("http", addr, limits, &shared)
         .with_context(|| format!("binding HTTP address {addr} (in use? pick another --http)"))?;
-    let bound = listener.local_addr()?;
+    let bound = listener.local_addr();
     let app = crate::http::router(shared);
     let task = tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(wait_stop(stop));

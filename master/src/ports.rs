@@ -1,0 +1,503 @@
+//! Who gets a connection to the master's ports (gRPC and HTTP), so that
+//! no peer, however many sockets it opens, can use up the descriptors the
+//! master needs for Raft and its data dir, or keep the store nodes'
+//! heartbeats out.
+//!
+//! Every port admits at most `total_max` connections and `peer_max` from
+//! one IP address. An accepted connection is *pending* until its first
+//! bytes arrive (the HTTP/2 preface, a TLS ClientHello, an HTTP request:
+//! real clients send them at once); one that sends nothing within
+//! `first_bytes_timeout` is closed. A connection beyond a limit takes the
+//! place of the oldest pending one (of its own address, for the per-peer
+//! limit), so a flood of silent sockets never keeps a real client out; only
+//! when every place is held by connections that spoke is it refused
+//! (closed at once, counted, logged at most once a second).
+//!
+//! A refused connection may be a store node's heartbeat, so every refusal
+//! and every failed `accept` (out of file descriptors) tells the leader it
+//! could not hear everyone (`on_deaf`), which restarts every client's TTL
+//! (docs/GUARANTEES.md, "Client liveness").
+//!
+//! The limits are bounded by the process's file descriptor budget
+//! ([`fd_budget`]): the soft `RLIMIT_NOFILE`, raised to the hard limit at
+//! start, less [`FD_RESERVE`] for everything else the master opens.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, mpsc};
+
+/// Descriptors kept out of the ports' limits: Raft channels to every peer
+/// (a few each), sled's files, snapshot files being built or sent, the
+/// watermark's rewrites, the HTTP port and the runtime's own. A master with
+/// fewer descriptors than this plus a useful number of connections warns at
+/// start.
+pub const FD_RESERVE: u64 = 512;
+
+/// How long a new connection may stay silent. Real clients send their first
+/// bytes with the connect; 5 s also covers a TLS client on a slow host.
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections admitted but not yet served, waiting in the queue to the
+/// server. Beyond it the accept loop waits (the kernel's backlog holds the rest).
+const ADMITTED_QUEUE_MAX: usize = 256;
+
+/// Pause after a failed `accept` (out of file descriptors): the loop must
+/// not spin while the process has none.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Shortest time between two warnings about refused connections.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The limits of one port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortLimits {
+    pub total_max: usize,
+    pub peer_max: usize,
+    pub first_bytes_timeout: Duration,
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the
+/// descriptors the ports may use: the soft limit less [`FD_RESERVE`].
+pub fn fd_budget() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024u64.saturating_sub(FD_RESERVE);
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        // SAFETY: setrlimit reads the struct it is given; raising the soft
+        // limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    lim.rlim_cur.saturating_sub(FD_RESERVE)
+}
+
+/// Why a connection was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Total,
+    Peer,
+}
+
+/// Open connections of one port, in total, per address, and the pending
+/// ones (accepted, nothing received yet) in the order they came. Pure
+/// bookkeeping: tested without sockets.
+#[derive(Debug, Default)]
+pub struct Table {
+    limits: Option<PortLimits>,
+    open: usize,
+    per_peer: HashMap<IpAddr, usize>,
+    next_seq: u64,
+    pending: BTreeMap<u64, IpAddr>,
+}
+
+/// What admitting a connection came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Admitted as pending number `seq`.
+    Pending { seq: u64 },
+    /// Admitted as pending number `seq` in the place of pending `evicted`,
+    /// which must be closed.
+    Replacing { seq: u64, evicted: u64 },
+    Refused(Refusal),
+}
+
+impl Table {
+    pub fn new(limits: PortLimits) -> Self {
+        Table { limits: Some(limits), ..Table::default() }
+    }
+
+    /// Admits a connection from `peer`, in the place of the oldest pending
+    /// connection (of `peer`, when its own limit is the one hit) if a limit
+    /// is reached.
+    pub fn admit(&mut self, peer: IpAddr) -> Admit {
+        let Some(limits) = self.limits else { return Admit::Refused(Refusal::Total) };
+        let held = self.per_peer.get(&peer).copied().unwrap_or(0);
+        let hit = if held >= limits.peer_max {
+            Some(Refusal::Peer)
+        } else if self.open >= limits.total_max {
+            Some(Refusal::Total)
+        } else {
+            None
+        };
+        let evicted = match hit {
+            None => None,
+            Some(refusal) => {
+                let victim = self
+                    .pending
+                    .iter()
+                    .find(|(_, ip)| refusal == Refusal::Total || **ip == peer)
+                    .map(|(seq, ip)| (*seq, *ip));
+                let Some((seq, ip)) = victim else { return Admit::Refused(refusal) };
+                self.pending.remove(&seq);
+                self.release(ip);
+                Some(seq)
+            }
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.open += 1;
+        *self.per_peer.entry(peer).or_insert(0) += 1;
+        self.pending.insert(seq, peer);
+        match evicted {
+            None => Admit::Pending { seq },
+            Some(evicted) => Admit::Replacing { seq, evicted },
+        }
+    }
+
+    /// Pending connection `seq` spoke: it is served and no longer evictable.
+    /// False when it was evicted meanwhile (it must be closed).
+    pub fn spoke(&mut self, seq: u64) -> bool {
+        self.pending.remove(&seq).is_some()
+    }
+
+    /// A pending connection `seq` from `peer` ends (silent too long, or
+    /// closed): gives its place back unless it was evicted (its place went
+    /// to the connection that evicted it).
+    pub fn drop_pending(&mut self, seq: u64, peer: IpAddr) {
+        if self.pending.remove(&seq).is_some() {
+            self.release(peer);
+        }
+    }
+
+    /// A served connection from `peer` closed.
+    pub fn release(&mut self, peer: IpAddr) {
+        let held = self.per_peer.get_mut(&peer);
+        assert!(held.as_deref().is_some_and(|n| *n > 0) && self.open > 0, "released a connection never admitted");
+        if let Some(held) = held {
+            *held -= 1;
+            if *held == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+        self.open -= 1;
+    }
+
+    pub fn open(&self) -> usize {
+        self.open
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// What a port tells the rest of the master.
+pub struct PortEvents {
+    /// The port could not take a connection (refused, or `accept` failed):
+    /// a client may not have been heard.
+    pub on_deaf: Box<dyn Fn() + Send + Sync>,
+    /// Counts refused connections and failed accepts (by reason).
+    pub on_refused: Box<dyn Fn(&'static str) + Send + Sync>,
+}
+
+struct Shared {
+    name: &'static str,
+    table: Mutex<Table>,
+    /// Wakes pending connections to check whether they were evicted.
+    evictions: Notify,
+    events: PortEvents,
+    last_warning: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn refused(&self, reason: &'static str, peer: Option<SocketAddr>) {
+        (self.events.on_refused)(reason);
+        (self.events.on_deaf)();
+        let mut last = self.last_warning.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL) {
+            *last = Some(now);
+            let (open, pending) = {
+                let t = self.table();
+                (t.open(), t.pending())
+            };
+            tracing::warn!(port = self.name, reason, ?peer, open, pending,
+                "refusing a connection: client TTLs restart (no heartbeat may have got in); \
+                 if the clients are legitimate raise the port's connection limits or `ulimit -n`");
+        }
+    }
+}
+
+/// A served connection: the socket and its place in the port's table,
+/// given back when it is dropped.
+pub struct Guarded {
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        self.shared.table().release(self.peer.ip());
+    }
+}
+
+impl Guarded {
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Guarded {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+/// A port's listener: admits connections under its limits and hands the
+/// ones that spoke to the server, in order.
+pub struct GuardedListener {
+    admitted: mpsc::Receiver<Guarded>,
+    local: SocketAddr,
+}
+
+impl GuardedListener {
+    /// Starts admitting connections on `listener`; the accept loop ends
+    /// with the returned listener.
+    pub fn start(name: &'static str, listener: TcpListener, limits: PortLimits, events: PortEvents) -> io::Result<Self> {
+        let local = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            name,
+            table: Mutex::new(Table::new(limits)),
+            evictions: Notify::new(),
+            events,
+            last_warning: Mutex::new(None),
+        });
+        let (tx, admitted) = mpsc::channel(ADMITTED_QUEUE_MAX);
+        tokio::spawn(accept_loop(listener, shared, limits, tx));
+        Ok(GuardedListener { admitted, local })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The next connection that spoke; `None` once the accept loop ended.
+    pub async fn next(&mut self) -> Option<Guarded> {
+        self.admitted.recv().await
+    }
+
+    /// The connections as the stream tonic serves.
+    pub fn into_stream(self) -> impl futures::Stream<Item = io::Result<Guarded>> {
+        futures::stream::unfold(self, |mut l| async move { l.next().await.map(|c| (Ok(c), l)) })
+    }
+}
+
+impl axum::serve::Listener for GuardedListener {
+    type Io = Guarded;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Guarded, SocketAddr) {
+        match self.next().await {
+            Some(c) => {
+                let peer = c.peer;
+                (c, peer)
+            }
+            // The accept loop ends only with this listener.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, limits: PortLimits, tx: mpsc::Sender<Guarded>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors (EMFILE/ENFILE) or a socket error:
+                    // nobody could connect meanwhile.
+                    shared.refused("accept failed", None);
+                    tracing::debug!(port = shared.name, error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = tx.closed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let admit = shared.table().admit(peer.ip());
+        let seq = match admit {
+            Admit::Pending { seq } => seq,
+            Admit::Replacing { seq, evicted: _ } => {
+                shared.evictions.notify_waiters();
+                seq
+            }
+            Admit::Refused(r) => {
+                drop(stream);
+                shared.refused(
+                    match r {
+                        Refusal::Total => "port connection limit",
+                        Refusal::Peer => "per-address connection limit",
+                    },
+                    Some(peer),
+                );
+                continue;
+            }
+        };
+        let (shared, tx) = (shared.clone(), tx.clone());
+        tokio::spawn(async move {
+            if await_first_bytes(&stream, &shared, seq, limits.first_bytes_timeout).await {
+                let conn = Guarded { stream, peer, shared: shared.clone() };
+                if tx.send(conn).await.is_err() {
+                    // The server is gone; `conn` gave its place back on drop.
+                }
+            } else {
+                shared.table().drop_pending(seq, peer.ip());
+            }
+        });
+    }
+}
+
+/// Waits for `stream`'s first bytes (or its close, which the server then
+/// reads). True when it spoke and is still admitted (now served); false
+/// when it stayed silent past `timeout` or was evicted for a newer one.
+async fn await_first_bytes(stream: &TcpStream, shared: &Shared, seq: u64, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let evicted = shared.evictions.notified();
+        tokio::pin!(evicted);
+        evicted.as_mut().enable();
+        if !shared.table().pending.contains_key(&seq) {
+            return false;
+        }
+        let mut first = [0u8; 1];
+        tokio::select! {
+            // `peek` waits for a byte (0: the peer closed) and leaves it for
+            // the server; `readable` alone may wake without data.
+            peeked = stream.peek(&mut first) => {
+                return matches!(peeked, Ok(n) if n > 0) && shared.table().spoke(seq);
+            }
+            () = &mut evicted => continue,
+            () = tokio::time::sleep_until(deadline) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(n: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, n])
+    }
+
+    fn limits(total_max: usize, peer_max: usize) -> PortLimits {
+        PortLimits { total_max, peer_max, first_bytes_timeout: FIRST_BYTES_TIMEOUT }
+    }
+
+    #[test]
+    fn a_silent_connection_gives_its_place_to_a_new_one_and_a_speaking_one_keeps_it() {
+        let mut t = Table::new(limits(2, 2));
+        assert_eq!(t.admit(ip(1)), Admit::Pending { seq: 0 });
+        assert_eq!(t.admit(ip(1)), Admit::Pending { seq: 1 });
+        // The per-peer limit: the oldest pending connection of that peer goes.
+        assert_eq!(t.admit(ip(1)), Admit::Replacing { seq: 2, evicted: 0 });
+        assert!(!t.spoke(0), "an evicted connection is closed, not served");
+        t.drop_pending(0, ip(1));
+        assert_eq!(t.open(), 2, "its place went to the newcomer");
+        assert!(t.spoke(1) && t.spoke(2));
+        // Both spoke: nothing to evict, the next one is refused.
+        assert_eq!(t.admit(ip(2)), Admit::Refused(Refusal::Total));
+        t.release(ip(1));
+        assert_eq!(t.admit(ip(2)), Admit::Pending { seq: 3 });
+        // The total limit takes any peer's pending connection.
+        assert_eq!(t.admit(ip(3)), Admit::Replacing { seq: 4, evicted: 3 });
+        t.drop_pending(3, ip(2));
+        assert_eq!((t.open(), t.pending()), (2, 1));
+    }
+
+    #[test]
+    fn a_peer_at_its_limit_cannot_evict_another_peers_connection() {
+        let mut t = Table::new(limits(10, 1));
+        assert_eq!(t.admit(ip(1)), Admit::Pending { seq: 0 });
+        assert!(t.spoke(0));
+        assert_eq!(t.admit(ip(2)), Admit::Pending { seq: 1 });
+        assert_eq!(t.admit(ip(1)), Admit::Refused(Refusal::Peer), "peer 2's pending connection stays");
+        assert_eq!(t.pending(), 1);
+    }
+
+    #[test]
+    fn a_silent_connection_that_times_out_gives_its_place_back() {
+        let mut t = Table::new(limits(1, 1));
+        let Admit::Pending { seq } = t.admit(ip(1)) else { panic!() };
+        t.drop_pending(seq, ip(1));
+        assert_eq!((t.open(), t.pending()), (0, 0));
+        assert_eq!(t.admit(ip(2)), Admit::Pending { seq: 1 });
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_silent_sockets_does_not_keep_a_client_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let refusals = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = refusals.clone();
+        let events = PortEvents {
+            on_deaf: Box::new(|| {}),
+            on_refused: Box::new(move |_| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }),
+        };
+        let mut l = GuardedListener::start("test", listener, limits(8, 8), events).unwrap();
+        let addr = l.local_addr();
+        // Twenty silent sockets: never more than 8 held, none served.
+        let mut silent = Vec::new();
+        for _ in 0..20 {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // A client that speaks at once is served despite them.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"hello").await.unwrap();
+        let served = tokio::time::timeout(Duration::from_secs(5), l.next()).await.unwrap().unwrap();
+        assert_eq!(served.peer_addr(), client.local_addr().unwrap());
+        assert_eq!(refusals.load(std::sync::atomic::Ordering::Relaxed), 0, "places came from silent sockets");
+    }
+}
