@@ -12,7 +12,7 @@ use std::time::Duration;
 use mooncake_client::{Client, ClientConfig, ClientError, PutOptions, PutOutcome};
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::BatchRemoveRequest;
-use mooncake_testkit::{Cluster, wait_until};
+use mooncake_testkit::{Cluster, Role, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
 
@@ -216,4 +216,75 @@ async fn the_planted_expiry_after_a_stall_loses_objects() {
     let (readable, expired) = pause_the_master_past_the_ttl(Some("--dev-unsafe-expire-after-stall")).await;
     assert!(expired >= 1.0, "the planted bug expired no store node");
     assert!(readable < 20, "the planted bug lost no object");
+}
+
+/// Thousands of idle sockets to the leader's gRPC port used to exhaust its
+/// file descriptors: it kept leading, could not hear the store nodes, and
+/// expired them (every object lost). Now the port holds at most its limit,
+/// silent sockets give their places to clients that speak, and a refusal
+/// restarts every client's TTL: nothing is lost, and clients keep working
+/// during the flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_connections_to_the_leader_loses_nothing() {
+    const TTL_SEC: u64 = 2;
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(2)
+        .segment_size("16MiB")
+        .binary(BIN)
+        .arg(format!("--client_ttl={TTL_SEC}"))
+        .arg("--grpc-connections-max=64")
+        .arg("--grpc-peer-connections-max=64")
+        .start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 20, 64 << 10).await;
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let addr = cluster.addrs()[0].clone();
+    // A master with 1,024 descriptors, which the flood alone would exhaust.
+    let pid = cluster.inner.node(Role::Master, leader).and_then(|n| n.pid()).expect("the master's pid");
+    let limited = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), "--nofile=1024:1024"])
+        .status()
+        .expect("prlimit (util-linux)");
+    assert!(limited.success(), "prlimit failed");
+
+    // The fault: sockets that never speak, 300 new ones every 100 ms (up to
+    // 1,500 held), for three client TTLs; meanwhile the client keeps putting.
+    let flood = tokio::spawn({
+        let addr = addr.clone();
+        async move {
+            let end = tokio::time::Instant::now() + Duration::from_secs(3 * TTL_SEC);
+            let mut held = std::collections::VecDeque::new();
+            while tokio::time::Instant::now() < end {
+                for _ in 0..300 {
+                    if let Ok(s) = tokio::net::TcpStream::connect(&addr).await {
+                        held.push_back(s);
+                    }
+                }
+                while held.len() > 1_500 {
+                    held.pop_front();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let mut during = 0;
+    while !flood.is_finished() {
+        let v = value(3_000 + during, 4096);
+        let key = format!("during/{during}");
+        client.put(&key, &v, &PutOptions::default()).await.expect("a put during the flood");
+        assert_eq!(client.get(&key).await.expect("a get during the flood"), v);
+        during += 1;
+    }
+    flood.await.expect("flood task");
+    assert!(during > 0);
+
+    assert_eq!(cluster.metric(leader, "mooncake_expired_clients_total"), 0.0, "no store node expired");
+    assert_eq!(all_readable(&client, &values).await, 20, "every object readable after the flood");
+    // A new client connects and works once the flood is over.
+    let late = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("a new client");
+    late.put("late", b"after the flood", &PutOptions::default()).await.expect("put after the flood");
+    late.close().await;
+    client.close().await;
 }

@@ -400,7 +400,11 @@ fn port_limits(cfg: &MasterConfig) -> Limits {
             peer_max: cfg.grpc_peer_connections_max.min(grpc_max),
             first_bytes_timeout,
         },
-        http: PortLimits { total_max: http_max, peer_max: HTTP_PEER_CONNECTIONS_MAX.min(http_max), first_bytes_timeout },
+        http: PortLimits {
+            total_max: http_max,
+            peer_max: HTTP_PEER_CONNECTIONS_MAX.min(http_max),
+            first_bytes_timeout,
+        },
     }
 }
 

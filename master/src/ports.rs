@@ -106,10 +106,15 @@ pub struct Table {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Admit {
     /// Admitted as pending number `seq`.
-    Pending { seq: u64 },
+    Pending {
+        seq: u64,
+    },
     /// Admitted as pending number `seq` in the place of pending `evicted`,
     /// which must be closed.
-    Replacing { seq: u64, evicted: u64 },
+    Replacing {
+        seq: u64,
+        evicted: u64,
+    },
     Refused(Refusal),
 }
 
@@ -227,9 +232,15 @@ impl Shared {
                 let t = self.table();
                 (t.open(), t.pending())
             };
-            tracing::warn!(port = self.name, reason, ?peer, open, pending,
+            tracing::warn!(
+                port = self.name,
+                reason,
+                ?peer,
+                open,
+                pending,
                 "refusing a connection: client TTLs restart (no heartbeat may have got in); \
-                 if the clients are legitimate raise the port's connection limits or `ulimit -n`");
+                 if the clients are legitimate raise the port's connection limits or `ulimit -n`"
+            );
         }
     }
 }
@@ -299,7 +310,12 @@ pub struct GuardedListener {
 impl GuardedListener {
     /// Starts admitting connections on `listener`; the accept loop ends
     /// with the returned listener.
-    pub fn start(name: &'static str, listener: TcpListener, limits: PortLimits, events: PortEvents) -> io::Result<Self> {
+    pub fn start(
+        name: &'static str,
+        listener: TcpListener,
+        limits: PortLimits,
+        events: PortEvents,
+    ) -> io::Result<Self> {
         let local = listener.local_addr()?;
         let shared = Arc::new(Shared {
             name,

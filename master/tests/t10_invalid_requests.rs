@@ -87,6 +87,20 @@ async fn malformed_requests_are_refused_and_change_nothing() {
             "shm_path escaping the segment directory",
             mount(Some(Segment { shm_path: "/dev/shm/../etc/shadow".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
         ),
+        // Another spelling of a store node's file would mount a second
+        // segment over its memory (the one-region rule compares text).
+        (
+            "shm_path with a doubled slash",
+            mount(Some(Segment { shm_path: "/dev/shm//mooncake-a".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
+        ),
+        (
+            "shm_path with a '.' component",
+            mount(Some(Segment { shm_path: "/dev/shm/./mooncake-a".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
+        ),
+        (
+            "shm_path with a trailing slash",
+            mount(Some(Segment { shm_path: "/dev/shm/mooncake-a/".into(), ..seg(3, 1 << 20, "127.0.0.1:1") })),
+        ),
         ("unknown tier", mount(Some(Segment { tier: 7, ..seg(4, 1 << 20, "127.0.0.1:1") }))),
         (
             "a disk segment naming a shared-memory file",
@@ -108,8 +122,10 @@ async fn malformed_requests_are_refused_and_change_nothing() {
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "remount without a credential");
     let r = raw.get_replica_list(GetReplicaListRequest { key: String::new(), client_id: 9 }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "get with empty key");
-    let r = raw.remove(RemoveRequest { key: String::new(), force: true, request_id: 0 }).await.unwrap();
+    let r = raw.remove(RemoveRequest { key: String::new(), force: false, request_id: 0 }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "remove with empty key");
+    let r = raw.remove(RemoveRequest { key: "k".into(), force: true, request_id: 0 }).await.unwrap();
+    assert_eq!(code(&r.into_inner().status), ErrorCode::PermissionDenied, "forced remove without the admin token");
     let too_many = BatchPutStartRequest { requests: vec![put("k", 10, 1); 1025] };
     let r = raw.batch_put_start(too_many).await.unwrap().into_inner();
     assert_eq!(code(&r.status), ErrorCode::InvalidParams, "oversized batch");
