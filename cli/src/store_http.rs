@@ -63,12 +63,22 @@ async fn metrics(State(client): State<Arc<Client>>) -> String {
         let server = seg.server_stats().await;
         if let Some(s) = server {
             gauges.push(("mooncake_store_connections_open", "Transfer connections open now.", s.connections_open));
+            gauges.push((
+                "mooncake_store_connections_waiting",
+                "Open transfer connections waiting for a request (a newcomer at a limit may take their place).",
+                s.connections_waiting,
+            ));
             counters.extend([
                 ("mooncake_store_read_bytes_total", "Bytes served to READ requests.", s.read_bytes),
                 ("mooncake_store_written_bytes_total", "Bytes written by WRITE requests.", s.written_bytes),
                 ("mooncake_store_requests_total", "Transfer requests received.", s.ops),
                 ("mooncake_store_errors_total", "Transfer requests refused or broken.", s.errors),
                 ("mooncake_store_connections_total", "Transfer connections accepted.", s.connections),
+                (
+                    "mooncake_store_connections_replaced_total",
+                    "Waiting transfer connections closed to give their place to a newcomer at a connection limit.",
+                    s.replaced,
+                ),
                 (
                     "mooncake_store_idle_closed_total",
                     "Transfer connections closed after the idle timeout.",

@@ -75,7 +75,7 @@ enum Cmd {
     },
     /// Run a set of scenarios and print a table; exits non-zero on any violation.
     Suite {
-        /// The CI set (`scenario::CI_SUITE`: 16 scenarios, 30 s each; `large-state` preloads first).
+        /// The CI set (`scenario::CI_SUITE`: 17 scenarios, 30 s each; `large-state` preloads first).
         #[arg(long)]
         ci: bool,
         #[arg(long, default_value = "30s", value_parser = parse_duration)]

@@ -224,6 +224,8 @@ fn timing(fault: Fault) -> (Duration, Duration) {
         Fault::StoreKill => (FAULT_GAP, Duration::ZERO),
         // Past the client TTL, so the masters expire the paused store node.
         Fault::StorePause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
+        // Past the client TTL, as the masters' clocks see it when they resume.
+        Fault::QuorumPause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         _ => (FAULT_GAP, FAULT_HOLD),
     }
 }
@@ -323,6 +325,13 @@ impl Nemesis {
                 let victim = *self.rng.pick(&voters).unwrap_or(&leader);
                 self.cluster.lock().await.pause(Target::Master(victim))?;
                 Ok(format!("SIGSTOP master {victim}{}", if victim == leader { " (leader)" } else { "" }))
+            }
+            Fault::QuorumPause => {
+                let mut cluster = self.cluster.lock().await;
+                for id in &voters {
+                    cluster.pause(Target::Master(*id))?;
+                }
+                Ok(format!("SIGSTOP every master {voters:?} past the client TTL ({} s)", CLIENT_TTL.as_secs()))
             }
             Fault::PowerLoss => {
                 let victim = *self.rng.pick(&voters).unwrap_or(&leader);

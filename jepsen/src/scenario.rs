@@ -20,6 +20,11 @@ pub enum Fault {
     Kill,
     /// SIGSTOP the leader or a follower, SIGCONT later.
     Pause,
+    /// SIGSTOP every voter for longer than the client TTL (a VM pause, a
+    /// live migration or a stall of the host of every master), SIGCONT
+    /// them all: no store node may be expired for heartbeats nobody could
+    /// hear, so nothing acknowledged may be lost.
+    QuorumPause,
     /// Kill a master and drop its filesystem's unflushed writes.
     PowerLoss,
     /// Fill a master's disk: it must end itself (crash-only) and, once
@@ -64,6 +69,7 @@ pub enum Scenario {
     OneWay,
     Kill,
     Pause,
+    QuorumPause,
     PowerLoss,
     DiskFull,
     StorePause,
@@ -85,6 +91,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::OneWay,
     Scenario::Kill,
     Scenario::Pause,
+    Scenario::QuorumPause,
     Scenario::PowerLoss,
     Scenario::DiskFull,
     Scenario::StorePause,
@@ -105,6 +112,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::Halves,
     Scenario::Kill,
     Scenario::Pause,
+    Scenario::QuorumPause,
     Scenario::PowerLoss,
     Scenario::DiskFull,
     Scenario::StorePause,
@@ -128,6 +136,7 @@ impl Scenario {
             Scenario::OneWay => "one-way",
             Scenario::Kill => "kill",
             Scenario::Pause => "pause",
+            Scenario::QuorumPause => "quorum-pause",
             Scenario::PowerLoss => "power-loss",
             Scenario::DiskFull => "disk-full",
             Scenario::StorePause => "store-pause",
@@ -152,6 +161,7 @@ impl Scenario {
             Scenario::OneWay => &[Fault::OneWay],
             Scenario::Kill => &[Fault::Kill],
             Scenario::Pause => &[Fault::Pause],
+            Scenario::QuorumPause => &[Fault::QuorumPause],
             Scenario::PowerLoss => &[Fault::PowerLoss],
             Scenario::DiskFull => &[Fault::DiskFull],
             Scenario::StorePause => &[Fault::StorePause],

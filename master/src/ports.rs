@@ -4,7 +4,8 @@
 //! heartbeats out.
 //!
 //! Every port admits at most `total_max` connections and `peer_max` from
-//! one IP address. An accepted connection is *pending* until its first
+//! one IP address (`mooncake_admission::Table`, shared with the store
+//! nodes' transfer port). An accepted connection is *pending* until its first
 //! bytes arrive (the HTTP/2 preface, a TLS ClientHello, an HTTP request:
 //! real clients send them at once); one that sends nothing within
 //! `first_bytes_timeout` is closed. A connection beyond a limit takes the
@@ -22,14 +23,14 @@
 //! ([`fd_budget`]): the soft `RLIMIT_NOFILE`, raised to the hard limit at
 //! start, less [`FD_RESERVE`] for everything else the master opens.
 
-use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use mooncake_admission::{Admit, ConnId, Limits, Refusal, Table};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc};
@@ -83,121 +84,6 @@ pub fn fd_budget() -> u64 {
     lim.rlim_cur.saturating_sub(FD_RESERVE)
 }
 
-/// Why a connection was not admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    Total,
-    Peer,
-}
-
-/// Open connections of one port, in total, per address, and the pending
-/// ones (accepted, nothing received yet) in the order they came. Pure
-/// bookkeeping: tested without sockets.
-#[derive(Debug, Default)]
-pub struct Table {
-    limits: Option<PortLimits>,
-    open: usize,
-    per_peer: HashMap<IpAddr, usize>,
-    next_seq: u64,
-    pending: BTreeMap<u64, IpAddr>,
-}
-
-/// What admitting a connection came to.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Admit {
-    /// Admitted as pending number `seq`.
-    Pending {
-        seq: u64,
-    },
-    /// Admitted as pending number `seq` in the place of pending `evicted`,
-    /// which must be closed.
-    Replacing {
-        seq: u64,
-        evicted: u64,
-    },
-    Refused(Refusal),
-}
-
-impl Table {
-    pub fn new(limits: PortLimits) -> Self {
-        Table { limits: Some(limits), ..Table::default() }
-    }
-
-    /// Admits a connection from `peer`, in the place of the oldest pending
-    /// connection (of `peer`, when its own limit is the one hit) if a limit
-    /// is reached.
-    pub fn admit(&mut self, peer: IpAddr) -> Admit {
-        let Some(limits) = self.limits else { return Admit::Refused(Refusal::Total) };
-        let held = self.per_peer.get(&peer).copied().unwrap_or(0);
-        let hit = if held >= limits.peer_max {
-            Some(Refusal::Peer)
-        } else if self.open >= limits.total_max {
-            Some(Refusal::Total)
-        } else {
-            None
-        };
-        let evicted = match hit {
-            None => None,
-            Some(refusal) => {
-                let victim = self
-                    .pending
-                    .iter()
-                    .find(|(_, ip)| refusal == Refusal::Total || **ip == peer)
-                    .map(|(seq, ip)| (*seq, *ip));
-                let Some((seq, ip)) = victim else { return Admit::Refused(refusal) };
-                self.pending.remove(&seq);
-                self.release(ip);
-                Some(seq)
-            }
-        };
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.open += 1;
-        *self.per_peer.entry(peer).or_insert(0) += 1;
-        self.pending.insert(seq, peer);
-        match evicted {
-            None => Admit::Pending { seq },
-            Some(evicted) => Admit::Replacing { seq, evicted },
-        }
-    }
-
-    /// Pending connection `seq` spoke: it is served and no longer evictable.
-    /// False when it was evicted meanwhile (it must be closed).
-    pub fn spoke(&mut self, seq: u64) -> bool {
-        self.pending.remove(&seq).is_some()
-    }
-
-    /// A pending connection `seq` from `peer` ends (silent too long, or
-    /// closed): gives its place back unless it was evicted (its place went
-    /// to the connection that evicted it).
-    pub fn drop_pending(&mut self, seq: u64, peer: IpAddr) {
-        if self.pending.remove(&seq).is_some() {
-            self.release(peer);
-        }
-    }
-
-    /// A served connection from `peer` closed.
-    pub fn release(&mut self, peer: IpAddr) {
-        let held = self.per_peer.get_mut(&peer);
-        assert!(held.as_deref().is_some_and(|n| *n > 0) && self.open > 0, "released a connection never admitted");
-        if let Some(held) = held {
-            *held -= 1;
-            if *held == 0 {
-                self.per_peer.remove(&peer);
-            }
-        }
-        self.open -= 1;
-    }
-
-    pub fn open(&self) -> usize {
-        self.open
-    }
-
-    pub fn pending(&self) -> usize {
-        self.pending.len()
-    }
-}
-
 /// What a port tells the rest of the master.
 pub struct PortEvents {
     /// The port could not take a connection (refused, or `accept` failed):
@@ -230,7 +116,7 @@ impl Shared {
             *last = Some(now);
             let (open, pending) = {
                 let t = self.table();
-                (t.open(), t.pending())
+                (t.open(), t.waiting())
             };
             tracing::warn!(
                 port = self.name,
@@ -250,12 +136,13 @@ impl Shared {
 pub struct Guarded {
     stream: TcpStream,
     peer: SocketAddr,
+    id: ConnId,
     shared: Arc<Shared>,
 }
 
 impl Drop for Guarded {
     fn drop(&mut self) {
-        self.shared.table().release(self.peer.ip());
+        self.shared.table().close(self.id);
     }
 }
 
@@ -319,7 +206,7 @@ impl GuardedListener {
         let local = listener.local_addr()?;
         let shared = Arc::new(Shared {
             name,
-            table: Mutex::new(Table::new(limits)),
+            table: Mutex::new(Table::new(Limits { total_max: limits.total_max, peer_max: limits.peer_max })),
             evictions: Notify::new(),
             events,
             last_warning: Mutex::new(None),
@@ -382,18 +269,18 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, limits: PortLim
         };
         let _ = stream.set_nodelay(true);
         let admit = shared.table().admit(peer.ip());
-        let seq = match admit {
-            Admit::Pending { seq } => seq,
-            Admit::Replacing { seq, evicted: _ } => {
+        let id = match admit {
+            Admit::Admitted(id) => id,
+            Admit::Replacing { admitted, evicted: _ } => {
                 shared.evictions.notify_waiters();
-                seq
+                admitted
             }
             Admit::Refused(r) => {
                 drop(stream);
                 shared.refused(
                     match r {
-                        Refusal::Total => "port connection limit",
-                        Refusal::Peer => "per-address connection limit",
+                        Refusal::Total { .. } => "port connection limit",
+                        Refusal::Peer { .. } => "per-address connection limit",
                     },
                     Some(peer),
                 );
@@ -402,13 +289,13 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, limits: PortLim
         };
         let (shared, tx) = (shared.clone(), tx.clone());
         tokio::spawn(async move {
-            if await_first_bytes(&stream, &shared, seq, limits.first_bytes_timeout).await {
-                let conn = Guarded { stream, peer, shared: shared.clone() };
+            if await_first_bytes(&stream, &shared, id, limits.first_bytes_timeout).await {
+                let conn = Guarded { stream, peer, id, shared: shared.clone() };
                 if tx.send(conn).await.is_err() {
                     // The server is gone; `conn` gave its place back on drop.
                 }
             } else {
-                shared.table().drop_pending(seq, peer.ip());
+                shared.table().close(id);
             }
         });
     }
@@ -417,13 +304,13 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, limits: PortLim
 /// Waits for `stream`'s first bytes (or its close, which the server then
 /// reads). True when it spoke and is still admitted (now served); false
 /// when it stayed silent past `timeout` or was evicted for a newer one.
-async fn await_first_bytes(stream: &TcpStream, shared: &Shared, seq: u64, timeout: Duration) -> bool {
+async fn await_first_bytes(stream: &TcpStream, shared: &Shared, id: ConnId, timeout: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let evicted = shared.evictions.notified();
         tokio::pin!(evicted);
         evicted.as_mut().enable();
-        if !shared.table().pending.contains_key(&seq) {
+        if shared.table().is_evicted(id) {
             return false;
         }
         let mut first = [0u8; 1];
@@ -431,7 +318,9 @@ async fn await_first_bytes(stream: &TcpStream, shared: &Shared, seq: u64, timeou
             // `peek` waits for a byte (0: the peer closed) and leaves it for
             // the server; `readable` alone may wake without data.
             peeked = stream.peek(&mut first) => {
-                return matches!(peeked, Ok(n) if n > 0) && shared.table().spoke(seq);
+                // Handed to the server, which never says when it idles:
+                // from here on it is never replaced.
+                return matches!(peeked, Ok(n) if n > 0) && shared.table().busy(id);
             }
             () = &mut evicted => continue,
             () = tokio::time::sleep_until(deadline) => return false,
@@ -443,52 +332,8 @@ async fn await_first_bytes(stream: &TcpStream, shared: &Shared, seq: u64, timeou
 mod tests {
     use super::*;
 
-    fn ip(n: u8) -> IpAddr {
-        IpAddr::from([10, 0, 0, n])
-    }
-
     fn limits(total_max: usize, peer_max: usize) -> PortLimits {
         PortLimits { total_max, peer_max, first_bytes_timeout: FIRST_BYTES_TIMEOUT }
-    }
-
-    #[test]
-    fn a_silent_connection_gives_its_place_to_a_new_one_and_a_speaking_one_keeps_it() {
-        let mut t = Table::new(limits(2, 2));
-        assert_eq!(t.admit(ip(1)), Admit::Pending { seq: 0 });
-        assert_eq!(t.admit(ip(1)), Admit::Pending { seq: 1 });
-        // The per-peer limit: the oldest pending connection of that peer goes.
-        assert_eq!(t.admit(ip(1)), Admit::Replacing { seq: 2, evicted: 0 });
-        assert!(!t.spoke(0), "an evicted connection is closed, not served");
-        t.drop_pending(0, ip(1));
-        assert_eq!(t.open(), 2, "its place went to the newcomer");
-        assert!(t.spoke(1) && t.spoke(2));
-        // Both spoke: nothing to evict, the next one is refused.
-        assert_eq!(t.admit(ip(2)), Admit::Refused(Refusal::Total));
-        t.release(ip(1));
-        assert_eq!(t.admit(ip(2)), Admit::Pending { seq: 3 });
-        // The total limit takes any peer's pending connection.
-        assert_eq!(t.admit(ip(3)), Admit::Replacing { seq: 4, evicted: 3 });
-        t.drop_pending(3, ip(2));
-        assert_eq!((t.open(), t.pending()), (2, 1));
-    }
-
-    #[test]
-    fn a_peer_at_its_limit_cannot_evict_another_peers_connection() {
-        let mut t = Table::new(limits(10, 1));
-        assert_eq!(t.admit(ip(1)), Admit::Pending { seq: 0 });
-        assert!(t.spoke(0));
-        assert_eq!(t.admit(ip(2)), Admit::Pending { seq: 1 });
-        assert_eq!(t.admit(ip(1)), Admit::Refused(Refusal::Peer), "peer 2's pending connection stays");
-        assert_eq!(t.pending(), 1);
-    }
-
-    #[test]
-    fn a_silent_connection_that_times_out_gives_its_place_back() {
-        let mut t = Table::new(limits(1, 1));
-        let Admit::Pending { seq } = t.admit(ip(1)) else { panic!() };
-        t.drop_pending(seq, ip(1));
-        assert_eq!((t.open(), t.pending()), (0, 0));
-        assert_eq!(t.admit(ip(2)), Admit::Pending { seq: 1 });
     }
 
     #[tokio::test]

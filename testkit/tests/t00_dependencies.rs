@@ -6,6 +6,7 @@ use std::process::Command;
 
 fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
     let rows: &[(&str, &[&str])] = &[
+        ("mooncake-admission", &[]),
         ("mooncake-tls", &[]),
         ("mooncake-auth", &[]),
         ("mooncake-proto", &[]),
@@ -13,9 +14,16 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("mooncake-raft-store", &["mooncake-segment"]),
         (
             "mooncake-master",
-            &["mooncake-auth", "mooncake-proto", "mooncake-segment", "mooncake-raft-store", "mooncake-tls"],
+            &[
+                "mooncake-admission",
+                "mooncake-auth",
+                "mooncake-proto",
+                "mooncake-segment",
+                "mooncake-raft-store",
+                "mooncake-tls",
+            ],
         ),
-        ("mooncake-transfer", &["mooncake-auth", "mooncake-segment", "mooncake-tls"]),
+        ("mooncake-transfer", &["mooncake-admission", "mooncake-auth", "mooncake-segment", "mooncake-tls"]),
         (
             "mooncake-client",
             &["mooncake-auth", "mooncake-proto", "mooncake-segment", "mooncake-transfer", "mooncake-tls"],

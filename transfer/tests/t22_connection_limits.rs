@@ -1,8 +1,10 @@
 //! The transfer server's connection limits on 127.0.0.1, with real sockets:
-//! a flood of idle and half-header connections from one address takes only
-//! that address's share; at the total limit a client is told BUSY (a live,
-//! full node), not "gone"; silent, trickling and idle connections are closed
-//! after their timeouts, and pooled clients reconnect without an error.
+//! a flood of half-header connections from one address takes only that
+//! address's share; silent and idle connections give their places to
+//! newcomers; when every place is serving, a client is told BUSY (a live,
+//! full node), not "gone", however many are refused at once; silent,
+//! trickling and idle connections are closed after their timeouts, and
+//! pooled clients reconnect without an error.
 //!
 //! The flooding peer connects from 127.0.0.2 (all of 127/8 is loopback on
 //! Linux), the well-behaved client from 127.0.0.1, so the two count as
@@ -99,17 +101,18 @@ async fn a_flood_from_one_peer_takes_only_its_share_and_others_still_transfer() 
     let node = Node::anonymous_with(SEGMENT_BYTES, patient(64, 8)).await;
     let addr = node.server.local_addr();
 
-    // Phase 1: the flooder fills its share: half its sockets say nothing,
-    // half send 10 bytes of a header and stall.
+    // Phase 1: the flooder fills its share with sockets that send 10 bytes
+    // of a header and stall (a request in progress: never replaced).
     let mut held = Vec::new();
-    for index in 0..8 {
+    for _ in 0..8 {
         let mut stream = connect_from(FLOODER, addr).await;
-        if index % 2 == 1 {
-            stream.write_all(&request(Op::Read, 1, node.target.id, 0, 1)[..10]).await.unwrap();
-        }
+        stream.write_all(&request(Op::Read, 1, node.target.id, 0, 1)[..10]).await.unwrap();
         held.push(stream);
     }
-    wait_for_stats(&node, "the flood's 8 connections to be admitted", |s| s.connections_open == 8).await;
+    wait_for_stats(&node, "the flood's 8 connections to be admitted and reading headers", |s| {
+        s.connections_open == 8 && s.connections_waiting == 0
+    })
+    .await;
 
     // Phase 2: one more from the same address is answered BUSY and closed,
     // at once, without a request.
@@ -132,11 +135,17 @@ async fn a_flood_from_one_peer_takes_only_its_share_and_others_still_transfer() 
 async fn at_the_total_limit_a_client_is_told_busy_not_gone_and_recovers_when_a_place_frees() {
     let node = Node::anonymous_with(SEGMENT_BYTES, patient(4, 4)).await;
     let addr = node.server.local_addr();
+    // Every place serving: each holds half a request header.
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(connect_from(FLOODER, addr).await);
+        let mut stream = connect_from(FLOODER, addr).await;
+        stream.write_all(&request(Op::Read, 1, node.target.id, 0, 1)[..10]).await.unwrap();
+        held.push(stream);
     }
-    wait_for_stats(&node, "4 connections to be admitted", |s| s.connections_open == 4).await;
+    wait_for_stats(&node, "4 connections to be admitted and reading headers", |s| {
+        s.connections_open == 4 && s.connections_waiting == 0
+    })
+    .await;
 
     // Why: a full node is alive; the client must say so and call it
     // retryable. (One lane, so that one free place is enough below.)
@@ -157,10 +166,49 @@ async fn at_the_total_limit_a_client_is_told_busy_not_gone_and_recovers_when_a_p
     assert_eq!((stats.refused_total_limit, stats.refused_peer_limit), (3, 0), "{stats:?}");
     assert_eq!(stats.connections, 4, "refused connections are not served");
 
+    // Many refused at once (more than linger after their answer): every
+    // one is still told BUSY, none just closed.
+    let mut refused = Vec::new();
+    for _ in 0..100 {
+        refused.push(TcpStream::connect(addr).await.unwrap());
+    }
+    for (i, stream) in refused.iter_mut().enumerate() {
+        let answer = read_response(stream).await;
+        assert_eq!(answer.status, Status::Busy, "refused connection {i}");
+    }
+
     // Once a place frees, the same client gets in.
     held.pop();
     wait_for_stats(&node, "a place to free", |s| s.connections_open == 3).await;
     round_trip(&tcp, &node, 3, 10_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_idle_connections_give_their_places_to_newcomers() {
+    let node = Node::anonymous_with(SEGMENT_BYTES, patient(4, 4)).await;
+    let addr = node.server.local_addr();
+    // Why: idle sockets from many addresses (or one) used to hold every
+    // place for as long as their owner kept reconnecting, and every get
+    // failed. Now a flood of them only replaces its own sockets.
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(connect_from(FLOODER, addr).await);
+    }
+    wait_for_stats(&node, "4 silent connections to be admitted", |s| s.connections_open == 4).await;
+    let tcp = TcpTransport::new(TcpConfig { lanes: 1, ..TcpConfig::default() }).unwrap();
+    round_trip(&tcp, &node, 4, 10_000).await;
+    let stats = node.server.stats();
+    assert!(stats.replaced >= 1, "{stats:?}");
+    assert_eq!((stats.refused_total_limit, stats.refused_peer_limit), (0, 0), "nobody was refused: {stats:?}");
+    // The oldest silent one went first.
+    wait_for_close(&mut silent[0], "the replaced silent connection").await;
+    // More silent sockets keep replacing each other, never the client's
+    // pooled lane while it serves, and the client goes on working.
+    for _ in 0..20 {
+        silent.push(connect_from(FLOODER, addr).await);
+    }
+    round_trip(&tcp, &node, 5, 10_000).await;
+    assert!(node.server.stats().connections_open <= 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,13 +155,31 @@ async fn a_full_tls_server_answers_busy_inside_tls() {
     let one_lane =
         || TcpTransport::new(TcpConfig { lanes: 1, tls: Some(pki.ours(Role::Client)), ..TcpConfig::default() });
 
-    // The first client's pooled lane holds the only place.
+    // The first client's pooled lane holds the only place while it idles;
+    // a second client takes it (an idle place is given to a newcomer).
     let first = one_lane().unwrap();
     first.write_to(endpoint, id, Some(&node.capability(Access::Write)), 0, &pattern(4, 4096)).await.unwrap();
-    // Why: a full node is alive; over TLS too the client must say busy, not gone.
     let mut buf = vec![0u8; 4096];
     let read = node.capability(Access::Read);
+    one_lane().unwrap().read_from(endpoint, id, Some(&read), 0, &mut buf).await.expect("an idle place is taken");
+    assert!(buf == pattern(4, 4096));
+    assert_eq!(node.server.stats().replaced, 1);
+
+    // A connection serving a request holds the place for good: it reads the
+    // whole segment and takes only the answer's header, so the server stays
+    // busy sending. Why: a full node is alive; over TLS too the client must
+    // say busy, not gone.
+    let tls = pki.ours(Role::Client);
+    let tcp = tokio::net::TcpStream::connect(endpoint.as_str()).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(tls.client_config());
+    let mut holder = connector.connect(tls.server_name().clone(), tcp).await.unwrap();
+    let header = common::request(mooncake_transfer::frame::Op::Read, 1, id, 0, SEGMENT_BYTES);
+    tokio::io::AsyncWriteExt::write_all(&mut holder, &header).await.unwrap();
+    tokio::io::AsyncWriteExt::flush(&mut holder).await.unwrap();
+    let mut answer = [0u8; mooncake_transfer::frame::RESPONSE_HEADER_BYTES];
+    tokio::io::AsyncReadExt::read_exact(&mut holder, &mut answer).await.unwrap();
     let err = one_lane().unwrap().read_from(endpoint, id, Some(&read), 0, &mut buf).await.unwrap_err();
     assert!(matches!(err, TransferError::Busy { .. }), "{err}");
     assert_eq!(node.server.stats().refused_total_limit, 1);
+    drop(holder);
 }

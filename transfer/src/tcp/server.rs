@@ -13,8 +13,10 @@
 //! This module owns the accept loop and the server's limits: at most
 //! [`ServerConfig::connections_max`] connections at once and
 //! [`ServerConfig::peer_connections_max`] from one IP address
-//! ([`admission`]); a connection beyond them is answered BUSY and closed, so
-//! the client reports a busy store node rather than a dead one. Each
+//! ([`admission`]); a connection beyond them takes the place of a waiting
+//! one (silent, or idle between requests), or, when every place is serving,
+//! is answered BUSY and closed, so the client reports a busy store node
+//! rather than a dead one. Each
 //! connection's deadlines (header, idle, payload) live in [`connection`].
 //!
 //! With [`ServerConfig::tls`] every connection is mutual TLS (tokio-rustls):
@@ -29,8 +31,8 @@ mod disk;
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use mooncake_tls::TlsConfig;
@@ -73,10 +75,11 @@ pub const SERVER_HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 /// under a millisecond on a LAN) is cheaper than holding the place.
 pub const SERVER_IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
 
-/// Most refused connections being answered BUSY at once. A refusal holds its
-/// socket for up to [`REFUSAL_LINGER`]; beyond this many, a new connection
-/// over the limits is closed without an answer (the client then reports the
-/// store node as gone), so a flood cannot grow refusal tasks without bound.
+/// Most refused connections lingering after their BUSY answer at once. A
+/// refusal holds its socket for up to [`REFUSAL_LINGER`]; beyond this many,
+/// a new plain connection over the limits is answered BUSY at once and
+/// closed without the linger (a TLS one, which would need a handshake, is
+/// closed unanswered), so a flood cannot grow refusal tasks without bound.
 pub const SERVER_REFUSALS_MAX: usize = 64;
 
 /// How long a refused connection is kept open after its BUSY answer, reading
@@ -222,12 +225,18 @@ pub struct ServerStats {
     pub connections: u64,
     /// Connections open now.
     pub connections_open: u64,
+    /// Of those, the ones waiting for a request (none sent yet, or idle
+    /// between requests): a newcomer at a limit may take their place.
+    pub connections_waiting: u64,
     /// Connections refused because the server served `connections_max`.
     pub refused_total_limit: u64,
     /// Connections refused because their address held `peer_connections_max`.
     pub refused_peer_limit: u64,
     /// Connections closed after `idle_timeout` without a request.
     pub idle_closed: u64,
+    /// Waiting connections (silent, or idle between requests) closed to
+    /// give their place to a newcomer at a connection limit.
+    pub replaced: u64,
     /// Connections closed because a request header did not arrive whole
     /// within `header_timeout`.
     pub header_timeouts: u64,
@@ -247,6 +256,7 @@ struct Counters {
     refused_total_limit: AtomicU64,
     refused_peer_limit: AtomicU64,
     idle_closed: AtomicU64,
+    replaced: AtomicU64,
     header_timeouts: AtomicU64,
     tls_handshake_failures: AtomicU64,
 }
@@ -282,7 +292,7 @@ impl TransferServer {
         let local_addr = listener.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
-        let admission = Arc::new(Mutex::new(Admission::new(config.connections_max, config.peer_connections_max)));
+        let admission = Admission::new(config.connections_max, config.peer_connections_max);
         let tls = config.tls.as_ref().map(|tls| TlsAcceptor::from(tls.server_config()));
         let tls_on = tls.is_some();
         let acceptor = Acceptor {
@@ -307,7 +317,7 @@ impl TransferServer {
     /// A snapshot of the counters.
     pub fn stats(&self) -> ServerStats {
         let c = &self.counters;
-        let open = self.admission.lock().unwrap_or_else(PoisonError::into_inner).open();
+        let (open, waiting) = self.admission.open_and_waiting();
         ServerStats {
             read_bytes: c.read_bytes.load(Ordering::Relaxed),
             written_bytes: c.written_bytes.load(Ordering::Relaxed),
@@ -316,9 +326,11 @@ impl TransferServer {
             unauthorized: c.unauthorized.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
             connections_open: open as u64,
+            connections_waiting: waiting as u64,
             refused_total_limit: c.refused_total_limit.load(Ordering::Relaxed),
             refused_peer_limit: c.refused_peer_limit.load(Ordering::Relaxed),
             idle_closed: c.idle_closed.load(Ordering::Relaxed),
+            replaced: c.replaced.load(Ordering::Relaxed),
             header_timeouts: c.header_timeouts.load(Ordering::Relaxed),
             tls_handshake_failures: c.tls_handshake_failures.load(Ordering::Relaxed),
         }
@@ -393,14 +405,19 @@ impl Acceptor {
             Ok(slot) => slot,
             Err(refusal) => {
                 self.count_refusal(peer, refusal);
-                // Past SERVER_REFUSALS_MAX the socket just closes: the
-                // client sees the node as gone, but the refusals stay bounded.
-                if refusals.len() < SERVER_REFUSALS_MAX {
-                    let _ = stream.set_nodelay(true);
-                    match self.tls.clone() {
-                        None => refusals.spawn(answer_busy(stream)),
-                        Some(tls) => refusals.spawn(answer_busy_tls(tls, stream)),
-                    };
+                let _ = stream.set_nodelay(true);
+                match self.tls.clone() {
+                    None if refusals.len() < SERVER_REFUSALS_MAX => {
+                        refusals.spawn(answer_busy(stream));
+                    }
+                    Some(tls) if refusals.len() < SERVER_REFUSALS_MAX => {
+                        refusals.spawn(answer_busy_tls(tls, stream));
+                    }
+                    // Past SERVER_REFUSALS_MAX (the refusals stay bounded)
+                    // a plain connection is still answered, without the
+                    // linger; a TLS one, which needs a handshake, is closed.
+                    None => answer_busy_now(&stream),
+                    Some(_) => {}
                 }
                 return;
             }
@@ -418,7 +435,7 @@ impl Acceptor {
             match tokio::time::timeout(deadlines.header, tls.accept(stream)).await {
                 Ok(Ok(stream)) => {
                     let stream = buffered(stream);
-                    Connection { stream, peer, registry, counters, deadlines, _slot: slot }.run().await;
+                    Connection { stream, peer, registry, counters, deadlines, slot }.run().await;
                 }
                 failed => {
                     counters.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
@@ -440,7 +457,7 @@ impl Acceptor {
             registry: self.registry.clone(),
             counters: self.counters.clone(),
             deadlines: self.config.deadlines(),
-            _slot: slot,
+            slot,
         }
     }
 
@@ -511,6 +528,23 @@ async fn answer_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
         Ok::<(), io::Error>(())
     };
     let _ = tokio::time::timeout(REFUSAL_LINGER, linger).await;
+}
+
+/// [`answer_busy`] without waiting: the BUSY header goes into the fresh
+/// socket's empty send buffer, and what the client already sent is read
+/// and dropped first, so the close is an orderly one (a close with unread
+/// bytes resets the connection, and a reset can destroy the answer).
+fn answer_busy_now(stream: &TcpStream) {
+    let header = frame::encode_response(&ResponseHeader { status: Status::Busy, request_id: 0, length: 0 });
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < REFUSAL_DRAIN_MAX_BYTES {
+        match stream.try_read(&mut sink) {
+            Ok(n) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+    let _ = stream.try_write(&header);
 }
 
 /// [`answer_busy`] for a TLS server: the client cannot read a plain answer,

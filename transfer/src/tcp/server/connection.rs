@@ -49,6 +49,8 @@ enum NoHeader {
     Slow,
     /// The socket failed, or the peer closed it mid-header.
     Io(io::Error),
+    /// It waited, and a newcomer at a connection limit took its place.
+    Replaced,
 }
 
 /// What to do with a connection after a request.
@@ -66,7 +68,7 @@ pub(super) struct Connection<S> {
     pub(super) counters: Arc<Counters>,
     pub(super) deadlines: Deadlines,
     /// This connection's place in the server's limits, given back on drop.
-    pub(super) _slot: Slot,
+    pub(super) slot: Slot,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -111,11 +113,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         } else {
             (now + self.deadlines.idle, NoHeader::Idle)
         };
-        match tokio::time::timeout_at(begin_by, self.stream.fill_buf()).await {
-            Err(_) => return Err(late),
-            Ok(Err(err)) => return Err(NoHeader::Io(err)),
-            Ok(Ok([])) => return Err(NoHeader::Closed),
-            Ok(Ok(_)) => {}
+        // While it waits, a newcomer at a connection limit may take its place.
+        if !first && !self.slot.idle() {
+            return Err(NoHeader::Replaced);
+        }
+        let (stream, slot) = (&mut self.stream, &self.slot);
+        let begun = tokio::select! {
+            filled = tokio::time::timeout_at(begin_by, stream.fill_buf()) => match filled {
+                Err(_) => Err(late),
+                Ok(Err(err)) => Err(NoHeader::Io(err)),
+                Ok(Ok([])) => Err(NoHeader::Closed),
+                Ok(Ok(_)) => Ok(()),
+            },
+            () = slot.replaced() => Err(NoHeader::Replaced),
+        };
+        begun?;
+        if !self.slot.busy() {
+            return Err(NoHeader::Replaced);
         }
         let end_by = if first { begin_by } else { Instant::now() + self.deadlines.header };
         match tokio::time::timeout_at(end_by, self.stream.read_exact(raw)).await {
@@ -138,6 +152,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 self.counters.header_timeouts.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(peer = %self.peer, header_timeout = ?self.deadlines.header,
                     "closing a transfer connection whose request header did not arrive in time");
+            }
+            NoHeader::Replaced => {
+                self.counters.replaced.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, "closing a waiting transfer connection: a newcomer took its place");
             }
             NoHeader::Io(err) if err.kind() == io::ErrorKind::UnexpectedEof => {}
             NoHeader::Io(err) => tracing::debug!(peer = %self.peer, "transfer connection closed: {err}"),
