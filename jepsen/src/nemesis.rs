@@ -327,6 +327,7 @@ impl Nemesis {
                 Ok(format!("SIGSTOP master {victim}{}", if victim == leader { " (leader)" } else { "" }))
             }
             Fault::QuorumPause => {
+                self.shared.ops_held.store(true, Ordering::Relaxed);
                 let mut cluster = self.cluster.lock().await;
                 for id in &voters {
                     cluster.pause(Target::Master(*id))?;
@@ -542,6 +543,7 @@ impl Nemesis {
         }
         self.net.heal()?;
         self.cluster.lock().await.heal()?;
+        self.shared.ops_held.store(false, Ordering::Relaxed);
         if fault == Fault::KillUnderStall
             && let Some(stall) = self.stall.as_mut()
         {
@@ -562,6 +564,7 @@ impl Nemesis {
     /// Ends every fault (also after an error).
     pub async fn heal_all(&mut self) -> anyhow::Result<()> {
         self.shared.puts_held.store(false, Ordering::Relaxed);
+        self.shared.ops_held.store(false, Ordering::Relaxed);
         self.net.heal()?;
         let mut cluster = self.cluster.lock().await;
         cluster.free_disks()?;

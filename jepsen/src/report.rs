@@ -110,6 +110,40 @@ impl CheckerVerdict {
         CheckerVerdict { checker: "crash_only".into(), valid: problems.is_empty(), checked: outcomes.len(), problems }
     }
 
+    /// `quorum-pause`: no store node was expired during the run — each one
+    /// registered before it (`before`: id → registration time) is still
+    /// registered at the end, since the same time. Store nodes are never
+    /// faulted there, so an expiry is a leader expiring nodes it could not
+    /// hear while it was paused. `pauses`: whole-quorum pauses that ran.
+    pub fn store_nodes_kept(
+        before: &std::collections::BTreeMap<u64, u64>,
+        after: &std::collections::BTreeMap<u64, u64>,
+        pauses: usize,
+    ) -> Self {
+        let mut problems: Vec<String> = before
+            .iter()
+            .filter(|(id, since)| after.get(id) != Some(since))
+            .map(|(id, since)| match after.get(id) {
+                Some(again) => {
+                    format!("store node {id} was expired during the run: registered at {since} ms, again at {again} ms")
+                }
+                None => format!("store node {id} (registered at {since} ms) is no longer registered"),
+            })
+            .collect();
+        if pauses == 0 {
+            problems.push("no whole-quorum pause ran: nothing was checked (a run too short)".into());
+        }
+        if before.is_empty() {
+            problems.push("no store node was registered before the run".into());
+        }
+        CheckerVerdict {
+            checker: "store_nodes_kept".into(),
+            valid: problems.is_empty(),
+            checked: before.len(),
+            problems,
+        }
+    }
+
     /// Every store node paused past the client TTL (and so expired by the
     /// masters) mounted its segment again by itself once resumed.
     pub fn store_remounted(remounts: &[Option<f64>]) -> Self {

@@ -102,6 +102,8 @@ struct Extras {
     /// `disk-stores`: the nemesis's rounds and the tier reader's reads.
     store_kills: Vec<StoreKill>,
     tier_reads: Vec<TierRead>,
+    /// `quorum-pause`: the store nodes' registrations before the run.
+    registrations_before: Option<BTreeMap<u64, u64>>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -154,6 +156,12 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     let voters3: Vec<String> = addrs[..3].to_vec();
     let segments = if opts.scenario.has_disks() { 2 * STORE_NODES } else { STORE_NODES };
     wait_ready(&access, &voters3, segments).await?;
+    // `quorum-pause`: which store nodes are registered since when, to tell
+    // at the end whether any was expired (and registered again) meanwhile.
+    let registrations_before = match opts.scenario.faults().contains(&crate::scenario::Fault::QuorumPause) {
+        true => Some(store_registrations(&cluster).await.context("listing the store nodes before the run")?),
+        false => None,
+    };
     let preload = match preload_objects {
         Some(n) => {
             eprintln!("preloading at least {n} objects (metadata only, batch RPCs)");
@@ -176,6 +184,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         clients: opts.clients,
         rate: opts.rate,
         seed: opts.seed,
+        admin_token: cluster.lock().await.admin_config()?.admin_token,
     };
     let lease_opts = LeaseWorkloadOptions {
         access: access.clone(),
@@ -263,8 +272,17 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         wipe_refused: nemesis.wipe_refused.take(),
         store_kills: std::mem::take(&mut nemesis.store_kills),
         tier_reads,
+        registrations_before,
     };
     finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
+}
+
+/// Store nodes (clients with a segment) and when each registered, as the
+/// leader has them (ListClients, an admin call).
+async fn store_registrations(cluster: &Arc<Mutex<ChaosCluster>>) -> anyhow::Result<BTreeMap<u64, u64>> {
+    let cfg = cluster.lock().await.admin_config()?;
+    let clients = MasterClient::new(cfg)?.list_clients().await?;
+    Ok(clients.into_iter().filter(|c| !c.segments.is_empty()).map(|c| (c.id, c.registered_ms)).collect())
 }
 
 fn start_stall_writers(
@@ -325,6 +343,7 @@ async fn finish(
         wipe_refused,
         store_kills,
         tier_reads,
+        registrations_before,
     } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
@@ -381,6 +400,11 @@ async fn finish(
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::StorePause) {
         checkers.push(CheckerVerdict::store_remounted(&store_remounts));
+    }
+    if let Some(before) = &registrations_before {
+        let after = store_registrations(cluster).await.context("listing the store nodes after the run")?;
+        let pauses = faults.iter().filter(|f| f.phase == "start" && f.fault == "QuorumPause").count();
+        checkers.push(CheckerVerdict::store_nodes_kept(before, &after, pauses));
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {
         checkers.push(CheckerVerdict::crash_only(&disk_full));

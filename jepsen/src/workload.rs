@@ -57,6 +57,10 @@ pub struct WorkloadOptions {
     /// Total operations per second across all clients.
     pub rate: u64,
     pub seed: u64,
+    /// The cluster's admin token, for the writers: their removes are
+    /// forced (an admin operation), so a reader's KV lease never refuses
+    /// one and the register model stays a plain register.
+    pub admin_token: Option<mooncake_auth::admin::AdminToken>,
 }
 
 /// Shared by the clients of both workloads: the key rotation, value counter
@@ -80,6 +84,11 @@ pub struct Shared {
     /// `stalled-writers` scenario shapes which arena holds what; reads and
     /// removes go on).
     pub puts_held: AtomicBool,
+    /// While set, the register workload starts no operation at all
+    /// (`quorum-pause`: with every master stopped, each op would only time
+    /// out, and dozens of concurrent unknown ops per key put the
+    /// linearizability search past its budget). Ops in flight go on.
+    pub ops_held: AtomicBool,
     /// Puts of either workload started and not finished (see
     /// [`Shared::begin_put`]): with puts held, once it is zero no put can
     /// still be acknowledged (`disk-stores` kills a store node then).
@@ -151,6 +160,7 @@ impl Shared {
             verified_reads: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             puts_held: AtomicBool::new(false),
+            ops_held: AtomicBool::new(false),
             puts_in_flight: AtomicU64::new(0),
             lease_disk_only_reads: AtomicU64::new(0),
             lease_stored: Mutex::new(Vec::new()),
@@ -321,6 +331,7 @@ async fn connect_pair(opts: &WorkloadOptions, i: usize) -> anyhow::Result<(Clien
     cfg.tcp.request_timeout = OP_TIMEOUT;
     let reader = connect_with_retry(cfg.clone()).await?;
     cfg.masters = opts.masters.clone();
+    cfg.admin_token = opts.admin_token.clone();
     let writer = connect_with_retry(cfg).await?;
     Ok((reader, writer))
 }
@@ -343,6 +354,9 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !shared.stop.load(Ordering::Relaxed) {
         tick.tick().await;
+        if shared.ops_held.load(Ordering::Relaxed) {
+            continue;
+        }
         let key = shared.pick_key(&mut rng).await;
         let op = match rng.below(100) {
             0..35 => OpKind::Put { value: shared.next_value() },
