@@ -153,16 +153,22 @@ pub struct DiskFullOutcome {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub ended: bool,
-    /// Seconds from the disk full to the exit (or to the end of the wait).
+    /// It raised its NOSPACE alarm (`mooncake_data_dir_nospace_alarm`)
+    /// before it ended: still durable (sled writes into space it holds),
+    /// not ready and not leading, until a write fails or space returns.
+    pub alarmed: bool,
+    /// Seconds from the disk full to the exit or the alarm (or to the end
+    /// of the wait).
     pub after_s: f64,
     /// The line of its log that says why it ended (`master_exit_line`).
     pub last_line: String,
 }
 
-/// How long a master whose disk is full may take to end itself. The
-/// workload appends to every master's log many times a second, but sled
-/// writes into space it already holds first: exits came 9-14 s after the
-/// disk filled.
+/// How long a master whose disk is full may take to end itself or raise its
+/// NOSPACE alarm. The alarm comes within a check (500 ms) of the fill; an
+/// exit needs a failed write, and sled writes into space it already holds
+/// first (exits came 9-14 s after the disk filled, or never on an idle
+/// follower): whichever comes first.
 const DISK_FULL_EXIT_MAX: Duration = Duration::from_secs(30);
 
 /// The leader most masters report.
@@ -404,6 +410,30 @@ impl Nemesis {
         Ok(voters)
     }
 
+    /// Waits up to `max` until master `id` ends by itself (reaped: its
+    /// status) or raises its NOSPACE alarm (`true`).
+    async fn wait_exit_or_alarm(&self, id: u64, max: Duration) -> (Option<std::process::ExitStatus>, bool) {
+        let start = std::time::Instant::now();
+        let http = match self.net.host_ip(&master_host(id)) {
+            Ok(ip) => format!("{ip}:{}", crate::chaos_cluster::MASTER_HTTP_PORT),
+            Err(_) => String::new(),
+        };
+        loop {
+            if let Some(status) = self.cluster.lock().await.master_exit(id) {
+                return (Some(status), false);
+            }
+            if let Some(body) = crate::leader_stability::scrape_metrics(&http).await
+                && body.lines().any(|l| l.trim() == "mooncake_data_dir_nospace_alarm 1")
+            {
+                return (None, true);
+            }
+            if start.elapsed() > max {
+                return (None, false);
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        }
+    }
+
     /// How master `id` ended, once it ends by itself within `max` (reaped).
     async fn wait_master_exit(&self, id: u64, max: Duration) -> Option<std::process::ExitStatus> {
         let start = std::time::Instant::now();
@@ -513,7 +543,7 @@ impl Nemesis {
     async fn fill_disk(&mut self, victim: u64, leader: u64) -> anyhow::Result<String> {
         let bytes = self.cluster.lock().await.fill_disk(victim)?;
         let start = std::time::Instant::now();
-        let status = self.wait_master_exit(victim, DISK_FULL_EXIT_MAX).await;
+        let (status, alarmed) = self.wait_exit_or_alarm(victim, DISK_FULL_EXIT_MAX).await;
         let last_line = self.cluster.lock().await.master_exit_line(victim, "fatal:");
         let after_s = start.elapsed().as_secs_f64();
         use std::os::unix::process::ExitStatusExt;
@@ -523,17 +553,23 @@ impl Nemesis {
             exit_code: status.and_then(|s| s.code()),
             signal: status.and_then(|s| s.signal()),
             ended: status.is_some(),
+            alarmed,
             after_s,
             last_line: last_line.clone(),
         };
         self.disk_full.push(outcome);
         let role = if victim == leader { " (leader)" } else { "" };
-        Ok(match status {
-            Some(s) => format!(
+        Ok(match (status, alarmed) {
+            (Some(s), _) => format!(
                 "disk of master {victim}{role} filled ({} MiB); it exited ({s}) after {after_s:.1} s: {last_line}",
                 bytes >> 20
             ),
-            None => format!("disk of master {victim}{role} filled; still running after {after_s:.0} s"),
+            (None, true) => format!(
+                "disk of master {victim}{role} filled ({} MiB); NOSPACE alarm after {after_s:.1} s (not ready, not \
+                 leading, exits at its first failed write)",
+                bytes >> 20
+            ),
+            (None, false) => format!("disk of master {victim}{role} filled; still running after {after_s:.0} s"),
         })
     }
 

@@ -92,14 +92,19 @@ impl CheckerVerdict {
 
     /// Every preloaded key still exists at the end (`objects` loaded,
     /// `missing` gone).
-    /// Every master whose disk filled ended itself with a non-zero exit
-    /// status and a last line naming the cause (crash-only), rather than
-    /// staying up unable to write.
+    /// Every master whose disk filled either raised its NOSPACE alarm (not
+    /// ready, not leading; still durable while sled writes into space it
+    /// holds) or ended itself with a non-zero exit status and a last line
+    /// naming the cause (crash-only) — never stayed up saying nothing.
     pub fn crash_only(outcomes: &[crate::nemesis::DiskFullOutcome]) -> Self {
         let problems: Vec<String> = outcomes
             .iter()
             .filter_map(|o| match (o.ended, o.exit_code) {
-                (false, _) => Some(format!("master {} kept running {:.0} s on a full disk", o.master, o.after_s)),
+                (false, _) if o.alarmed => None,
+                (false, _) => Some(format!(
+                    "master {} kept running {:.0} s on a full disk without its NOSPACE alarm",
+                    o.master, o.after_s
+                )),
                 (true, Some(code)) if code != 0 && o.last_line.contains("fatal:") => None,
                 (true, code) => Some(format!(
                     "master {} ended (code {code:?}, signal {:?}) without a clear fatal line; last line: {}",

@@ -75,6 +75,8 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
     info.commit_index = committed;
     info.last_log_index = m.last_log_index.unwrap_or(0);
     info.members = members;
-    info.not_ready = crate::http::readiness(&m, Some(committed), shared.quorum_ack_max).err().unwrap_or_default();
+    info.not_ready = crate::http::readiness(&m, Some(committed), shared.quorum_ack_max, shared.disk_alarm.reason())
+        .err()
+        .unwrap_or_default();
     info
 }

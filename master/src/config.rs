@@ -118,6 +118,11 @@ pub struct MasterConfig {
     /// must cover the busiest host's processes. 1..=grpc-connections-max.
     #[arg(long = "grpc-peer-connections-max", default_value_t = DEFAULT_GRPC_PEER_CONNECTIONS_MAX)]
     pub grpc_peer_connections_max: usize,
+    /// Free space (MiB) below which the data dir raises the NOSPACE alarm:
+    /// the master is not ready and does not lead, before a write fails
+    /// (docs/OPERATIONS.md). Twice the last snapshot counts when larger.
+    #[arg(long = "data-dir-min-free-mb", default_value_t = crate::disk_space::DEFAULT_MIN_FREE_MB)]
+    pub data_dir_min_free_mb: u64,
     /// KV lease in milliseconds: how long an object read (GetReplicaList,
     /// ExistKey) is protected from Remove, RemoveAll and eviction.
     #[arg(long = "default_kv_lease_ttl", default_value_t = DEFAULT_KV_LEASE_TTL_MS)]

@@ -33,7 +33,7 @@ async fn health(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
 async fn ready(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
     let committed = s.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten();
     let m = s.raft.metrics().borrow().clone();
-    match readiness(&m, committed, s.quorum_ack_max) {
+    match readiness(&m, committed, s.quorum_ack_max, s.disk_alarm.reason()) {
         Ok(why) => (StatusCode::OK, format!("ready: {why}\n")),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
     }
@@ -46,9 +46,13 @@ pub(crate) fn readiness(
     m: &openraft::RaftMetrics<u64, openraft::BasicNode>,
     committed: Option<u64>,
     quorum_ack_max: std::time::Duration,
+    nospace: Option<String>,
 ) -> Result<String, String> {
     if let Err(fatal) = &m.running_state {
         return Err(format!("the Raft core stopped: {fatal}"));
+    }
+    if let Some(why) = nospace {
+        return Err(why);
     }
     let Some(leader) = m.current_leader else { return Err("no leader known".into()) };
     let applied = m.last_applied.map(|l| l.index);
@@ -146,23 +150,25 @@ mod tests {
 
     #[test]
     fn a_master_is_ready_only_when_it_can_serve() {
-        assert!(readiness(&follower(10), Some(10), QUORUM_ACK_MAX).is_ok());
-        let behind = readiness(&follower(7), Some(10), QUORUM_ACK_MAX).unwrap_err();
+        assert!(readiness(&follower(10), Some(10), QUORUM_ACK_MAX, None).is_ok());
+        let full = readiness(&follower(10), Some(10), QUORUM_ACK_MAX, Some("NOSPACE: 1 MiB free".into()));
+        assert!(full.unwrap_err().contains("NOSPACE"), "a nearly full data dir is not ready");
+        let behind = readiness(&follower(7), Some(10), QUORUM_ACK_MAX, None).unwrap_err();
         assert!(behind.contains("catching up"), "{behind}");
         let mut m = follower(10);
         m.current_leader = None;
-        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).unwrap_err().contains("no leader"));
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX, None).unwrap_err().contains("no leader"));
         let mut m = follower(10);
         m.running_state = Err(Fatal::Panicked);
-        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).unwrap_err().contains("core stopped"));
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX, None).unwrap_err().contains("core stopped"));
         // A leader cut off from its followers is not ready.
         let mut m = follower(10);
         m.state = ServerState::Leader;
         m.millis_since_quorum_ack = Some(100);
-        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).is_ok());
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX, None).is_ok());
         m.millis_since_quorum_ack = Some(5_000);
-        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).unwrap_err().contains("without a quorum"));
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX, None).unwrap_err().contains("without a quorum"));
         m.millis_since_quorum_ack = None;
-        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX).is_err());
+        assert!(readiness(&m, Some(10), QUORUM_ACK_MAX, None).is_err());
     }
 }

@@ -21,6 +21,7 @@ pub mod config;
 mod convert;
 mod copies;
 pub mod decisions;
+pub mod disk_space;
 mod errors;
 pub mod eviction;
 mod http;

@@ -35,6 +35,8 @@ pub struct MasterMetrics {
     pub elections: IntCounterVec,
     pub snapshot_build: Histogram,
     pub snapshot_bytes: IntGauge,
+    pub data_dir_free_bytes: IntGauge,
+    pub nospace_alarm: IntGauge,
     pub snapshot_install: Histogram,
     pub batch_commands: Histogram,
     pub read_batch: Histogram,
@@ -224,6 +226,16 @@ impl MasterMetrics {
             )?,
             snapshot_build: histogram(&r, "mooncake_snapshot_build_seconds", "Snapshot build time.", LATENCY_BUCKETS)?,
             snapshot_bytes: gauge(&r, "mooncake_snapshot_bytes", "Size of the last snapshot built or installed.")?,
+            data_dir_free_bytes: gauge(
+                &r,
+                "mooncake_data_dir_free_bytes",
+                "Bytes free on the data dir's file system (read every 500 ms).",
+            )?,
+            nospace_alarm: gauge(
+                &r,
+                "mooncake_data_dir_nospace_alarm",
+                "1 while the data dir has less free space than this master needs: not ready, not leading.",
+            )?,
             snapshot_install: histogram(
                 &r,
                 "mooncake_snapshot_install_seconds",

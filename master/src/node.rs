@@ -141,6 +141,7 @@ impl MasterNode {
         let tiers = crate::tiering::TierPolicy::from_config(&cfg);
         let evictor =
             Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, tiers, metrics.clone()));
+        let disk_alarm = Arc::new(crate::disk_space::DiskAlarm::default());
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),
@@ -149,6 +150,7 @@ impl MasterNode {
             leader: leader.clone(),
             metrics: metrics.clone(),
             quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
+            disk_alarm: disk_alarm.clone(),
             read_path: ReadPath {
                 barrier: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
                 acks,
@@ -197,8 +199,17 @@ impl MasterNode {
             network,
             timing,
             elections: metrics.elections.clone(),
+            disk_alarm: disk_alarm.clone(),
         };
         tasks.push(tokio::spawn(driver.run(stop_rx.clone())));
+        tasks.push(tokio::spawn(crate::disk_space::watch(
+            cfg.data_dir.clone(),
+            cfg.data_dir_min_free_mb.saturating_mul(1 << 20),
+            disk_alarm,
+            raft.clone(),
+            metrics.clone(),
+            stop_rx.clone(),
+        )));
         let http_addr = match cfg.http {
             Some(addr) => {
                 let (bound, task) = serve_http(addr, limits.http, shared.clone(), stop_rx.clone()).await?;

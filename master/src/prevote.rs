@@ -166,6 +166,9 @@ pub struct ElectionDriver {
     pub network: NetworkFactory,
     pub timing: ElectionTiming,
     pub elections: prometheus::IntCounterVec,
+    /// While its data dir is nearly full a master starts no election
+    /// (`disk_space.rs`).
+    pub disk_alarm: Arc<crate::disk_space::DiskAlarm>,
 }
 
 impl ElectionDriver {
@@ -202,6 +205,10 @@ impl ElectionDriver {
                 continue;
             }
             last_attempt = Some(Instant::now());
+            if self.disk_alarm.is_on() {
+                tracing::info!("not starting an election: the data dir is nearly full (NOSPACE alarm)");
+                continue;
+            }
             let last_log_id = match self.log.last_log_id() {
                 Ok(id) => id,
                 Err(e) => {

@@ -47,6 +47,8 @@ pub struct Shared {
     /// How old the leader's last quorum acknowledgement may be while `/ready`
     /// still says yes (the election timeout: past it, followers may elect).
     pub quorum_ack_max: Duration,
+    /// The data dir's NOSPACE alarm (`disk_space.rs`).
+    pub disk_alarm: Arc<crate::disk_space::DiskAlarm>,
     pub read_path: ReadPath,
     pub write_path: WritePath,
     pub tiers: Tiers,
