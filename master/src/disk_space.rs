@@ -83,7 +83,7 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(u64::from(st.f_bavail).saturating_mul(st.f_frsize))
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Watches `dir` until `stop`; see the module doc.
