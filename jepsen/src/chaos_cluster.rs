@@ -254,6 +254,9 @@ impl ChaosCluster {
             format!("--default_kv_lease_ttl={}", KV_LEASE_TTL.as_millis()),
             format!("--eviction_high_watermark_ratio={}", self.opts.eviction.0),
             format!("--eviction_ratio={}", self.opts.eviction.1),
+            // The state audit compares the masters' state hashes every 256
+            // entries, under every fault (a run applies thousands).
+            "--state-audit-every=256".to_string(),
         ];
         if self.opts.disks {
             args.extend([

@@ -20,6 +20,8 @@ pub const DEFAULT_PUT_START_RELEASE_TIMEOUT_SEC: u64 = 600;
 /// timeout, so a write capability is dead long before its range can be
 /// handed to another writer.
 pub const DEFAULT_CAPABILITY_TTL_SEC: u64 = 60;
+/// Default of `--state-audit-every`: a state hash every 65,536 entries.
+pub const DEFAULT_STATE_AUDIT_EVERY: u64 = 65_536;
 /// Default of `--grpc-connections-max`: room for a 100-node cluster's
 /// clients and store nodes many times over, at one descriptor each.
 pub const DEFAULT_GRPC_CONNECTIONS_MAX: usize = 8_192;
@@ -123,6 +125,13 @@ pub struct MasterConfig {
     /// (docs/OPERATIONS.md). Twice the last snapshot counts when larger.
     #[arg(long = "data-dir-min-free-mb", default_value_t = crate::disk_space::DEFAULT_MIN_FREE_MB)]
     pub data_dir_min_free_mb: u64,
+    /// State audit: every this many applied log entries each master hashes
+    /// its state (off the apply path) and the masters compare the hashes;
+    /// one whose state differs from a majority's exits (docs/OPERATIONS.md,
+    /// "State audit"). Each checkpoint costs one pass over the state (about
+    /// a second at 10 M objects) on a blocking thread. 0 turns it off.
+    #[arg(long = "state-audit-every", default_value_t = DEFAULT_STATE_AUDIT_EVERY)]
+    pub state_audit_every: u64,
     /// KV lease in milliseconds: how long an object read (GetReplicaList,
     /// ExistKey) is protected from Remove, RemoveAll and eviction.
     #[arg(long = "default_kv_lease_ttl", default_value_t = DEFAULT_KV_LEASE_TTL_MS)]
@@ -238,6 +247,11 @@ pub struct MasterConfig {
     /// catches that; never use it in production.
     #[arg(long = "dev-unsafe-expire-after-stall", hide_short_help = true)]
     pub dev_unsafe_expire_after_stall: bool,
+    /// DEVELOPMENT ONLY — the master whose id this is reports altered state
+    /// hashes, as one whose state diverged would. Exists so a test can prove
+    /// the state audit ends such a master; never use it in production.
+    #[arg(long = "dev-unsafe-diverge-node", hide_short_help = true)]
+    pub dev_unsafe_diverge_node: Option<u64>,
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,

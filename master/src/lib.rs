@@ -45,6 +45,7 @@ pub mod reservations;
 mod roles;
 mod run;
 mod shared;
+pub mod state_audit;
 pub mod tiering;
 mod workers;
 

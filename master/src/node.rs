@@ -56,12 +56,15 @@ impl MasterNode {
         let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
         store_opts.fsync = !cfg.dev_unsafe_no_fsync;
         store_opts.node_id = Some(cfg.id);
+        store_opts.checkpoint_every = cfg.state_audit_every;
+        store_opts.dev_unsafe_tampered_checkpoints = cfg.dev_unsafe_diverge_node == Some(cfg.id);
         let unsafe_modes = [
             cfg.dev_unsafe_no_fsync,
             cfg.dev_unsafe_stale_reads,
             cfg.dev_unsafe_unfenced_removals,
             cfg.dev_unsafe_arena_reuse,
             cfg.dev_unsafe_expire_after_stall,
+            store_opts.dev_unsafe_tampered_checkpoints,
         ];
         if unsafe_modes.contains(&true) {
             tracing::warn!(
@@ -76,6 +79,7 @@ impl MasterNode {
         let (log, sm) =
             open_store(&store_opts).with_context(|| format!("opening data dir {}", cfg.data_dir.display()))?;
         let reader = sm.reader();
+        let checkpoints = sm.checkpoints();
         let flushed = log.flushed();
         if let Some(file) = &cfg.restore {
             restore_from(&sm, file)?;
@@ -181,12 +185,13 @@ impl MasterNode {
         let raft_service = RaftServiceImpl::new(
             raft.clone(),
             log_reader.clone(),
-            Admission { cluster: cluster.clone(), raft_key },
+            Admission { cluster: cluster.clone(), raft_key: raft_key.clone() },
             contact.clone(),
             timing.quiet,
             metrics.raft_rpc_handled.clone(),
             heard,
-        );
+        )
+        .with_checkpoints(checkpoints.clone());
         let limits = port_limits(&cfg);
         let (grpc_addr, grpc_task) =
             serve_grpc(cfg.listen, limits.grpc, tls.as_ref(), shared.clone(), raft_service, stop_rx.clone())?;
@@ -202,6 +207,16 @@ impl MasterNode {
             disk_alarm: disk_alarm.clone(),
         };
         tasks.push(tokio::spawn(driver.run(stop_rx.clone())));
+        if cfg.state_audit_every > 0 {
+            tasks.push(tokio::spawn(crate::state_audit::run(
+                cfg.id,
+                raft.clone(),
+                checkpoints,
+                raft_key,
+                tls.clone(),
+                stop_rx.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(crate::disk_space::watch(
             cfg.data_dir.clone(),
             cfg.data_dir_min_free_mb.saturating_mul(1 << 20),

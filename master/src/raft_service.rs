@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use mooncake_proto::raft::raft_service_server::RaftService;
-use mooncake_proto::raft::{HeardFromRequest, HeardFromResponse, RaftMessage};
+use mooncake_proto::raft::{
+    HeardFromRequest, HeardFromResponse, RaftMessage, StateCheckpoint, StateCheckpointsRequest,
+    StateCheckpointsResponse,
+};
 use mooncake_raft_store::{Raft, codec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -46,6 +49,8 @@ pub struct RaftServiceImpl {
     raft_key: MacKey,
     /// Requests refused for a bad MAC (logged now and then, not each).
     forged: std::sync::atomic::AtomicU64,
+    /// This master's state checkpoints, for its peers' audits.
+    checkpoints: Arc<mooncake_raft_store::Checkpoints>,
 }
 
 impl RaftServiceImpl {
@@ -59,7 +64,25 @@ impl RaftServiceImpl {
         heard: Arc<PeersHeard>,
     ) -> Self {
         let Admission { cluster, raft_key } = admission;
-        RaftServiceImpl { raft, log, cluster, contact, quiet, handled, heard, raft_key, forged: Default::default() }
+        let checkpoints = Arc::new(mooncake_raft_store::Checkpoints::default());
+        RaftServiceImpl {
+            raft,
+            log,
+            cluster,
+            contact,
+            quiet,
+            handled,
+            heard,
+            raft_key,
+            forged: Default::default(),
+            checkpoints,
+        }
+    }
+
+    /// Answers StateCheckpoints from `checkpoints`.
+    pub fn with_checkpoints(mut self, checkpoints: Arc<mooncake_raft_store::Checkpoints>) -> Self {
+        self.checkpoints = checkpoints;
+        self
     }
 
     /// UNAUTHENTICATED unless `mac` is the cluster's MAC of `parts`. The
@@ -218,5 +241,21 @@ impl RaftService for RaftServiceImpl {
         self.authenticate(&[b"heard_from", &id.to_le_bytes()], &req.mac)?;
         let cluster_id = self.cluster.get().unwrap_or_default();
         Ok(Response::new(HeardFromResponse { heard: self.heard.contains(id), cluster_id }))
+    }
+
+    async fn state_checkpoints(
+        &self,
+        req: Request<StateCheckpointsRequest>,
+    ) -> Result<Response<StateCheckpointsResponse>, Status> {
+        self.check_certificate(&req)?;
+        let req = req.into_inner();
+        self.authenticate(&[b"state_checkpoints", &req.from.to_le_bytes()], &req.mac)?;
+        let checkpoints = self
+            .checkpoints
+            .recent()
+            .into_iter()
+            .map(|(applied_index, state_hash)| StateCheckpoint { applied_index, state_hash })
+            .collect();
+        Ok(Response::new(StateCheckpointsResponse { checkpoints }))
     }
 }

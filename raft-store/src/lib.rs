@@ -11,6 +11,7 @@
 //! are reached through [`state`]. The `testing` feature adds `testing`:
 //! builders of command values for tests, examples and benches.
 
+mod checkpoints;
 pub mod codec;
 mod command;
 mod current_snapshot;
@@ -31,6 +32,7 @@ pub mod testing;
 mod type_config;
 mod watermark;
 
+pub use checkpoints::{CHECKPOINTS_KEPT, Checkpoints};
 pub use command::*;
 pub use durable::{DataSync, write_file_durably};
 pub use error::{MetaError, StoreError};

@@ -23,6 +23,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoints::Checkpoints;
 use crate::codec;
 use crate::command::Response;
 use crate::current_snapshot::SnapshotPath;
@@ -126,9 +127,22 @@ pub struct StateMachineStore {
     /// once every entry it contains is synced. `None`: every applied entry
     /// was synced first.
     flushed: Option<FlushedLog>,
+    /// State hashes at fixed applied indices (`checkpoints.rs`).
+    checkpoints: Arc<Checkpoints>,
 }
 
 impl StateMachineStore {
+    /// Takes `checkpoints` of the state as it applies.
+    pub fn with_checkpoints(mut self, checkpoints: Checkpoints) -> Self {
+        self.checkpoints = Arc::new(checkpoints);
+        self
+    }
+
+    /// This store's recent state checkpoints.
+    pub fn checkpoints(&self) -> Arc<Checkpoints> {
+        self.checkpoints.clone()
+    }
+
     /// Rebuilds the state from the last snapshot of the data dir `dir`.
     pub fn open(
         db: &sled::Db,
@@ -153,6 +167,7 @@ impl StateMachineStore {
             snapshot_seq: Arc::new(AtomicU64::new(0)),
             last_snapshot_bytes: Arc::new(AtomicU64::new(0)),
             flushed,
+            checkpoints: Arc::new(Checkpoints::default()),
         })
     }
 
@@ -385,7 +400,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // Each entry's commands are checked as they free and allocate, and
         // in debug builds the whole state after each entry (`MetaState::apply`).
         let mut state = self.write_state();
-        Ok(entries.into_iter().map(|e| Self::apply_one(&mut state, &e)).collect())
+        let checkpoints = &self.checkpoints;
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let answer = Self::apply_one(&mut state, &e);
+                if checkpoints.due(e.log_id.index) {
+                    // An O(1) clone (shared indexes); hashed off this path.
+                    checkpoints.take(e.log_id.index, state.clone());
+                }
+                answer
+            })
+            .collect())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

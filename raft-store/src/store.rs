@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::checkpoints::Checkpoints;
 use crate::durable::DataSync;
 use crate::error::StoreError;
 use crate::log_store::LogStore;
@@ -23,11 +24,24 @@ pub struct StoreOptions {
     /// synced while they replicate (`flushed.rs`). `None`: every append
     /// waits for its sync.
     pub node_id: Option<crate::type_config::NodeId>,
+    /// State checkpoints: the state hash after every `checkpoint_every`-th
+    /// applied index (0: none), for masters to compare (`checkpoints.rs`).
+    pub checkpoint_every: u64,
+    /// DEVELOPMENT ONLY: alter this store's checkpoint hashes, so that the
+    /// masters' audit must find it diverged.
+    pub dev_unsafe_tampered_checkpoints: bool,
 }
 
 impl StoreOptions {
     pub fn new(dir: impl AsRef<Path>) -> Self {
-        StoreOptions { dir: dir.as_ref().to_path_buf(), fsync: true, observer: Arc::new(NoopObserver), node_id: None }
+        StoreOptions {
+            dir: dir.as_ref().to_path_buf(),
+            fsync: true,
+            observer: Arc::new(NoopObserver),
+            node_id: None,
+            checkpoint_every: 0,
+            dev_unsafe_tampered_checkpoints: false,
+        }
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn StoreObserver>) -> Self {
@@ -122,7 +136,8 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
     if let Some(id) = opts.node_id {
         log = log.with_own_id(id)?;
     }
-    let sm = StateMachineStore::open(&db, &opts.dir, sync, opts.node_id.map(|_| log.flushed()))?;
+    let sm = StateMachineStore::open(&db, &opts.dir, sync, opts.node_id.map(|_| log.flushed()))?
+        .with_checkpoints(Checkpoints::new(opts.checkpoint_every, opts.dev_unsafe_tampered_checkpoints));
     // Entries are purged only once a snapshot holds them: a snapshot older
     // than the purge point (deleted, or replaced by an older copy) cannot be
     // caught up from this log.

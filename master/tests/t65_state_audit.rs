@@ -1,0 +1,52 @@
+//! The state audit ends a master whose state diverged: masters compare the
+//! hashes of their applied state at fixed log indices, and the one whose
+//! hash differs from a majority's exits (status 70) with a line that says
+//! so, while the others keep serving. The divergence is planted
+//! (`--dev-unsafe-diverge-node 3`: master 3 reports altered hashes, as a
+//! master that applied an entry the others did not would); the two honest
+//! masters, which agree, must not exit.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use mooncake_proto::master::Segment;
+use mooncake_testkit::{Cluster, Role};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake-master");
+/// Checkpoints every 8 entries, so a few dozen make several.
+const EVERY: u64 = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_whose_state_diverged_exits_and_the_others_serve() {
+    let mut cluster = Cluster::builder()
+        .masters(3)
+        .master_bin(BIN)
+        .arg(format!("--state-audit-every={EVERY}"))
+        .arg("--dev-unsafe-diverge-node=3")
+        .start();
+    cluster.wait_for_leader(Duration::from_secs(20)).await;
+    let client = cluster.client();
+    // Phase 1: entries for several checkpoints (each remount is one).
+    let seg =
+        Segment { id: 1, size: 1 << 20, endpoint: "127.0.0.1:1".into(), host_id: "h1".into(), ..Default::default() };
+    for _ in 0..(4 * EVERY) {
+        client.remount_segments(7, vec![seg.clone()]).await.expect("remount");
+    }
+    // Phase 2: the audit (every 5 s) finds master 3 outvoted and it ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let status = loop {
+        if let Some(status) = cluster.master_exit_status(3) {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the diverged master did not exit within 40 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status.code(), Some(70), "{status:?}");
+    let log = std::fs::read_to_string(&cluster.inner.node(Role::Master, 3).unwrap().log).unwrap_or_default();
+    assert!(log.contains("diverged from the other masters"), "the exit says why: {log}");
+    // Phase 3: the two that agree keep serving (and neither exited).
+    client.remount_segments(7, vec![seg]).await.expect("the others still commit");
+    assert!(cluster.master_exit_status(1).is_none() && cluster.master_exit_status(2).is_none());
+}
