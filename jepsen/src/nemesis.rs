@@ -127,6 +127,9 @@ pub struct Nemesis {
     /// [`Fault::StoreKill`]: where the next round is in the pattern of
     /// victims and comebacks (`None`: drawn from the seed at the first).
     pub store_kill_next: Option<u64>,
+    /// [`Fault::QuorumPause`]: the leader when the masters were stopped;
+    /// it is resumed first ([`QUORUM_RESUME_STAGGER`] before the others).
+    pub quorum_paused_leader: Option<u64>,
 }
 
 /// How long a master restarted on a wiped data dir may take to refuse
@@ -134,6 +137,15 @@ pub struct Nemesis {
 const WIPED_REFUSAL_MAX: Duration = Duration::from_secs(15);
 /// What the refusal of a master on a wiped data dir says (`node.rs`).
 const WIPED_REFUSAL: &str = "must not rejoin under id";
+/// [`Fault::QuorumPause`]: the paused leader runs alone this long before the
+/// followers resume, as when a host comes back before its peers. It is
+/// still the leader then (nobody could elect another), so a leader that
+/// expires the clients it could not hear proposes it at once, and the
+/// followers commit it unless they elect a new leader first (their
+/// election timers and its queued messages race on resume): the planted
+/// bug (`--dev-unsafe-expire-after-stall`) then loses objects in most runs,
+/// not all (`cli/tests/t80_nothing_lost.rs` proves it on one master).
+const QUORUM_RESUME_STAGGER: Duration = Duration::from_secs(1);
 /// How far past the client TTL the store node stays paused.
 const STORE_PAUSE_PAST_TTL: Duration = Duration::from_secs(3);
 /// How long a resumed store node may take to mount its segment again: its
@@ -334,6 +346,7 @@ impl Nemesis {
             }
             Fault::QuorumPause => {
                 self.shared.ops_held.store(true, Ordering::Relaxed);
+                self.quorum_paused_leader = Some(leader);
                 let mut cluster = self.cluster.lock().await;
                 for id in &voters {
                     cluster.pause(Target::Master(*id))?;
@@ -578,6 +591,10 @@ impl Nemesis {
             self.cluster.lock().await.free_disks()?;
         }
         self.net.heal()?;
+        if let Some(leader) = self.quorum_paused_leader.take() {
+            self.cluster.lock().await.resume(Target::Master(leader))?;
+            tokio::time::sleep(QUORUM_RESUME_STAGGER).await;
+        }
         self.cluster.lock().await.heal()?;
         self.shared.ops_held.store(false, Ordering::Relaxed);
         if fault == Fault::KillUnderStall

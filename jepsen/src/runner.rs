@@ -235,6 +235,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         wipe_refused: None,
         store_kills: Vec::new(),
         store_kill_next: None,
+        quorum_paused_leader: None,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();

@@ -107,10 +107,15 @@ pub async fn leader_duties(ctx: DutyContext) {
         if ctx.leader.with(|_| ()).is_none() {
             continue;
         }
-        if gap > stall_max + DUTY_TICK {
+        let stalled = gap > stall_max + DUTY_TICK;
+        if stalled {
             note_stall(&ctx, gap, now);
         }
-        expire_clients(&ctx).await;
+        // DEV-UNSAFE: the old behaviour, made deterministic: a round that
+        // ran before the heartbeats queued during the stall were handled
+        // found everyone silent for the whole stall.
+        let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
+        expire_clients(&ctx, expire_all).await;
         ctx.evictor.round(0).await;
         ctx.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
@@ -144,10 +149,13 @@ async fn propose_logged(ctx: &DutyContext, what: &str, cmd: Command) -> Option<R
     }
 }
 
-async fn expire_clients(ctx: &DutyContext) {
+async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
     let now = Instant::now();
     let clients: Vec<ClientId> = ctx.reader.read(|s| s.clients().map(|c| c.id).collect());
-    let expired = ctx.leader.with(|t| decisions::expired_clients(&clients, t, now, ctx.client_ttl)).unwrap_or_default();
+    let expired = match expire_all {
+        true => clients,
+        false => ctx.leader.with(|t| decisions::expired_clients(&clients, t, now, ctx.client_ttl)).unwrap_or_default(),
+    };
     for client in expired {
         // A store node with a disk keeps it (detached) for the grace: its
         // objects come back when it does (docs/TIERS.md).
