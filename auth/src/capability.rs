@@ -25,7 +25,17 @@
 //! | 8 | 8 | segment id |
 //! | 16 | 8 | offset of the range |
 //! | 24 | 8 | length of the range |
-//! | 32 | 32 | HMAC-SHA256 of bytes 0..32 under the segment's key |
+//! | 32 | 8 | arena id (WRITE: the arena the range was handed out in; READ: 0) |
+//! | 40 | 24 | HMAC-SHA256 of bytes 0..40 under the segment's key, first 24 bytes |
+//!
+//! **Arenas.** A range is handed out to one writer in an arena's life, and
+//! a freed range is handed out again only in a newer arena (arena ids only
+//! grow). A WRITE names its arena, so the store node can refuse writes
+//! under arenas the masters have taken back (`mooncake_transfer`'s arena
+//! fence), however long the capability itself still has to live.
+//!
+//! The MAC is HMAC-SHA256 cut to 192 bits (as HMAC's truncation rules
+//! allow): forging one takes 2^192 tries at one request each.
 //!
 //! **Time.** A store node accepts a capability until
 //! `expiry + CAPABILITY_CLOCK_SKEW_MS` on its own clock, and refuses one
@@ -35,12 +45,14 @@
 
 use ring::hmac;
 
-use crate::secret::{MAC_BYTES, MacKey};
+use crate::secret::MacKey;
 
 /// Size of an encoded capability.
 pub const CAPABILITY_BYTES: usize = 64;
-/// The capability format this build issues and accepts.
-pub const CAPABILITY_VERSION: u8 = 1;
+/// The capability format this build issues and accepts (2: with the arena).
+pub const CAPABILITY_VERSION: u8 = 2;
+/// Size of a capability's MAC (HMAC-SHA256, truncated).
+pub const CAPABILITY_MAC_BYTES: usize = CAPABILITY_BYTES - BODY_BYTES;
 /// Size of a segment key.
 pub const SEGMENT_KEY_BYTES: usize = 32;
 /// How far a store node's clock may differ from the masters'. A capability
@@ -54,7 +66,7 @@ pub const CAPABILITY_CLOCK_SKEW_MS: u64 = 5_000;
 pub const CAPABILITY_TTL_MAX_MS: u64 = 3_600_000;
 
 /// The bytes the MAC covers.
-const BODY_BYTES: usize = 32;
+const BODY_BYTES: usize = 40;
 /// Largest expiry the 48-bit field holds.
 const EXPIRY_MAX_UNIX_MS: u64 = (1 << 48) - 1;
 
@@ -88,7 +100,7 @@ impl std::fmt::Display for Access {
 }
 
 /// One grant: `access` to `[offset, offset + len)` of segment `segment_id`
-/// until `expires_unix_ms`, signed by `mac`. `Debug` leaves the MAC out: a
+/// until `expires_unix_ms`, for a WRITE inside arena `arena`, signed by `mac`. `Debug` leaves the MAC out: a
 /// capability is a bearer token, and logs are not the place for it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Capability {
@@ -97,7 +109,9 @@ pub struct Capability {
     pub len: u64,
     pub access: Access,
     pub expires_unix_ms: u64,
-    pub mac: [u8; MAC_BYTES],
+    /// The arena a WRITE's range was handed out in (0 for a READ).
+    pub arena: u64,
+    pub mac: [u8; CAPABILITY_MAC_BYTES],
 }
 
 impl std::fmt::Debug for Capability {
@@ -108,6 +122,7 @@ impl std::fmt::Debug for Capability {
             .field("len", &self.len)
             .field("access", &self.access)
             .field("expires_unix_ms", &self.expires_unix_ms)
+            .field("arena", &self.arena)
             .finish_non_exhaustive()
     }
 }
@@ -190,20 +205,40 @@ pub fn segment_key(root: &MacKey, segment_id: u64, owner_client_id: u64) -> [u8;
     key
 }
 
-/// A capability for `requested` until `expires_unix_ms`, signed with `key`.
-/// Expiries beyond the 48-bit field are clamped to its largest value.
+/// A capability for `requested` until `expires_unix_ms`, outside any arena
+/// (a READ), signed with `key`. Expiries beyond the 48-bit field are
+/// clamped to its largest value.
 pub fn issue(key: &SegmentKey, requested: &Requested, expires_unix_ms: u64) -> Capability {
+    issue_in_arena(key, requested, 0, expires_unix_ms)
+}
+
+/// A capability for `requested` in arena `arena` (a WRITE names the arena
+/// its range was handed out in) until `expires_unix_ms`, signed with `key`.
+pub fn issue_in_arena(key: &SegmentKey, requested: &Requested, arena: u64, expires_unix_ms: u64) -> Capability {
     let mut capability = Capability {
         segment_id: requested.segment_id,
         offset: requested.offset,
         len: requested.len,
         access: requested.access,
         expires_unix_ms: expires_unix_ms.min(EXPIRY_MAX_UNIX_MS),
-        mac: [0; MAC_BYTES],
+        arena,
+        mac: [0; CAPABILITY_MAC_BYTES],
     };
-    let tag = hmac::sign(&key.0, &capability.body());
-    capability.mac.copy_from_slice(tag.as_ref());
+    capability.mac = mac_of(key, &capability.body());
     capability
+}
+
+/// The truncated HMAC of `body` under `key`.
+fn mac_of(key: &SegmentKey, body: &[u8; BODY_BYTES]) -> [u8; CAPABILITY_MAC_BYTES] {
+    let tag = hmac::sign(&key.0, body);
+    let mut mac = [0u8; CAPABILITY_MAC_BYTES];
+    mac.copy_from_slice(&tag.as_ref()[..CAPABILITY_MAC_BYTES]);
+    mac
+}
+
+/// Compares two MACs in time that does not depend on where they differ.
+fn same_mac(a: &[u8; CAPABILITY_MAC_BYTES], b: &[u8]) -> bool {
+    b.len() == CAPABILITY_MAC_BYTES && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Checks the encoded capability `raw` against what a request asks: the
@@ -223,8 +258,11 @@ pub fn verify(
             requested: requested.segment_id,
         });
     }
-    // `decode` checked the size, so both slices exist.
-    hmac::verify(&key.0, &raw[..BODY_BYTES], &raw[BODY_BYTES..]).map_err(|_| CapabilityError::Forged)?;
+    // The MAC covers the body as encoded: recompute it from the decoded
+    // fields, so no byte the MAC does not cover can change what is granted.
+    if !same_mac(&mac_of(key, &capability.body()), &raw[BODY_BYTES..]) {
+        return Err(CapabilityError::Forged);
+    }
     if capability.access != requested.access {
         return Err(CapabilityError::WrongAccess { capability: capability.access, requested: requested.access });
     }
@@ -272,7 +310,7 @@ impl Capability {
         if offset.checked_add(len).is_none() {
             return Err(CapabilityError::BadRange { offset, len });
         }
-        let mut mac = [0u8; MAC_BYTES];
+        let mut mac = [0u8; CAPABILITY_MAC_BYTES];
         mac.copy_from_slice(&raw[BODY_BYTES..]);
         Ok(Capability {
             segment_id: u64_at(raw, 8),
@@ -280,6 +318,7 @@ impl Capability {
             len,
             access,
             expires_unix_ms: u64::from_le_bytes(expiry),
+            arena: u64_at(raw, 32),
             mac,
         })
     }
@@ -291,7 +330,7 @@ impl Capability {
         matches!((end, cap_end), (Some(end), Some(cap_end)) if offset >= self.offset && end <= cap_end)
     }
 
-    /// Bytes 0..32 of the encoding: what the MAC covers.
+    /// Bytes 0..40 of the encoding: what the MAC covers.
     fn body(&self) -> [u8; BODY_BYTES] {
         let mut body = [0u8; BODY_BYTES];
         body[0] = CAPABILITY_VERSION;
@@ -300,6 +339,7 @@ impl Capability {
         body[8..16].copy_from_slice(&self.segment_id.to_le_bytes());
         body[16..24].copy_from_slice(&self.offset.to_le_bytes());
         body[24..32].copy_from_slice(&self.len.to_le_bytes());
+        body[32..40].copy_from_slice(&self.arena.to_le_bytes());
         body
     }
 }
@@ -409,8 +449,8 @@ mod tests {
         assert_eq!(Capability::decode(&[]), Err(CapabilityError::WrongSize { expected: 64, actual: 0 }));
         assert_eq!(Capability::decode(&[0; CAPABILITY_BYTES]), Err(CapabilityError::Missing));
         let mut bad = raw;
-        bad[0] = 2;
-        assert_eq!(Capability::decode(&bad), Err(CapabilityError::BadVersion(2)));
+        bad[0] = 1;
+        assert_eq!(Capability::decode(&bad), Err(CapabilityError::BadVersion(1)), "the format before arenas");
         let mut bad = raw;
         bad[1] = 3;
         assert_eq!(Capability::decode(&bad), Err(CapabilityError::BadAccess(3)));
@@ -436,6 +476,18 @@ mod tests {
                 let _ = verify(&key(), &raw, &grant(Access::Write), NOW);
             }
         }
+    }
+
+    #[test]
+    fn a_write_names_its_arena_and_the_mac_covers_it() {
+        let cap = issue_in_arena(&key(), &grant(Access::Write), 77, NOW + 60_000);
+        let raw = cap.encode();
+        assert_eq!(verify(&key(), &raw, &grant(Access::Write), NOW).map(|c| c.arena), Ok(77));
+        // Claiming a newer arena with the old MAC is a forgery.
+        let mut newer = cap;
+        newer.arena = 78;
+        assert_eq!(verify(&key(), &newer.encode(), &grant(Access::Write), NOW), Err(CapabilityError::Forged));
+        assert_eq!(Capability::decode(&issued(Access::Read)).map(|c| c.arena), Ok(0), "a READ names no arena");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Encode/decode of the data path's request (104-byte, with its capability)
-//! and response (24-byte) headers, and the capability check a store node
-//! makes per request.
+//! and response (24-byte) headers, and the checks a store node makes per
+//! request: the capability, and for a WRITE its arena against the
+//! segment's fence (admitted and counted in flight, then ended).
 
 use std::hint::black_box;
 
@@ -16,7 +17,7 @@ fn bench_frame(c: &mut Criterion) {
     let requested = Requested { segment_id: 0x5e60_0001, offset: 3 << 30, len: 4 << 20, access: Access::Write };
     // Far enough ahead to stay valid, near enough to pass the TTL bound.
     let now_unix_ms = 1_700_000_000_000;
-    let grant = capability::issue(&key, &requested, now_unix_ms + 60_000);
+    let grant = capability::issue_in_arena(&key, &requested, 41, now_unix_ms + 60_000);
     let request = RequestHeader {
         op: Op::Write,
         request_id: 0x0123_4567_89ab_cdef,
@@ -40,6 +41,9 @@ fn bench_frame(c: &mut Criterion) {
     g.bench_function("verify_capability", |b| {
         b.iter(|| capability::verify(&key, black_box(&request.capability), black_box(&requested), now_unix_ms))
     });
+    let fence = mooncake_transfer::SharedFence::default();
+    fence.install(mooncake_transfer::Fence { version: 1 << 32, live: [7, 12, 40, 41].into(), next: 42 });
+    g.bench_function("fence_write", |b| b.iter(|| drop(fence.begin_write(black_box(41)))));
     g.finish();
 }
 

@@ -796,3 +796,75 @@ async fn capability_story(story: &mut Story) {
     assert!(stolen.iter().all(|b| *b == 0), "a refused read returned bytes");
     assert_get(&client, key, &data).await;
 }
+
+/// Issue 23, case 4: a WRITE grant outlived its range. A writer kept the
+/// grant of an object it removed; within a second its range went to
+/// another writer's object, and the old grant overwrote that object (with
+/// a forged checksum, invisibly). Now the grant names its arena, and the
+/// store node stops honouring it before the masters hand the range out
+/// again: the old grant is refused UNAUTHORIZED and the new object reads
+/// back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_grant_dies_with_its_arena() {
+    let mut story = Story::start(1, &[]);
+    within("write grant story", write_grant_story(&mut story)).await;
+}
+
+async fn write_grant_story(story: &mut Story) {
+    use mooncake_proto::master::PutStartRequest;
+    use mooncake_transfer::frame::Status;
+    use mooncake_transfer::{TcpTransport, TransferError, Transport};
+
+    story.ready(1).await;
+    let attacker = story.client().await;
+    let victim = story.client().await;
+    const SIZE: usize = 8 << 20;
+
+    // The attacker puts its own object by hand, keeping the WRITE grant.
+    let key = "t40-grant/attacker";
+    let mine = payload(2300, SIZE);
+    let start = PutStartRequest {
+        client_id: attacker.client_id(),
+        key: key.into(),
+        size: SIZE as u64,
+        replica_num: 1,
+        ..Default::default()
+    };
+    let granted = attacker.master().put_start(start).await.expect("PutStart").remove(0);
+    let target = remote(&granted);
+    let tcp = TcpTransport::new(TcpConfig::default()).expect("transport");
+    tcp.write(&target, granted.offset, &mine).await.expect("a write under a fresh grant");
+    attacker.master().put_end(attacker.client_id(), key, crc32c::crc32c(&mine)).await.expect("PutEnd");
+    // (A new leader counts every object as leased for one KV lease TTL.)
+    wait_until("the attacker to remove its own object", WAIT, || async {
+        attacker.master().remove(key, false).await.ok()
+    })
+    .await;
+    let stolen = (granted.offset, granted.offset + granted.len);
+
+    // The victim writes until one of its objects lands on the freed range
+    // (the cache fills, evicts, and reuses the space in newer arenas).
+    let mut landed = None;
+    for i in 0..64u64 {
+        let key = format!("t40-grant/victim-{i}");
+        let data = payload(2400 + i, SIZE);
+        put(&victim, &key, &data, &replicas(1, &[])).await;
+        let info = object_info(&victim, &key).await;
+        let r = &info.replicas[0];
+        if r.offset < stolen.1 && stolen.0 < r.offset + r.len {
+            landed = Some((key, data, r.offset));
+            break;
+        }
+    }
+    let (key, data, offset) = landed.expect("no victim object reused the attacker's freed range in 64 puts");
+
+    // The old grant still verifies (its TTL is 60 s) but its arena is gone.
+    let junk = payload(2500, SIZE);
+    let write = tcp.write(&target, granted.offset, &junk).await;
+    assert!(
+        matches!(write, Err(TransferError::Remote { status: Status::Unauthorized, .. })),
+        "a WRITE under a returned arena's grant (victim at {offset}, grant at {}): {write:?}",
+        granted.offset
+    );
+    assert_get(&victim, &key, &data).await;
+}

@@ -288,3 +288,56 @@ async fn a_flood_of_idle_connections_to_the_leader_loses_nothing() {
     late.close().await;
     client.close().await;
 }
+
+/// A leader cut off from its quorum stayed leader (openraft 0.9 has no
+/// CheckQuorum) and kept answering the store nodes' Pings, while the
+/// majority's new leader heard nothing from them and expired them after the
+/// client TTL. Now a leader that no quorum acknowledged within the election
+/// timeout answers UNAVAILABLE, so callers go to the other masters, and
+/// answers again once its quorum is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_a_quorum_sends_callers_elsewhere() {
+    use mooncake_proto::master::PingRequest;
+    use mooncake_proto::master::master_service_client::MasterServiceClient;
+
+    let cluster = Cluster::builder().masters(3).stores(1).segment_size("16MiB").binary(BIN).start();
+    cluster.wait_for_segments(1, Duration::from_secs(20)).await;
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let addr = cluster.inner.node(Role::Master, leader).expect("the leader").addr.clone();
+    let mut raw = MasterServiceClient::connect(format!("http://{addr}")).await.expect("connect to the leader");
+    // An unknown client's Ping: a leader with its quorum answers NEED_REMOUNT.
+    let ping = PingRequest { client_id: 0x7777, credential: vec![7; 32], fence_acks: vec![] };
+    let code = |r: mooncake_proto::master::PingResponse| r.status.map(|s| s.error_code());
+    let answer = raw.ping(ping.clone()).await.expect("ping").into_inner();
+    assert_eq!(code(answer), Some(ErrorCode::NeedRemount), "a leader with its quorum answers for itself");
+
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for f in &followers {
+        cluster.pause(*f);
+    }
+    let message = wait_until("the cut-off leader to send callers elsewhere", Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        let ping = ping.clone();
+        async move {
+            let status = raw.ping(ping).await.ok()?.into_inner().status?;
+            (status.error_code() == ErrorCode::Unavailable).then_some(status.message)
+        }
+    })
+    .await;
+    assert!(message.contains("without a quorum"), "{message}");
+    assert!(cluster.metric(leader, "mooncake_leader_without_quorum_refusals_total") >= 1.0);
+
+    for f in &followers {
+        cluster.resume(*f);
+    }
+    // Back with its quorum (or deposed by a newer term), it answers again.
+    wait_until("the leader to answer again once its quorum is back", Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        let ping = ping.clone();
+        async move {
+            let status = raw.ping(ping).await.ok()?.into_inner().status?;
+            (status.error_code() != ErrorCode::Unavailable).then_some(())
+        }
+    })
+    .await;
+}

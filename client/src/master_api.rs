@@ -40,7 +40,7 @@ impl MasterClient {
 
     /// The Ping of `client_id`, with this client's credential.
     pub(crate) fn ping_request(&self, client_id: u64) -> PingRequest {
-        PingRequest { client_id, credential: self.credential().as_bytes().to_vec() }
+        PingRequest { client_id, credential: self.credential().as_bytes().to_vec(), fence_acks: Vec::new() }
     }
 
     /// Heartbeat. `Ok(false)` means the master wants the client's segments
@@ -56,7 +56,18 @@ impl MasterClient {
     /// Heartbeat of a store node: the full answer, with the copies the
     /// leader asks it to make (docs/TIERS.md).
     pub async fn ping_for_copies(&self, client_id: u64) -> Result<PingResponse, MasterError> {
-        Ok(self.ask(self.ping_request(client_id), async |mut c, r| c.ping(r).await).await?.reply)
+        self.ping_store_node(client_id, Vec::new()).await
+    }
+
+    /// [`ping_for_copies`](Self::ping_for_copies), telling the leader which
+    /// arena fences the node enforces; the answer carries the newer ones.
+    pub async fn ping_store_node(
+        &self,
+        client_id: u64,
+        fence_acks: Vec<FenceAck>,
+    ) -> Result<PingResponse, MasterError> {
+        let req = PingRequest { fence_acks, ..self.ping_request(client_id) };
+        Ok(self.ask(req, async |mut c, r| c.ping(r).await).await?.reply)
     }
 
     /// The copies the leader asks store node `client_id` to make: those
@@ -64,10 +75,23 @@ impl MasterClient {
     /// (held by the leader; at most half the RPC timeout, so a held call is
     /// never taken for a dead master). Empty when none came.
     pub async fn take_copies(&self, client_id: u64, wait: Duration) -> Result<Vec<CopyTask>, MasterError> {
+        Ok(self.take_copies_fenced(client_id, wait, Vec::new()).await?.copy_tasks)
+    }
+
+    /// [`take_copies`](Self::take_copies), telling the leader which arena
+    /// fences the node enforces; the answer carries the newer ones too (a
+    /// held call returns as soon as one moves).
+    pub async fn take_copies_fenced(
+        &self,
+        client_id: u64,
+        wait: Duration,
+        fence_acks: Vec<FenceAck>,
+    ) -> Result<TakeCopiesResponse, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let wait_ms = wait.min(self.config().rpc_timeout / 2).as_millis();
-        let req = TakeCopiesRequest { client_id, credential, wait_ms: u32::try_from(wait_ms).unwrap_or(u32::MAX) };
-        Ok(self.ask(req, async |mut c, r| c.take_copies(r).await).await?.reply.copy_tasks)
+        let wait_ms = u32::try_from(wait_ms).unwrap_or(u32::MAX);
+        let req = TakeCopiesRequest { client_id, credential, wait_ms, fence_acks };
+        Ok(self.ask(req, async |mut c, r| c.take_copies(r).await).await?.reply)
     }
 
     /// Reports the outcome of copy `task_id` (`error`: empty when the copy is

@@ -169,10 +169,11 @@ impl Client {
         }
         // A store node makes the copies the leader asks for (tiers), and
         // scrubs a disk it found at start.
-        let copier = local.as_ref().map(|_| {
+        let copier = local.as_ref().map(|local| {
             crate::store_node::copier::Copier::new(
                 master.clone(),
                 engine.clone(),
+                local.clone(),
                 client_id,
                 cfg.dev_unsafe_unwritten_copies,
             )

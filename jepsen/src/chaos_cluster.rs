@@ -497,6 +497,22 @@ impl ChaosCluster {
         Ok(())
     }
 
+    /// Sets master `id`'s file descriptor limit (soft and hard, prlimit):
+    /// its opens past `limit` fail with EMFILE. Returns the limit it had,
+    /// for [`set_fd_limit`](Self::set_fd_limit) to put back.
+    pub fn set_fd_limit(&self, id: u64, limit: (u64, u64)) -> anyhow::Result<(u64, u64)> {
+        let pid = self.masters.get(&id).and_then(|p| p.child.as_ref()).map(|c| c.id()).context("master not running")?;
+        let new = libc::rlimit { rlim_cur: limit.0, rlim_max: limit.1 };
+        let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: both pointers are to live rlimit values; a pid that is gone
+        // answers ESRCH.
+        let rc = unsafe { libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, &new, &mut old) };
+        if rc != 0 {
+            anyhow::bail!("prlimit of master {id} (pid {pid}): {}", std::io::Error::last_os_error());
+        }
+        Ok((old.rlim_cur, old.rlim_max))
+    }
+
     /// Starts master `id` (the spare) so it can be added.
     pub fn start_spare(&mut self, id: u64) -> anyhow::Result<()> {
         self.restart(Target::Master(id))

@@ -75,7 +75,7 @@ enum Cmd {
     },
     /// Run a set of scenarios and print a table; exits non-zero on any violation.
     Suite {
-        /// The CI set (`scenario::CI_SUITE`: 17 scenarios, 30 s each; `large-state` preloads first).
+        /// The CI set (`scenario::CI_SUITE`: 18 scenarios, 30 s each; `large-state` preloads first).
         #[arg(long)]
         ci: bool,
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -290,6 +290,21 @@ fn install_ctrl_c() {
     });
 }
 
+/// Raises this process's soft descriptor limit to its hard limit: the
+/// `fd-flood` scenario holds thousands of connections from here.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a live rlimit value for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::warn!("could not raise the descriptor limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -299,6 +314,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     mooncake_jepsen::safety::require_root()?;
+    raise_fd_limit();
     let cli = Cli::parse();
     if !matches!(cli.cmd, Cmd::StallWriter(_)) {
         install_ctrl_c();

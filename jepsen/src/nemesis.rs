@@ -130,6 +130,49 @@ pub struct Nemesis {
     /// [`Fault::QuorumPause`]: the leader when the masters were stopped;
     /// it is resumed first ([`QUORUM_RESUME_STAGGER`] before the others).
     pub quorum_paused_leader: Option<u64>,
+    /// [`Fault::FdFlood`]: the flood running against the leader.
+    pub flood: Option<Flood>,
+}
+
+/// [`Fault::FdFlood`]: descriptors the flooded leader is left with.
+const FLOOD_FD_LIMIT: u64 = 1_024;
+/// Silent connections held against it at once: more than its descriptors.
+const FLOOD_CONNECTIONS: usize = 3_000;
+/// New connections per round of the flood, and the pause between rounds.
+const FLOOD_BURST: usize = 300;
+const FLOOD_ROUND: Duration = Duration::from_millis(100);
+/// A connect the master's full backlog leaves hanging is given up after this.
+const FLOOD_CONNECT_MAX: Duration = Duration::from_millis(200);
+
+/// A flood of silent connections against one master ([`Fault::FdFlood`]).
+pub struct Flood {
+    master: u64,
+    /// Its descriptor limit before the fault, put back when it heals.
+    old_limit: (u64, u64),
+    stop: Arc<AtomicBool>,
+    /// Ends with the most connections it held at once.
+    task: tokio::task::JoinHandle<usize>,
+}
+
+/// Opens connections to `addr` that never send a byte, [`FLOOD_BURST`]
+/// every [`FLOOD_ROUND`], holding the newest [`FLOOD_CONNECTIONS`], until
+/// `stop`; returns the most it held at once.
+async fn flood(addr: String, stop: Arc<AtomicBool>) -> usize {
+    let mut held = std::collections::VecDeque::new();
+    let mut most = 0;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..FLOOD_BURST {
+            if let Ok(Ok(s)) = tokio::time::timeout(FLOOD_CONNECT_MAX, tokio::net::TcpStream::connect(&addr)).await {
+                held.push_back(s);
+            }
+        }
+        while held.len() > FLOOD_CONNECTIONS {
+            held.pop_front();
+        }
+        most = most.max(held.len());
+        tokio::time::sleep(FLOOD_ROUND).await;
+    }
+    most
 }
 
 /// How long a master restarted on a wiped data dir may take to refuse
@@ -244,6 +287,9 @@ fn timing(fault: Fault) -> (Duration, Duration) {
         Fault::StorePause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         // Past the client TTL, as the masters' clocks see it when they resume.
         Fault::QuorumPause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
+        // Past the client TTL: a leader that cannot hear the store nodes
+        // through the flood would expire them.
+        Fault::FdFlood => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         _ => (FAULT_GAP, FAULT_HOLD),
     }
 }
@@ -352,6 +398,18 @@ impl Nemesis {
                     cluster.pause(Target::Master(*id))?;
                 }
                 Ok(format!("SIGSTOP every master {voters:?} past the client TTL ({} s)", CLIENT_TTL.as_secs()))
+            }
+            Fault::FdFlood => {
+                let limit = (FLOOD_FD_LIMIT, FLOOD_FD_LIMIT);
+                let old_limit = self.cluster.lock().await.set_fd_limit(leader, limit)?;
+                let addr = crate::chaos_cluster::master_addr(&self.net, leader)?;
+                let stop = Arc::new(AtomicBool::new(false));
+                let task = tokio::spawn(flood(addr, stop.clone()));
+                self.flood = Some(Flood { master: leader, old_limit, stop, task });
+                Ok(format!(
+                    "leader {leader} limited to {FLOOD_FD_LIMIT} descriptors; up to {FLOOD_CONNECTIONS} silent \
+                     connections to its gRPC port"
+                ))
             }
             Fault::PowerLoss => {
                 let victim = *self.rng.pick(&voters).unwrap_or(&leader);
@@ -590,6 +648,7 @@ impl Nemesis {
         if fault == Fault::DiskFull {
             self.cluster.lock().await.free_disks()?;
         }
+        let flooded = self.end_flood().await;
         self.net.heal()?;
         if let Some(leader) = self.quorum_paused_leader.take() {
             self.cluster.lock().await.resume(Target::Master(leader))?;
@@ -610,12 +669,32 @@ impl Nemesis {
         }
         Ok(match fault {
             Fault::Membership => "new membership kept".into(),
+            Fault::FdFlood => flooded.unwrap_or_else(|| "no flood ran".into()),
             _ => "healed".into(),
         })
     }
 
+    /// Stops the flood, if one runs: its connections close, and the
+    /// flooded master gets its descriptor limit back — or, if it ended
+    /// itself (crash-only), is reaped so the heal restarts it. What happened.
+    async fn end_flood(&mut self) -> Option<String> {
+        let f = self.flood.take()?;
+        f.stop.store(true, Ordering::Relaxed);
+        let most = f.task.await.unwrap_or(0);
+        let mut cluster = self.cluster.lock().await;
+        let how = match cluster.master_exit(f.master) {
+            Some(status) => format!("it ended itself ({status}) and is restarted"),
+            None => match cluster.set_fd_limit(f.master, f.old_limit) {
+                Ok(_) => "it kept running".to_string(),
+                Err(e) => format!("it kept running (its limit not restored: {e})"),
+            },
+        };
+        Some(format!("flood over ({most} connections held at most); master {}: {how}", f.master))
+    }
+
     /// Ends every fault (also after an error).
     pub async fn heal_all(&mut self) -> anyhow::Result<()> {
+        self.end_flood().await;
         self.shared.puts_held.store(false, Ordering::Relaxed);
         self.shared.ops_held.store(false, Ordering::Relaxed);
         self.net.heal()?;

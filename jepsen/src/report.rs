@@ -115,11 +115,11 @@ impl CheckerVerdict {
         CheckerVerdict { checker: "crash_only".into(), valid: problems.is_empty(), checked: outcomes.len(), problems }
     }
 
-    /// `quorum-pause`: no store node was expired during the run — each one
-    /// registered before it (`before`: id → registration time) is still
-    /// registered at the end, since the same time. Store nodes are never
-    /// faulted there, so an expiry is a leader expiring nodes it could not
-    /// hear while it was paused. `pauses`: whole-quorum pauses that ran.
+    /// `quorum-pause`, `fd-flood`: no store node was expired during the run
+    /// — each one registered before it (`before`: id → registration time)
+    /// is still registered at the end, since the same time. Store nodes are
+    /// never faulted there, so an expiry is a leader expiring nodes it could
+    /// not hear (paused, or out of descriptors). `pauses`: such faults that ran.
     pub fn store_nodes_kept(
         before: &std::collections::BTreeMap<u64, u64>,
         after: &std::collections::BTreeMap<u64, u64>,
@@ -136,7 +136,8 @@ impl CheckerVerdict {
             })
             .collect();
         if pauses == 0 {
-            problems.push("no whole-quorum pause ran: nothing was checked (a run too short)".into());
+            problems
+                .push("no whole-quorum pause or descriptor flood ran: nothing was checked (a run too short)".into());
         }
         if before.is_empty() {
             problems.push("no store node was registered before the run".into());

@@ -156,9 +156,14 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     let voters3: Vec<String> = addrs[..3].to_vec();
     let segments = if opts.scenario.has_disks() { 2 * STORE_NODES } else { STORE_NODES };
     wait_ready(&access, &voters3, segments).await?;
-    // `quorum-pause`: which store nodes are registered since when, to tell
-    // at the end whether any was expired (and registered again) meanwhile.
-    let registrations_before = match opts.scenario.faults().contains(&crate::scenario::Fault::QuorumPause) {
+    // `quorum-pause`, `fd-flood`: which store nodes are registered since
+    // when, to tell at the end whether any was expired (and registered
+    // again) meanwhile.
+    let keeps_store_nodes = opts.scenario.faults().iter().any(|f| {
+        use crate::scenario::Fault;
+        matches!(f, Fault::QuorumPause | Fault::FdFlood)
+    });
+    let registrations_before = match keeps_store_nodes {
         true => Some(store_registrations(&cluster).await.context("listing the store nodes before the run")?),
         false => None,
     };
@@ -236,6 +241,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         store_kills: Vec::new(),
         store_kill_next: None,
         quorum_paused_leader: None,
+        flood: None,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -404,7 +410,8 @@ async fn finish(
     }
     if let Some(before) = &registrations_before {
         let after = store_registrations(cluster).await.context("listing the store nodes after the run")?;
-        let pauses = faults.iter().filter(|f| f.phase == "start" && f.fault == "QuorumPause").count();
+        let pauses =
+            faults.iter().filter(|f| f.phase == "start" && (f.fault == "QuorumPause" || f.fault == "FdFlood")).count();
         checkers.push(CheckerVerdict::store_nodes_kept(before, &after, pauses));
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {

@@ -25,6 +25,11 @@ pub enum Fault {
     /// them all: no store node may be expired for heartbeats nobody could
     /// hear, so nothing acknowledged may be lost.
     QuorumPause,
+    /// Lower the leader's file descriptor limit to 1,024 and hold thousands
+    /// of silent connections to its gRPC port past the client TTL: it
+    /// must keep hearing the store nodes (or restart their TTLs), lose
+    /// nothing, and keep serving (or end itself and be restarted).
+    FdFlood,
     /// Kill a master and drop its filesystem's unflushed writes.
     PowerLoss,
     /// Fill a master's disk: it must end itself (crash-only) and, once
@@ -70,6 +75,7 @@ pub enum Scenario {
     Kill,
     Pause,
     QuorumPause,
+    FdFlood,
     PowerLoss,
     DiskFull,
     StorePause,
@@ -92,6 +98,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::Kill,
     Scenario::Pause,
     Scenario::QuorumPause,
+    Scenario::FdFlood,
     Scenario::PowerLoss,
     Scenario::DiskFull,
     Scenario::StorePause,
@@ -113,6 +120,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::Kill,
     Scenario::Pause,
     Scenario::QuorumPause,
+    Scenario::FdFlood,
     Scenario::PowerLoss,
     Scenario::DiskFull,
     Scenario::StorePause,
@@ -137,6 +145,7 @@ impl Scenario {
             Scenario::Kill => "kill",
             Scenario::Pause => "pause",
             Scenario::QuorumPause => "quorum-pause",
+            Scenario::FdFlood => "fd-flood",
             Scenario::PowerLoss => "power-loss",
             Scenario::DiskFull => "disk-full",
             Scenario::StorePause => "store-pause",
@@ -162,6 +171,7 @@ impl Scenario {
             Scenario::Kill => &[Fault::Kill],
             Scenario::Pause => &[Fault::Pause],
             Scenario::QuorumPause => &[Fault::QuorumPause],
+            Scenario::FdFlood => &[Fault::FdFlood],
             Scenario::PowerLoss => &[Fault::PowerLoss],
             Scenario::DiskFull => &[Fault::DiskFull],
             Scenario::StorePause => &[Fault::StorePause],

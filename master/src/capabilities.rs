@@ -7,6 +7,10 @@
 //! same key for a segment and nothing is stored or replicated; derived keys
 //! are cached (bounded) because a batch answer signs up to thousands of
 //! replicas.
+//!
+//! A WRITE capability names the arena of its range; the arena fences that
+//! store nodes enforce over those names (`arena_fences.rs`) travel to them
+//! through [`fences_of`] and come back through [`take_acks`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,9 +18,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mooncake_auth::capability::{self, Access, Requested, SEGMENT_KEY_BYTES, SegmentKey};
 use mooncake_auth::{ClusterSecret, MacKey};
-use mooncake_proto::master::Replica;
+use mooncake_proto::master::{ArenaFence, FenceAck, Replica};
 use mooncake_raft_store::MetaState;
 use mooncake_segment::{ClientId, SegmentId};
+
+use crate::shared::Shared;
 
 /// Most segment keys cached. A cluster of 100 store nodes mounts a few
 /// hundred segments; past this many (a churn of remounts) the cache starts
@@ -42,15 +48,20 @@ impl CapabilityIssuer {
     }
 
     /// Fills the capability of each replica with `access` to its range, for
-    /// the segment's owner in `state`. A replica of a segment `state` does
-    /// not know gets none (the store node would refuse it anyway).
+    /// the segment's owner in `state`; a WRITE names the replica's arena
+    /// (`Replica.arena_id`). A replica of a segment `state` does not know
+    /// gets none (the store node would refuse it anyway).
     pub fn grant(&self, state: &MetaState, replicas: &mut [Replica], access: Access) {
         let expires_unix_ms = unix_ms_now().saturating_add(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX));
         for replica in replicas {
             let segment = SegmentId(replica.segment_id);
             let Some(owner) = state.segment(segment).map(|s| s.owner) else { continue };
             let requested = Requested { segment_id: segment.0, offset: replica.offset, len: replica.len, access };
-            let cap = capability::issue(&self.key(segment, owner), &requested, expires_unix_ms);
+            let arena = match access {
+                Access::Write => replica.arena_id,
+                Access::Read => 0,
+            };
+            let cap = capability::issue_in_arena(&self.key(segment, owner), &requested, arena, expires_unix_ms);
             replica.capability = cap.encode().to_vec();
         }
     }
@@ -66,6 +77,62 @@ impl CapabilityIssuer {
         let key = Arc::new(SegmentKey::new(&self.key_bytes(segment, owner)));
         keys.insert((segment, owner), key.clone());
         key
+    }
+}
+
+/// The arena fences of `client`'s segments, as this leader makes them
+/// now: all of them (`only_due` false: a mount answer), or those the client
+/// has yet to acknowledge (Ping and TakeCopies answers). Empty when this
+/// master does not lead.
+pub fn fences_of(shared: &Shared, client: ClientId, segments: Option<&[SegmentId]>, only_due: bool) -> Vec<ArenaFence> {
+    // The soft state first, then the state (see `ArenaFences`): an arena
+    // returned before the clone is gone from the state read after it.
+    let Some(fences) = shared.leader.with(|t| t.fences.clone()) else { return Vec::new() };
+    shared.reader.read(|s| {
+        let owned: Vec<SegmentId> = match segments {
+            Some(ids) => ids.iter().copied().filter(|id| s.segment(*id).is_some_and(|g| g.owner == client)).collect(),
+            None => s.client_segments(client).map(|g| g.spec.id).collect(),
+        };
+        owned
+            .into_iter()
+            .filter(|id| !only_due || fences.due(*id))
+            .map(|id| {
+                let in_state = s.arenas().filter(|a| a.segment == id).map(|a| a.id);
+                let f = fences.fence(id, in_state, s.next_arena_id());
+                ArenaFence {
+                    segment_id: f.segment.0,
+                    version: f.version,
+                    live: f.live.into_iter().collect(),
+                    next: f.next,
+                }
+            })
+            .collect()
+    })
+}
+
+/// Records the fences `client`'s store node says it enforces (only for
+/// segments it owns); wakes puts waiting to return arenas when one counts.
+pub fn take_acks(shared: &Shared, client: ClientId, acks: &[FenceAck]) {
+    if acks.is_empty() {
+        return;
+    }
+    let owned: Vec<(SegmentId, u64)> = shared.reader.read(|s| {
+        acks.iter()
+            .map(|a| (SegmentId(a.segment_id), a.version))
+            .filter(|(id, _)| s.segment(*id).is_some_and(|g| g.owner == client))
+            .collect()
+    });
+    let moved = shared.leader.with(|t| {
+        let mut moved = false;
+        for (segment, version) in owned {
+            let was_due = t.fences.due(segment);
+            t.fences.ack(segment, version);
+            moved |= was_due && !t.fences.due(segment);
+        }
+        moved
+    });
+    if moved == Some(true) {
+        shared.auth.fence_wakes.acked.notify_waiters();
     }
 }
 

@@ -192,9 +192,14 @@ impl MasterServiceImpl {
             return vec![];
         }
         let issuer = &self.shared.auth.capabilities;
-        segments
-            .into_iter()
-            .map(|id| SegmentKey { segment_id: id.0, key: issuer.key_bytes(id, owner).to_vec() })
+        let ids: Vec<SegmentId> = segments.into_iter().collect();
+        let fences = crate::capabilities::fences_of(&self.shared, owner, Some(&ids), false);
+        ids.into_iter()
+            .map(|id| SegmentKey {
+                segment_id: id.0,
+                key: issuer.key_bytes(id, owner).to_vec(),
+                fence: fences.iter().find(|f| f.segment_id == id.0).cloned(),
+            })
             .collect()
     }
 
@@ -347,7 +352,9 @@ impl MasterService for MasterServiceImpl {
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
         let r = req.into_inner();
         let client = ClientId(r.client_id);
-        let refused = |status: Status| ok(PingResponse { status: Some(status), view_version: 0, copy_tasks: vec![] });
+        let refused = |status: Status| {
+            ok(PingResponse { status: Some(status), view_version: 0, copy_tasks: vec![], fences: vec![] })
+        };
         let credential = match credential_hash(&r.credential) {
             Ok(h) => h,
             Err(s) => return refused(s),
@@ -370,14 +377,23 @@ impl MasterService for MasterServiceImpl {
         } else {
             Status::with(ErrorCode::NeedRemount, format!("{client} is not registered; remount its segments"))
         };
-        let copy_tasks = if known { crate::copies::copies_for_ping(&self.shared, client) } else { Vec::new() };
-        ok(PingResponse { status: Some(status), view_version: applied, copy_tasks })
+        let (copy_tasks, fences) = if known {
+            crate::capabilities::take_acks(&self.shared, client, &r.fence_acks);
+            (
+                crate::copies::copies_for_ping(&self.shared, client),
+                crate::capabilities::fences_of(&self.shared, client, None, true),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        ok(PingResponse { status: Some(status), view_version: applied, copy_tasks, fences })
     }
 
     async fn take_copies(&self, req: Request<TakeCopiesRequest>) -> RpcResult<TakeCopiesResponse> {
         let r = req.into_inner();
         let client = ClientId(r.client_id);
-        let refused = |status: Status| ok(TakeCopiesResponse { status: Some(status), copy_tasks: vec![] });
+        let refused =
+            |status: Status| ok(TakeCopiesResponse { status: Some(status), copy_tasks: vec![], fences: vec![] });
         let credential = match credential_hash(&r.credential) {
             Ok(h) => h,
             Err(s) => return refused(s),
@@ -397,9 +413,10 @@ impl MasterService for MasterServiceImpl {
             }
             Err(e) => return refused(meta_status(&e)),
         }
+        crate::capabilities::take_acks(&self.shared, client, &r.fence_acks);
         let wait = Duration::from_millis(r.wait_ms.into());
-        let copy_tasks = crate::copies::copies_when_queued(&self.shared, client, wait).await;
-        ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks })
+        let (copy_tasks, fences) = crate::copies::copies_when_queued(&self.shared, client, wait).await;
+        ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks, fences })
     }
 
     async fn report_copy(&self, req: Request<ReportCopyRequest>) -> RpcResult<ReportCopyResponse> {

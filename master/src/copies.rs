@@ -403,20 +403,33 @@ pub const COPY_WAIT_MAX: Duration = Duration::from_secs(5);
 /// [`copies_for_ping`], holding the answer up to `wait` (at most
 /// [`COPY_WAIT_MAX`]) while none is queued for `client`: a store node
 /// asking for copies gets them as soon as they are planned, not at its
-/// next heartbeat. Empty when none came in time (or leadership was lost).
-pub async fn copies_when_queued(shared: &Shared, client: ClientId, wait: Duration) -> Vec<pb::CopyTask> {
+/// next heartbeat. With them, the arena fences of its segments it has yet
+/// to acknowledge; a fence that moves answers the call at once
+/// (`arena_fences.rs`). Empty when nothing came in time (or leadership
+/// was lost).
+pub async fn copies_when_queued(
+    shared: &Shared,
+    client: ClientId,
+    wait: Duration,
+) -> (Vec<pb::CopyTask>, Vec<pb::ArenaFence>) {
     let deadline = tokio::time::Instant::now() + wait.min(COPY_WAIT_MAX);
     loop {
-        // Registered before looking, so copies queued in between wake it.
+        // Registered before looking, so copies queued or fences moved in
+        // between wake it.
         let queued = shared.tiers.copies_queued.notified();
-        tokio::pin!(queued);
+        let moved = shared.auth.fence_wakes.moved.notified();
+        tokio::pin!(queued, moved);
         queued.as_mut().enable();
+        moved.as_mut().enable();
         let copies = copies_for_ping(shared, client);
-        if !copies.is_empty() || shared.leader.with(|_| ()).is_none() {
-            return copies;
+        let fences = crate::capabilities::fences_of(shared, client, None, true);
+        if !copies.is_empty() || !fences.is_empty() || shared.leader.with(|_| ()).is_none() {
+            return (copies, fences);
         }
-        if tokio::time::timeout_at(deadline, queued).await.is_err() {
-            return Vec::new();
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => return (Vec::new(), Vec::new()),
+            () = &mut queued => {}
+            () = &mut moved => {}
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Leader-local soft state: KV leases and removal fences ([`KvLeases`]),
-//! puts in flight and this term's arenas ([`PutTable`]), client heartbeats,
+//! puts in flight and this term's arenas ([`PutTable`]), arenas being taken
+//! back ([`ArenaFences`]), client heartbeats,
 //! and when this leader first saw each unfinished, discarded or retired put. None of it is replicated. A new leader starts empty and is
 //! conservative instead: for one KV-lease TTL after its election every object
 //! counts as leased, and every known client counts as seen at the election.
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use mooncake_raft_store::ObjectVersion;
 use mooncake_segment::ClientId;
 
+use crate::arena_fences::ArenaFences;
 use crate::kv_lease::{FenceWait, KeyHash, KvLeases};
 use crate::reservations::PutTable;
 use crate::tiering::CopyTable;
@@ -35,6 +37,8 @@ pub struct TermState {
     pub puts: PutTable,
     /// Copies between tiers in flight (`tiering.rs`).
     pub copies: CopyTable,
+    /// Arenas being taken back from their store nodes (`arena_fences.rs`).
+    pub fences: ArenaFences,
     heartbeats: HashMap<ClientId, Instant>,
     /// Since when this leader could hear every client: its election, or
     /// the end of the last stall of its own (`restart_hearing`). Nobody
@@ -51,6 +55,7 @@ impl TermState {
             kv: KvLeases::new(unsafe_unfenced),
             puts: PutTable::default(),
             copies: CopyTable::default(),
+            fences: ArenaFences::new(term),
             heartbeats: HashMap::new(),
             hearing_since: now,
             first_seen: HashMap::new(),

@@ -45,6 +45,7 @@ pub struct MasterMetrics {
     pub eviction_rounds: IntCounter,
     pub expired_clients: IntCounter,
     pub leader_stalls: IntCounter,
+    pub leader_without_quorum_refusals: IntCounter,
     pub port_refusals: IntCounterVec,
     pub leader_duty_rounds: IntCounter,
     pub discarded_puts: IntCounter,
@@ -279,6 +280,11 @@ impl MasterMetrics {
                 &r,
                 "mooncake_leader_stalls_total",
                 "Stalls of this master while leading (paused or overloaded past a second): client TTLs restarted.",
+            )?,
+            leader_without_quorum_refusals: counter(
+                &r,
+                "mooncake_leader_without_quorum_refusals_total",
+                "Requests this master refused (UNAVAILABLE) because it led without a quorum's acknowledgement.",
             )?,
             leader_duty_rounds: counter(
                 &r,

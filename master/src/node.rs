@@ -146,6 +146,12 @@ impl MasterNode {
         let evictor =
             Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, tiers, metrics.clone()));
         let disk_alarm = Arc::new(crate::disk_space::DiskAlarm::default());
+        // How long a WRITE grant can be used: an arena whose store node never
+        // acknowledges its revoke is returned after this (arena_fences.rs).
+        let grants_live = cfg.capability_ttl()
+            + Duration::from_millis(mooncake_auth::capability::CAPABILITY_CLOCK_SKEW_MS)
+            + Duration::from_secs(1);
+        let fence_wakes = Arc::new(crate::arena_fences::FenceWakes::default());
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),
@@ -176,6 +182,8 @@ impl MasterNode {
                 capabilities: crate::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
                 secret,
                 roles: crate::roles::Roles::new(admin_token),
+                grants_live,
+                fence_wakes: fence_wakes.clone(),
             },
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -245,6 +253,8 @@ impl MasterNode {
             kv_lease_ttl,
             unsafe_arena_reuse: cfg.dev_unsafe_arena_reuse,
             unsafe_expire_after_stall: cfg.dev_unsafe_expire_after_stall,
+            grants_live,
+            fence_wakes,
             evictor,
             metrics,
         })));

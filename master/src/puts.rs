@@ -11,7 +11,7 @@
 //! nobody but that writer can have been given them. Anything else is "put
 //! expired", and the client library puts again.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mooncake_auth::capability::Access;
 use mooncake_proto::master::{PutEndRequest, PutRevokeRequest, PutStartRequest, PutStartResponse, Replica};
@@ -270,14 +270,55 @@ pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, m
     Grant::NoRoom
 }
 
+/// How long a put that found no room waits for a store node to let go of
+/// the arenas given back on the segment it wants (one TakeCopies round trip
+/// when the node is up).
+const TAKE_BACK_WAIT: Duration = Duration::from_secs(1);
+
 /// Gives back what this leader holds but does not use: the tail of
-/// `segment`'s open arena, and every own arena with nothing in flight.
+/// `segment`'s open arena (never handed out: at once), and every own arena
+/// with nothing in flight (once their store nodes let go of them: waits up
+/// to [`TAKE_BACK_WAIT`] for those on `segment`).
 async fn relieve(shared: &Shared, segment: SegmentId) {
     let Some((trim, done)) = shared.leader.with(|t| (t.puts.relieve(segment), t.puts.returnable())) else { return };
     if let Some((id, keep)) = trim {
         trim_arena(shared, id, keep).await;
     }
-    return_arenas(shared, done).await;
+    take_back_waiting(shared, done, segment).await;
+}
+
+/// Takes `ids` back from their store nodes and returns those whose nodes
+/// let go, waiting up to [`TAKE_BACK_WAIT`] for `segment`'s node. The rest
+/// are returned by the reclaim duty once their nodes acknowledge (or their
+/// grants expired).
+async fn take_back_waiting(shared: &Shared, ids: Vec<ArenaId>, segment: SegmentId) {
+    if ids.is_empty() {
+        return;
+    }
+    let arenas: Vec<(ArenaId, SegmentId)> =
+        shared.reader.read(|s| ids.iter().filter_map(|id| s.arena(*id).map(|a| (*id, a.segment))).collect());
+    let mut waiting: Vec<ArenaId> = arenas.iter().filter(|(_, g)| *g == segment).map(|(id, _)| *id).collect();
+    let mut asked = arenas;
+    let deadline = tokio::time::Instant::now() + TAKE_BACK_WAIT;
+    loop {
+        // Registered before looking, so an acknowledgement in between wakes it.
+        let acked = shared.auth.fence_wakes.acked.notified();
+        tokio::pin!(acked);
+        acked.as_mut().enable();
+        let returned = crate::workers::take_back(
+            &shared.write_path.proposer,
+            &shared.leader,
+            &shared.auth.fence_wakes,
+            shared.auth.grants_live,
+            &asked,
+        )
+        .await;
+        waiting.retain(|id| !returned.contains(id));
+        asked.retain(|(id, _)| waiting.contains(id));
+        if waiting.is_empty() || tokio::time::timeout_at(deadline, acked).await.is_err() {
+            return;
+        }
+    }
 }
 
 async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
@@ -287,11 +328,6 @@ async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
         }
         Err(s) => tracing::warn!(%arena, message = %s.message, "arena trim failed"),
     }
-}
-
-/// Returns arenas through the log and forgets them once returned.
-pub async fn return_arenas(shared: &Shared, arenas: Vec<ArenaId>) {
-    crate::workers::return_arenas(&shared.write_path.proposer, &shared.leader, arenas).await;
 }
 
 /// A placed replica with everything the writer needs to reach it.

@@ -115,6 +115,12 @@ pub struct Auth {
     pub capabilities: crate::capabilities::CapabilityIssuer,
     /// Who may call what (admin operations).
     pub roles: crate::roles::Roles,
+    /// How long a WRITE grant can be used after it was issued (the
+    /// capability TTL plus the store nodes' clock skew): an arena whose
+    /// owner never acknowledges its revoke is returned after this.
+    pub grants_live: Duration,
+    /// Revokes and acknowledgements of arena fences (`arena_fences.rs`).
+    pub fence_wakes: Arc<crate::arena_fences::FenceWakes>,
 }
 
 impl Shared {
@@ -131,12 +137,28 @@ impl Shared {
         forward_status(&forward)
     }
 
-    /// Ok when this node holds leader soft state for its current term. Cheap;
-    /// for reads that must be linearizable use [`Shared::linearizable`].
+    /// Ok when this node holds leader soft state for its current term and a
+    /// quorum acknowledged it within [`Shared::quorum_ack_max`]. Cheap; for
+    /// reads that must be linearizable use [`Shared::linearizable`].
+    ///
+    /// A leader cut off from its quorum (openraft 0.9 has no CheckQuorum: it
+    /// stays leader until it meets a higher term) answers UNAVAILABLE, so
+    /// clients and store nodes try the other masters and find the leader
+    /// the majority elected. Before, a store node kept pinging the cut-off
+    /// leader, which kept answering OK, while the new leader heard nothing
+    /// from it and expired it after the client TTL.
     pub fn require_leader(&self) -> Result<(), Status> {
-        match self.leader.with(|_| ()) {
-            Some(()) => Ok(()),
-            None => Err(self.not_leader()),
+        if self.leader.with(|_| ()).is_none() {
+            return Err(self.not_leader());
+        }
+        match self.raft.metrics().borrow().millis_since_quorum_ack {
+            Some(ms) if u128::from(ms) > self.quorum_ack_max.as_millis() => {
+                self.metrics.leader_without_quorum_refusals.inc();
+                Err(crate::errors::unavailable(format!(
+                    "this master leads without a quorum (last acknowledged {ms} ms ago); ask another master"
+                )))
+            }
+            _ => Ok(()),
         }
     }
 

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, Tier, VersionedKey};
-use mooncake_segment::ClientId;
+use mooncake_segment::{ClientId, SegmentId};
 use openraft::ServerState;
 use tokio::sync::watch;
 
+use crate::arena_fences::FenceWakes;
 use crate::decisions;
 use crate::eviction::Evictor;
 use crate::leader::LeaderState;
@@ -49,6 +50,9 @@ pub struct DutyContext {
     /// `--dev-unsafe-expire-after-stall`: a stall of the leader does not
     /// restart the clients' TTLs.
     pub unsafe_expire_after_stall: bool,
+    /// How long a WRITE grant can be used (`Auth::grants_live`).
+    pub grants_live: Duration,
+    pub fence_wakes: Arc<FenceWakes>,
     pub evictor: Arc<Evictor>,
     pub metrics: Arc<MasterMetrics>,
 }
@@ -179,7 +183,7 @@ struct Held {
     unfinished: Vec<VersionedKey>,
     discarded: Vec<ObjectVersion>,
     retired: Vec<ObjectVersion>,
-    arenas: Vec<ArenaId>,
+    arenas: Vec<(ArenaId, SegmentId)>,
 }
 
 /// Every second: expires puts in flight, returns arenas nothing is written
@@ -197,15 +201,23 @@ async fn reclaim_puts(ctx: &DutyContext) {
             .collect(),
         discarded: s.discarded().map(|d| d.version).collect(),
         retired: s.retired().map(|r| r.version).collect(),
-        arenas: s.arenas().map(|a| a.id).collect(),
+        arenas: s.arenas().map(|a| (a.id, a.segment)).collect(),
     });
+    let in_state: Vec<ArenaId> = held.arenas.iter().map(|(id, _)| *id).collect();
     let foreign_after = if ctx.unsafe_arena_reuse { Duration::ZERO } else { ctx.release_after };
     let decided = ctx.leader.with(|t| {
         let expired = t.puts.expire(now, ctx.discard_after, ctx.release_after);
-        let (gone, foreign) = t.puts.sweep(&held.arenas, now, foreign_after);
+        let (gone, foreign) = t.puts.sweep(&in_state, now, foreign_after);
         t.puts.forget(&gone);
+        t.fences.forget(&gone);
         let mut arenas = t.puts.returnable();
-        arenas.extend(foreign);
+        // The planted bug returns other terms' arenas at once, unfenced.
+        let unfenced = if ctx.unsafe_arena_reuse {
+            foreign
+        } else {
+            arenas.extend(foreign);
+            Vec::new()
+        };
         let discard = decisions::puts_to_discard(&held.unfinished, t, now, ctx.discard_after);
         let release = decisions::discards_to_release(&held.discarded, t, now, ctx.release_after);
         let retired = decisions::discards_to_release(&held.retired, t, now, ctx.kv_lease_ttl);
@@ -217,14 +229,16 @@ async fn reclaim_puts(ctx: &DutyContext) {
             .chain(held.retired.iter().copied())
             .collect();
         t.prune(now, &live);
-        (expired.len(), arenas, discard, release, retired)
+        (expired.len(), (arenas, unfenced), discard, release, retired)
     });
-    let Some((expired, arenas, discard, release, retired)) = decided else { return };
+    let Some((expired, (arenas, unfenced), discard, release, retired)) = decided else { return };
     if expired > 0 {
         ctx.metrics.discarded_puts.inc_by(expired as u64);
         tracing::info!(count = expired, "puts unfinished past the discard timeout: keys freed, ranges held");
     }
-    return_arenas(&ctx.proposer, &ctx.leader, arenas).await;
+    return_arenas(&ctx.proposer, &ctx.leader, unfenced).await;
+    let arenas: Vec<(ArenaId, SegmentId)> = held.arenas.iter().filter(|(id, _)| arenas.contains(id)).copied().collect();
+    take_back(&ctx.proposer, &ctx.leader, &ctx.fence_wakes, ctx.grants_live, &arenas).await;
     if !retired.is_empty()
         && let Some(Response::Removed { count }) =
             propose_logged(ctx, "release retired objects", Command::ReleaseRetired { versions: retired }).await
@@ -251,6 +265,29 @@ async fn reclaim_puts(ctx: &DutyContext) {
     }
 }
 
+/// Takes `arenas` (nothing is written to them any more) back from their
+/// store nodes and returns, through the log, those whose store nodes let go
+/// of them (`arena_fences.rs`): the others are returned by a later call,
+/// once their nodes acknowledge, or once every grant over them expired.
+/// Returns the arenas returned now.
+pub async fn take_back(
+    proposer: &Proposer,
+    leader: &LeaderState,
+    wakes: &FenceWakes,
+    grants_live: Duration,
+    arenas: &[(ArenaId, SegmentId)],
+) -> Vec<ArenaId> {
+    let now = Instant::now();
+    let Some((moved, ready)) = leader.with(|t| (t.fences.revoke(arenas, now), t.fences.ready(now, grants_live))) else {
+        return Vec::new();
+    };
+    if moved {
+        wakes.moved.notify_waiters();
+    }
+    return_arenas(proposer, leader, ready.clone()).await;
+    ready
+}
+
 /// Returns `arenas` through the log and forgets them once returned.
 pub async fn return_arenas(proposer: &Proposer, leader: &LeaderState, arenas: Vec<ArenaId>) {
     if arenas.is_empty() {
@@ -258,7 +295,10 @@ pub async fn return_arenas(proposer: &Proposer, leader: &LeaderState, arenas: Ve
     }
     match proposer.propose(Command::ArenaReturn { arenas: arenas.clone() }).await {
         Ok(_) => {
-            leader.with(|t| t.puts.forget(&arenas));
+            leader.with(|t| {
+                t.puts.forget(&arenas);
+                t.fences.forget(&arenas);
+            });
             tracing::debug!(count = arenas.len(), "arenas returned");
         }
         Err(s) => tracing::warn!(message = %s.message, "arena return failed"),

@@ -116,7 +116,7 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         assert_eq!(code(&r.status), ErrorCode::InvalidParams, "{what}: {:?}", r.status);
         assert!(r.segment_keys.is_empty(), "{what}: a refused mount carries no key");
     }
-    let r = raw.ping(PingRequest { client_id: 9, credential: vec![] }).await.unwrap().into_inner();
+    let r = raw.ping(PingRequest { client_id: 9, credential: vec![], fence_acks: vec![] }).await.unwrap().into_inner();
     assert_eq!(code(&r.status), ErrorCode::InvalidParams, "ping without a credential");
     let r = raw.remount_segment(RemountSegmentRequest { client_id: 9, ..Default::default() }).await.unwrap();
     assert_eq!(code(&r.into_inner().status), ErrorCode::InvalidParams, "remount without a credential");

@@ -166,10 +166,13 @@ async fn a_put_end_reaching_a_new_leader_is_recorded_and_old_arenas_wait_for_the
 async fn a_full_segment_still_takes_a_put_that_fits_and_batches_commit_once() {
     let cluster = Cluster::builder().masters(1).master_bin(BIN).start();
     let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    let client = cluster.client();
+    let client = std::sync::Arc::new(cluster.client());
     // 4 MiB: arenas of at most 512 KiB. Fill it with hard-pinned 64 KiB
     // objects (never evicted) until no more fit.
     client.remount_segments(STORE, vec![segment(1, 4 << 20)]).await.expect("mount");
+    // The segment's owner lets go of arenas the leader takes back, as a
+    // store node does: freed space is reused at once.
+    let _owner = mooncake_testkit::acknowledge_fences(client.clone(), STORE);
     client.remount_segments(WRITER, vec![]).await.expect("register");
     let mut stored = 0;
     for i in 0..64 {

@@ -3,8 +3,10 @@
 //! with start, SIGKILL, restart and waits that panic with the logs' tails.
 
 mod cluster;
+mod fake_store;
 mod http;
 
 pub use cluster::{Cluster, ClusterBuilder, wait_until};
+pub use fake_store::acknowledge_fences;
 pub use http::{Sample, http_get, parse_prometheus, sample_value};
 pub use mooncake_local_cluster::{Role, free_port};

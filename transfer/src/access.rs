@@ -7,15 +7,19 @@
 //! In order: the segment is registered here (UNKNOWN_SEGMENT), the range
 //! lies inside it (OUT_OF_RANGE), the capability verifies under the
 //! segment's key for exactly this segment, access and range and has not
-//! expired (UNAUTHORIZED), and a disk WRITE starts on a block and its
-//! block-padded end stays inside the capability (OUT_OF_RANGE), since the
-//! padding writes zeros up to the block's end.
+//! expired (UNAUTHORIZED), a WRITE's arena is one the segment's fence
+//! still admits (UNAUTHORIZED: the masters took the arena back), and a
+//! disk WRITE starts on a block and its block-padded end stays inside the
+//! capability (OUT_OF_RANGE), since the padding writes zeros up to the
+//! block's end. An admitted WRITE counts as in flight under its arena
+//! until its [`Admitted`] drops.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mooncake_auth::capability::{self, Access, Capability, CapabilityError, Requested, SegmentKey};
 use mooncake_segment::{DISK_BLOCK_BYTES, DiskError, SegmentId};
 
+use crate::fence::{Revoked, Writing};
 use crate::frame::Status;
 use crate::registry::{Backing, SegmentRegistry};
 
@@ -42,6 +46,8 @@ pub(crate) enum Refused {
     NoKey,
     #[error(transparent)]
     Capability(#[from] CapabilityError),
+    #[error(transparent)]
+    Revoked(#[from] Revoked),
     #[error("disk segment WRITE: {0}")]
     NotBlockWrite(#[from] NotBlockWrite),
 }
@@ -52,7 +58,7 @@ impl Refused {
         match self {
             Refused::UnknownSegment(_) => Status::UnknownSegment,
             Refused::OutOfRange { .. } | Refused::NotBlockWrite(_) => Status::OutOfRange,
-            Refused::NoKey | Refused::Capability(_) => Status::Unauthorized,
+            Refused::NoKey | Refused::Capability(_) | Refused::Revoked(_) => Status::Unauthorized,
         }
     }
 }
@@ -68,15 +74,18 @@ pub(crate) enum NotBlockWrite {
     PaddingOutsideCapability { padded_end: u64, cap_offset: u64, cap_len: u64 },
 }
 
-/// What holds the bytes of an admitted request.
+/// What holds the bytes of an admitted request, and for a WRITE its place
+/// among the segment's WRITEs in flight (held until the bytes have moved).
 pub(crate) struct Admitted {
     pub(crate) backing: Backing,
+    pub(crate) writing: Option<Writing>,
 }
 
 /// Checks `asked` against `registry` (see the module doc); the segment's
 /// backing when it may be served.
 pub(crate) fn admit(registry: &SegmentRegistry, asked: &Asked<'_>) -> Result<Admitted, Refused> {
-    let (backing, key) = registry.lookup_with_key(asked.segment).ok_or(Refused::UnknownSegment(asked.segment))?;
+    let (backing, key, fence) =
+        registry.lookup_with_key(asked.segment).ok_or(Refused::UnknownSegment(asked.segment))?;
     let size = backing.size_bytes();
     if asked.offset.checked_add(asked.len).is_none_or(|end| end > size) {
         return Err(Refused::OutOfRange { offset: asked.offset, len: asked.len, size });
@@ -85,7 +94,11 @@ pub(crate) fn admit(registry: &SegmentRegistry, asked: &Asked<'_>) -> Result<Adm
     if let (Backing::Disk(_), Access::Write) = (&backing, asked.access) {
         write_fits(asked.offset, asked.len, &capability)?;
     }
-    Ok(Admitted { backing })
+    let writing = match asked.access {
+        Access::Write => Some(fence.begin_write(capability.arena)?),
+        Access::Read => None,
+    };
+    Ok(Admitted { backing, writing })
 }
 
 /// The request's capability when it verifies under the segment's `key` and

@@ -22,6 +22,7 @@
 mod access;
 mod engine;
 mod error;
+pub mod fence;
 pub mod frame;
 mod local;
 mod rdma;
@@ -36,6 +37,7 @@ mod transport;
 
 pub use engine::{BatchRead, TransferEngine};
 pub use error::TransferError;
+pub use fence::{Fence, SharedFence};
 /// Capabilities as the data path checks them (for callers that sign their
 /// own: tests, probes).
 pub use mooncake_auth::capability;

@@ -20,7 +20,7 @@ use futures::{StreamExt, TryStreamExt};
 use mooncake_auth::capability::Access;
 use mooncake_segment::{DISK_IO_CHUNK_BYTES, DiskError, DiskSegment};
 
-use crate::access::{self, Asked};
+use crate::access::{self, Admitted, Asked};
 use crate::error::TransferError;
 use crate::frame::Status;
 use crate::registry::{Backing, SegmentRegistry};
@@ -49,7 +49,7 @@ impl LocalRoute {
 
     /// Writes `data` to `[offset, offset + data.len())` of `target`.
     pub(crate) async fn write(&self, target: &RemoteSegment, offset: u64, data: &[u8]) -> Result<(), TransferError> {
-        let backing = self.admit(target, offset, data.len(), Access::Write)?;
+        let Admitted { backing, writing: _writing } = self.admit(target, offset, data.len(), Access::Write)?;
         self.in_time(target, async {
             match backing {
                 Backing::Memory(memory) => Ok(memory.write_at(offset, data)?),
@@ -61,7 +61,7 @@ impl LocalRoute {
 
     /// Fills `buf` from `[offset, offset + buf.len())` of `target`.
     pub(crate) async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
-        let backing = self.admit(target, offset, buf.len(), Access::Read)?;
+        let Admitted { backing, .. } = self.admit(target, offset, buf.len(), Access::Read)?;
         self.in_time(target, async {
             match backing {
                 Backing::Memory(memory) => Ok(memory.read_at(offset, buf)?),
@@ -71,7 +71,13 @@ impl LocalRoute {
         .await
     }
 
-    fn admit(&self, target: &RemoteSegment, offset: u64, len: usize, access: Access) -> Result<Backing, TransferError> {
+    fn admit(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<Admitted, TransferError> {
         let capability = target.capability.map(|c| c.encode());
         let asked = Asked {
             segment: target.id,
@@ -81,7 +87,7 @@ impl LocalRoute {
             capability: capability.as_ref().map_or(&[][..], |c| &c[..]),
         };
         match access::admit(&self.registry, &asked) {
-            Ok(admitted) => Ok(admitted.backing),
+            Ok(admitted) => Ok(admitted),
             Err(why) => {
                 tracing::debug!(segment = %target.id, offset, len, ?access, "local transfer refused: {why}");
                 Err(TransferError::Remote { status: why.status(), endpoint: target.endpoint.clone() })

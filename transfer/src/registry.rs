@@ -6,7 +6,10 @@
 //! A segment is registered before it is mounted (the master must be told
 //! where it is served), but its key comes in the mount's answer
 //! ([`SegmentRegistry::set_key`]): until then the server refuses every
-//! request for it.
+//! request for it. Each segment also holds its arena fence (`fence.rs`):
+//! which arenas its WRITEs may still name, installed from the masters'
+//! answers ([`SegmentRegistry::install_fence`]) and acknowledged back
+//! ([`SegmentRegistry::fence_acks`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -15,6 +18,7 @@ use mooncake_auth::capability::SegmentKey;
 use mooncake_segment::{DiskSegment, SegmentId, SegmentMemory};
 
 use crate::error::TransferError;
+use crate::fence::{Fence, SharedFence};
 
 /// Most segments one node serves. A node mounts a handful (one per NUMA node
 /// or device); the cap keeps a misbehaving mount loop from growing the map
@@ -62,6 +66,8 @@ struct Served {
     backing: Backing,
     /// `None` until the mount's answer brings it: every request is refused.
     key: Option<Arc<SegmentKey>>,
+    /// Which arenas its WRITEs may name.
+    fence: SharedFence,
 }
 
 impl SegmentRegistry {
@@ -104,7 +110,7 @@ impl SegmentRegistry {
         if segments.len() >= REGISTRY_SEGMENTS_MAX {
             return Err(TransferError::TooManySegments { max: REGISTRY_SEGMENTS_MAX });
         }
-        segments.insert(id, Served { backing, key: None });
+        segments.insert(id, Served { backing, key: None, fence: SharedFence::default() });
         Ok(())
     }
 
@@ -136,6 +142,24 @@ impl SegmentRegistry {
         Ok(())
     }
 
+    /// Installs `fence` for segment `id` if it is newer than the one held
+    /// (the masters' mount, Ping and TakeCopies answers carry it); whether
+    /// it was.
+    pub fn install_fence(&self, id: SegmentId, fence: Fence) -> Result<bool, TransferError> {
+        let segments = self.segments.read().unwrap_or_else(PoisonError::into_inner);
+        let served = segments.get(&id).ok_or(TransferError::UnknownSegment { id })?;
+        Ok(served.fence.install(fence))
+    }
+
+    /// For each segment, the fence version it can acknowledge to the
+    /// masters: the one it holds, once no WRITE under an arena that fence
+    /// excludes is still in flight (segments still waiting for one are
+    /// left out).
+    pub fn fence_acks(&self) -> Vec<(SegmentId, u64)> {
+        let segments = self.segments.read().unwrap_or_else(PoisonError::into_inner);
+        segments.iter().filter_map(|(id, s)| s.fence.ackable().filter(|v| *v > 0).map(|v| (*id, v))).collect()
+    }
+
     /// Whether segment `id` is registered and has its key.
     pub fn has_key(&self, id: SegmentId) -> bool {
         self.segments.read().unwrap_or_else(PoisonError::into_inner).get(&id).is_some_and(|s| s.key.is_some())
@@ -161,11 +185,12 @@ impl SegmentRegistry {
         self.segments.read().unwrap_or_else(PoisonError::into_inner).get(&id).map(|s| s.backing.clone())
     }
 
-    /// What holds the bytes of segment `id` and its key (`None` while it has
-    /// none), if registered: what the server needs for one request.
-    pub(crate) fn lookup_with_key(&self, id: SegmentId) -> Option<(Backing, Option<Arc<SegmentKey>>)> {
+    /// What holds the bytes of segment `id`, its key (`None` while it has
+    /// none) and its fence, if registered: what the server needs for one
+    /// request.
+    pub(crate) fn lookup_with_key(&self, id: SegmentId) -> Option<(Backing, Option<Arc<SegmentKey>>, SharedFence)> {
         let segments = self.segments.read().unwrap_or_else(PoisonError::into_inner);
-        segments.get(&id).map(|s| (s.backing.clone(), s.key.clone()))
+        segments.get(&id).map(|s| (s.backing.clone(), s.key.clone(), s.fence.clone()))
     }
 
     /// Number of registered segments.

@@ -20,6 +20,7 @@ use mooncake_proto::master::{CopyTask, Replica};
 use mooncake_transfer::TransferEngine;
 use tokio::sync::{Notify, Semaphore, watch};
 
+use super::local_segment::LocalSegment;
 use crate::master_client::MasterClient;
 use crate::store_client::remote;
 
@@ -35,6 +36,8 @@ pub const TAKE_COPIES_WAIT: Duration = Duration::from_secs(1);
 pub(crate) struct Copier {
     master: Arc<MasterClient>,
     engine: Arc<TransferEngine>,
+    /// The segments this node serves: their arena fences ride on TakeCopies.
+    local: Arc<LocalSegment>,
     client_id: u64,
     running: Arc<Semaphore>,
     /// Copies handed to this node and not yet reported.
@@ -50,6 +53,7 @@ impl Copier {
     pub(crate) fn new(
         master: Arc<MasterClient>,
         engine: Arc<TransferEngine>,
+        local: Arc<LocalSegment>,
         client_id: u64,
         unwritten: bool,
     ) -> Arc<Self> {
@@ -63,6 +67,7 @@ impl Copier {
             unwritten,
             master,
             engine,
+            local,
             client_id,
             running: Arc::new(Semaphore::new(COPIES_IN_PARALLEL)),
             pending: AtomicUsize::new(0),
@@ -97,12 +102,20 @@ impl Copier {
                 _ = stop.changed() => return,
             }
             let asked = Instant::now();
+            let acks = self.local.fence_acks();
             let taken = tokio::select! {
-                taken = self.master.take_copies(self.client_id, TAKE_COPIES_WAIT) => taken,
+                taken = self.master.take_copies_fenced(self.client_id, TAKE_COPIES_WAIT, acks) => taken,
                 _ = stop.changed() => return,
             };
+            // Fences first: a copy's target may be in a newer arena.
+            let taken = taken.map(|reply| (reply.copy_tasks, self.local.install_fences(&reply.fences)));
             match taken {
-                Ok(copies) if !copies.is_empty() => self.start(copies),
+                // Copies to make, or a new fence to acknowledge: ask again at once.
+                Ok((copies, fenced)) if fenced || !copies.is_empty() => {
+                    if !copies.is_empty() {
+                        self.start(copies);
+                    }
+                }
                 Ok(_) if asked.elapsed() >= TAKE_COPIES_WAIT / 4 => {}
                 outcome => {
                     if let Err(e) = outcome {

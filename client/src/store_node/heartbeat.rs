@@ -215,7 +215,7 @@ pub(crate) async fn run(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let answer = match ping(&master, client_id).await {
+        let answer = match ping(&master, client_id, local.as_deref()).await {
             Ok((PingAnswer::HeldByAnother, _)) => {
                 held.refused(client_id, local.as_deref());
                 continue;
@@ -290,10 +290,22 @@ async fn report_corrupt(master: &MasterClient, client_id: u64, local: &LocalSegm
 }
 
 /// Ping, with the view version the bool-returning `MasterClient::ping`
-/// drops, and the copies the leader asks of this node.
-async fn ping(master: &MasterClient, client_id: u64) -> Result<(PingAnswer, Vec<CopyTask>), MasterError> {
-    match master.ping_for_copies(client_id).await {
-        Ok(reply) => Ok((PingAnswer::Known { view: reply.view_version }, reply.copy_tasks)),
+/// drops, and the copies the leader asks of this node. A store node also
+/// says which arena fences it enforces and installs the newer ones the
+/// answer brings (`mooncake_transfer::fence`).
+async fn ping(
+    master: &MasterClient,
+    client_id: u64,
+    local: Option<&LocalSegment>,
+) -> Result<(PingAnswer, Vec<CopyTask>), MasterError> {
+    let acks = local.map(LocalSegment::fence_acks).unwrap_or_default();
+    match master.ping_store_node(client_id, acks).await {
+        Ok(reply) => {
+            if let Some(local) = local {
+                local.install_fences(&reply.fences);
+            }
+            Ok((PingAnswer::Known { view: reply.view_version }, reply.copy_tasks))
+        }
         Err(e) if e.code() == Some(ErrorCode::NeedRemount) => Ok((PingAnswer::Unknown, Vec::new())),
         Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => Ok((PingAnswer::HeldByAnother, Vec::new())),
         Err(e) => Err(e),

@@ -204,10 +204,11 @@ impl LocalSegment {
         self.remounts.load(Ordering::Relaxed)
     }
 
-    /// Hands the capability key the masters sent for this node's segment
-    /// (in a MountSegment or RemountSegment answer) to the transfer server,
-    /// which serves the segment from now on. An answer without a usable key
-    /// for the segment is an error: the node would serve nothing.
+    /// Hands the capability key and the first arena fence the masters sent
+    /// for this node's segment (in a MountSegment or RemountSegment answer)
+    /// to the transfer server, which serves the segment from now on. An
+    /// answer without a usable key or fence for the segment is an error:
+    /// the node would serve nothing, or WRITEs the masters took back.
     pub fn install_keys(&self, keys: &[pb::SegmentKey]) -> Result<(), ClientError> {
         for spec in self.specs() {
             let id = SegmentId(spec.id);
@@ -219,9 +220,48 @@ impl LocalSegment {
             };
             let key = SegmentKey::from_slice(&sent.key)
                 .map_err(|e| ClientError::Config(format!("the master's capability key for segment {id}: {e}")))?;
+            let Some(fence) = &sent.fence else {
+                return Err(ClientError::Config(format!(
+                    "the master's mount answer carries no arena fence for segment {id}: it predates arena \
+                     fences; upgrade the masters"
+                )));
+            };
+            // The fence first: the key opens the segment to requests.
+            self.registry.install_fence(id, fence_of(fence))?;
             self.registry.set_key(id, key)?;
         }
         Ok(())
+    }
+
+    /// The arena fences this node enforces, for the leader (Ping and
+    /// TakeCopies carry them): a fence counts once no WRITE under an arena
+    /// it excludes is still moving bytes.
+    pub(crate) fn fence_acks(&self) -> Vec<pb::FenceAck> {
+        self.registry
+            .fence_acks()
+            .into_iter()
+            .map(|(segment, version)| pb::FenceAck { segment_id: segment.0, version })
+            .collect()
+    }
+
+    /// Installs the fences the leader sent (those of segments served here
+    /// and newer than the ones held); from then on WRITEs under the arenas
+    /// they leave out are refused. Whether any was new.
+    pub(crate) fn install_fences(&self, fences: &[pb::ArenaFence]) -> bool {
+        let mut any = false;
+        for fence in fences {
+            let id = SegmentId(fence.segment_id);
+            match self.registry.install_fence(id, fence_of(fence)) {
+                Ok(true) => {
+                    any = true;
+                    tracing::debug!(segment = %id, version = fence.version, live = fence.live.len(),
+                        "arena fence installed");
+                }
+                Ok(false) => {}
+                Err(e) => tracing::debug!(segment = %id, "arena fence for a segment not served here: {e}"),
+            }
+        }
+        any
     }
 
     /// Serves the disk under a new segment id (rewriting its header), for a
@@ -367,6 +407,11 @@ fn open_disk(
         backend = ?disk.backend(), "disk segment ready");
     registry.register_disk(opened.id, Arc::new(disk))?;
     Ok((opened, reopened))
+}
+
+/// The transfer server's form of a fence the masters sent.
+fn fence_of(fence: &pb::ArenaFence) -> mooncake_transfer::Fence {
+    mooncake_transfer::Fence { version: fence.version, live: fence.live.iter().copied().collect(), next: fence.next }
 }
 
 /// A random segment id (63 bits, as the masters store ids) other than `not`.

@@ -75,6 +75,10 @@ impl MetaState {
     pub fn arena(&self, id: ArenaId) -> Option<&Arena> {
         self.arenas.get(&id)
     }
+    /// The id the next arena granted will get (ids only grow).
+    pub fn next_arena_id(&self) -> ArenaId {
+        ArenaId(self.next_arena)
+    }
     /// Objects replaced by upserts whose ranges are still held.
     pub fn retired(&self) -> impl Iterator<Item = &RetiredObject> {
         self.retired.values()

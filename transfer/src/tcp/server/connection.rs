@@ -184,8 +184,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             },
             capability: &request.capability,
         };
-        let backing = match access::admit(&self.registry, &asked) {
-            Ok(admitted) => admitted.backing,
+        // `_writing` counts a WRITE as in flight under its arena until its
+        // bytes have landed: the segment's fence is acknowledged only after.
+        let (backing, _writing) = match access::admit(&self.registry, &asked) {
+            Ok(admitted) => (admitted.backing, admitted.writing),
             Err(why) => {
                 if why.status() == Status::Unauthorized {
                     self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,217 @@
+//! Arena fences: how the leader takes an arena back from the store node
+//! that serves it before it returns the arena (after which its bytes can go
+//! to a newer put). Leader-local soft state of one term, no clock (callers
+//! pass `now`), no I/O.
+//!
+//! A WRITE capability names its arena and lives `--capability_ttl_sec`,
+//! longer than the put it was issued for. So before returning an arena the
+//! leader *revokes* it ([`ArenaFences::revoke`]): the segment's next fence
+//! (sent in Ping and TakeCopies answers; a held TakeCopies is answered at
+//! once) leaves it out, and the arena is returned only once the segment's
+//! owner acknowledges a fence at least that new ([`ArenaFences::ack`]): it
+//! then refuses every WRITE under the arena and has none still moving bytes
+//! (`mooncake_transfer::fence`). An owner that never answers (down, or
+//! partitioned) holds its arenas until every grant over them has expired
+//! (`grants_live` in [`ArenaFences::ready`]).
+//!
+//! Versions: `term << 32 | n`, `n` counting this term's revokes, so a
+//! new leader's fences are newer than any earlier leader's and a store node
+//! can keep the highest it saw. A segment not revoked from this term has
+//! version `term << 32`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use mooncake_raft_store::ArenaId;
+use mooncake_segment::SegmentId;
+use tokio::sync::Notify;
+
+/// The wake-ups between the fence's parties.
+#[derive(Debug, Default)]
+pub struct FenceWakes {
+    /// An arena was revoked: held TakeCopies calls answer with the new
+    /// fences at once.
+    pub moved: Notify,
+    /// A store node acknowledged a fence: puts waiting to return arenas look again.
+    pub acked: Notify,
+}
+
+/// An arena being taken back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Revoking {
+    segment: SegmentId,
+    /// The first fence version of `segment` without it.
+    version: u64,
+    since: Instant,
+}
+
+/// What one segment's fence says: which arenas a WRITE may name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentFence {
+    pub segment: SegmentId,
+    pub version: u64,
+    pub live: BTreeSet<u64>,
+    pub next: u64,
+}
+
+/// The fences of one leadership term. A fence is made from a clone taken
+/// *before* the state is read ([`crate::capabilities::fences_of`]): an
+/// arena missing from the revoking set then is either not revoked at that
+/// version or already returned, and so gone from the state read after.
+#[derive(Clone, Debug)]
+pub struct ArenaFences {
+    base: u64,
+    revokes: u64,
+    revoking: BTreeMap<ArenaId, Revoking>,
+    /// Each segment's newest fence version (its last revoke).
+    latest: HashMap<SegmentId, u64>,
+    /// The newest fence version of this term each segment's owner acknowledged.
+    acked: HashMap<SegmentId, u64>,
+}
+
+impl ArenaFences {
+    /// The fences of a term: none revoked yet.
+    pub fn new(term: u64) -> Self {
+        ArenaFences {
+            base: term.min(u64::from(u32::MAX)) << 32,
+            revokes: 0,
+            revoking: BTreeMap::new(),
+            latest: HashMap::new(),
+            acked: HashMap::new(),
+        }
+    }
+
+    /// Starts taking back each arena (with its segment) not already being
+    /// taken back; whether any was new (the owners must be told).
+    pub fn revoke(&mut self, arenas: &[(ArenaId, SegmentId)], now: Instant) -> bool {
+        let fresh: Vec<_> = arenas.iter().filter(|(id, _)| !self.revoking.contains_key(id)).collect();
+        if fresh.is_empty() {
+            return false;
+        }
+        self.revokes += 1;
+        let version = self.base | (self.revokes & u64::from(u32::MAX));
+        for (id, segment) in fresh {
+            self.revoking.insert(*id, Revoking { segment: *segment, version, since: now });
+            self.latest.insert(*segment, version);
+        }
+        true
+    }
+
+    /// `segment`'s owner enforces fence `version` (an earlier term's
+    /// versions say nothing about this term's revokes and are ignored).
+    pub fn ack(&mut self, segment: SegmentId, version: u64) {
+        if version >= self.base && version <= self.version(segment) {
+            let acked = self.acked.entry(segment).or_insert(0);
+            *acked = (*acked).max(version);
+        }
+    }
+
+    /// Arenas that may be returned now: their owner acknowledged a fence
+    /// without them, or they were revoked longer than `grants_live` ago
+    /// (every WRITE grant over them has expired).
+    pub fn ready(&self, now: Instant, grants_live: Duration) -> Vec<ArenaId> {
+        self.revoking
+            .iter()
+            .filter(|(_, r)| {
+                self.acked.get(&r.segment).is_some_and(|a| *a >= r.version)
+                    || now.saturating_duration_since(r.since) >= grants_live
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The arenas were returned, or are gone with their segment.
+    pub fn forget(&mut self, ids: &[ArenaId]) {
+        for id in ids {
+            self.revoking.remove(id);
+        }
+    }
+
+    /// Whether `id` is being taken back.
+    pub fn is_revoking(&self, id: ArenaId) -> bool {
+        self.revoking.contains_key(&id)
+    }
+
+    /// `segment`'s current fence version.
+    pub fn version(&self, segment: SegmentId) -> u64 {
+        self.latest.get(&segment).copied().unwrap_or(self.base)
+    }
+
+    /// Whether `segment`'s owner has yet to acknowledge a fence that takes
+    /// back an arena of this term's revokes. Until one is revoked there is
+    /// nothing to tell: whatever fence the owner holds (its mount's, or an
+    /// earlier leader's) admits every arena this leader hands out, as those
+    /// are newer than any fence made before.
+    pub fn due(&self, segment: SegmentId) -> bool {
+        self.latest.get(&segment).is_some_and(|v| self.acked.get(&segment).copied().unwrap_or(0) < *v)
+    }
+
+    /// `segment`'s fence, given the arenas the state holds on it and the
+    /// next arena id.
+    pub fn fence(
+        &self,
+        segment: SegmentId,
+        in_state: impl IntoIterator<Item = ArenaId>,
+        next: ArenaId,
+    ) -> SegmentFence {
+        SegmentFence {
+            segment,
+            version: self.version(segment),
+            live: in_state.into_iter().filter(|id| !self.is_revoking(*id)).map(|id| id.0).collect(),
+            next: next.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S1: SegmentId = SegmentId(1);
+    const S2: SegmentId = SegmentId(2);
+    const LIVE: Duration = Duration::from_secs(65);
+
+    #[test]
+    fn an_arena_is_ready_once_its_owner_acknowledged_a_fence_without_it() {
+        let t0 = Instant::now();
+        let mut f = ArenaFences::new(3);
+        assert_eq!(f.version(S1), 3 << 32);
+        assert!(!f.due(S1), "nothing revoked: nothing to tell");
+        assert!(f.revoke(&[(ArenaId(7), S1), (ArenaId(8), S2)], t0));
+        assert!(!f.revoke(&[(ArenaId(7), S1)], t0), "already being taken back");
+        let v = f.version(S1);
+        assert!(v > 3 << 32 && f.due(S1));
+        let fence = f.fence(S1, [ArenaId(6), ArenaId(7)], ArenaId(9));
+        assert_eq!(fence.live, BTreeSet::from([6]), "a revoked arena leaves the fence");
+        assert!(f.ready(t0, LIVE).is_empty());
+        f.ack(S1, v - 1);
+        assert!(f.ready(t0, LIVE).is_empty(), "an older fence still lets arena 7 through");
+        f.ack(S1, v);
+        assert_eq!(f.ready(t0, LIVE), vec![ArenaId(7)]);
+        f.forget(&[ArenaId(7)]);
+        assert!(!f.is_revoking(ArenaId(7)));
+        // S2's owner never answers: its arena waits for every grant to expire.
+        assert!(f.ready(t0 + LIVE - Duration::from_millis(1), LIVE).is_empty());
+        assert_eq!(f.ready(t0 + LIVE, LIVE), vec![ArenaId(8)]);
+    }
+
+    #[test]
+    fn acks_of_another_term_or_of_fences_never_sent_count_for_nothing() {
+        let t0 = Instant::now();
+        let mut f = ArenaFences::new(4);
+        f.revoke(&[(ArenaId(1), S1)], t0);
+        f.ack(S1, (3 << 32) | 99);
+        f.ack(S1, (4 << 32) | 99);
+        assert!(f.ready(t0, LIVE).is_empty());
+        assert!(f.due(S1));
+    }
+
+    #[test]
+    fn a_new_term_starts_above_every_version_of_the_last() {
+        let mut old = ArenaFences::new(5);
+        for n in 0..10 {
+            old.revoke(&[(ArenaId(n), S1)], Instant::now());
+        }
+        assert!(ArenaFences::new(6).version(S1) > old.version(S1));
+    }
+}
