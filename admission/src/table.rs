@@ -85,6 +85,13 @@ impl Table {
         self.limits
     }
 
+    /// Changes the total limit (the server's descriptor budget moved).
+    /// Connections already open stay; newcomers meet the new limit (and
+    /// take the places of waiting connections while it is exceeded).
+    pub fn set_total_max(&mut self, total_max: usize) {
+        self.limits.total_max = total_max.max(1);
+    }
+
     /// Connections holding a place (evicted ones no longer do).
     pub fn open(&self) -> usize {
         self.open
@@ -270,6 +277,23 @@ mod tests {
         assert!(t.busy(e));
         assert!(!t.idle(idle), "an evicted connection cannot wait again");
         assert_eq!(t.admit(ip(6)), Admit::Refused(Refusal::Total { max: 3 }), "busy ones are never replaced");
+    }
+
+    #[test]
+    fn a_lowered_total_lets_newcomers_in_only_in_waiting_places() {
+        let mut t = table(4, 4);
+        let busy: Vec<ConnId> = (1..=3).map(|i| admitted(t.admit(ip(i)))).collect();
+        for id in &busy {
+            t.busy(*id);
+        }
+        t.set_total_max(2);
+        assert_eq!(t.open(), 3, "open connections stay");
+        assert_eq!(t.admit(ip(9)), Admit::Refused(Refusal::Total { max: 2 }), "no waiting place to take");
+        t.close(busy[0]);
+        t.close(busy[1]);
+        assert!(matches!(t.admit(ip(9)), Admit::Admitted(_)), "back under the new total");
+        t.set_total_max(0);
+        assert_eq!(t.limits().total_max, 1, "never zero");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
 use mooncake_local_cluster::LocalCluster;
 
 #[derive(clap::Args)]
@@ -63,6 +64,31 @@ pub async fn start(
     }
 }
 
+/// Writes `<dir>/mooncake.json`, the settings file vLLM, SGLang and LMCache
+/// read through `MOONCAKE_CONFIG_PATH` (upstream's keys), naming this
+/// cluster's masters, and `admin_token_file` (ours, ignored by the
+/// frameworks, read by `mooncake_rs`): a local cluster is its user's, so the
+/// frameworks' forced cache resets work there. Returns its path.
+fn write_framework_config(
+    dir: &std::path::Path,
+    masters: &str,
+    admin_token: &std::path::Path,
+) -> anyhow::Result<PathBuf> {
+    let doc = serde_json::json!({
+        "local_hostname": "localhost",
+        "metadata_server": "P2PHANDSHAKE",
+        "global_segment_size": 0,
+        "local_buffer_size": 64 << 20,
+        "protocol": "tcp",
+        "device_name": "",
+        "master_server_address": masters,
+        "admin_token_file": admin_token,
+    });
+    let path = dir.join("mooncake.json");
+    std::fs::write(&path, format!("{doc:#}\n")).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
 pub fn default_dir(what: &str) -> PathBuf {
     std::env::temp_dir().join(format!("mooncake-{what}-{}", std::process::id()))
 }
@@ -73,11 +99,17 @@ pub async fn run(a: UpArgs) -> anyhow::Result<()> {
     eprintln!("starting {} masters and {} store nodes; data and logs in {}", a.masters, a.stores, dir.display());
     let mut cluster = start(a.masters, a.stores, &a.segment_size, dir, &a.master_args).await?;
     let masters = cluster.master_addrs().join(",");
+    let admin_token = cluster.dir().join(mooncake_auth::admin::ADMIN_TOKEN_FILE);
+    let config = write_framework_config(cluster.dir(), &masters, &admin_token)?;
     println!("masters: {masters}");
     println!("try:     export MOONCAKE_MASTERS={masters}");
     println!(
         "admin:   export MOONCAKE_ADMIN_TOKEN_FILE={}   (for mooncake member/snapshot/client evict)",
-        cluster.dir().join(mooncake_auth::admin::ADMIN_TOKEN_FILE).display()
+        admin_token.display()
+    );
+    println!(
+        "vLLM, SGLang, LMCache: export MOONCAKE_CONFIG_PATH={}   (with the admin token: their cache resets work)",
+        config.display()
     );
     println!("         mooncake status; echo hello | mooncake put greeting -; mooncake get greeting");
     println!("Ctrl-C stops everything.");

@@ -96,6 +96,15 @@ async fn metrics_are_prometheus_text_and_move_with_operations() {
     assert_eq!(code, 200);
     let (code, body) = http_get(&http, "/ready").expect("ready");
     assert_eq!(code, 200, "{body}");
+    // Upstream's /get_all_segments (SGLang's Mooncake backend checks it at
+    // start): one line per mounted segment, its transfer endpoint.
+    let (code, body) = http_get(&http, "/get_all_segments").expect("get_all_segments");
+    assert_eq!(code, 200, "{body}");
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let info = cluster.info(leader).await.expect("leader info");
+    let endpoints: Vec<String> =
+        info.segments.iter().filter_map(|u| u.segment.as_ref()).map(|s| s.endpoint.clone()).collect();
+    assert_eq!(body.lines().map(str::to_string).collect::<Vec<_>>(), endpoints, "{body}");
     client.close().await;
 }
 

@@ -497,20 +497,24 @@ impl ChaosCluster {
         Ok(())
     }
 
-    /// Sets master `id`'s file descriptor limit (soft and hard, prlimit):
-    /// its opens past `limit` fail with EMFILE. Returns the limit it had,
-    /// for [`set_fd_limit`](Self::set_fd_limit) to put back.
-    pub fn set_fd_limit(&self, id: u64, limit: (u64, u64)) -> anyhow::Result<(u64, u64)> {
+    /// Sets master `id`'s soft file descriptor limit to `soft` (prlimit;
+    /// its hard limit stays, so no privilege is needed to put it back): its
+    /// opens past it fail with EMFILE. Returns the soft limit it had, for
+    /// the heal to put back.
+    pub fn set_fd_soft_limit(&self, id: u64, soft: u64) -> anyhow::Result<u64> {
         let pid = self.masters.get(&id).and_then(|p| p.child.as_ref()).map(|c| c.id()).context("master not running")?;
-        let new = libc::rlimit { rlim_cur: limit.0, rlim_max: limit.1 };
+        let pid = pid as libc::pid_t;
         let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: both pointers are to live rlimit values; a pid that is gone
-        // answers ESRCH.
-        let rc = unsafe { libc::prlimit(pid as libc::pid_t, libc::RLIMIT_NOFILE, &new, &mut old) };
-        if rc != 0 {
+        // SAFETY: a null new limit only reads; `old` is a live rlimit value.
+        if unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) } != 0 {
             anyhow::bail!("prlimit of master {id} (pid {pid}): {}", std::io::Error::last_os_error());
         }
-        Ok((old.rlim_cur, old.rlim_max))
+        let new = libc::rlimit { rlim_cur: soft.min(old.rlim_max), rlim_max: old.rlim_max };
+        // SAFETY: `new` is a live rlimit value; nothing is written back.
+        if unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) } != 0 {
+            anyhow::bail!("prlimit of master {id} (pid {pid}): {}", std::io::Error::last_os_error());
+        }
+        Ok(old.rlim_cur)
     }
 
     /// Starts master `id` (the spare) so it can be added.

@@ -147,8 +147,8 @@ const FLOOD_CONNECT_MAX: Duration = Duration::from_millis(200);
 /// A flood of silent connections against one master ([`Fault::FdFlood`]).
 pub struct Flood {
     master: u64,
-    /// Its descriptor limit before the fault, put back when it heals.
-    old_limit: (u64, u64),
+    /// Its soft descriptor limit before the fault, put back when it heals.
+    old_limit: u64,
     stop: Arc<AtomicBool>,
     /// Ends with the most connections it held at once.
     task: tokio::task::JoinHandle<usize>,
@@ -400,8 +400,7 @@ impl Nemesis {
                 Ok(format!("SIGSTOP every master {voters:?} past the client TTL ({} s)", CLIENT_TTL.as_secs()))
             }
             Fault::FdFlood => {
-                let limit = (FLOOD_FD_LIMIT, FLOOD_FD_LIMIT);
-                let old_limit = self.cluster.lock().await.set_fd_limit(leader, limit)?;
+                let old_limit = self.cluster.lock().await.set_fd_soft_limit(leader, FLOOD_FD_LIMIT)?;
                 let addr = crate::chaos_cluster::master_addr(&self.net, leader)?;
                 let stop = Arc::new(AtomicBool::new(false));
                 let task = tokio::spawn(flood(addr, stop.clone()));
@@ -684,7 +683,7 @@ impl Nemesis {
         let mut cluster = self.cluster.lock().await;
         let how = match cluster.master_exit(f.master) {
             Some(status) => format!("it ended itself ({status}) and is restarted"),
-            None => match cluster.set_fd_limit(f.master, f.old_limit) {
+            None => match cluster.set_fd_soft_limit(f.master, f.old_limit) {
                 Ok(_) => "it kept running".to_string(),
                 Err(e) => format!("it kept running (its limit not restored: {e})"),
             },

@@ -26,7 +26,7 @@ use mooncake_raft_store::ArenaId;
 use mooncake_segment::SegmentId;
 use tokio::sync::Notify;
 
-/// The wake-ups between the fence's parties.
+/// The wake-ups between the fence's parties, and who is listening.
 #[derive(Debug, Default)]
 pub struct FenceWakes {
     /// An arena was revoked: held TakeCopies calls answer with the new
@@ -34,6 +34,47 @@ pub struct FenceWakes {
     pub moved: Notify,
     /// A store node acknowledged a fence: puts waiting to return arenas look again.
     pub acked: Notify,
+    /// Clients holding a TakeCopies call now, with how many: a put waits
+    /// for an acknowledgement only from a node that is listening (one that
+    /// is not, or a segment mounted by hand, would make it wait in vain).
+    /// A leaf lock: nothing is locked under it.
+    listening: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
+}
+
+impl FenceWakes {
+    /// Counts `client` as listening until the guard drops.
+    pub fn listen(self: &std::sync::Arc<Self>, client: u64) -> Listening {
+        *self.listening_map().entry(client).or_insert(0) += 1;
+        Listening { wakes: self.clone(), client }
+    }
+
+    /// Whether `client` holds a TakeCopies call now.
+    pub fn is_listening(&self, client: u64) -> bool {
+        self.listening_map().contains_key(&client)
+    }
+
+    fn listening_map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, u32>> {
+        self.listening.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A client counted as listening for fences ([`FenceWakes::listen`]).
+#[derive(Debug)]
+pub struct Listening {
+    wakes: std::sync::Arc<FenceWakes>,
+    client: u64,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let mut map = self.wakes.listening_map();
+        if let Some(n) = map.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.client);
+            }
+        }
+    }
 }
 
 /// An arena being taken back.

@@ -257,7 +257,20 @@ impl MasterServiceImpl {
                 .collect()
         };
         let is_ok = |r: &GetReplicaListResponse| r.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::Ok);
-        let answers = self.shared.read_leased(&names, answer, is_ok).await?;
+        let mut answers = self.shared.read_leased(&names, answer, is_ok).await?;
+        // A key whose put is in flight here is not ready (upstream's answer),
+        // not missing: looked up after the state read (leader.rs).
+        let missing =
+            |r: &GetReplicaListResponse| r.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::ObjectNotFound);
+        if answers.iter().any(missing) {
+            for ((answer, key), in_flight) in
+                answers.iter_mut().zip(keys).zip(crate::puts::in_flight(&self.shared, keys))
+            {
+                if in_flight && missing(answer) {
+                    answer.status = Some(crate::puts::not_ready(key));
+                }
+            }
+        }
         crate::copies::count_hits(&self.shared, keys, &answers);
         Ok(answers)
     }

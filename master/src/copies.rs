@@ -413,6 +413,8 @@ pub async fn copies_when_queued(
     wait: Duration,
 ) -> (Vec<pb::CopyTask>, Vec<pb::ArenaFence>) {
     let deadline = tokio::time::Instant::now() + wait.min(COPY_WAIT_MAX);
+    // While held, this node hears a moved fence at once: puts may wait for it.
+    let _listening = shared.auth.fence_wakes.listen(client.0);
     loop {
         // Registered before looking, so copies queued or fences moved in
         // between wake it.

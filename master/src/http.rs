@@ -1,7 +1,9 @@
 //! The HTTP side of a master: `/health` (the Raft core runs), `/ready` (this
 //! node can serve: core running, a leader known, everything it knows
 //! committed applied, and as the leader a quorum heard from recently),
-//! `/leader`, and `/metrics` in Prometheus text format (see `metrics.rs`).
+//! `/leader`, `/metrics` in Prometheus text format (see `metrics.rs`), and
+//! upstream Mooncake's `/get_all_segments` (the mounted segments' transfer
+//! endpoints, one a line: what SGLang's Mooncake backend checks at start).
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/ready", get(ready))
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
+        .route("/get_all_segments", get(all_segments))
         .with_state(shared)
 }
 
@@ -66,6 +69,19 @@ pub(crate) fn readiness(
         }
     }
     Ok(format!("leader {leader}, applied {applied:?}"))
+}
+
+/// Upstream's `/get_all_segments`: one line per mounted segment, its name,
+/// which upstream takes from the store's `local_hostname` and we from the
+/// segment's transfer endpoint (`host:port`, the same string), in segment
+/// id order, from this master's applied state (a follower's may lag).
+async fn all_segments(State(s): State<Arc<Shared>>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let mut names: Vec<(u64, String)> = s
+        .reader
+        .read(|st| st.segments().filter(|g| g.is_attached()).map(|g| (g.spec.id.0, g.spec.endpoint.clone())).collect());
+    names.sort();
+    let body: String = names.into_iter().map(|(_, name)| name + "\n").collect();
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
 async fn leader(State(s): State<Arc<Shared>>) -> (StatusCode, String) {

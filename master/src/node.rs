@@ -435,11 +435,14 @@ fn port_limits(cfg: &MasterConfig) -> Limits {
             total_max: grpc_max,
             peer_max: cfg.grpc_peer_connections_max.min(grpc_max),
             first_bytes_timeout,
+            budget_others: http_max,
         },
         http: PortLimits {
             total_max: http_max,
             peer_max: HTTP_PEER_CONNECTIONS_MAX.min(http_max),
             first_bytes_timeout,
+            // Small: it takes its share first.
+            budget_others: 0,
         },
     }
 }

@@ -21,7 +21,11 @@
 //!
 //! The limits are bounded by the process's file descriptor budget
 //! ([`fd_budget`]): the soft `RLIMIT_NOFILE`, raised to the hard limit at
-//! start, less [`FD_RESERVE`] for everything else the master opens.
+//! start, less [`FD_RESERVE`] for everything else the master opens. The
+//! accept loop reads the limit again before each admission, so a limit
+//! lowered while the master runs (`prlimit`, the `fd-flood` chaos fault)
+//! lowers the caps with it instead of letting the port take the
+//! descriptors its data dir needs.
 
 use std::io;
 use std::net::SocketAddr;
@@ -63,6 +67,16 @@ pub struct PortLimits {
     pub total_max: usize,
     pub peer_max: usize,
     pub first_bytes_timeout: Duration,
+    /// Descriptors of the budget the master's other port may hold: this
+    /// port's total stays within the rest.
+    pub budget_others: usize,
+}
+
+impl PortLimits {
+    /// The total this port may hold with `budget` descriptors to share.
+    fn total_within(&self, budget: usize) -> usize {
+        self.total_max.min(budget.saturating_sub(self.budget_others)).max(1)
+    }
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the
@@ -82,6 +96,17 @@ pub fn fd_budget() -> u64 {
         }
     }
     lim.rlim_cur.saturating_sub(FD_RESERVE)
+}
+
+/// The descriptors the ports may use now: the soft `RLIMIT_NOFILE` less
+/// [`FD_RESERVE`] (`usize::MAX` when it cannot be read).
+fn fd_budget_now() -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return usize::MAX;
+    }
+    usize::try_from(lim.rlim_cur.saturating_sub(FD_RESERVE)).unwrap_or(usize::MAX)
 }
 
 /// What a port tells the rest of the master.
@@ -268,7 +293,14 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, limits: PortLim
             () = tx.closed() => return,
         };
         let _ = stream.set_nodelay(true);
-        let admit = shared.table().admit(peer.ip());
+        let total = limits.total_within(fd_budget_now());
+        let admit = {
+            let mut table = shared.table();
+            if table.limits().total_max != total {
+                table.set_total_max(total);
+            }
+            table.admit(peer.ip())
+        };
         let id = match admit {
             Admit::Admitted(id) => id,
             Admit::Replacing { admitted, evicted: _ } => {
@@ -332,8 +364,16 @@ async fn await_first_bytes(stream: &TcpStream, shared: &Shared, id: ConnId, time
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_port_keeps_within_what_the_budget_leaves_it() {
+        let grpc = PortLimits { budget_others: 128, ..limits(8192, 2048) };
+        assert_eq!(grpc.total_within(usize::MAX), 8192, "the configured cap when descriptors abound");
+        assert_eq!(grpc.total_within(1024 - FD_RESERVE as usize), 384, "1,024 descriptors: 512 reserved, 128 for HTTP");
+        assert_eq!(grpc.total_within(100), 1, "never zero: one connection still gets in");
+    }
+
     fn limits(total_max: usize, peer_max: usize) -> PortLimits {
-        PortLimits { total_max, peer_max, first_bytes_timeout: FIRST_BYTES_TIMEOUT }
+        PortLimits { total_max, peer_max, first_bytes_timeout: FIRST_BYTES_TIMEOUT, budget_others: 0 }
     }
 
     #[tokio::test]

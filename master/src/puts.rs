@@ -295,9 +295,18 @@ async fn take_back_waiting(shared: &Shared, ids: Vec<ArenaId>, segment: SegmentI
     if ids.is_empty() {
         return;
     }
-    let arenas: Vec<(ArenaId, SegmentId)> =
-        shared.reader.read(|s| ids.iter().filter_map(|id| s.arena(*id).map(|a| (*id, a.segment))).collect());
-    let mut waiting: Vec<ArenaId> = arenas.iter().filter(|(_, g)| *g == segment).map(|(id, _)| *id).collect();
+    let (arenas, owner) = shared.reader.read(|s| {
+        let arenas: Vec<(ArenaId, SegmentId)> =
+            ids.iter().filter_map(|id| s.arena(*id).map(|a| (*id, a.segment))).collect();
+        (arenas, s.segment(segment).map(|g| g.owner))
+    });
+    // Only a node holding a TakeCopies call hears the fence at once; for
+    // any other (down, or a segment mounted by hand) waiting is in vain.
+    let listening = owner.is_some_and(|o| shared.auth.fence_wakes.is_listening(o.0));
+    let mut waiting: Vec<ArenaId> = match listening {
+        true => arenas.iter().filter(|(_, g)| *g == segment).map(|(id, _)| *id).collect(),
+        false => Vec::new(),
+    };
     let mut asked = arenas;
     let deadline = tokio::time::Instant::now() + TAKE_BACK_WAIT;
     loop {
@@ -517,6 +526,22 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
     EndPlan::Propose(new, req.request_id)
 }
 
+/// For each key, whether a put of it is in flight on this leader (PutStart
+/// answered, PutEnd not yet committed). Read apart from the state (lock
+/// order: leader.rs); all false when this master does not lead.
+pub fn in_flight(shared: &Shared, keys: &[String]) -> Vec<bool> {
+    shared
+        .leader
+        .with(|t| keys.iter().map(|k| t.puts.find(k).is_some()).collect())
+        .unwrap_or_else(|| vec![false; keys.len()])
+}
+
+/// The answer about a key whose put is in flight: REPLICA_IS_NOT_READY, as
+/// upstream answers (its bytes are being written).
+pub fn not_ready(key: &str) -> Status {
+    Status::with(ErrorCode::ReplicaIsNotReady, format!("object {key:?} is still being written (its put is in flight)"))
+}
+
 /// PutRevoke: the writer gave up; the key is free at once.
 pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
     let client = ClientId(req.client_id);
@@ -527,6 +552,10 @@ pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
         Some(Revoke::Ending) => Status::with(
             ErrorCode::ReplicaIsNotReady,
             format!("a PutEnd of {:?} is being committed: its answer decides the put; read the key", req.key),
+        ),
+        Some(Revoke::OtherWriter) => Status::with(
+            ErrorCode::IllegalClient,
+            format!("the put of {:?} in flight is another client's; only its writer may revoke it", req.key),
         ),
         Some(Revoke::NotInFlight) => shared.reader.read(|s| match s.object(&req.key) {
             Some(o) if o.status == ObjectStatus::Complete && o.writer == client => {

@@ -88,9 +88,13 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
     };
     let mut out: Vec<Option<Status>> = vec![None; keys.len()];
     let mut todo: Vec<(usize, ObjectVersion)> = Vec::new();
+    // A key with a put in flight on this leader is not ready, as upstream
+    // says, rather than not found (read after the state: leader.rs).
+    let in_flight = crate::puts::in_flight(shared, keys);
     for (i, f) in found.into_iter().enumerate() {
         out[i] = match f {
             Found::Answered(r) => Some(response_status(&r)),
+            Found::Missing if in_flight[i] => Some(crate::puts::not_ready(&keys[i])),
             Found::Missing => Some(Status::with(ErrorCode::ObjectNotFound, format!("object {:?} not found", keys[i]))),
             Found::NotReady => Some(meta_status(&mooncake_raft_store::MetaError::ReplicaNotReady(keys[i].clone()))),
             Found::Complete(v) => {

@@ -63,8 +63,10 @@ pub struct Round {
 pub enum Revoke {
     /// The reservation is gone: the put can never be recorded by this leader.
     Revoked,
-    /// No put of the key by this client is in flight here.
+    /// No put of the key is in flight here.
     NotInFlight,
+    /// Another client's put of the key is in flight: not this caller's to revoke.
+    OtherWriter,
     /// A PutEnd of the put is being committed: its answer decides the put.
     Ending,
 }
@@ -387,7 +389,8 @@ impl PutTable {
         match self.active.get(key) {
             Some(r) if r.client == client && r.ending > 0 => return Revoke::Ending,
             Some(r) if r.client == client => {}
-            _ => return Revoke::NotInFlight,
+            Some(_) => return Revoke::OtherWriter,
+            None => return Revoke::NotInFlight,
         }
         if let Some(r) = self.active.remove(key) {
             self.held.push((r.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
@@ -796,6 +799,8 @@ mod tests {
         placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &fewer(), t0));
         placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &fewer(), t0));
         t.relieve(SegmentId(1));
+        assert_eq!(t.revoke("revoked", ClientId(9), t0), Revoke::OtherWriter, "only its writer revokes a put");
+        assert!(t.find("revoked").is_some(), "another client's revoke changes nothing");
         assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::Revoked);
         assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::NotInFlight, "a second revoke finds nothing");
         assert!(t.expire(t0 + discard, discard, release).is_empty(), "exactly the timeout is not past it");

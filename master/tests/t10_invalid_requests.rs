@@ -57,6 +57,10 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         ("empty key", put("", 10, 1)),
         ("4097-byte key", put(&"k".repeat(4097), 10, 1)),
         ("oversize", put("k", 2 << 20, 1)),
+        // Sizes whose rounding to the allocation unit would wrap to 0.
+        ("size 2^64-1", put("k", u64::MAX, 1)),
+        ("size 2^64-64", put("k", u64::MAX - 63, 1)),
+        ("size above any segment", put("k", (1 << 44) + 1, 1)),
         ("unknown preferred segment", PutStartRequest { preferred_segments: vec![999], ..put("k", 10, 1) }),
         // An enum value this version does not know is refused, not read as a default.
         ("unknown pin", PutStartRequest { pin: 9, ..put("k", 10, 1) }),

@@ -94,6 +94,11 @@ async fn a_key_in_flight_is_taken_and_a_stalled_put_expires_and_frees_it() {
     let client = cluster.client();
     client.remount_segments(STORE, vec![segment(1, 64 << 20)]).await.expect("mount");
     let stalled = client.put_start(ask("k", 4096, 0)).await.expect("put start");
+    // A put in flight is not ready, as upstream answers, not missing.
+    let e = client.get_replica_list(WRITER, "k").await.expect_err("a get of a key in flight");
+    assert_eq!(e.code(), Some(ErrorCode::ReplicaIsNotReady), "{e}");
+    let e = client.remove("k", false).await.expect_err("a remove of a key in flight");
+    assert_eq!(e.code(), Some(ErrorCode::ReplicaIsNotReady), "{e}");
     // Another writer finds the key taken; the same writer asking again gets the same ranges.
     let other = PutStartRequest { client_id: WRITER + 1, ..ask("k", 4096, 0) };
     let e = client.put_start(other.clone()).await.expect_err("a key in flight");
@@ -116,6 +121,9 @@ async fn a_key_in_flight_is_taken_and_a_stalled_put_expires_and_frees_it() {
     client.put_revoke(WRITER + 1, "k").await.expect("revoke");
     client.put_start(ask("k", 4096, 0)).await.expect("the key is free after the revoke");
     let e = client.put_revoke(WRITER + 1, "k").await.expect_err("not that writer's put any more");
+    assert_eq!(e.code(), Some(ErrorCode::IllegalClient), "another client's put in flight: {e}");
+    client.put_revoke(WRITER, "k").await.expect("its writer revokes it");
+    let e = client.put_revoke(WRITER, "k").await.expect_err("nothing in flight");
     assert_eq!(e.code(), Some(ErrorCode::ObjectNotFound));
 }
 

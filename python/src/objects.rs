@@ -92,9 +92,19 @@ impl Session {
         codes::of_result(&self.block_on(self.client().remove(key, force)), |()| codes::OK)
     }
 
-    /// Objects removed, or a code.
+    /// Objects removed, or a code. A forced one refused for want of the
+    /// admin token warns (frameworks reset the cache this way and do not
+    /// look at the answer: vLLM's store connector).
     pub fn remove_all(&self, force: bool) -> Code {
-        codes::of_result(&self.block_on(self.client().remove_all(force)), |n| *n as Code)
+        let code = codes::of_result(&self.block_on(self.client().remove_all(force)), |n| *n as Code);
+        if force && code == codes::ILLEGAL_CLIENT {
+            tracing::warn!(
+                "remove_all(force=True) refused: a forced removal is an admin operation; give this process the \
+                 cluster's admin token (MOONCAKE_ADMIN_TOKEN_FILE, or \"admin_token_file\" in the \
+                 MOONCAKE_CONFIG_PATH file; `mooncake up` writes both), see docs/PYTHON.md"
+            );
+        }
+        code
     }
 
     /// Every key (up to [`LIST_KEYS_MAX`]), for `remove_by_regex`.

@@ -28,6 +28,8 @@ pub const SEGMENT_ALIGN_BYTES: u64 = 4096;
 pub const PREFAULT_ENV: &str = "MOONCAKE_PREFAULT";
 /// A file holding the cluster's admin token (as for the `mooncake` CLI).
 pub const ADMIN_TOKEN_FILE_ENV: &str = "MOONCAKE_ADMIN_TOKEN_FILE";
+/// The JSON settings file frameworks read (`admin_token_file` is ours).
+pub const CONFIG_PATH_ENV: &str = "MOONCAKE_CONFIG_PATH";
 /// This process's certificate, its key and the cluster's CA (PEM files, as
 /// the CLI's `--tls-cert --tls-key --tls-ca`): all three turn on mutual TLS
 /// to the masters and store nodes, and for this process's own segment.
@@ -147,6 +149,26 @@ impl TlsPaths {
     }
 }
 
+/// The file holding the cluster's admin token, if this process is given
+/// one: `MOONCAKE_ADMIN_TOKEN_FILE`, else the `admin_token_file` key of the
+/// JSON file `MOONCAKE_CONFIG_PATH` names (the file vLLM and SGLang read
+/// their Mooncake settings from, which `mooncake up` writes; frameworks
+/// ignore keys they do not know). A config file that cannot be read or
+/// parsed is left to the framework to complain about.
+pub fn admin_token_file(env: impl Fn(&str) -> Option<String>) -> Result<Option<String>, String> {
+    if let Some(file) = env(ADMIN_TOKEN_FILE_ENV) {
+        return Ok(Some(file));
+    }
+    let Some(path) = env(CONFIG_PATH_ENV) else { return Ok(None) };
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) else { return Ok(None) };
+    match doc.get("admin_token_file") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(file)) => Ok(Some(file.clone())),
+        Some(other) => Err(format!("{path}: admin_token_file must be a path (a string), not {other}")),
+    }
+}
+
 /// `local_hostname` split into host and optional port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostPort {
@@ -246,7 +268,7 @@ impl SetupArgs {
         }
         cfg.local_buffer_size = self.local_buffer_size;
         // Admin operations (a forced remove_all) need the cluster's admin token.
-        if let Ok(file) = std::env::var(ADMIN_TOKEN_FILE_ENV) {
+        if let Some(file) = admin_token_file(|name| std::env::var(name).ok())? {
             let token =
                 mooncake_auth::admin::read_token_file(std::path::Path::new(&file)).map_err(|e| e.to_string())?;
             cfg.admin_token = Some(token);
@@ -297,6 +319,24 @@ mod tests {
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
         let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn the_admin_token_file_comes_from_the_environment_or_the_frameworks_config_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("mooncake.json");
+        let config_path = config.to_str().expect("utf-8");
+        std::fs::write(&config, r#"{"master_server_address": "m:1", "admin_token_file": "/d/admin.token"}"#).unwrap();
+        let from_file = admin_token_file(env_of(&[(CONFIG_PATH_ENV, config_path)]));
+        assert_eq!(from_file, Ok(Some("/d/admin.token".into())));
+        let both = env_of(&[(CONFIG_PATH_ENV, config_path), (ADMIN_TOKEN_FILE_ENV, "/e/admin.token")]);
+        assert_eq!(admin_token_file(both), Ok(Some("/e/admin.token".into())), "the variable wins");
+        assert_eq!(admin_token_file(env_of(&[])), Ok(None));
+        std::fs::write(&config, r#"{"master_server_address": "m:1"}"#).unwrap();
+        assert_eq!(admin_token_file(env_of(&[(CONFIG_PATH_ENV, config_path)])), Ok(None), "no key: no token");
+        std::fs::write(&config, r#"{"admin_token_file": 7}"#).unwrap();
+        let bad = admin_token_file(env_of(&[(CONFIG_PATH_ENV, config_path)]));
+        assert!(bad.is_err_and(|e| e.contains("must be a path")), "a wrong type is named");
     }
 
     #[test]

@@ -106,7 +106,7 @@ def test_health_and_close(stores):
     assert s.get("t10/closing") == b"" and s.put("t10/closing", b"y") == INVALID_PARAMS
 
 
-def test_mooncake_up_passes_flags_to_its_masters(tmp_path):
+def test_mooncake_up_passes_flags_to_its_masters(tmp_path, capfd):
     # Why: a local cluster with short TTLs is one command.
     up = subprocess.Popen(
         [mooncake_bin(), "up", "--stores=0", f"--dir={tmp_path / 'up'}",
@@ -121,7 +121,32 @@ def test_mooncake_up_passes_flags_to_its_masters(tmp_path):
         assert s.put("up/k", b"v") == 0 and s.get("up/k") == b"v"
         assert s.remove("up/k") == -706  # just read: its KV lease holds it
         wait_for("the 0.5 s KV lease to end", 5, lambda: s.remove("up/k") == 0, interval_s=0.1)
+        # Why: vLLM resets the cache with remove_all(force=True) and never
+        # looks at the answer. Without the admin token it is refused, and
+        # says so; with the settings file `mooncake up` writes (the one
+        # MOONCAKE_CONFIG_PATH names for the frameworks) it works.
+        assert s.put("up/reset", b"v") == 0
+        assert s.remove_all(True) == -601
+        assert "MOONCAKE_ADMIN_TOKEN_FILE" in capfd.readouterr().err, "a refused reset names the fix"
         s.close()
+        line = wait_for("the frameworks' settings file", 10,
+                        lambda: next((l for l in iter(up.stdout.readline, "") if "MOONCAKE_CONFIG_PATH=" in l), None))
+        config_path = re.search(r"MOONCAKE_CONFIG_PATH=(\S+)", line).group(1)
+        with open(config_path) as f:
+            conf = json.load(f)
+        assert conf["master_server_address"] == masters
+        os.environ["MOONCAKE_CONFIG_PATH"] = config_path
+        try:
+            framework = MooncakeDistributedStore()
+            assert framework.setup(conf["local_hostname"], conf["metadata_server"], SEGMENT_BYTES,
+                                   conf["local_buffer_size"], conf["protocol"], conf["device_name"],
+                                   conf["master_server_address"]) == 0
+        finally:
+            del os.environ["MOONCAKE_CONFIG_PATH"]
+        assert framework.put("up/reset", b"v") == 0
+        assert framework.remove_all(True) >= 1
+        assert framework.is_exist("up/reset") == 0
+        framework.close()
     finally:
         up.send_signal(signal.SIGINT)
         try:

@@ -71,6 +71,13 @@ pub fn validate_put_start(put: &PutStart) -> Result<(), MetaError> {
     if put.size_bytes == 0 {
         return Err(invalid(format!("object {:?} has size 0", put.key)));
     }
+    // Also keeps the size's rounding to the allocation unit from wrapping.
+    if put.size_bytes > SEGMENT_SIZE_MAX_BYTES {
+        return Err(invalid(format!(
+            "object {:?} of {} bytes is larger than any segment can be ({SEGMENT_SIZE_MAX_BYTES} bytes)",
+            put.key, put.size_bytes
+        )));
+    }
     if put.replica_num == 0 || put.replica_num > REPLICA_NUM_MAX {
         return Err(invalid(format!("replica_num {} is outside 1..={REPLICA_NUM_MAX}", put.replica_num)));
     }
