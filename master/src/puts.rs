@@ -44,9 +44,10 @@ struct Look {
     candidates: Vec<Candidate>,
 }
 
-/// Preferred segments first (in the caller's order), then the others, the
-/// emptiest first; only attached memory segments the object fits in (disk
-/// segments receive copies only, docs/TIERS.md).
+/// Preferred segments first (in the caller's order; those not mounted, or
+/// not memory, passed over), then the others, the emptiest first; only
+/// attached memory segments the object fits in (disk segments receive
+/// copies only, docs/TIERS.md).
 fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
     let exists = s.object(key).is_some_and(|o| o.status == ObjectStatus::Complete);
     let largest = s.attached(Tier::Dram).map(|g| g.capacity_bytes()).max();
@@ -59,20 +60,19 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
         }
         Some(_) => {}
     }
-    if let Some(unknown) = preferred.iter().find(|id| s.segment(**id).is_none()) {
-        return Err(MetaError::InvalidParams(format!("preferred segment {unknown} is not mounted")));
-    }
-    if let Some(disk) = preferred.iter().find(|id| s.segment(**id).is_some_and(|g| g.tier() != Tier::Dram)) {
-        return Err(MetaError::InvalidParams(format!(
-            "preferred segment {disk} is a disk segment; puts are placed in memory (docs/TIERS.md)"
-        )));
-    }
+    // Preferred segments are a hint, as upstream's: one that is not
+    // mounted (its node restarted, or the caller's list is stale) or is a
+    // disk segment (disks receive copies only, docs/TIERS.md) is passed over.
     let mut candidates: Vec<Candidate> = Vec::new();
     for id in preferred {
-        if let Some(g) = s.segment(*id)
-            && !candidates.iter().any(|c| c.segment == *id)
-        {
-            candidates.push(Candidate::of(g, true));
+        match s.segment(*id) {
+            Some(g) if g.tier() == Tier::Dram && g.is_attached() => {
+                if !candidates.iter().any(|c| c.segment == *id) {
+                    candidates.push(Candidate::of(g, true));
+                }
+            }
+            Some(_) => tracing::debug!(segment = %id, "preferred segment is a disk segment; placing in memory"),
+            None => tracing::debug!(segment = %id, "preferred segment is not mounted; placing elsewhere"),
         }
     }
     let mut rest: Vec<_> = s

@@ -61,7 +61,6 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         ("size 2^64-1", put("k", u64::MAX, 1)),
         ("size 2^64-64", put("k", u64::MAX - 63, 1)),
         ("size above any segment", put("k", (1 << 44) + 1, 1)),
-        ("unknown preferred segment", PutStartRequest { preferred_segments: vec![999], ..put("k", 10, 1) }),
         // An enum value this version does not know is refused, not read as a default.
         ("unknown pin", PutStartRequest { pin: 9, ..put("k", 10, 1) }),
         ("min_replicas above replica_num", PutStartRequest { min_replicas: 2, ..put("k", 10, 1) }),

@@ -94,6 +94,10 @@ async fn a_key_in_flight_is_taken_and_a_stalled_put_expires_and_frees_it() {
     let client = cluster.client();
     client.remount_segments(STORE, vec![segment(1, 64 << 20)]).await.expect("mount");
     let stalled = client.put_start(ask("k", 4096, 0)).await.expect("put start");
+    // A preferred segment is a hint, as upstream's: one not mounted is passed over.
+    let hinted = PutStartRequest { preferred_segments: vec![999], ..ask("hinted", 4096, 0) };
+    let placed = client.put_start(hinted).await.expect("a put preferring a segment that is not mounted");
+    assert_eq!(placed.iter().map(|r| r.segment_id).collect::<Vec<_>>(), vec![1], "placed on the mounted one");
     // A put in flight is not ready, as upstream answers, not missing.
     let e = client.get_replica_list(WRITER, "k").await.expect_err("a get of a key in flight");
     assert_eq!(e.code(), Some(ErrorCode::ReplicaIsNotReady), "{e}");
