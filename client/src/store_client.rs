@@ -467,14 +467,35 @@ impl Client {
         items: &[(&str, &[&[u8]])],
         opts: &PutOptions,
     ) -> Vec<Result<PutOutcome, ClientError>> {
+        self.batch_parts(items, opts, false).await
+    }
+
+    /// [`put_batch_parts`](Self::put_batch_parts) replacing the objects of
+    /// keys that exist, each as [`upsert`](Self::upsert) does (readers see
+    /// an object's old bytes or its new, never a mix).
+    pub async fn upsert_batch_parts(&self, items: &[(&str, &[&[u8]])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
+        self.batch_parts(items, opts, true).await.into_iter().map(|r| r.map(drop)).collect()
+    }
+
+    async fn batch_parts(
+        &self,
+        items: &[(&str, &[&[u8]])],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Vec<Result<PutOutcome, ClientError>> {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(BATCH_ITEMS_MAX) {
-            out.extend(self.put_chunk(chunk, opts).await);
+            out.extend(self.put_chunk(chunk, opts, upsert).await);
         }
         out
     }
 
-    async fn put_chunk(&self, items: &[(&str, &[&[u8]])], opts: &PutOptions) -> Vec<Result<PutOutcome, ClientError>> {
+    async fn put_chunk(
+        &self,
+        items: &[(&str, &[&[u8]])],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Vec<Result<PutOutcome, ClientError>> {
         let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
         let reqs = items
             .iter()
@@ -485,7 +506,7 @@ impl Client {
                 replica_num,
                 preferred_segments: wire_segments(&opts.preferred_segments),
                 pin: opts.pin.wire(),
-                upsert: false,
+                upsert,
                 min_replicas: opts.min_replicas,
             })
             .collect();
@@ -501,7 +522,7 @@ impl Client {
         // Items whose key existed wrote nothing and end nothing: they are kept.
         let kept: Vec<bool> = written.iter().map(|w| w.as_ref().err().is_some_and(is_already_exists)).collect();
         let placements: Vec<&[Replica]> = started.reply.iter().map(|r| r.replicas.as_slice()).collect();
-        let ended = self.end_chunk(items, written, &placements, opts).await;
+        let ended = self.end_chunk(items, written, &placements, opts, upsert).await;
         let mut results: Vec<Result<PutOutcome, ClientError>> = ended
             .into_iter()
             .zip(kept)
@@ -517,7 +538,7 @@ impl Client {
             if matches!(r, Err(e) if e.code() == Some(ErrorCode::ObjectNotFound) && e.is_definite()) {
                 let (key, data) = items[i];
                 tracing::info!(key, "batch put expired on the way (leader change?); putting it again");
-                *r = self.put_object(key, data, opts, false).await;
+                *r = self.put_object(key, data, opts, upsert).await;
                 counted[i] = true;
             }
         }
@@ -539,6 +560,7 @@ impl Client {
         written: Vec<Result<(), ClientError>>,
         placements: &[&[Replica]],
         opts: &PutOptions,
+        upsert: bool,
     ) -> Vec<Result<(), ClientError>> {
         let ends: Vec<PutEndRequest> = items
             .iter()
@@ -546,7 +568,7 @@ impl Client {
             .zip(placements)
             .filter(|((_, w), _)| w.is_ok())
             .map(|(((key, data), _), replicas)| {
-                self.put_end_request(key, parts_len(data), parts_crc32c(data), replicas, opts, false)
+                self.put_end_request(key, parts_len(data), parts_crc32c(data), replicas, opts, upsert)
             })
             .collect();
         let ended = match self.master.batch_put_end(ends).await {

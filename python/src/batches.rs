@@ -35,8 +35,8 @@ pub struct ReplicaInfo {
 
 impl Session {
     /// Puts each `(key, parts)`; one code per item (0 also when the key
-    /// existed and was kept).
-    pub fn put_batch(&self, items: Vec<Option<PutItem<'_>>>, spec: &ReplicaSpec) -> Vec<Code> {
+    /// existed and was kept; with `upsert`, an existing object is replaced).
+    pub fn put_batch(&self, items: Vec<Option<PutItem<'_>>>, spec: &ReplicaSpec, upsert: bool) -> Vec<Code> {
         let items = items.into_iter().map(|i| i.filter(|(_, parts)| parts.iter().any(|p| !p.is_empty()))).collect();
         on_valid(items, |valid| {
             self.block_on(async {
@@ -45,14 +45,28 @@ impl Session {
                     Err(code) => return vec![code; valid.len()],
                 };
                 let refs: Vec<(&str, &[&[u8]])> = valid.iter().map(|(k, parts)| (*k, parts.as_slice())).collect();
-                let results = self.client().put_batch_parts(&refs, &opts).await;
-                results.iter().map(|r| codes::of_result(r, |_| codes::OK)).collect()
+                match upsert {
+                    true => {
+                        let results = self.client().upsert_batch_parts(&refs, &opts).await;
+                        results.iter().map(|r| codes::of_result(r, |_| codes::OK)).collect()
+                    }
+                    false => {
+                        let results = self.client().put_batch_parts(&refs, &opts).await;
+                        results.iter().map(|r| codes::of_result(r, |_| codes::OK)).collect()
+                    }
+                }
             })
         })
     }
 
     /// Puts `keys[i]` from the concatenation of `regions[i]` (see [`put_batch`](Self::put_batch)).
-    pub fn put_batch_from(&self, keys: &[String], regions: Vec<Option<Vec<Region>>>, spec: &ReplicaSpec) -> Vec<Code> {
+    pub fn put_batch_from(
+        &self,
+        keys: &[String],
+        regions: Vec<Option<Vec<Region>>>,
+        spec: &ReplicaSpec,
+        upsert: bool,
+    ) -> Vec<Code> {
         // SAFETY: regions were checked against registered memory; the caller
         // keeps them valid and unwritten for the call.
         let items = keys
@@ -60,7 +74,7 @@ impl Session {
             .zip(regions)
             .map(|(k, r)| r.map(|parts| (k.as_str(), parts.iter().map(|p| unsafe { p.as_slice() }).collect())))
             .collect();
-        self.put_batch(items, spec)
+        self.put_batch(items, spec, upsert)
     }
 
     /// Reads `keys[i]` into `regions[i]`; each object's size, or a code.

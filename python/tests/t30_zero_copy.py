@@ -79,6 +79,31 @@ def test_batch_put_from_and_batch_get_into(client, mem):
     assert client.batch_get_into([], [], []) == [] and client.batch_put_from([], [], []) == []
 
 
+def test_batched_upserts_replace_and_batched_puts_keep(client, mem):
+    # Why: SGLang and LMCache write pages again under the same keys with the
+    # batched upserts; a batched put keeps what is there (first writer wins).
+    keys = [f"t30/upsert/{i}" for i in range(8)]
+    assert client.put_batch(keys, [b"old"] * len(keys)) == 0
+    assert client.put_batch(keys, [b"kept?"] * len(keys)) == 0
+    assert client.get_batch(keys) == [b"old"] * len(keys), "put_batch keeps existing objects"
+    assert client.upsert_batch(keys, [b"new-%d" % i for i in range(len(keys))]) == 0
+    assert client.get_batch(keys) == [b"new-%d" % i for i in range(len(keys))]
+    size = 1000
+    payloads = [os.urandom(size) for _ in keys]
+    for i, p in enumerate(payloads):
+        mem.write(i * size, p)
+    ptrs = [mem.ptr + i * size for i in range(len(keys))]
+    fresh = "t30/upsert/fresh"
+    mem.write(len(keys) * size, b"f" * size)
+    codes = client.batch_upsert_from(keys + [fresh], ptrs + [mem.ptr + len(keys) * size], [size] * (len(keys) + 1))
+    assert codes == [0] * (len(keys) + 1), "existing keys replaced, a new one stored"
+    assert client.get_batch(keys) == payloads and client.get(fresh) == b"f" * size
+    # Bad input changes nothing: mismatched lengths, unregistered memory.
+    assert client.upsert_batch(keys, [b"x"]) == INVALID_PARAMS
+    assert client.batch_upsert_from([keys[0]], [12345], [10]) == [INVALID_PARAMS]
+    assert client.get(keys[0]) == payloads[0]
+
+
 def test_multi_buffer_puts_gather_and_gets_scatter(client, mem):
     head, tail = os.urandom(1000), os.urandom(5000)
     mem.write(0, head)

@@ -288,15 +288,20 @@ impl MooncakeDistributedStore {
         values: Vec<Bound<'_, PyAny>>,
         config: Option<&Bound<'_, ReplicateConfig>>,
     ) -> PyResult<Code> {
-        let held: Vec<HeldBuffer> = values.iter().map(HeldBuffer::of).collect::<PyResult<_>>()?;
-        let spec = spec_of(config);
-        let s = session!(self, codes::INVALID_PARAMS);
-        if keys.len() != held.len() {
-            return Ok(codes::INVALID_PARAMS);
-        }
-        let items = keys.iter().zip(&held).map(|(k, v)| Some((k.as_str(), vec![v.bytes()]))).collect();
-        let results = py.detach(|| s.put_batch(items, &spec));
-        Ok(results.into_iter().find(|c| *c != codes::OK).unwrap_or(codes::OK))
+        self.values_batch(py, keys, values, config, false)
+    }
+
+    /// `upsert_batch(keys, values, config)`: as `put_batch`, replacing the
+    /// objects of keys that exist (readers see old or new bytes, never a mix).
+    #[pyo3(signature = (keys, values, config=None))]
+    fn upsert_batch(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        values: Vec<Bound<'_, PyAny>>,
+        config: Option<&Bound<'_, ReplicateConfig>>,
+    ) -> PyResult<Code> {
+        self.values_batch(py, keys, values, config, true)
     }
 
     /// Each object's bytes, `b""` for a missing one.
@@ -324,7 +329,23 @@ impl MooncakeDistributedStore {
     ) -> PyResult<Vec<Code>> {
         let ptrs: Vec<Vec<i64>> = buffer_ptrs.into_iter().map(|p| vec![p]).collect();
         let sizes: Vec<Vec<i64>> = sizes.into_iter().map(|n| vec![n]).collect();
-        self.put_from_parts(py, keys, ptrs, sizes, config)
+        self.put_from_parts(py, keys, ptrs, sizes, config, false)
+    }
+
+    /// `batch_upsert_from(keys, buffer_ptrs, sizes, config)`: as
+    /// `batch_put_from`, replacing the objects of keys that exist.
+    #[pyo3(signature = (keys, buffer_ptrs, sizes, config=None))]
+    fn batch_upsert_from(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<i64>,
+        sizes: Vec<i64>,
+        config: Option<&Bound<'_, ReplicateConfig>>,
+    ) -> PyResult<Vec<Code>> {
+        let ptrs: Vec<Vec<i64>> = buffer_ptrs.into_iter().map(|p| vec![p]).collect();
+        let sizes: Vec<Vec<i64>> = sizes.into_iter().map(|n| vec![n]).collect();
+        self.put_from_parts(py, keys, ptrs, sizes, config, true)
     }
 
     /// Reads `keys[i]` into `buffer_ptrs[i]`; each object's size or a code.
@@ -354,7 +375,7 @@ impl MooncakeDistributedStore {
         all_sizes: Vec<Vec<i64>>,
         config: Option<&Bound<'_, ReplicateConfig>>,
     ) -> PyResult<Vec<Code>> {
-        self.put_from_parts(py, keys, all_buffer_ptrs, all_sizes, config)
+        self.put_from_parts(py, keys, all_buffer_ptrs, all_sizes, config, false)
     }
 
     /// Reads `keys[i]` scattered over `all_buffer_ptrs[i]`, in order.
@@ -514,13 +535,35 @@ impl MooncakeDistributedStore {
         ptrs: Vec<Vec<i64>>,
         sizes: Vec<Vec<i64>>,
         config: Option<&Bound<'_, ReplicateConfig>>,
+        upsert: bool,
     ) -> PyResult<Vec<Code>> {
         let shape = Parts::new(&keys, &ptrs, &sizes)?;
         let spec = spec_of(config);
         let s = session!(self, vec![codes::INVALID_PARAMS; keys.len()]);
         // Sources may overlap (they are only read): each is checked alone.
         let regions = shape.regions(shape.flat.iter().map(|&(p, l)| s.region(p, l)).collect());
-        Ok(py.detach(|| s.put_batch_from(&keys, regions, &spec)))
+        Ok(py.detach(|| s.put_batch_from(&keys, regions, &spec, upsert)))
+    }
+
+    /// `put_batch` and `upsert_batch`: 0 when every item was stored (or,
+    /// for a put, kept), else the first item's error code.
+    fn values_batch(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        values: Vec<Bound<'_, PyAny>>,
+        config: Option<&Bound<'_, ReplicateConfig>>,
+        upsert: bool,
+    ) -> PyResult<Code> {
+        let held: Vec<HeldBuffer> = values.iter().map(HeldBuffer::of).collect::<PyResult<_>>()?;
+        let spec = spec_of(config);
+        let s = session!(self, codes::INVALID_PARAMS);
+        if keys.len() != held.len() {
+            return Ok(codes::INVALID_PARAMS);
+        }
+        let items = keys.iter().zip(&held).map(|(k, v)| Some((k.as_str(), vec![v.bytes()]))).collect();
+        let results = py.detach(|| s.put_batch(items, &spec, upsert));
+        Ok(results.into_iter().find(|c| *c != codes::OK).unwrap_or(codes::OK))
     }
 }
 
