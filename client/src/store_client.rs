@@ -473,7 +473,11 @@ impl Client {
     /// [`put_batch_parts`](Self::put_batch_parts) replacing the objects of
     /// keys that exist, each as [`upsert`](Self::upsert) does (readers see
     /// an object's old bytes or its new, never a mix).
-    pub async fn upsert_batch_parts(&self, items: &[(&str, &[&[u8]])], opts: &PutOptions) -> Vec<Result<(), ClientError>> {
+    pub async fn upsert_batch_parts(
+        &self,
+        items: &[(&str, &[&[u8]])],
+        opts: &PutOptions,
+    ) -> Vec<Result<(), ClientError>> {
         self.batch_parts(items, opts, true).await.into_iter().map(|r| r.map(drop)).collect()
     }
 
