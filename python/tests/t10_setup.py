@@ -48,6 +48,10 @@ def test_dict_form_and_a_given_port(stores, cluster):
     assert s.put("t10/dict", b"x") == 0
     with pytest.raises(TypeError):
         MooncakeDistributedStore().setup({"metadata_server": "x"})  # local_hostname is required
+    # A size of the right type that means nothing is a code, as upstream's.
+    unusable = MooncakeDistributedStore()
+    assert unusable.setup({**cfg, "global_segment_size": "50%"}) == INVALID_PARAMS
+    assert unusable.health_check() == 1, "a refused setup leaves the store unset"
 
 
 def test_environment_and_json_file_configure_like_mooncakes_loader(cluster, stores, tmp_path, monkeypatch):

@@ -143,20 +143,22 @@ pub fn spec_of(config: Option<&Bound<'_, ReplicateConfig>>) -> ReplicaSpec {
 }
 
 /// `setup(config: dict)`: Mooncake's keys; sizes as ints or strings ("4GB").
-pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<SetupArgs> {
+/// `Err` (a Python exception) for a wrong type, as upstream raises; `Ok(Err)`
+/// for a value of the right type that is not usable (a size string such as
+/// `"50%"`), which `setup` answers with `INVALID_PARAMS`, as upstream does.
+pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Result<SetupArgs, String>> {
     let text = |key: &str, default: &str| -> PyResult<String> {
         match d.get_item(key)? {
             Some(v) if !v.is_none() => v.extract::<String>(),
             _ => Ok(default.to_string()),
         }
     };
-    let size = |key: &str| -> PyResult<u64> {
+    let size = |key: &str| -> PyResult<Result<u64, String>> {
         match d.get_item(key)? {
-            None => Ok(DICT_DEFAULT_SIZE_BYTES),
+            None => Ok(Ok(DICT_DEFAULT_SIZE_BYTES)),
             Some(v) => match v.extract::<u64>() {
-                Ok(n) => Ok(n),
-                Err(_) => mooncake_client::parse_size(&v.extract::<String>()?)
-                    .map_err(|e| PyTypeError::new_err(format!("{key}: {e}"))),
+                Ok(n) => Ok(Ok(n)),
+                Err(_) => Ok(mooncake_client::parse_size(&v.extract::<String>()?).map_err(|e| format!("{key}: {e}"))),
             },
         }
     };
@@ -170,11 +172,16 @@ pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<SetupArgs> {
         m if m.is_empty() => text("master_server_address", "")?,
         m => m,
     };
-    Ok(SetupArgs {
+    let (global_segment_size, local_buffer_size) = (size("global_segment_size")?, size("local_buffer_size")?);
+    let (global_segment_size, local_buffer_size) = match (global_segment_size, local_buffer_size) {
+        (Ok(g), Ok(l)) => (g, l),
+        (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
+    };
+    Ok(Ok(SetupArgs {
         local_hostname: required("local_hostname")?,
         metadata_server: text("metadata_server", "")?,
-        global_segment_size: size("global_segment_size")?,
-        local_buffer_size: size("local_buffer_size")?,
+        global_segment_size,
+        local_buffer_size,
         protocol: text("protocol", "tcp")?,
         rdma_devices: text("rdma_devices", "")?,
         master_server_addr: master,
@@ -183,5 +190,5 @@ pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<SetupArgs> {
             key: Some(text(TLS_KEYS[1], "")?).filter(|v| !v.is_empty()),
             ca: Some(text(TLS_KEYS[2], "")?).filter(|v| !v.is_empty()),
         },
-    })
+    }))
 }

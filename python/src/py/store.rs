@@ -93,7 +93,13 @@ impl MooncakeDistributedStore {
         client_http_port: i64,
     ) -> PyResult<Code> {
         let args = match local_hostname.cast::<PyDict>() {
-            Ok(dict) => setup_args_from_dict(dict)?,
+            Ok(dict) => match setup_args_from_dict(dict)? {
+                Ok(args) => args,
+                Err(why) => {
+                    tracing::error!(code = codes::INVALID_PARAMS, "setup failed: {why}");
+                    return Ok(codes::INVALID_PARAMS);
+                }
+            },
             Err(_) => {
                 let missing = || {
                     PyTypeError::new_err(
