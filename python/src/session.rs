@@ -128,6 +128,22 @@ impl Session {
         self.pool.as_ref()
     }
 
+    /// Whether a copying put (`put`, `put_parts`, `put_batch` and their
+    /// upserts) may run: upstream copies their bytes through the local
+    /// buffer, so a store set up with `local_buffer_size=0` refuses them
+    /// (`INVALID_PARAMS`, with a WARN saying what to use), as upstream's
+    /// fail; the zero-copy `put_from` family needs no local buffer.
+    pub fn copying_put_allowed(&self) -> Result<(), Code> {
+        if self.pool.is_some() {
+            return Ok(());
+        }
+        tracing::warn!(
+            "put refused: this store was set up with local_buffer_size=0, and a copying put goes through the \
+             local buffer (as upstream's); give setup a local buffer, or put from registered memory with put_from"
+        );
+        Err(codes::INVALID_PARAMS)
+    }
+
     /// `host:port` of this process's transfer server.
     pub fn hostname(&self) -> &str {
         &self.hostname

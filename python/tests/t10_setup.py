@@ -121,7 +121,7 @@ def test_mooncake_up_passes_flags_to_its_masters(tmp_path, capfd):
         line = wait_for("`mooncake up` to print its masters", 60, up.stdout.readline)
         masters = re.match(r"masters: (\S+)", line).group(1)
         s = MooncakeDistributedStore()
-        assert s.setup("127.0.0.1", "", SEGMENT_BYTES, 0, "tcp", "", masters) == 0
+        assert s.setup("127.0.0.1", "", SEGMENT_BYTES, LOCAL_BUFFER_BYTES, "tcp", "", masters) == 0
         assert s.put("up/k", b"v") == 0 and s.get("up/k") == b"v"
         assert s.remove("up/k") == -706  # just read: its KV lease holds it
         wait_for("the 0.5 s KV lease to end", 5, lambda: s.remove("up/k") == 0, interval_s=0.1)

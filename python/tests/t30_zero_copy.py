@@ -104,6 +104,24 @@ def test_batched_upserts_replace_and_batched_puts_keep(client, mem):
     assert client.get(keys[0]) == payloads[0]
 
 
+def test_a_store_without_a_local_buffer_puts_only_from_registered_memory(client, stores):
+    # Why: upstream's copying put goes through the local buffer, so a store
+    # set up with local_buffer_size=0 (a standalone store's setting) refuses
+    # it, and its suite checks that; the zero-copy put_from still works.
+    s = stores.open(segment=0, buffer=0)
+    assert s.put("t30/nobuf", b"x") == INVALID_PARAMS
+    assert s.upsert("t30/nobuf", b"x") == INVALID_PARAMS
+    assert s.put_batch(["t30/nobuf"], [b"x"]) == INVALID_PARAMS
+    assert s.is_exist("t30/nobuf") == 0, "a refused put stores nothing"
+    mem = Registered(s, 4096)
+    try:
+        mem.write(0, b"zero-copy")
+        assert s.put_from("t30/nobuf", mem.ptr, 9) == 0
+        assert s.get("t30/nobuf") == b"zero-copy"
+    finally:
+        mem.close()
+
+
 def test_multi_buffer_puts_gather_and_gets_scatter(client, mem):
     head, tail = os.urandom(1000), os.urandom(5000)
     mem.write(0, head)

@@ -500,6 +500,9 @@ impl MooncakeDistributedStore {
         if slices.iter().all(|p| p.is_empty()) {
             return Ok(codes::OK); // Mooncake: nothing to store, nothing stored.
         }
+        if let Err(code) = s.copying_put_allowed() {
+            return Ok(code);
+        }
         Ok(py.detach(|| s.put(key, &slices, &spec, upsert)))
     }
 
@@ -514,6 +517,9 @@ impl MooncakeDistributedStore {
         let held = HeldBuffer::of(value)?;
         let spec = spec_of(config);
         let s = session!(self, codes::INVALID_PARAMS);
+        if let Err(code) = s.copying_put_allowed() {
+            return Ok(code);
+        }
         let data = held.bytes();
         Ok(py.detach(|| s.put(key, &[data], &spec, upsert)))
     }
@@ -566,6 +572,9 @@ impl MooncakeDistributedStore {
         let s = session!(self, codes::INVALID_PARAMS);
         if keys.len() != held.len() {
             return Ok(codes::INVALID_PARAMS);
+        }
+        if let Err(code) = s.copying_put_allowed() {
+            return Ok(code);
         }
         let items = keys.iter().zip(&held).map(|(k, v)| Some((k.as_str(), vec![v.bytes()]))).collect();
         let results = py.detach(|| s.put_batch(items, &spec, upsert));
