@@ -105,6 +105,17 @@ async fn metrics_are_prometheus_text_and_move_with_operations() {
     let endpoints: Vec<String> =
         info.segments.iter().filter_map(|u| u.segment.as_ref()).map(|s| s.endpoint.clone()).collect();
     assert_eq!(body.lines().map(str::to_string).collect::<Vec<_>>(), endpoints, "{body}");
+    // Upstream's /query_segment: the named segment's used and total bytes.
+    let name = endpoints[0].replace(':', "%3A");
+    let (code, body) = http_get(&http, &format!("/query_segment?segment={name}")).expect("query_segment");
+    assert_eq!(code, 200, "{body}");
+    let lines: Vec<&str> = body.lines().collect();
+    assert_eq!(lines[0], endpoints[0], "{body}");
+    let used: u64 = lines[1].strip_prefix("Used(bytes): ").and_then(|v| v.parse().ok()).expect("used bytes");
+    assert!(used >= 5000, "five 1,000-byte objects are on it: {body}");
+    assert_eq!(lines[2], format!("Capacity(bytes): {}", 64 << 20), "{body}");
+    let (code, _) = http_get(&http, "/query_segment?segment=nowhere%3A1").expect("query_segment");
+    assert_eq!(code, 404, "an unknown segment");
     client.close().await;
 }
 

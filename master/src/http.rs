@@ -2,8 +2,9 @@
 //! node can serve: core running, a leader known, everything it knows
 //! committed applied, and as the leader a quorum heard from recently),
 //! `/leader`, `/metrics` in Prometheus text format (see `metrics.rs`), and
-//! upstream Mooncake's `/get_all_segments` (the mounted segments' transfer
-//! endpoints, one a line: what SGLang's Mooncake backend checks at start).
+//! upstream Mooncake's `/get_all_segments` (the mounted memory segments'
+//! names, one a line: what SGLang's Mooncake backend checks at start) and
+//! `/query_segment?segment=NAME` (its used and total bytes).
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/leader", get(leader))
         .route("/metrics", get(metrics))
         .route("/get_all_segments", get(all_segments))
+        .route("/query_segment", get(query_segment))
         .with_state(shared)
 }
 
@@ -76,12 +78,63 @@ pub(crate) fn readiness(
 /// segment's transfer endpoint (`host:port`, the same string), in segment
 /// id order, from this master's applied state (a follower's may lag).
 async fn all_segments(State(s): State<Arc<Shared>>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
-    let mut names: Vec<(u64, String)> = s
-        .reader
-        .read(|st| st.segments().filter(|g| g.is_attached()).map(|g| (g.spec.id.0, g.spec.endpoint.clone())).collect());
+    let mut names: Vec<(u64, String)> =
+        s.reader.read(|st| st.attached(Tier::Dram).map(|g| (g.spec.id.0, g.spec.endpoint.clone())).collect());
     names.sort();
     let body: String = names.into_iter().map(|(_, name)| name + "\n").collect();
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+    ([(axum::http::header::CONTENT_TYPE, UPSTREAM_TEXT)], body)
+}
+
+/// Upstream's content type for its text answers.
+const UPSTREAM_TEXT: &str = "text/plain; version=0.0.4";
+
+/// Upstream's `/query_segment?segment=NAME`: the memory segment of that name
+/// (as `/get_all_segments` lists it), its used and total bytes; 404 with a
+/// line saying so when no mounted segment has the name.
+async fn query_segment(
+    State(s): State<Arc<Shared>>,
+    uri: axum::http::Uri,
+) -> (StatusCode, [(axum::http::HeaderName, &'static str); 1], String) {
+    let text = [(axum::http::header::CONTENT_TYPE, UPSTREAM_TEXT)];
+    let Some(name) = query_param(uri.query().unwrap_or(""), "segment") else {
+        return (StatusCode::BAD_REQUEST, text, "give the segment's name: /query_segment?segment=host:port\n".into());
+    };
+    let found = s.reader.read(|st| {
+        st.attached(Tier::Dram).find(|g| g.spec.endpoint == name).map(|g| (g.used_bytes(), g.capacity_bytes()))
+    });
+    match found {
+        Some((used, capacity)) => {
+            (StatusCode::OK, text, format!("{name}\nUsed(bytes): {used}\nCapacity(bytes): {capacity}\n"))
+        }
+        None => (StatusCode::NOT_FOUND, text, format!("segment {name:?} is not mounted (see /get_all_segments)\n")),
+    }
+}
+
+/// The percent-decoded value of `key` in a query string (`None` when absent
+/// or not valid UTF-8 once decoded).
+fn query_param(query: &str, key: &str) -> Option<String> {
+    let raw = query.split('&').find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok())?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 async fn leader(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
@@ -153,6 +206,17 @@ mod tests {
     use openraft::{CommittedLeaderId, LogId, RaftMetrics};
 
     use super::*;
+
+    #[test]
+    fn query_parameters_are_found_and_percent_decoded() {
+        assert_eq!(query_param("segment=127.0.0.1%3A7000", "segment"), Some("127.0.0.1:7000".into()));
+        assert_eq!(query_param("x=1&segment=h:1", "segment"), Some("h:1".into()));
+        assert_eq!(query_param("segments=h:1", "segment"), None, "another key");
+        assert_eq!(query_param("", "segment"), None);
+        assert_eq!(query_param("segment=%4", "segment"), None, "a cut escape");
+        assert_eq!(query_param("segment=%ZZ", "segment"), None, "not hex");
+        assert_eq!(query_param("segment=%FF", "segment"), None, "not UTF-8");
+    }
 
     const QUORUM_ACK_MAX: Duration = Duration::from_millis(500);
 
