@@ -333,9 +333,7 @@ impl MooncakeDistributedStore {
         sizes: Vec<i64>,
         config: Option<&Bound<'_, ReplicateConfig>>,
     ) -> PyResult<Vec<Code>> {
-        let ptrs: Vec<Vec<i64>> = buffer_ptrs.into_iter().map(|p| vec![p]).collect();
-        let sizes: Vec<Vec<i64>> = sizes.into_iter().map(|n| vec![n]).collect();
-        self.put_from_parts(py, keys, ptrs, sizes, config, false)
+        self.put_from_parts(py, keys, one_each(buffer_ptrs), one_each(sizes), config, false)
     }
 
     /// `batch_upsert_from(keys, buffer_ptrs, sizes, config)`: as
@@ -349,9 +347,7 @@ impl MooncakeDistributedStore {
         sizes: Vec<i64>,
         config: Option<&Bound<'_, ReplicateConfig>>,
     ) -> PyResult<Vec<Code>> {
-        let ptrs: Vec<Vec<i64>> = buffer_ptrs.into_iter().map(|p| vec![p]).collect();
-        let sizes: Vec<Vec<i64>> = sizes.into_iter().map(|n| vec![n]).collect();
-        self.put_from_parts(py, keys, ptrs, sizes, config, true)
+        self.put_from_parts(py, keys, one_each(buffer_ptrs), one_each(sizes), config, true)
     }
 
     /// Reads `keys[i]` into `buffer_ptrs[i]`; each object's size or a code.
@@ -588,6 +584,11 @@ impl Drop for MooncakeDistributedStore {
         // The unmount waits on the network: not with the GIL held.
         Python::attach(|py| py.detach(|| self.state.close()));
     }
+}
+
+/// One buffer per key, in the shape of the multi-buffer calls.
+fn one_each(values: Vec<i64>) -> Vec<Vec<i64>> {
+    values.into_iter().map(|v| vec![v]).collect()
 }
 
 /// The buffers of each key of a multi-buffer call, flattened for [`carve`].
