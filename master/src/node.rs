@@ -285,6 +285,37 @@ impl MasterNode {
         }
     }
 
+    /// Resolves when a committed membership no longer names this master,
+    /// after one that did, with the log id of that membership. openraft 0.9
+    /// lets a removed leader keep leading (it replicates to the voters that
+    /// remain and commits with them); the Raft thesis (4.2.2) has it step
+    /// down instead, and a removed follower has nothing left to do. Either
+    /// way the process ends (`run.rs`) and the voters carry on: a removed
+    /// leader's peers elect one of their own within an election timeout.
+    /// Replayed memberships from before this master joined do not count,
+    /// which is why it must first have seen itself named.
+    pub async fn removed(&self) -> String {
+        let mut rx = self.shared.raft.metrics();
+        let mut named = false;
+        loop {
+            {
+                let m = rx.borrow_and_update();
+                let membership = &m.membership_config;
+                let applied = m.last_applied.map(|l| l.index);
+                if let Some(log) = membership.log_id() {
+                    let in_it = membership.membership().get_node(&m.id).is_some();
+                    named |= in_it;
+                    if named && !in_it && applied.is_some_and(|a| a >= log.index) {
+                        return log.to_string();
+                    }
+                }
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     /// Stops serving and shuts Raft down.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);

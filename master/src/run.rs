@@ -41,6 +41,13 @@ pub async fn run(cfg: MasterConfig) -> anyhow::Result<()> {
     tokio::select! {
         _ = wait_for_signal() => {}
         reason = node.core_failed() => core_failed_exit(&reason),
+        log = node.removed() => {
+            tracing::warn!(log, "this master was removed from the cluster's membership; stopping");
+            eprintln!(
+                "mooncake-master: removed from the cluster's membership (committed at log {log}); exiting with \
+                 status 0. The remaining voters serve on; this data dir is no longer needed."
+            );
+        }
     }
     tracing::info!("stopping");
     node.shutdown().await;
