@@ -30,6 +30,14 @@ pub enum ClientError {
     /// The put failed after PutStart and was revoked: it had no effect.
     #[error("put failed and was revoked (no effect): {0}")]
     PutRevoked(Box<ClientError>),
+    /// A session call that cannot be served: a write after the session's
+    /// end, or ranges that overlap (nothing was moved).
+    #[error("{0}")]
+    InvalidSession(String),
+    /// A get session's KV lease ended: its replicas may have been removed
+    /// and reused, so nothing it read can be trusted. Start a new session.
+    #[error("the KV lease of {key:?} expired; start a new get session")]
+    LeaseExpired { key: String },
 }
 
 impl ClientError {
@@ -42,11 +50,13 @@ impl ClientError {
             | ClientError::Config(_)
             | ClientError::BufferTooSmall { .. }
             | ClientError::RangeOutsideObject { .. }
+            | ClientError::InvalidSession(_)
             | ClientError::PutRevoked(_) => true,
             ClientError::Transfer(_)
             | ClientError::AllReplicasFailed { .. }
             | ClientError::Memory(_)
-            | ClientError::Io(_) => false,
+            | ClientError::Io(_)
+            | ClientError::LeaseExpired { .. } => false,
         }
     }
 

@@ -23,6 +23,9 @@ use crate::master_client::{Attempted, MasterClient, MasterClientConfig, MasterEr
 use crate::store_node::LocalSegment;
 
 mod scatter;
+mod sessions;
+
+pub use sessions::{GetSession, PutSession};
 
 /// Options of one put.
 #[derive(Clone, Debug, Default)]

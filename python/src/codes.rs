@@ -30,6 +30,9 @@ pub const OBJECT_NOT_FOUND: Code = -704;
 pub const OBJECT_ALREADY_EXISTS: Code = -705;
 /// Mooncake `OBJECT_HAS_LEASE`: a reader may still hold a KV lease.
 pub const OBJECT_HAS_LEASE: Code = -706;
+/// Mooncake `LEASE_EXPIRED`: a get session's KV lease ended before or
+/// while it read; start a new session.
+pub const LEASE_EXPIRED: Code = -707;
 /// Mooncake `TRANSFER_FAIL`: no replica could be read or written.
 pub const TRANSFER_FAIL: Code = -800;
 /// Mooncake `RPC_FAIL`: no master answered within the client's deadline.
@@ -41,9 +44,11 @@ pub fn of_client(e: &ClientError) -> Code {
         ClientError::Master(m) => of_master(m),
         ClientError::NotFound(_) => OBJECT_NOT_FOUND,
         ClientError::PutRevoked(inner) => of_client(inner),
-        ClientError::Config(_) | ClientError::BufferTooSmall { .. } | ClientError::RangeOutsideObject { .. } => {
-            INVALID_PARAMS
-        }
+        ClientError::Config(_)
+        | ClientError::BufferTooSmall { .. }
+        | ClientError::RangeOutsideObject { .. }
+        | ClientError::InvalidSession(_) => INVALID_PARAMS,
+        ClientError::LeaseExpired { .. } => LEASE_EXPIRED,
         ClientError::Transfer(_) | ClientError::AllReplicasFailed { .. } => TRANSFER_FAIL,
         ClientError::Memory(_) | ClientError::Io(_) => INTERNAL_ERROR,
     }

@@ -3,7 +3,7 @@
 //! on the Rust client. The Rust side is plain Rust and tested without Python:
 //! [`session`] (setup, close, the runtime), [`objects`] and [`batches`] (the
 //! calls, in Mooncake's return codes), [`buffers`] (registered memory),
-//! [`pool`] (the local buffer), [`setup`] (arguments), [`codes`] (the one
+//! [`pool`] (the local buffer), [`sessions`] (put and get sessions), [`setup`] (arguments), [`codes`] (the one
 //! error mapping). The PyO3 layer in `py` (feature `python`) only converts
 //! arguments and releases the GIL around each call.
 //!
@@ -15,6 +15,7 @@ pub mod codes;
 pub mod objects;
 pub mod pool;
 pub mod session;
+pub mod sessions;
 pub mod setup;
 pub mod waiter;
 

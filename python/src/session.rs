@@ -18,6 +18,7 @@ use tokio::runtime::Runtime;
 use crate::buffers::{BufferRegistry, Region};
 use crate::codes::{self, Code};
 use crate::pool::BufferPool;
+use crate::sessions::Sessions;
 use crate::setup::{HostPort, SetupArgs, candidate_ports};
 
 /// Runtime worker threads, at most: they serve this process's segment and
@@ -54,6 +55,7 @@ pub struct Session {
     hostname: String,
     /// Segment ids by endpoint, learned from the masters (for preferred segments).
     segment_ids: Mutex<HashMap<String, u64>>,
+    sessions: Sessions,
 }
 
 /// Why `setup` failed: the code it returns and what to tell the user.
@@ -96,7 +98,15 @@ impl Session {
                 Ok(client) => {
                     let segment_ids = Mutex::new(HashMap::new());
                     let registry = BufferRegistry::default();
-                    return Ok(Session { rt, client, registry, pool, hostname, segment_ids });
+                    return Ok(Session {
+                        rt,
+                        client,
+                        registry,
+                        pool,
+                        hostname,
+                        segment_ids,
+                        sessions: Sessions::default(),
+                    });
                 }
                 // Another process took the port between our pick and bind.
                 Err(ClientError::Io(e)) if e.kind() == std::io::ErrorKind::AddrInUse && host.port.is_none() => {
@@ -122,6 +132,10 @@ impl Session {
 
     pub fn registry(&self) -> &BufferRegistry {
         &self.registry
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
     }
 
     pub fn pool(&self) -> Option<&Arc<BufferPool>> {
@@ -199,9 +213,16 @@ impl Session {
         }
     }
 
-    /// Unmounts this process's segment, stops serving it and stops the runtime.
+    /// Revokes the put sessions still open, unmounts this process's
+    /// segment, stops serving it and stops the runtime.
     fn close(self) {
-        let Session { rt, client, .. } = self;
+        let Session { rt, client, sessions, .. } = self;
+        let open = sessions.take_puts();
+        if !open.is_empty() {
+            let open: Vec<&mooncake_client::PutSession> = open.iter().map(|s| s.as_ref()).collect();
+            tracing::warn!(sessions = open.len(), "close: revoking put sessions that were never ended");
+            rt.block_on(client.put_sessions_revoke(&open));
+        }
         rt.block_on(client.close());
         rt.shutdown_timeout(RUNTIME_SHUTDOWN_MAX);
     }

@@ -206,7 +206,7 @@ impl Client {
 
     /// `[offset, offset + buf.len())` of the object into `buf`, from the
     /// nearest replica that answers.
-    async fn read_range(
+    pub(super) async fn read_range(
         &self,
         key: &str,
         list: &GetReplicaListResponse,

@@ -4,6 +4,7 @@
 mod args;
 mod config;
 mod handle;
+mod ranges;
 mod replica;
 mod store;
 
@@ -39,6 +40,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("OBJECT_NOT_FOUND", codes::OBJECT_NOT_FOUND),
         ("OBJECT_ALREADY_EXISTS", codes::OBJECT_ALREADY_EXISTS),
         ("OBJECT_HAS_LEASE", codes::OBJECT_HAS_LEASE),
+        ("LEASE_EXPIRED", codes::LEASE_EXPIRED),
         ("TRANSFER_FAIL", codes::TRANSFER_FAIL),
         ("RPC_FAIL", codes::RPC_FAIL),
     ];
