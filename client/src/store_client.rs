@@ -55,6 +55,9 @@ pub enum Pin {
     /// Never evicted: removed only by Remove/RemoveAll or the loss of its
     /// segments.
     Hard,
+    /// As `Soft` for `ttl_ms` (1..=86,400,000) after the object becomes
+    /// readable, then as `None`.
+    SoftFor { ttl_ms: u64 },
 }
 
 impl Pin {
@@ -65,6 +68,15 @@ impl Pin {
             Pin::None => Wire::None as i32,
             Pin::Soft => Wire::Soft as i32,
             Pin::Hard => Wire::Hard as i32,
+            Pin::SoftFor { .. } => Wire::Soft as i32,
+        }
+    }
+
+    /// The soft-pin TTL on the wire (`soft_pin_ttl_ms`; 0: none).
+    pub fn soft_pin_ttl_ms(self) -> u64 {
+        match self {
+            Pin::SoftFor { ttl_ms } => ttl_ms,
+            Pin::None | Pin::Soft | Pin::Hard => 0,
         }
     }
 }
@@ -72,13 +84,16 @@ impl Pin {
 impl std::str::FromStr for Pin {
     type Err = String;
 
-    /// `none`, `soft` or `hard`.
+    /// `none`, `soft`, `hard`, or `soft:<ttl ms>`.
     fn from_str(s: &str) -> Result<Pin, String> {
         match s {
             "none" => Ok(Pin::None),
             "soft" => Ok(Pin::Soft),
             "hard" => Ok(Pin::Hard),
-            other => Err(format!("{other:?} is not a pin; use none, soft or hard")),
+            other => match other.strip_prefix("soft:").map(str::parse::<u64>) {
+                Some(Ok(ttl_ms)) if ttl_ms > 0 => Ok(Pin::SoftFor { ttl_ms }),
+                _ => Err(format!("{other:?} is not a pin; use none, soft, soft:<ttl ms> or hard")),
+            },
         }
     }
 }
@@ -357,6 +372,7 @@ impl Client {
             size,
             replicas: replicas.to_vec(),
             pin: opts.pin.wire(),
+            soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
             upsert,
             // One id per put attempt: retries of this PutEnd share it.
             request_id: rand::random::<u64>() | 1,
@@ -378,6 +394,7 @@ impl Client {
             replica_num,
             preferred_segments: wire_segments(&opts.preferred_segments),
             pin: opts.pin.wire(),
+            soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
             upsert,
             min_replicas: opts.min_replicas,
         };
@@ -513,6 +530,7 @@ impl Client {
                 replica_num,
                 preferred_segments: wire_segments(&opts.preferred_segments),
                 pin: opts.pin.wire(),
+                soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
                 upsert,
                 min_replicas: opts.min_replicas,
             })

@@ -200,6 +200,7 @@ async fn finish(client: &Client, opts: &StallWriterOptions, put: &InFlight, requ
         pin: STALL_PIN_HARD,
         upsert: false,
         request_id,
+        ..Default::default()
     };
     match client.master().put_end_with(req).await {
         Ok(()) => (StallOutcome::Ok, String::new()),

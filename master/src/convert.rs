@@ -51,7 +51,42 @@ macro_rules! wire_enum {
 }
 
 wire_enum!(Tier <=> pb::Tier, "tier", "DRAM (0) or SSD (1)", { Dram <=> Dram, Ssd <=> Ssd });
-wire_enum!(Pin <=> pb::Pin, "pin", "NONE (0), SOFT (1) or HARD (2)", { None <=> None, Soft <=> Soft, Hard <=> Hard });
+/// A pin from the wire: its value and the soft-pin TTL beside it (0: none).
+impl TryFrom<Wire<(i32, u64)>> for Pin {
+    type Error = MetaError;
+
+    fn try_from(Wire((v, ttl_ms)): Wire<(i32, u64)>) -> Result<Self, MetaError> {
+        let pin = match pb::Pin::try_from(v) {
+            Ok(pb::Pin::None) => Pin::None,
+            Ok(pb::Pin::Soft) => Pin::Soft,
+            Ok(pb::Pin::Hard) => Pin::Hard,
+            Err(_) => return Err(unknown("pin", v, "NONE (0), SOFT (1) or HARD (2)")),
+        };
+        let pin = match (pin, ttl_ms) {
+            (pin, 0) => pin,
+            (Pin::Soft, ttl_ms) => Pin::SoftFor { ttl_ms },
+            (other, ttl_ms) => {
+                return Err(MetaError::InvalidParams(format!(
+                    "soft_pin_ttl_ms {ttl_ms} with pin {other:?}: a soft-pin TTL needs pin SOFT"
+                )));
+            }
+        };
+        mooncake_raft_store::state::validate_pin(pin)?;
+        Ok(pin)
+    }
+}
+
+/// A pin on the wire: its value and its soft-pin TTL (0: none).
+impl From<Wire<Pin>> for (i32, u64) {
+    fn from(Wire(p): Wire<Pin>) -> (i32, u64) {
+        match p {
+            Pin::None => (pb::Pin::None as i32, 0),
+            Pin::Soft => (pb::Pin::Soft as i32, 0),
+            Pin::Hard => (pb::Pin::Hard as i32, 0),
+            Pin::SoftFor { ttl_ms } => (pb::Pin::Soft as i32, ttl_ms),
+        }
+    }
+}
 // A replica's status on the wire (`ReplicaStatus`) is its object's.
 wire_enum!(ObjectStatus <=> pb::ReplicaStatus, "status", "PROCESSING (0) or COMPLETE (1)", {
     Processing <=> Processing,
@@ -98,7 +133,7 @@ impl TryFrom<Wire<&pb::PutStartRequest>> for PutStart {
             size_bytes: r.size,
             replica_num: r.replica_num,
             preferred: r.preferred_segments.iter().map(|s| SegmentId(*s)).collect(),
-            pin: Pin::try_from(Wire(r.pin))?,
+            pin: Pin::try_from(Wire((r.pin, r.soft_pin_ttl_ms)))?,
         })
     }
 }
@@ -108,7 +143,7 @@ impl TryFrom<Wire<&pb::PutStartRequest>> for PutStart {
 /// has the pin and the replicas), but an unknown value is refused all the
 /// same: a request is refused or taken whole.
 pub fn check_put_end(r: &pb::PutEndRequest) -> Result<(), MetaError> {
-    Pin::try_from(Wire(r.pin))?;
+    Pin::try_from(Wire((r.pin, r.soft_pin_ttl_ms)))?;
     for (i, replica) in r.replicas.iter().enumerate() {
         let known = Tier::try_from(Wire(replica.tier)).and_then(|_| ObjectStatus::try_from(Wire(replica.status)));
         known.map_err(|e| match e {
@@ -119,9 +154,9 @@ pub fn check_put_end(r: &pb::PutEndRequest) -> Result<(), MetaError> {
     Ok(())
 }
 
-/// `Pin::try_from(Wire(p))`, by the name puts.rs calls it.
-pub fn pin(p: i32) -> Result<Pin, MetaError> {
-    Pin::try_from(Wire(p))
+/// `Pin::try_from(Wire((p, ttl_ms)))`, by the name puts.rs calls it.
+pub fn pin(p: i32, ttl_ms: u64) -> Result<Pin, MetaError> {
+    Pin::try_from(Wire((p, ttl_ms)))
 }
 
 /// `PutStart::try_from(Wire(r))`, by the name puts.rs calls it.
@@ -156,13 +191,15 @@ pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ObjectStatus)
 }
 
 pub fn object_pb(state: &MetaState, o: &ObjectMeta) -> pb::ObjectInfo {
+    let (pin, soft_pin_ttl_ms) = Wire(o.pin).into();
     pb::ObjectInfo {
         key: o.key.clone(),
         size: o.size_bytes,
         checksum: o.checksum.unwrap_or(0),
         status: Wire(o.status).into(),
         replicas: o.replicas.iter().map(|r| replica_pb(state, r, o.status)).collect(),
-        pin: Wire(o.pin).into(),
+        pin,
+        soft_pin_ttl_ms,
     }
 }
 
@@ -188,9 +225,15 @@ mod tests {
             assert_eq!(i32::from(Wire(tier)), wire as i32);
             assert_eq!(Tier::try_from(Wire(wire as i32)), Ok(tier));
         }
-        for (pin, wire) in [(Pin::None, pb::Pin::None), (Pin::Soft, pb::Pin::Soft), (Pin::Hard, pb::Pin::Hard)] {
-            assert_eq!(i32::from(Wire(pin)), wire as i32);
-            assert_eq!(Pin::try_from(Wire(wire as i32)), Ok(pin));
+        let pins = [
+            (Pin::None, pb::Pin::None, 0),
+            (Pin::Soft, pb::Pin::Soft, 0),
+            (Pin::Hard, pb::Pin::Hard, 0),
+            (Pin::SoftFor { ttl_ms: 5 }, pb::Pin::Soft, 5),
+        ];
+        for (pin, wire, ttl_ms) in pins {
+            assert_eq!(<(i32, u64)>::from(Wire(pin)), (wire as i32, ttl_ms));
+            assert_eq!(Pin::try_from(Wire((wire as i32, ttl_ms))), Ok(pin));
         }
         let statuses = [
             (ObjectStatus::Processing, pb::ReplicaStatus::Processing),
@@ -212,7 +255,7 @@ mod tests {
         }
         // Pin has a third value, so 3 is the first unknown one as well.
         for v in UNKNOWN {
-            let pin = refusal(Pin::try_from(Wire(v)));
+            let pin = refusal(Pin::try_from(Wire((v, 0))));
             assert!(pin.starts_with(&format!("pin {v} is unknown")), "{pin}");
         }
     }
@@ -257,6 +300,18 @@ mod tests {
         assert!(e.contains("pin 9"), "{e}");
         let req = pb::PutStartRequest { pin: pb::Pin::Hard as i32, ..req };
         assert_eq!(PutStart::try_from(Wire(&req)).map(|p| p.pin), Ok(Pin::Hard));
+    }
+
+    #[test]
+    fn a_soft_pin_ttl_needs_a_soft_pin_and_a_day_at_most() {
+        let soft = pb::Pin::Soft as i32;
+        assert_eq!(Pin::try_from(Wire((soft, 86_400_000))), Ok(Pin::SoftFor { ttl_ms: 86_400_000 }));
+        let e = refusal(Pin::try_from(Wire((soft, 86_400_001))));
+        assert!(e.contains("86400001"), "{e}");
+        for other in [pb::Pin::None as i32, pb::Pin::Hard as i32] {
+            let e = refusal(Pin::try_from(Wire((other, 1000))));
+            assert!(e.contains("needs pin SOFT"), "{e}");
+        }
     }
 
     #[test]

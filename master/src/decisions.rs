@@ -87,13 +87,15 @@ pub fn eviction_candidates_on(state: &MetaState, tier: Tier, segment: Option<Seg
 }
 
 /// The candidates to evict to free about `target` bytes: neither leased nor
-/// being removed; unpinned before soft-pinned; those kept on another tier
+/// being removed; unpinned before soft-pinned (a soft pin with a TTL counts
+/// until `wall_ms` passes its deadline); those kept on another tier
 /// (nothing is lost) before the others; never read (by this leader, within
 /// the access horizon) before least recently read; oldest first.
 pub fn choose_victims(
     mut candidates: Vec<Candidate>,
     term: &TermState,
     now: Instant,
+    wall_ms: u64,
     ttl: Duration,
     target: u64,
 ) -> Vec<Candidate> {
@@ -102,8 +104,10 @@ pub fn choose_victims(
     }
     candidates.retain(|c| !term.is_kv_leased(c.hash, now, ttl) && !term.kv.is_fenced(c.hash));
     candidates.sort_by(|a, b| {
-        let rank =
-            |c: &Candidate| (c.pin == Pin::Soft, !c.kept_elsewhere, term.kv.last_read(c.hash, ttl), c.completed_ms);
+        let rank = |c: &Candidate| {
+            let soft = c.pin.soft_at(c.completed_ms, wall_ms);
+            (soft, !c.kept_elsewhere, term.kv.last_read(c.hash, ttl), c.completed_ms)
+        };
         rank(a).cmp(&rank(b)).then_with(|| a.object.key.cmp(&b.object.key))
     });
     let mut freed = 0u64;

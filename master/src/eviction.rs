@@ -104,7 +104,8 @@ impl Evictor {
         }
         let ttl = self.policy.kv_lease_ttl;
         let chosen = self.leader.with(|t| {
-            let mut victims = decisions::choose_victims(candidates, t, Instant::now(), ttl, target);
+            let mut victims =
+                decisions::choose_victims(candidates, t, Instant::now(), crate::proposer::now_ms(), ttl, target);
             victims.truncate(EVICTION_BATCH_MAX);
             for v in &victims {
                 t.kv.fence(v.hash);

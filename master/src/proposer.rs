@@ -112,7 +112,9 @@ fn batch_answers(data: Response) -> Result<Vec<Response>, Status> {
     }
 }
 
-fn now_ms() -> u64 {
+/// This master's wall clock in ms since the Unix epoch: what it stamps on
+/// the entries it proposes (and what soft-pin deadlines are compared with).
+pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 

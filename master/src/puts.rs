@@ -510,7 +510,7 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
             req.key
         ))));
     }
-    let pin = match convert::pin(req.pin) {
+    let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
         Ok(pin) => pin,
         Err(e) => return EndPlan::Answer(invalid(e)),
     };

@@ -112,9 +112,20 @@ fn over_watermark(state: &MetaState, p: &EvictionPolicy) -> bool {
 /// Eviction victims as the leader would decide them at `now`: candidates
 /// read from the state first, then filtered and ranked on the soft state.
 fn victims(state: &MetaState, leader: &LeaderState, now: Instant, p: &EvictionPolicy) -> Vec<VersionedKey> {
+    victims_at(state, leader, now, state.now_ms(), p)
+}
+
+/// [`victims`] with the leader's wall clock at `wall_ms`.
+fn victims_at(
+    state: &MetaState,
+    leader: &LeaderState,
+    now: Instant,
+    wall_ms: u64,
+    p: &EvictionPolicy,
+) -> Vec<VersionedKey> {
     let target = eviction_target(state.used_bytes(), state.capacity_bytes(), p, 0);
     let candidates = eviction_candidates(state, mooncake_raft_store::Tier::Dram);
-    let chosen = leader.with(|t| choose_victims(candidates, t, now, LEASE_TTL, target)).expect("leading");
+    let chosen = leader.with(|t| choose_victims(candidates, t, now, wall_ms, LEASE_TTL, target)).expect("leading");
     chosen.into_iter().map(|c| c.object).collect()
 }
 
@@ -237,6 +248,21 @@ fn unpinned_objects_go_before_soft_pinned_ones_even_when_newer() {
     assert_eq!(keys(&chosen), vec!["none-new"]);
     let chosen = victims(&s, &leader, now, &policy(0.5, 1.0));
     assert_eq!(keys(&chosen), vec!["none-new", "none-newest", "soft-old", "soft-older-read"]);
+}
+
+#[test]
+fn a_soft_pin_with_a_ttl_lapses_on_the_wall_clock_from_completion() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    complete(&mut s, "soft-for-1s", 30, 1, Pin::SoftFor { ttl_ms: 1000 });
+    let completed = s.now_ms();
+    complete(&mut s, "none", 30, 1, Pin::None);
+    let p = policy(0.89, 0.01);
+    // Within its TTL the pinned object waits for the unpinned one...
+    assert_eq!(keys(&victims_at(&s, &leader, t0 + 10 * SEC, completed + 999, &p)), vec!["none"]);
+    // ...after it, it is an ordinary object again, the older one first.
+    assert_eq!(keys(&victims_at(&s, &leader, t0 + 10 * SEC, completed + 1000, &p)), vec!["soft-for-1s"]);
 }
 
 #[test]

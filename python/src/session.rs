@@ -44,6 +44,9 @@ pub struct ReplicaSpec {
     pub pin: Pin,
     /// Segments to try first, by endpoint (`host:port`, as `get_hostname`).
     pub preferred: Vec<String>,
+    /// Why the config cannot be used (a soft-pin TTL without `ENABLE`, or
+    /// above a day): every put with it is `INVALID_PARAMS`.
+    pub refused: Option<String>,
 }
 
 /// An open store: everything `setup` made.
@@ -176,6 +179,10 @@ impl Session {
     /// The put options of `spec`, or `INVALID_PARAMS`. Preferred segments
     /// the masters do not know are skipped (a preference, not a demand).
     pub async fn put_options(&self, spec: &ReplicaSpec) -> Result<PutOptions, Code> {
+        if let Some(why) = &spec.refused {
+            tracing::warn!("put refused: {why}");
+            return Err(codes::INVALID_PARAMS);
+        }
         let replicas = u32::try_from(spec.replica_num).ok().filter(|n| *n >= 1).ok_or(codes::INVALID_PARAMS)?;
         let mut preferred_segments = Vec::with_capacity(spec.preferred.len());
         for name in spec.preferred.iter().filter(|n| !n.is_empty()) {

@@ -5,6 +5,8 @@ removal (with KV leases), regex removal, replica descriptors, pins."""
 import ctypes
 import time
 
+import pytest
+
 from conftest import wait_for
 from mooncake_rs.store import (
     ERROR_CODES,
@@ -129,10 +131,29 @@ def test_replica_descriptors_and_pins(store, client):
 
     soft = ReplicateConfig()
     soft.soft_pin_action = SoftPinAction.ENABLE
-    soft.soft_pin_ttl_ms = 60_000  # accepted; our soft pins have no TTL
+    soft.soft_pin_ttl_ms = 60_000  # the pin lapses a minute after the put
     assert soft.with_soft_pin and client.put("t20/soft", b"s", config=soft) == 0
     soft.with_soft_pin = False
     assert soft.soft_pin_action == SoftPinAction.DISABLE and int(SoftPinAction.ENABLE) == 1
+    # Upstream's rules for the TTL: a uint64 (else TypeError), with ENABLE
+    # only, a day at most; a refused put changes nothing.
+    for bad in (-1, 2**64, "1"):
+        with pytest.raises(TypeError):
+            soft.soft_pin_ttl_ms = bad
+    assert soft.soft_pin_ttl_ms == 60_000
+    soft.soft_pin_ttl_ms = None
+    assert soft.soft_pin_ttl_ms is None
+    preserve = ReplicateConfig()
+    preserve.soft_pin_ttl_ms = 1000
+    assert client.put("t20/ttl-preserve", b"p", preserve) == INVALID_PARAMS
+    assert client.upsert("t20/ttl-preserve", b"p", preserve) == INVALID_PARAMS
+    assert client.is_exist("t20/ttl-preserve") == 0
+    day_and_more = ReplicateConfig()
+    day_and_more.soft_pin_action = SoftPinAction.ENABLE
+    day_and_more.soft_pin_ttl_ms = 86_400_001
+    assert client.put("t20/ttl-long", b"l", day_and_more) == INVALID_PARAMS
+    day_and_more.soft_pin_ttl_ms = 86_400_000
+    assert client.put("t20/ttl-long", b"l", day_and_more) == 0
     zero = ReplicateConfig()
     zero.replica_num = 0
     assert client.put("t20/zero", b"z", zero) == INVALID_PARAMS

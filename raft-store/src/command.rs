@@ -79,6 +79,27 @@ pub enum Pin {
     Soft,
     /// Never evicted.
     Hard,
+    /// Soft-pinned for `ttl_ms` (1..=[`SOFT_PIN_TTL_MAX_MS`]) after the
+    /// object became readable (its `completed_ms`), then evicted in its
+    /// turn like an unpinned object. The deadline is state time plus the
+    /// TTL, so every leader sees the same one (up to clock skew).
+    SoftFor { ttl_ms: u64 },
+}
+
+/// Longest soft-pin TTL a put may ask for (a day, as upstream's default
+/// `max_kv_soft_pin_ttl`).
+pub const SOFT_PIN_TTL_MAX_MS: u64 = 86_400_000;
+
+impl Pin {
+    /// Whether eviction passes the object over for unpinned ones at
+    /// `now_ms` (wall-clock ms), given when it became readable.
+    pub fn soft_at(self, completed_ms: u64, now_ms: u64) -> bool {
+        match self {
+            Pin::Soft => true,
+            Pin::SoftFor { ttl_ms } => now_ms < completed_ms.saturating_add(ttl_ms),
+            Pin::None | Pin::Hard => false,
+        }
+    }
 }
 
 /// What a store node declares about a segment it contributes.

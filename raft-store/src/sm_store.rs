@@ -40,8 +40,13 @@ use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 /// 2: + allocation arenas and objects retired by upserts.
 /// 3: request ids by age on the request clock, + the clock's anchor.
 /// 4: + the credential hash of each client.
+/// 5: + detached disk segments.
+/// 6: pins may carry a soft-pin TTL (`Pin::SoftFor`). The layout is version
+///    5's with one more value of an enum, so a version-5 image decodes as a
+///    version-6 one; the new number keeps version-5 binaries from reading an
+///    image they may not understand.
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 5;
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 6;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 /// Where data dirs of schema version 1 kept the current snapshot (now in
@@ -329,6 +334,7 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
         2 => StateImage::from_v2(codec::decode("state image (schema 2)", body)?),
         3 => StateImage::from_v3(codec::decode("state image (schema 3)", body)?),
         4 => StateImage::from_v4(codec::decode("state image (schema 4)", body)?),
+        5 => codec::decode("state image (schema 5)", body)?,
         SNAPSHOT_SCHEMA_VERSION => codec::decode("state image", body)?,
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };

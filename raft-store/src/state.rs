@@ -66,7 +66,7 @@ pub use requests::{
 };
 pub use validation::{
     BATCH_MAX, KEY_MAX_BYTES, LABEL_MAX_BYTES, REPLICA_NUM_MAX, SEGMENT_ALIGN_BYTES, SEGMENT_SIZE_MAX_BYTES,
-    validate_key, validate_put_start, validate_segment,
+    validate_key, validate_pin, validate_put_start, validate_segment,
 };
 
 /// The whole replicated state.

@@ -390,6 +390,7 @@ fn small_enums_inside_commands_and_images_are_pinned() {
             Pin::None => 0,
             Pin::Soft => 1,
             Pin::Hard => 2,
+            Pin::SoftFor { .. } => 3,
         }
     }
     fn position_of_reason(r: RemoveReason) -> usize {
@@ -406,8 +407,10 @@ fn small_enums_inside_commands_and_images_are_pinned() {
     }
     let tiers: Vec<(usize, String)> = [Tier::Dram, Tier::Ssd].map(|t| (position_of_tier(t), hex_of(&t))).into();
     pin_positions::<Tier>("Tier", &tiers, 2);
-    let pins: Vec<(usize, String)> = [Pin::None, Pin::Soft, Pin::Hard].map(|p| (position_of_pin(p), hex_of(&p))).into();
-    pin_positions::<Pin>("Pin", &pins, 3);
+    let pins: Vec<(usize, String)> = [Pin::None, Pin::Soft, Pin::Hard, Pin::SoftFor { ttl_ms: 1000 }]
+        .map(|p| (position_of_pin(p), hex_of(&p)))
+        .into();
+    pin_positions::<Pin>("Pin", &pins, 4);
     let reasons: Vec<(usize, String)> =
         [RemoveReason::RemoveAll, RemoveReason::Evict].map(|r| (position_of_reason(r), hex_of(&r))).into();
     pin_positions::<RemoveReason>("RemoveReason", &reasons, 2);
@@ -572,7 +575,24 @@ fn image_v5() -> StateImage {
     image
 }
 
-/// The snapshot image of schema version 5, header included.
+/// The current image: the version-5 content, the complete object
+/// soft-pinned for a second.
+fn image_v6() -> StateImage {
+    let mut image = image_v5();
+    image.objects[0].pin = Pin::SoftFor { ttl_ms: 1000 };
+    image
+}
+
+/// The snapshot image of schema version 6, header included.
+const IMAGE_V6: &str = concat!(
+    "060000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107010180804003683a310168017a",
+    "01022f6d0902016b036401050901010080200103e80701010201700680200009010180608020000206000109010104016401",
+    "018020802003024de807004e000509017800020105017201018040802004a0fb91ffbc310109070707070707070707070707",
+    "0707070707070707070707070707070707070707010105010707070707070707070707070707070707070707070707070707",
+    "070707070707",
+);
+
+/// Written by the binaries of schema version 5 (before soft-pin TTLs).
 const IMAGE_V5: &str = concat!(
     "050000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107010180804003683a310168017a",
     "01022f6d0902016b036401050901010080200101010102017006802000090101806080200002060001090101040164010180",
@@ -617,20 +637,20 @@ const IMAGE_V3_STATE_HASH: u64 = 0x4f6c_8228_cf63_ff5f;
 
 #[test]
 fn the_snapshot_image_of_this_version_is_pinned() {
-    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 5, "a new snapshot schema version needs its own golden image\n{RULES}");
-    let state = MetaState::from_image(image_v5()).expect("the fixed image is consistent");
+    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 6, "a new snapshot schema version needs its own golden image\n{RULES}");
+    let state = MetaState::from_image(image_v6()).expect("the fixed image is consistent");
     let actual = hex(&encode_image(&state).expect("encode"));
     // Snapshots encode the state in place; the image type is the same bytes.
     let via_image =
         [&SNAPSHOT_SCHEMA_VERSION.to_le_bytes()[..], &codec::encode("image", &state.to_image()).unwrap()].concat();
     assert_eq!(actual, hex(&via_image), "the in-place encoding differs from the image's");
-    assert!(actual == IMAGE_V5, "the snapshot image changed\n  golden: {IMAGE_V5}\n  actual: {actual}\n{RULES}");
-    let back = decode_image(&unhex(IMAGE_V5)).expect("decode the golden image");
-    assert_eq!(format!("{:?}", back.to_image()), format!("{:?}", image_v5()), "{RULES}");
+    assert!(actual == IMAGE_V6, "the snapshot image changed\n  golden: {IMAGE_V6}\n  actual: {actual}\n{RULES}");
+    let back = decode_image(&unhex(IMAGE_V6)).expect("decode the golden image");
+    assert_eq!(format!("{:?}", back.to_image()), format!("{:?}", image_v6()), "{RULES}");
     assert_eq!(back.client_credential(CLIENT), Some(&CREDENTIAL));
     assert!(back.segment(SEGMENT).is_some_and(|s| !s.is_attached()), "the disk segment is detached");
     // The detached segments are replicated data: the state hash covers them.
-    let mut attached = image_v5();
+    let mut attached = image_v6();
     attached.detached = Vec::new();
     let attached = MetaState::from_image(attached).expect("consistent");
     assert_ne!(back.state_hash(), attached.state_hash(), "the state hash leaves the detached segments out");
@@ -638,6 +658,9 @@ fn the_snapshot_image_of_this_version_is_pinned() {
 
 #[test]
 fn images_of_older_schema_versions_are_still_read() {
+    // Version 5: the same layout; everything kept.
+    let v5 = decode_image(&unhex(IMAGE_V5)).unwrap_or_else(|e| panic!("a version-5 image is refused: {e}\n{RULES}"));
+    assert_eq!(format!("{:?}", v5.to_image()), format!("{:?}", image_v5()), "{RULES}");
     // Version 4: everything kept; no segment is detached; the state hashes
     // as it did.
     let v4 = decode_image(&unhex(IMAGE_V4)).unwrap_or_else(|e| panic!("a version-4 image is refused: {e}\n{RULES}"));
@@ -680,11 +703,11 @@ fn a_snapshot_file_is_pinned() {
     let file = encode_snapshot_file(&[5, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
     assert_eq!(
         hex(&file),
-        "4d43534e41507631050000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
+        "4d43534e41507631060000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
         "the snapshot file layout changed\n{RULES}"
     );
     let (info, body) = decode_snapshot_file(&file).expect("decode");
-    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (5, 42, 0x1122_3344_5566_7788));
+    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (6, 42, 0x1122_3344_5566_7788));
     assert_eq!(body, &[5, 0, 0, 0, 0xab]);
 }
 

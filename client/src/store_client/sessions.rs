@@ -236,6 +236,7 @@ impl Client {
                     replica_num,
                     preferred_segments: wire_segments(&opts.preferred_segments),
                     pin: opts.pin.wire(),
+                    soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
                     upsert,
                     min_replicas: opts.min_replicas,
                 })

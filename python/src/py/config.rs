@@ -7,6 +7,11 @@ use pyo3::types::PyDict;
 
 use mooncake_client::Pin;
 
+/// A soft pin's TTL when `ENABLE` names none (upstream's `default_kv_soft_pin_ttl`, 30 minutes).
+pub const DEFAULT_SOFT_PIN_TTL_MS: u64 = 30 * 60 * 1000;
+/// Longest soft-pin TTL (a day; the masters refuse longer).
+pub const SOFT_PIN_TTL_MAX_MS: u64 = 86_400_000;
+
 use crate::session::ReplicaSpec;
 use crate::setup::{SetupArgs, TLS_KEYS, TlsPaths};
 
@@ -43,23 +48,38 @@ impl SoftPinAction {
 }
 
 /// How a put places its replicas. Fields Mooncake has and we do not use
-/// (disk and NoF replicas, groups, data types, soft-pin TTLs) are kept so
-/// code that sets them runs; docs/PYTHON.md lists them.
-#[pyclass(module = "mooncake_rs.store", get_all, set_all)]
+/// (disk and NoF replicas, groups, data types) are kept so code that sets
+/// them runs; docs/PYTHON.md lists them.
+#[pyclass(module = "mooncake_rs.store", get_all)]
 #[derive(Clone, Debug)]
 pub struct ReplicateConfig {
+    #[pyo3(set)]
     pub replica_num: u64,
+    #[pyo3(set)]
     pub with_hard_pin: bool,
+    #[pyo3(set)]
     pub soft_pin_action: SoftPinAction,
-    /// Accepted, not used: our soft pins have no TTL.
+    /// With `ENABLE`: the soft pin lapses this long after the object becomes
+    /// readable (`None`: upstream's default, 30 minutes; 0: no soft pin).
+    /// Set without `ENABLE`, a put is `INVALID_PARAMS`, as upstream's. Its
+    /// setter raises `TypeError` for a value that is no `uint64`, as
+    /// upstream's does.
     pub soft_pin_ttl_ms: Option<u64>,
+    #[pyo3(set)]
     pub preferred_segment: String,
+    #[pyo3(set)]
     pub preferred_segments: Vec<String>,
+    #[pyo3(set)]
     pub prefer_alloc_in_same_node: bool,
+    #[pyo3(set)]
     pub nof_replica_num: u64,
+    #[pyo3(set)]
     pub dfs_replica_num: u64,
+    #[pyo3(set)]
     pub preferred_nof_segments: Vec<String>,
+    #[pyo3(set)]
     pub group_ids: Option<Vec<String>>,
+    #[pyo3(set)]
     pub data_type: i64,
 }
 
@@ -96,6 +116,18 @@ impl ReplicateConfig {
     }
 
     #[setter]
+    fn set_soft_pin_ttl_ms(&mut self, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.soft_pin_ttl_ms = match value {
+            None => None,
+            Some(v) if v.is_none() => None,
+            Some(v) => Some(v.extract::<u64>().map_err(|_| {
+                PyTypeError::new_err(format!("soft_pin_ttl_ms must be an integer in 0..2**64 or None, got {v}"))
+            })?),
+        };
+        Ok(())
+    }
+
+    #[setter]
     fn set_with_soft_pin(&mut self, on: bool) {
         self.soft_pin_action = if on { SoftPinAction::ENABLE } else { SoftPinAction::DISABLE };
     }
@@ -122,17 +154,33 @@ impl ReplicateConfig {
     }
 
     /// The placement of a put. A hard pin wins; a soft pin is set by
-    /// `ENABLE` (`PRESERVE` and `DISABLE` put the object unpinned).
+    /// `ENABLE`, for `soft_pin_ttl_ms` (upstream's rules: unset is its
+    /// default TTL, 0 no soft pin, above a day or set without `ENABLE` a
+    /// refusal). `PRESERVE` and `DISABLE` put the object unpinned.
     pub fn spec(&self) -> ReplicaSpec {
-        let pin = match (self.with_hard_pin, self.soft_pin_action) {
-            (true, _) => Pin::Hard,
-            (false, SoftPinAction::ENABLE) => Pin::Soft,
-            (false, _) => Pin::None,
+        let soft = match (self.soft_pin_action, self.soft_pin_ttl_ms) {
+            (SoftPinAction::ENABLE, None) => Ok(Pin::SoftFor { ttl_ms: DEFAULT_SOFT_PIN_TTL_MS }),
+            (SoftPinAction::ENABLE, Some(0)) => Ok(Pin::None),
+            (SoftPinAction::ENABLE, Some(ttl_ms)) if ttl_ms <= SOFT_PIN_TTL_MAX_MS => Ok(Pin::SoftFor { ttl_ms }),
+            (SoftPinAction::ENABLE, Some(ttl_ms)) => {
+                Err(format!("soft_pin_ttl_ms {ttl_ms} is above the longest soft pin ({SOFT_PIN_TTL_MAX_MS} ms, a day)"))
+            }
+            (action, Some(ttl_ms)) => Err(format!(
+                "soft_pin_ttl_ms {ttl_ms} with soft_pin_action {}: a TTL needs SoftPinAction.ENABLE",
+                action.name()
+            )),
+            (_, None) => Ok(Pin::None),
+        };
+        let (pin, refused) = match (self.with_hard_pin, soft) {
+            (_, Err(why)) => (Pin::None, Some(why)),
+            (true, Ok(_)) => (Pin::Hard, None),
+            (false, Ok(pin)) => (pin, None),
         };
         ReplicaSpec {
             replica_num: i64::try_from(self.replica_num).unwrap_or(i64::MAX),
             pin,
             preferred: self.preferred(),
+            refused,
         }
     }
 }

@@ -15,7 +15,7 @@ use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 
 use super::apply::Applied;
 use super::invariants::{HeldBy, InvariantViolation, Record};
-use super::validation::{invalid, validate_key};
+use super::validation::{invalid, validate_key, validate_pin};
 use super::{MetaState, ObjectMeta, ObjectStatus, RetiredObject};
 use crate::command::*;
 use crate::error::MetaError;
@@ -259,6 +259,7 @@ impl MetaState {
 /// Checks the shape of a PutCommit (not the arenas or free space).
 pub fn validate_new_object(new: &NewObject) -> Result<(), MetaError> {
     validate_key(&new.key)?;
+    validate_pin(new.pin)?;
     if new.size_bytes == 0 {
         return Err(invalid(format!("object {:?} has size 0", new.key)));
     }

@@ -2,7 +2,7 @@
 //! size, segment size and alignment, label length) and the shape checks
 //! shared by the master's edge (to fail fast) and apply (authoritative).
 
-use crate::command::{PutStart, SegmentSpec};
+use crate::command::{Pin, PutStart, SOFT_PIN_TTL_MAX_MS, SegmentSpec};
 use crate::error::MetaError;
 
 /// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
@@ -34,6 +34,16 @@ pub fn validate_key(key: &str) -> Result<(), MetaError> {
         return Err(invalid(format!("key is {} bytes; the limit is {KEY_MAX_BYTES}", key.len())));
     }
     Ok(())
+}
+
+/// Checks a pin: a soft-pin TTL lies in 1..=[`SOFT_PIN_TTL_MAX_MS`].
+pub fn validate_pin(pin: Pin) -> Result<(), MetaError> {
+    match pin {
+        Pin::SoftFor { ttl_ms } if ttl_ms == 0 || ttl_ms > SOFT_PIN_TTL_MAX_MS => Err(invalid(format!(
+            "soft-pin TTL {ttl_ms} ms is outside 1..={SOFT_PIN_TTL_MAX_MS} (a day); 0 means no soft pin"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Checks a segment declaration on its own (not against other segments).
@@ -68,6 +78,7 @@ pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
 /// Checks the shape of a PutStart (not whether there is room).
 pub fn validate_put_start(put: &PutStart) -> Result<(), MetaError> {
     validate_key(&put.key)?;
+    validate_pin(put.pin)?;
     if put.size_bytes == 0 {
         return Err(invalid(format!("object {:?} has size 0", put.key)));
     }
