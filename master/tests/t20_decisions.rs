@@ -255,9 +255,9 @@ fn a_soft_pin_with_a_ttl_lapses_on_the_wall_clock_from_completion() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = one_segment(100);
-    complete(&mut s, "soft-for-1s", 30, 1, Pin::SoftFor { ttl_ms: 1000 });
+    complete(&mut s, "soft-for-1s", 45, 1, Pin::SoftFor { ttl_ms: 1000 });
     let completed = s.now_ms();
-    complete(&mut s, "none", 30, 1, Pin::None);
+    complete(&mut s, "none", 45, 1, Pin::None);
     let p = policy(0.89, 0.01);
     // Within its TTL the pinned object waits for the unpinned one...
     assert_eq!(keys(&victims_at(&s, &leader, t0 + 10 * SEC, completed + 999, &p)), vec!["none"]);

@@ -5,7 +5,13 @@ Mooncake's wheel in the same run, through the same Python API.
 
 For each object size (4 KiB, 64 KiB, 4 MiB) and client thread count (1, 8)
 it measures ``put_from``, ``get_into`` and ``batch_get_into`` (registered
-buffers, TCP) and prints ops/s, GB/s and latency percentiles per system.
+buffers, TCP), and the layer-wise session calls frameworks make
+(``session_put``: ``batch_put_session_start``, one
+``batch_put_from_multi_buffer_ranges`` per layer, ``batch_put_session_end``;
+``session_get``: ``batch_get_session_start``, one
+``batch_get_into_multi_buffer_ranges`` per layer, ``batch_get_session_end``;
+a batch of keys, 4 layers each), and prints ops/s (objects), GB/s and
+latency percentiles (per call sequence) per system.
 
 Topology, the same for both systems: one *store* process contributes the
 segment, one *client* process runs the threads; both are Python processes
@@ -42,9 +48,12 @@ from pathlib import Path
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = (4 * KiB, 64 * KiB, 4 * MiB)
 THREADS = (1, 8)
-OPS = ("put", "get_into", "batch_get_into")
-# Keys per batch_get_into call, by object size (a batch of 4 MiB objects is 16 MiB).
+OPS = ("put", "get_into", "batch_get_into", "session_put", "session_get")
+# Keys per batched call, by object size (a batch of 4 MiB objects is 16 MiB).
 BATCH_KEYS = {4 * KiB: 32, 64 * KiB: 16, 4 * MiB: 4}
+BATCHED = ("batch_get_into", "session_put", "session_get")
+# Ranges (layers) per object in the session phases; each a call of its own.
+LAYERS = 4
 SEGMENT_BYTES = 3 << 30
 # What the put phases of one (size, threads) pair may store in all (its
 # rounds share it): the puts stop there.
@@ -82,8 +91,11 @@ def run_phase(store, op, size, threads, seconds, prefix, max_bytes=PHASE_BYTES_M
     Puts write new keys (at most ``max_bytes`` in all); reads cycle over
     the keys the put phase of the same prefix wrote (``stored`` per thread).
     """
-    batch = BATCH_KEYS[size] if op == "batch_get_into" else 1
+    batch = BATCH_KEYS[size] if op in BATCHED else 1
     per_thread_keys = max(batch, max_bytes // size // threads)
+    # Session puts store new keys too, a quarter of the put phase's budget.
+    calls_max = {"put": per_thread_keys, "session_put": max(1, per_thread_keys // 4 // batch)}.get(op)
+    step = size // LAYERS
     span = size * batch
     buf = ctypes.create_string_buffer(os.urandom(span * threads), span * threads)
     base = ctypes.addressof(buf)
@@ -94,26 +106,48 @@ def run_phase(store, op, size, threads, seconds, prefix, max_bytes=PHASE_BYTES_M
 
     def worker(t):
         ptr, i = base + t * span, 0
-        while time.monotonic() < deadline and (op != "put" or i < per_thread_keys):
+        while time.monotonic() < deadline and (calls_max is None or i < calls_max):
             if op == "put":
                 t0 = time.perf_counter()
                 ok = store.put_from(f"{prefix}/{t}/{i}", ptr, size) == 0
             elif op == "get_into":
                 t0 = time.perf_counter()
                 ok = store.get_into(f"{prefix}/{t}/{i % stored[t]}", ptr, size) == size
-            else:
+            elif op == "batch_get_into":
                 keys = [f"{prefix}/{t}/{(i * batch + k) % stored[t]}" for k in range(batch)]
                 ptrs = [ptr + k * size for k in range(batch)]
                 t0 = time.perf_counter()
                 ok = store.batch_get_into(keys, ptrs, [size] * batch) == [size] * batch
+            elif op == "session_put":
+                keys = [f"{prefix}/s/{t}/{i * batch + k}" for k in range(batch)]
+                t0 = time.perf_counter()
+                ok = store.batch_put_session_start(keys, [size] * batch) == [0] * batch
+                for layer in range(LAYERS):
+                    ptrs = [[ptr + k * size + layer * step] for k in range(batch)]
+                    got = store.batch_put_from_multi_buffer_ranges(keys, ptrs, [[step]] * batch,
+                                                                   [[layer * step]] * batch)
+                    ok = ok and got == [step] * batch
+                ok = store.batch_put_session_end(keys) == [0] * batch and ok
+            else:
+                keys = [f"{prefix}/{t}/{(i * batch + k) % stored[t]}" for k in range(batch)]
+                t0 = time.perf_counter()
+                ok = store.batch_get_session_start(keys) == [0] * batch
+                for layer in range(LAYERS):
+                    ptrs = [[ptr + k * size + layer * step] for k in range(batch)]
+                    got = store.batch_get_into_multi_buffer_ranges(keys, ptrs, [[step]] * batch,
+                                                                   [[layer * step]] * batch)
+                    ok = ok and got == [step] * batch
+                store.batch_get_session_end(keys)
             lat[t].append(time.perf_counter() - t0)
             errors[t] += 0 if ok else 1
             i += 1
         counts[t] = i
 
     stored = run_phase.stored.get((prefix, threads), [0] * threads)
-    if op != "put" and min(stored) == 0:
+    if op in ("get_into", "batch_get_into", "session_get") and min(stored) == 0:
         return None
+    if op in ("session_put", "session_get") and not hasattr(store, "batch_put_session_start"):
+        return None  # an upstream wheel without sessions
     start = time.perf_counter()
     pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
     for th in pool:
