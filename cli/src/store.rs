@@ -48,7 +48,9 @@ pub struct StoreArgs {
     /// Use anonymous memory instead of a /dev/shm file (no same-host shm transfers).
     #[arg(long)]
     pub anonymous: bool,
-    /// HTTP address for /health and /metrics (Prometheus text).
+    /// HTTP address for /health, /metrics (Prometheus text) and /standalone
+    /// (what an inference process on this host needs to use this node as its
+    /// store: Python's `setup_dummy(…, "<this address>")`).
     #[arg(long)]
     pub http: Option<std::net::SocketAddr>,
     /// Most transfer connections served at once; more are answered BUSY.
@@ -171,7 +173,10 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     }
     let client = std::sync::Arc::new(client);
     let http = match a.http {
-        Some(addr) => Some(crate::store_http::serve(addr, client.clone()).await?),
+        Some(addr) => {
+            let node = crate::store_http::NodeState { client: client.clone(), masters: a.masters.masters.clone() };
+            Some(crate::store_http::serve(addr, node).await?)
+        }
         None => None,
     };
     wait_for_signal().await;

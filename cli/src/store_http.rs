@@ -6,6 +6,10 @@
 //!
 //! `/health` answers 503 while the masters do not know the node's segment
 //! (it is being remounted, or the remount fails): such a node serves nothing.
+//!
+//! `/standalone` (JSON) tells an inference process on the same host how to
+//! use this node as its store (Mooncake's standalone mode, Python's
+//! `setup_dummy(…, server_address)`): the masters, and the node's segment.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -19,9 +23,21 @@ use axum::routing::get;
 use mooncake_client::Client;
 use tokio::task::JoinHandle;
 
-pub async fn serve(addr: SocketAddr, client: Arc<Client>) -> anyhow::Result<JoinHandle<()>> {
+/// What the HTTP handlers read: the node's client and the masters it was
+/// given.
+#[derive(Clone)]
+pub struct NodeState {
+    pub client: Arc<Client>,
+    pub masters: Vec<String>,
+}
+
+pub async fn serve(addr: SocketAddr, node: NodeState) -> anyhow::Result<JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let app = Router::new().route("/health", get(health)).route("/metrics", get(metrics)).with_state(client);
+    let app = Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/standalone", get(standalone))
+        .with_state(node);
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "store node HTTP stopped");
@@ -31,7 +47,7 @@ pub async fn serve(addr: SocketAddr, client: Arc<Client>) -> anyhow::Result<Join
 
 /// 200 while the node serves a segment the masters know; 503 with the
 /// reason otherwise.
-async fn health(State(client): State<Arc<Client>>) -> (StatusCode, String) {
+async fn health(State(NodeState { client, .. }): State<NodeState>) -> (StatusCode, String) {
     match client.local_segment() {
         Some(seg) if !seg.is_mounted() => {
             let why = seg.mount_error().unwrap_or_else(|| "the masters do not know this node's segment".into());
@@ -45,7 +61,23 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-async fn metrics(State(client): State<Arc<Client>>) -> String {
+/// The masters and this node's segment, for a standalone-mode client.
+async fn standalone(State(node): State<NodeState>) -> (StatusCode, String) {
+    let Some(seg) = node.client.local_segment() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "this node serves no segment\n".into());
+    };
+    let spec = seg.spec();
+    let body = serde_json::json!({
+        "masters": node.masters,
+        "endpoint": spec.endpoint,
+        "segment_id": spec.id,
+        "segment_bytes": spec.size,
+        "mounted": seg.is_mounted(),
+    });
+    (StatusCode::OK, body.to_string())
+}
+
+async fn metrics(State(NodeState { client, .. }): State<NodeState>) -> String {
     let mut out = String::new();
     if let Some(seg) = client.local_segment() {
         family(&mut out, "mooncake_store_segment_bytes", "gauge", "Size of the segment this node serves.");

@@ -17,6 +17,7 @@ pub mod pool;
 pub mod session;
 pub mod sessions;
 pub mod setup;
+pub mod standalone;
 pub mod waiter;
 
 #[cfg(feature = "python")]

@@ -17,6 +17,7 @@ use crate::codes;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::session::init_logging();
     m.add_class::<store::MooncakeDistributedStore>()?;
+    m.add_class::<store::MooncakeHostMemAllocator>()?;
     m.add_class::<config::ReplicateConfig>()?;
     m.add_class::<config::SoftPinAction>()?;
     m.add_class::<handle::BufferHandle>()?;

@@ -22,6 +22,36 @@ use crate::codes::{self, Code};
 use crate::session::StoreState;
 use crate::setup::{SetupArgs, TlsPaths};
 
+/// Upstream's `MooncakeHostMemAllocator`: host memory for a standalone-mode
+/// store's buffers (`alloc(size)` → address, `free(address)` → 0 or -1).
+/// Register what it gives with `register_buffer` before passing it to a call.
+#[pyclass(module = "mooncake_rs.store", frozen)]
+#[derive(Default)]
+pub struct MooncakeHostMemAllocator {
+    memory: crate::standalone::HostMemory,
+}
+
+#[pymethods]
+impl MooncakeHostMemAllocator {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// `size` bytes of page-aligned memory; their address (a `MemoryError`
+    /// when the host has none to give).
+    fn alloc(&self, size: i64) -> PyResult<usize> {
+        let size = unsigned(size, "size")? as u64;
+        self.memory.alloc(size).map_err(|e| pyo3::exceptions::PyMemoryError::new_err(e.to_string()))
+    }
+
+    /// Frees a block `alloc` gave: 0, or -1 for an address it did not give.
+    fn free(&self, ptr: i64) -> PyResult<Code> {
+        let ptr = unsigned(ptr, "ptr")?;
+        Ok(if self.memory.free(ptr) { codes::OK } else { codes::INTERNAL_ERROR })
+    }
+}
+
 /// Mooncake's `health_check` answer before `setup` and after `close`.
 const HEALTH_NOT_OPEN: Code = 1;
 
@@ -135,6 +165,71 @@ impl MooncakeDistributedStore {
             Ok(()) => Ok(codes::OK),
             Err(e) => {
                 tracing::error!(code = e.code, "setup failed: {}", e.message);
+                Ok(e.code)
+            }
+        }
+    }
+
+    /// `setup_dummy(mem_pool_size, local_buffer_size, server_address)`:
+    /// standalone mode. `server_address` is the `--http` address of a store
+    /// node on this host (`mooncake store --http …`); this process holds no
+    /// segment, the store node holds the cache (it outlives this process).
+    /// `mem_pool_size` is accepted and unused (as in upstream's current
+    /// client). 0, or -1 with the reason logged (as upstream).
+    fn setup_dummy(
+        &self,
+        py: Python<'_>,
+        mem_pool_size: i64,
+        local_buffer_size: i64,
+        server_address: String,
+    ) -> PyResult<Code> {
+        let _ = unsigned(mem_pool_size, "mem_pool_size")?;
+        let local_buffer_size = unsigned(local_buffer_size, "local_buffer_size")? as u64;
+        let opened = py.detach(|| {
+            let info = crate::standalone::fetch(&server_address)?;
+            self.state.setup(&info.setup_args(local_buffer_size)).map_err(|e| e.message)
+        });
+        match opened {
+            Ok(()) => Ok(codes::OK),
+            Err(why) => {
+                tracing::error!("setup_dummy failed: {why}");
+                Ok(codes::INTERNAL_ERROR)
+            }
+        }
+    }
+
+    /// `init_all(protocol, device_name, mount_segment_size=16 MiB)`:
+    /// upstream's all-defaults setup (this host, masters at
+    /// `$MOONCAKE_MASTER` or 127.0.0.1:50051, a segment of
+    /// `mount_segment_size`, a 16 MiB local buffer). 0, a code, or
+    /// `INVALID_PARAMS` when the store is set up already (as upstream).
+    #[pyo3(signature = (protocol, device_name, mount_segment_size=16 << 20))]
+    fn init_all(
+        &self,
+        py: Python<'_>,
+        protocol: String,
+        device_name: String,
+        mount_segment_size: i64,
+    ) -> PyResult<Code> {
+        let size = unsigned(mount_segment_size, "mount_segment_size")? as u64;
+        if self.state.is_open() {
+            return Ok(codes::INVALID_PARAMS);
+        }
+        let masters = std::env::var("MOONCAKE_MASTER").ok().filter(|m| !m.trim().is_empty());
+        let args = SetupArgs {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: "P2PHANDSHAKE".into(),
+            global_segment_size: size,
+            local_buffer_size: 16 << 20,
+            protocol,
+            rdma_devices: device_name,
+            master_server_addr: masters.unwrap_or_else(|| "127.0.0.1:50051".into()),
+            tls: TlsPaths::default(),
+        };
+        match py.detach(|| self.state.setup(&args)) {
+            Ok(()) => Ok(codes::OK),
+            Err(e) => {
+                tracing::error!(code = e.code, "init_all failed: {}", e.message);
                 Ok(e.code)
             }
         }
