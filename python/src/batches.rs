@@ -31,6 +31,8 @@ pub struct ReplicaInfo {
     pub offset: u64,
     pub size: u64,
     pub complete: bool,
+    /// On a store node's disk segment (docs/TIERS.md), not in memory.
+    pub on_disk: bool,
 }
 
 impl Session {
@@ -192,6 +194,7 @@ fn replica_info(r: &mooncake_proto::master::Replica, size: u64) -> ReplicaInfo {
         offset: r.offset,
         size,
         complete: r.status == mooncake_proto::master::ReplicaStatus::Complete as i32,
+        on_disk: r.tier() == mooncake_proto::master::Tier::Ssd,
     }
 }
 

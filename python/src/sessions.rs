@@ -44,8 +44,8 @@ impl Sessions {
 
 impl Session {
     /// Reserves each `(key, size)`; per key 0 or a code. A key with a put
-    /// session already open (in this process, or twice in `items`) is
-    /// `INVALID_PARAMS`; a key that exists is `OBJECT_ALREADY_EXISTS`.
+    /// session already open in this process is `INVALID_PARAMS`; a key that
+    /// exists, or that `items` names again, is `OBJECT_ALREADY_EXISTS`.
     pub fn put_sessions_start(&self, items: &[(String, u64)], spec: &ReplicaSpec) -> Vec<Code> {
         let opts = match self.block_on(self.put_options(spec)) {
             Ok(o) => o,
@@ -57,8 +57,14 @@ impl Session {
             let open = self.sessions().puts();
             let mut seen = std::collections::HashSet::new();
             for (i, (key, size)) in items.iter().enumerate() {
-                if *size > 0 && !open.contains_key(key) && seen.insert(key.as_str()) {
-                    asked.push(i);
+                if *size == 0 || open.contains_key(key) {
+                    continue;
+                }
+                match seen.insert(key.as_str()) {
+                    true => asked.push(i),
+                    // The first of the call reserves the key (upstream's
+                    // master answers the second so).
+                    false => out[i] = codes::OBJECT_ALREADY_EXISTS,
                 }
             }
         }

@@ -101,7 +101,7 @@ def test_put_session_misuse_is_refused_and_changes_nothing(client, mem):
     key = "t90/misuse"
     assert client.batch_put_session_start([key, "t90/other"], [4096]) == [INVALID_PARAMS, INVALID_PARAMS]
     assert client.batch_put_from_multi_buffer_ranges([key], [[mem.ptr]], [[10]], [[0]]) == [INVALID_PARAMS]
-    assert client.batch_put_session_start([key, key], [4096, 4096]) == [0, INVALID_PARAMS]
+    assert client.batch_put_session_start([key, key], [4096, 4096]) == [0, OBJECT_ALREADY_EXISTS]
     assert client.batch_put_session_start([key], [4096]) == [INVALID_PARAMS]  # one is open
     # Past the object's end, overlapping, unregistered, mismatched lists.
     assert client.batch_put_from_multi_buffer_ranges([key], [[mem.ptr]], [[100]], [[4000]]) == [INVALID_PARAMS]

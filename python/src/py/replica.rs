@@ -65,15 +65,17 @@ impl ReplicaDescriptor {
     }
 
     fn is_memory_replica(&self) -> bool {
-        true
+        !self.info.on_disk
     }
 
+    /// Upstream's shared-file-system (DFS) replica: we have none.
     fn is_disk_replica(&self) -> bool {
         false
     }
 
+    /// A replica on a store node's own disk segment.
     fn is_local_disk_replica(&self) -> bool {
-        false
+        self.info.on_disk
     }
 
     fn get_memory_descriptor(&self) -> MemoryDescriptor {
