@@ -21,5 +21,7 @@ pub use error::ClientError;
 pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
 /// The object checksum (CRC-32C) a client computes at put and verifies at get.
 pub use mooncake_segment::checksum;
-pub use store_client::{Client, ClientStats, GetSession, Pin, PutOptions, PutOutcome, PutSession, remote};
+pub use store_client::{
+    Client, ClientStats, GetSession, Pin, PutOptions, PutOutcome, PutSession, SessionReads, remote,
+};
 pub use store_node::LocalSegment;

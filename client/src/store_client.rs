@@ -25,7 +25,7 @@ use crate::store_node::LocalSegment;
 mod scatter;
 mod sessions;
 
-pub use sessions::{GetSession, PutSession};
+pub use sessions::{GetSession, PutSession, SessionReads};
 
 /// Options of one put.
 #[derive(Clone, Debug, Default)]

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::join_all;
-use mooncake_client::{ClientError, GetSession, PutSession};
+use mooncake_client::{ClientError, GetSession, PutSession, SessionReads};
 
 use crate::buffers::Region;
 use crate::codes::{self, Code};
@@ -179,18 +179,26 @@ impl Session {
             let open = self.sessions().gets();
             keys.iter().map(|k| open.get(k).cloned()).collect()
         };
-        let reads = sessions.iter().zip(ranges).map(|(s, r)| async move {
-            let (Some(s), Some(r)) = (s, r) else { return Err(codes::INVALID_PARAMS) };
-            // SAFETY: each region was checked against registered memory and
-            // the regions of one call do not overlap (`carve`).
-            let mut bufs: Vec<(u64, &mut [u8])> =
-                r.iter().map(|(o, region)| (*o, unsafe { region.as_mut_slice() })).collect();
-            self.client().get_session_read(s, &mut bufs).await.map_err(|e| match e {
+        // The keys with a session and accepted ranges read in one batch.
+        let mut results: Vec<Result<u64, Code>> = vec![Err(codes::INVALID_PARAMS); keys.len()];
+        let mut batch: Vec<SessionReads<'_>> = Vec::new();
+        let mut index = Vec::new();
+        for (i, (s, r)) in sessions.iter().zip(&ranges).enumerate() {
+            if let (Some(s), Some(r)) = (s, r) {
+                // SAFETY: each region was checked against registered memory
+                // and the regions of one call do not overlap (`carve`).
+                let bufs = r.iter().map(|(o, region)| (*o, unsafe { region.as_mut_slice() })).collect();
+                batch.push((s.as_ref(), bufs));
+                index.push(i);
+            }
+        }
+        let read = self.block_on(self.client().get_sessions_read(&mut batch));
+        for (i, r) in index.into_iter().zip(read) {
+            results[i] = r.map_err(|e| match e {
                 ClientError::LeaseExpired { .. } => codes::LEASE_EXPIRED,
                 e => codes::of_client(&e),
-            })
-        });
-        let results = self.block_on(join_all(reads));
+            });
+        }
         let mut open = self.sessions().gets();
         results
             .into_iter()

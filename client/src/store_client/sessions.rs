@@ -177,6 +177,9 @@ fn zeros_crc32c(len: u64) -> u32 {
     combined_crc32c(pieces)
 }
 
+/// The ranges one get session reads: `(offset in the object, buffer)` each.
+pub type SessionReads<'a> = (&'a GetSession, Vec<(u64, &'a mut [u8])>);
+
 /// An object's replicas resolved once, read in ranges under its KV lease.
 #[derive(Debug)]
 pub struct GetSession {
@@ -405,6 +408,66 @@ impl Client {
                     Ok(session)
                 })),
                 Err(e) => out.extend(chunk.iter().map(|_| Err(ClientError::Master(e.clone())))),
+            }
+        }
+        out
+    }
+
+    /// [`get_session_read`](Self::get_session_read) of many sessions in one
+    /// batched transfer: the ranges of every session from its nearest
+    /// replica at once (small ones to one store node share a pipelined
+    /// connection), then each range that failed there from the other
+    /// replicas. One result per session: its bytes read or why not.
+    pub async fn get_sessions_read(&self, reads: &mut [SessionReads<'_>]) -> Vec<Result<u64, ClientError>> {
+        // Each session's ranges checked first; a refused session reads nothing.
+        let mut out: Vec<Result<u64, ClientError>> = reads
+            .iter()
+            .map(|(session, ranges)| {
+                let size = session.list.size;
+                for (offset, buf) in ranges.iter() {
+                    let len = buf.len() as u64;
+                    if offset.checked_add(len).is_none_or(|end| end > size) {
+                        let key = session.key.clone();
+                        return Err(ClientError::RangeOutsideObject { key, offset: *offset, len, size });
+                    }
+                }
+                session.check_lease()?;
+                Ok(ranges.iter().map(|(_, b)| b.len() as u64).sum())
+            })
+            .collect();
+        let targets: Vec<Option<(mooncake_transfer::RemoteSegment, u64)>> = reads
+            .iter()
+            .map(|(s, _)| self.nearest_first(&s.list.replicas).first().map(|r| (remote(r), r.offset)))
+            .collect();
+        let mut batch = Vec::new();
+        let mut owners = Vec::new();
+        for (i, ((_, ranges), target)) in reads.iter_mut().zip(&targets).enumerate() {
+            if let (Ok(_), Some((target, base))) = (&out[i], target) {
+                for (j, (offset, buf)) in ranges.iter_mut().enumerate() {
+                    batch.push(mooncake_transfer::BatchRead { target, offset: base + *offset, buf });
+                    owners.push((i, j));
+                }
+            }
+        }
+        let results = self.engine.read_batch_checksummed(batch).await;
+        let failed: Vec<(usize, usize)> =
+            owners.into_iter().zip(results).filter(|(_, r)| r.is_err()).map(|(owner, _)| owner).collect();
+        // The ranges that failed on the nearest replica, from every replica.
+        for (i, j) in failed {
+            if out[i].is_err() {
+                continue;
+            }
+            let (session, ranges) = &mut reads[i];
+            let (offset, buf) = &mut ranges[j];
+            if let Err(e) = self.read_range(&session.key, &session.list, *offset, buf).await {
+                out[i] = Err(e);
+            }
+        }
+        for (r, (session, _)) in out.iter_mut().zip(reads.iter()) {
+            if r.is_ok()
+                && let Err(e) = session.check_lease()
+            {
+                *r = Err(e);
             }
         }
         out
