@@ -22,7 +22,8 @@ pub struct PutArgs {
     /// the put fails instead of storing fewer copies.
     #[arg(long, default_value_t = 1)]
     pub min_replicas: u32,
-    /// Eviction protection: none, soft or hard.
+    /// Eviction protection: none, soft, soft:<ttl ms> (a soft pin that
+    /// lapses that long after the put) or hard.
     #[arg(long, default_value = "none")]
     pub pin: Pin,
     /// Transport: tcp, shm, rdma or auto.
@@ -155,7 +156,7 @@ pub async fn stat(a: StatArgs) -> anyhow::Result<()> {
             .iter()
             .map(|r| serde_json::json!({"segment": format!("{:016x}", r.segment_id), "offset": r.offset, "len": r.len, "endpoint": r.endpoint, "host": r.host_id, "zone": r.zone}))
             .collect();
-        let v = serde_json::json!({"key": o.key, "size": o.size, "checksum": format!("{:08x}", o.checksum), "complete": o.status == 1, "pin": o.pin, "replicas": replicas});
+        let v = serde_json::json!({"key": o.key, "size": o.size, "checksum": format!("{:08x}", o.checksum), "complete": o.status == 1, "pin": o.pin, "soft_pin_ttl_ms": o.soft_pin_ttl_ms, "replicas": replicas});
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -163,7 +164,11 @@ pub async fn stat(a: StatArgs) -> anyhow::Result<()> {
     println!("size:     {} bytes", o.size);
     println!("checksum: crc32c {:08x}", o.checksum);
     println!("status:   {}", if o.status == 1 { "complete" } else { "writing" });
-    println!("pin:      {}", ["none", "soft", "hard"].get(o.pin as usize).unwrap_or(&"?"));
+    let pin = ["none", "soft", "hard"].get(o.pin as usize).unwrap_or(&"?");
+    match o.soft_pin_ttl_ms {
+        0 => println!("pin:      {pin}"),
+        ttl => println!("pin:      {pin} (lapses {ttl} ms after the put)"),
+    }
     for r in &o.replicas {
         println!(
             "replica:  segment {:016x} [{}, +{}) at {} (host {}, zone {:?})",
