@@ -18,6 +18,8 @@ use mooncake_transfer::testing::pattern;
 use mooncake_transfer::{ReadItem, ServerConfig, TcpConfig, TcpTransport, TransferError};
 
 const SEGMENT_BYTES: u64 = 16 << 20;
+/// The segment a connection reads whole to hold the server busy.
+const HOLDER_SEGMENT_BYTES: u64 = 128 << 20;
 
 /// Two CAs: the cluster's, and a stranger's that trusts the cluster's CA
 /// certificate (it is no secret) but holds a certificate the cluster never issued.
@@ -150,7 +152,10 @@ async fn a_tls_client_refuses_a_plain_or_foreign_server() {
 async fn a_full_tls_server_answers_busy_inside_tls() {
     let pki = Pki::new();
     let config = ServerConfig { connections_max: 1, peer_connections_max: 1, ..ServerConfig::default() };
-    let node = tls_node(&pki, config).await;
+    // A segment larger than the loopback socket buffers can hold (about
+    // 10 MB here): the holder's read below must keep the server sending.
+    let node =
+        Node::anonymous_with(HOLDER_SEGMENT_BYTES, ServerConfig { tls: Some(pki.ours(Role::Store)), ..config }).await;
     let (endpoint, id) = (&node.target.endpoint, node.target.id);
     let one_lane =
         || TcpTransport::new(TcpConfig { lanes: 1, tls: Some(pki.ours(Role::Client)), ..TcpConfig::default() });
@@ -173,7 +178,7 @@ async fn a_full_tls_server_answers_busy_inside_tls() {
     let tcp = tokio::net::TcpStream::connect(endpoint.as_str()).await.unwrap();
     let connector = tokio_rustls::TlsConnector::from(tls.client_config());
     let mut holder = connector.connect(tls.server_name().clone(), tcp).await.unwrap();
-    let header = common::request(mooncake_transfer::frame::Op::Read, 1, id, 0, SEGMENT_BYTES);
+    let header = common::request(mooncake_transfer::frame::Op::Read, 1, id, 0, HOLDER_SEGMENT_BYTES);
     tokio::io::AsyncWriteExt::write_all(&mut holder, &header).await.unwrap();
     tokio::io::AsyncWriteExt::flush(&mut holder).await.unwrap();
     let mut answer = [0u8; mooncake_transfer::frame::RESPONSE_HEADER_BYTES];
