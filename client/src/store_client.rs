@@ -356,6 +356,21 @@ impl Client {
         }
     }
 
+    /// The PutStart of `size` bytes under `key` with `opts`.
+    fn put_start_request(&self, key: &str, size: u64, opts: &PutOptions, upsert: bool) -> PutStartRequest {
+        PutStartRequest {
+            client_id: self.client_id,
+            key: key.to_string(),
+            size,
+            replica_num: if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas },
+            preferred_segments: wire_segments(&opts.preferred_segments),
+            pin: opts.pin.wire(),
+            soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
+            upsert,
+            min_replicas: opts.min_replicas,
+        }
+    }
+
     fn put_end_request(
         &self,
         key: &str,
@@ -386,18 +401,7 @@ impl Client {
         opts: &PutOptions,
         upsert: bool,
     ) -> Result<Vec<Replica>, ClientError> {
-        let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
-        let req = PutStartRequest {
-            client_id: self.client_id,
-            key: key.to_string(),
-            size,
-            replica_num,
-            preferred_segments: wire_segments(&opts.preferred_segments),
-            pin: opts.pin.wire(),
-            soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
-            upsert,
-            min_replicas: opts.min_replicas,
-        };
+        let req = self.put_start_request(key, size, opts, upsert);
         Ok(self.master.put_start(req).await?)
     }
 
@@ -520,21 +524,7 @@ impl Client {
         opts: &PutOptions,
         upsert: bool,
     ) -> Vec<Result<PutOutcome, ClientError>> {
-        let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
-        let reqs = items
-            .iter()
-            .map(|(key, data)| PutStartRequest {
-                client_id: self.client_id,
-                key: key.to_string(),
-                size: parts_len(data),
-                replica_num,
-                preferred_segments: wire_segments(&opts.preferred_segments),
-                pin: opts.pin.wire(),
-                soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
-                upsert,
-                min_replicas: opts.min_replicas,
-            })
-            .collect();
+        let reqs = items.iter().map(|(key, data)| self.put_start_request(key, parts_len(data), opts, upsert)).collect();
         let started = match self.master.batch_put_start(reqs).await {
             Ok(r) => r,
             Err(e) => return items.iter().map(|_| Err(ClientError::Master(e.clone()))).collect(),

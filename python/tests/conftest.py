@@ -9,6 +9,7 @@ this repository (`cargo build --release --bin mooncake`). Every wait has a
 timeout; a failing wait raises with the masters' log tails.
 """
 
+import ctypes
 import json
 import os
 import select
@@ -60,6 +61,25 @@ def wait_for(what, timeout_s, cond, interval_s=0.05):
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+class Registered:
+    """A ctypes buffer registered with a store (`close` unregisters it)."""
+
+    def __init__(self, store, size):
+        self.store, self.size = store, size
+        self.buf = ctypes.create_string_buffer(size)
+        self.ptr = ctypes.addressof(self.buf)
+        assert store.register_buffer(self.ptr, size) == 0
+
+    def write(self, offset, data):
+        ctypes.memmove(self.ptr + offset, data, len(data))
+
+    def read(self, offset, size):
+        return ctypes.string_at(self.ptr + offset, size)
+
+    def close(self):
+        assert self.store.unregister_buffer(self.ptr) == 0
 
 
 class Cluster:

@@ -7,28 +7,11 @@ import os
 
 import pytest
 
+from conftest import Registered
+
 MiB = 1 << 20
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
-
-
-class Registered:
-    """A ctypes buffer registered with a store (unregistered on exit)."""
-
-    def __init__(self, store, size):
-        self.store, self.size = store, size
-        self.buf = ctypes.create_string_buffer(size)
-        self.ptr = ctypes.addressof(self.buf)
-        assert store.register_buffer(self.ptr, size) == 0
-
-    def write(self, offset, data):
-        ctypes.memmove(self.ptr + offset, data, len(data))
-
-    def read(self, offset, size):
-        return ctypes.string_at(self.ptr + offset, size)
-
-    def close(self):
-        assert self.store.unregister_buffer(self.ptr) == 0
 
 
 @pytest.fixture

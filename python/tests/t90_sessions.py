@@ -9,29 +9,13 @@ import os
 
 import pytest
 
-from conftest import Cluster, Stores, wait_for
+from conftest import Cluster, Registered, Stores, wait_for
 
 KiB, MiB = 1 << 10, 1 << 20
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
 LEASE_EXPIRED = -707
-
-
-class Registered:
-    """A ctypes buffer registered with a store."""
-
-    def __init__(self, store, size):
-        self.store, self.size = store, size
-        self.buf = ctypes.create_string_buffer(size)
-        self.ptr = ctypes.addressof(self.buf)
-        assert store.register_buffer(self.ptr, size) == 0
-
-    def write(self, offset, data):
-        ctypes.memmove(self.ptr + offset, data, len(data))
-
-    def read(self, offset, size):
-        return ctypes.string_at(self.ptr + offset, size)
 
 
 @pytest.fixture
@@ -45,6 +29,20 @@ def layers(key_bytes, n):
     return [(i * step, key_bytes[i * step:(i + 1) * step]) for i in range(n)]
 
 
+def write_layer(client, mem, keys, data, n, layer):
+    """Writes layer `layer` of `n` of every key's bytes (`data[key]`) into
+    its put session, from its own place in `mem`: one ranged call."""
+    ptrs, sizes, offsets = [], [], []
+    for i, k in enumerate(keys):
+        offset, chunk = layers(data[k], n)[layer]
+        src = (i * n + layer) * len(chunk)
+        mem.write(src, chunk)
+        ptrs.append([mem.ptr + src])
+        sizes.append([len(chunk)])
+        offsets.append([offset])
+    return client.batch_put_from_multi_buffer_ranges(keys, ptrs, sizes, offsets)
+
+
 def test_a_put_session_fills_an_object_layer_by_layer(client, mem):
     keys = ["t90/a", "t90/b"]
     size = 64 * KiB
@@ -54,15 +52,7 @@ def test_a_put_session_fills_an_object_layer_by_layer(client, mem):
     assert client.is_exist(keys[0]) == 0
     # Four layers, written last layer first, one call per layer.
     for layer in reversed(range(4)):
-        ptrs, sizes, offsets = [], [], []
-        for i, k in enumerate(keys):
-            offset, chunk = layers(data[k], 4)[layer]
-            src = (i * 4 + layer) * 16 * KiB
-            mem.write(src, chunk)
-            ptrs.append([mem.ptr + src])
-            sizes.append([len(chunk)])
-            offsets.append([offset])
-        assert client.batch_put_from_multi_buffer_ranges(keys, ptrs, sizes, offsets) == [16 * KiB, 16 * KiB]
+        assert write_layer(client, mem, keys, data, 4, layer) == [16 * KiB, 16 * KiB]
     assert client.batch_put_session_end(keys) == [0, 0]
     for k in keys:
         assert client.get(k) == data[k]
@@ -193,22 +183,11 @@ def test_put_sessions_across_a_leader_kill_complete_or_leave_nothing(own_cluster
         data = {k: os.urandom(64 * KiB) for k in keys}
         assert client.batch_put_session_start(keys, [64 * KiB] * len(keys)) == [0] * len(keys)
 
-        def write_layer(layer):
-            ptrs, sizes, offsets = [], [], []
-            for i, k in enumerate(keys):
-                offset, chunk = layers(data[k], 2)[layer]
-                src = (i * 2 + layer) * 32 * KiB
-                mem.write(src, chunk)
-                ptrs.append([mem.ptr + src])
-                sizes.append([len(chunk)])
-                offsets.append([offset])
-            return client.batch_put_from_multi_buffer_ranges(keys, ptrs, sizes, offsets)
-
-        assert write_layer(0) == [32 * KiB] * len(keys)
+        assert write_layer(client, mem, keys, data, 2, 0) == [32 * KiB] * len(keys)
         old = own_cluster.leader()
         own_cluster.kill(old)
         assert own_cluster.wait_for_leader() != old
-        assert write_layer(1) == [32 * KiB] * len(keys)  # the data path needs no master
+        assert write_layer(client, mem, keys, data, 2, 1) == [32 * KiB] * len(keys)  # the data path needs no master
         ended = client.batch_put_session_end(keys)
         # The reservations lived on the dead leader: each end either
         # committed (the bytes read back whole) or failed and stored nothing.

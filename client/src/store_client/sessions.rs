@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use mooncake_proto::ErrorCode;
-use mooncake_proto::master::{GetReplicaListResponse, PutRevokeRequest, PutStartRequest, Replica};
+use mooncake_proto::master::{GetReplicaListResponse, PutRevokeRequest, Replica};
 use tokio::sync::Notify;
 
-use super::{BATCH_ITEMS_MAX, Client, PutOptions, combined_crc32c, item_status, list_error, remote, wire_segments};
+use super::{BATCH_ITEMS_MAX, Client, PutOptions, combined_crc32c, item_status, list_error, remote};
 use crate::error::ClientError;
 
 /// Size of the zero buffer gaps are filled from.
@@ -227,23 +227,9 @@ impl Client {
         opts: &PutOptions,
         upsert: bool,
     ) -> Vec<Result<PutSession, ClientError>> {
-        let replica_num = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(BATCH_ITEMS_MAX) {
-            let reqs = chunk
-                .iter()
-                .map(|(key, size)| PutStartRequest {
-                    client_id: self.client_id,
-                    key: key.to_string(),
-                    size: *size,
-                    replica_num,
-                    preferred_segments: wire_segments(&opts.preferred_segments),
-                    pin: opts.pin.wire(),
-                    soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
-                    upsert,
-                    min_replicas: opts.min_replicas,
-                })
-                .collect();
+            let reqs = chunk.iter().map(|(key, size)| self.put_start_request(key, *size, opts, upsert)).collect();
             match self.master.batch_put_start(reqs).await {
                 Ok(started) => out.extend(chunk.iter().zip(started.reply).map(|((key, size), resp)| {
                     item_status(resp.status.as_ref(), started.attempts)?;
