@@ -276,27 +276,11 @@ pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, m
 const TAKE_BACK_WAIT: Duration = Duration::from_secs(1);
 
 /// Gives back what this leader holds but does not use: the tail of
-/// `segment`'s open arena (never handed out: at once), every own arena with
-/// nothing in flight, and `segment`'s arenas of earlier leaders (once their
-/// store nodes let go of them: waits up to [`TAKE_BACK_WAIT`] for those on
-/// `segment`).
-///
-/// An earlier leader's arena is otherwise held for the release timeout, so
-/// that its puts in flight may still commit here. Under pressure the space
-/// wins: after a failover every object of a full cache lives in such
-/// arenas, and what eviction frees there would stay unusable, each put
-/// evicting more (up to 15x its size) and still finding no room. Its WRITE
-/// grants die with it (the arena fence), and a put of its that had not
-/// committed is refused "put expired" and put again by its client.
+/// `segment`'s open arena (never handed out: at once), and every own arena
+/// with nothing in flight (once their store nodes let go of them: waits up
+/// to [`TAKE_BACK_WAIT`] for those on `segment`).
 async fn relieve(shared: &Shared, segment: SegmentId) {
-    let on_segment: Vec<ArenaId> =
-        shared.reader.read(|s| s.arenas().filter(|a| a.segment == segment).map(|a| a.id).collect());
-    let relieved = shared.leader.with(|t| {
-        let mut done = t.puts.returnable();
-        done.extend(on_segment.iter().filter(|id| !t.puts.owns(**id)));
-        (t.puts.relieve(segment), done)
-    });
-    let Some((trim, done)) = relieved else { return };
+    let Some((trim, done)) = shared.leader.with(|t| (t.puts.relieve(segment), t.puts.returnable())) else { return };
     if let Some((id, keep)) = trim {
         trim_arena(shared, id, keep).await;
     }
