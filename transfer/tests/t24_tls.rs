@@ -169,6 +169,14 @@ async fn a_full_tls_server_answers_busy_inside_tls() {
     one_lane().unwrap().read_from(endpoint, id, Some(&read), 0, &mut buf).await.expect("an idle place is taken");
     assert!(buf == pattern(4, 4096));
     assert_eq!(node.server.stats().replaced, 1);
+    // That client is gone (its transport dropped): wait until the server has
+    // seen its connection close, so the holder below takes a free place
+    // rather than meeting a connection still finishing its answer (BUSY).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while node.server.stats().connections_open > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the reader's connection never closed");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
 
     // A connection serving a request holds the place for good: it reads the
     // whole segment and takes only the answer's header, so the server stays
