@@ -208,6 +208,14 @@ impl GetSession {
         Instant::now() < self.lease_until
     }
 
+    /// `[offset, offset + len)` lies inside the object.
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        match offset.checked_add(len).is_some_and(|end| end <= self.list.size) {
+            true => Ok(()),
+            false => Err(ClientError::RangeOutsideObject { key: self.key.clone(), offset, len, size: self.list.size }),
+        }
+    }
+
     fn check_lease(&self) -> Result<(), ClientError> {
         match self.leased() {
             true => Ok(()),
@@ -399,8 +407,9 @@ impl Client {
         out
     }
 
-    /// [`get_session_read`](Self::get_session_read) of many sessions in one
-    /// batched transfer: the ranges of every session from its nearest
+    /// Reads `(offset in the object, buffer)` ranges of get sessions in one
+    /// batched transfer. Each session's ranges are checked before any byte
+    /// moves and its lease before and after; the ranges of every session from its nearest
     /// replica at once (small ones to one store node share a pipelined
     /// connection), then each range that failed there from the other
     /// replicas. One result per session: its bytes read or why not.
@@ -409,13 +418,8 @@ impl Client {
         let mut out: Vec<Result<u64, ClientError>> = reads
             .iter()
             .map(|(session, ranges)| {
-                let size = session.list.size;
                 for (offset, buf) in ranges.iter() {
-                    let len = buf.len() as u64;
-                    if offset.checked_add(len).is_none_or(|end| end > size) {
-                        let key = session.key.clone();
-                        return Err(ClientError::RangeOutsideObject { key, offset: *offset, len, size });
-                    }
+                    session.check_range(*offset, buf.len() as u64)?;
                 }
                 session.check_lease()?;
                 Ok(ranges.iter().map(|(_, b)| b.len() as u64).sum())
@@ -457,30 +461,5 @@ impl Client {
             }
         }
         out
-    }
-
-    /// Reads `(offset in the object, buffer)` ranges of a get session, all
-    /// at once. All ranges are checked before any byte moves; the lease is
-    /// checked before and after. Returns the bytes read.
-    pub async fn get_session_read(
-        &self,
-        session: &GetSession,
-        ranges: &mut [(u64, &mut [u8])],
-    ) -> Result<u64, ClientError> {
-        let size = session.list.size;
-        for (offset, buf) in ranges.iter() {
-            let len = buf.len() as u64;
-            if offset.checked_add(len).is_none_or(|end| end > size) {
-                return Err(ClientError::RangeOutsideObject { key: session.key.clone(), offset: *offset, len, size });
-            }
-        }
-        session.check_lease()?;
-        let reads = ranges.iter_mut().map(|(offset, buf)| self.read_range(&session.key, &session.list, *offset, buf));
-        let mut total = 0u64;
-        for r in join_all(reads).await {
-            total += r? as u64;
-        }
-        session.check_lease()?;
-        Ok(total)
     }
 }
