@@ -118,6 +118,59 @@ async fn a_put_into_a_full_cache_evicts_about_its_own_size() {
     client.close().await;
 }
 
+/// The same right after a failover: every object of the full cache lives
+/// in arenas the dead leader granted, which the new leader may not reuse
+/// whole until the release timeout (10 minutes: a put of the old leader may
+/// still be writing there). What eviction freed there used to stay
+/// unusable, so the put evicted up to 15x its size on each segment, found no
+/// room still, and failed: one put emptied the cache. Now the new leader
+/// evicts there only objects whose WRITE grants have expired (committed at
+/// least the capability TTL plus clock skews ago: 12 s here) and cuts their
+/// bytes out of the old arena; until then a put is refused and evicts
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_into_a_full_cache_after_a_failover_evicts_about_its_own_size() {
+    let mut cluster = Cluster::builder()
+        .masters(3)
+        .stores(2)
+        .segment_size("16MiB")
+        .binary(BIN)
+        .arg("--default_kv_lease_ttl=100")
+        .arg("--capability_ttl_sec=1")
+        .start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 30, 1 << 20).await;
+    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.kill(old);
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert_ne!(leader, old);
+    let big = value(2_000, 2 << 20);
+    let refused = std::cell::Cell::new(0);
+    wait_until("the put after the failover", Duration::from_secs(40), || async {
+        match client.put("big", &big, &PutOptions { replicas: 2, ..Default::default() }).await {
+            Ok(PutOutcome::Stored) => Some(()),
+            _ => {
+                refused.set(refused.get() + 1);
+                None
+            }
+        }
+    })
+    .await;
+    assert_eq!(client.get("big").await.expect("get big"), big);
+    let left = all_readable(&client, &values).await;
+    let evicted = cluster.metric(leader, "mooncake_evicted_objects_total");
+    let cut = cluster.metric(leader, "mooncake_arena_cut_bytes_total");
+    eprintln!(
+        "{left} of 30 objects left after the put on the new leader ({} refused first, {cut} bytes cut)",
+        refused.get()
+    );
+    assert_eq!(left as f64 + evicted, 30.0, "an object is evicted or readable");
+    assert!(cut >= (4 << 20) as f64, "the evicted bytes were not cut out of the old arenas: {cut}");
+    assert!(left >= 20, "only {left} of 30 objects left: one put after a failover emptied the cache");
+    client.close().await;
+}
+
 /// Forced removals ignore KV leases and pins: like a forced RemoveAll, they
 /// are for admins. A client without the admin token is refused and the
 /// object stays; the admin's forced removal goes through.

@@ -14,12 +14,21 @@
 //! With offload on, the memory duty's rounds leave the victims that are not
 //! on disk yet to the copy duty (they are copied, then dropped from memory)
 //! while the disk has room; a put that found no room still removes them.
+//!
+//! Bytes freed inside an earlier term's arena (after a failover, every
+//! object of a full cache lives in one) would stay unusable until that
+//! arena is returned, at the release timeout. So a round cuts them out of
+//! it (`ArenaCut`) once their object was committed at least `cut_after` ago
+//! (its writer finished before the commit, and every WRITE grant over them
+//! has expired), and a put's round does not evict, for nothing, objects
+//! younger than that there.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use mooncake_raft_store::{Command, RemoveReason, Response, StateReader, Tier};
-use mooncake_segment::SegmentId;
+use mooncake_raft_store::{ArenaId, Command, MetaState, RemoveReason, Response, StateReader, Tier, VersionedKey};
+use mooncake_segment::{Range, SegmentId};
 
 use crate::decisions::{self, EvictionPolicy};
 use crate::kv_lease::KeyHash;
@@ -40,6 +49,10 @@ pub struct Evictor {
     pub policy: EvictionPolicy,
     pub tiers: TierPolicy,
     pub metrics: Arc<MasterMetrics>,
+    /// How long after its commit an object's bytes in an earlier term's
+    /// arena may be cut out of it: every WRITE grant over them has expired,
+    /// the clock skew between two leaders included.
+    pub cut_after: Duration,
     round: tokio::sync::Mutex<()>,
 }
 
@@ -51,8 +64,15 @@ impl Evictor {
         policy: EvictionPolicy,
         tiers: TierPolicy,
         metrics: Arc<MasterMetrics>,
+        cut_after: Duration,
     ) -> Self {
-        Evictor { reader, leader, proposer, policy, tiers, metrics, round: tokio::sync::Mutex::new(()) }
+        Evictor { reader, leader, proposer, policy, tiers, metrics, cut_after, round: tokio::sync::Mutex::new(()) }
+    }
+
+    /// Whether bytes of an object committed at `completed_ms` may be cut
+    /// out of an earlier term's arena at `wall_ms`.
+    fn may_cut(&self, completed_ms: u64, wall_ms: u64) -> bool {
+        completed_ms.saturating_add(self.cut_after.as_millis() as u64) <= wall_ms
     }
 
     /// One round: frees what the high watermark asks and at least
@@ -102,10 +122,30 @@ impl Evictor {
         if leave_to_offload {
             candidates.retain(|c| c.kept_elsewhere);
         }
+        let wall_ms = crate::proposer::now_ms();
+        // A put's round: where the candidates too young to cut hold the
+        // put's segment's bytes (an arena, when they lie in one).
+        let young_in: Vec<Option<ArenaId>> = match segment {
+            Some(seg) => self.reader.read(|s| {
+                candidates
+                    .iter()
+                    .map(|c| match self.may_cut(c.completed_ms, wall_ms) {
+                        true => None,
+                        false => arenas_holding(s, &c.object, tier, Some(seg)).first().map(|(id, _)| *id),
+                    })
+                    .collect()
+            }),
+            None => Vec::new(),
+        };
         let ttl = self.policy.kv_lease_ttl;
         let chosen = self.leader.with(|t| {
-            let mut victims =
-                decisions::choose_victims(candidates, t, Instant::now(), crate::proposer::now_ms(), ttl, target);
+            let candidates: Vec<_> = candidates
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| young_in.get(*i).copied().flatten().is_none_or(|a| t.puts.owns(a)))
+                .map(|(_, c)| c)
+                .collect();
+            let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, target);
             victims.truncate(EVICTION_BATCH_MAX);
             for v in &victims {
                 t.kv.fence(v.hash);
@@ -123,6 +163,13 @@ impl Evictor {
             let keys: Vec<String> = victims.iter().map(|v| v.object.key.clone()).collect();
             self.leader.with(|t| t.copies.note_disk_evicted(keys));
         }
+        // Read before they go: the victims' bytes that may be cut out of
+        // earlier terms' arenas once removed.
+        let old_enough: Vec<&VersionedKey> =
+            victims.iter().filter(|v| self.may_cut(v.completed_ms, wall_ms)).map(|v| &v.object).collect();
+        let held: Vec<(ArenaId, Range)> =
+            self.reader.read(|s| old_enough.iter().flat_map(|v| arenas_holding(s, v, tier, None)).collect());
+        let cuts = self.leader.with(|t| held.into_iter().filter(|(a, _)| !t.puts.owns(*a)).collect::<Vec<_>>());
         let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
         let mut cmds = Vec::new();
         if !kept.is_empty() {
@@ -155,6 +202,7 @@ impl Evictor {
                     capacity_bytes = capacity,
                     "eviction round"
                 );
+                self.cut(cuts.unwrap_or_default()).await;
                 count
             }
             Err(status) => {
@@ -163,4 +211,54 @@ impl Evictor {
             }
         }
     }
+
+    /// Cuts the freed `pieces` out of their (earlier terms') arenas, one
+    /// `ArenaCut` per arena; pieces not free (their object was not removed
+    /// after all) stay. A refused cut only leaves the bytes to the arena's
+    /// return.
+    async fn cut(&self, pieces: Vec<(ArenaId, Range)>) {
+        if pieces.is_empty() {
+            return;
+        }
+        let by_arena: BTreeMap<ArenaId, Vec<Range>> = self.reader.read(|s| {
+            let mut by_arena: BTreeMap<ArenaId, Vec<Range>> = BTreeMap::new();
+            for (id, range) in pieces {
+                let free = s.arena(id).and_then(|a| s.segment(a.segment)).is_some_and(|g| g.is_free(range));
+                if free {
+                    by_arena.entry(id).or_default().push(range);
+                }
+            }
+            by_arena
+        });
+        let bytes: u64 = by_arena.values().flatten().map(|r| r.len).sum();
+        let cmds: Vec<Command> =
+            by_arena.into_iter().map(|(arena, ranges)| Command::ArenaCut { arena, ranges }).collect();
+        if cmds.is_empty() {
+            return;
+        }
+        match self.proposer.propose_many(cmds).await {
+            Ok(answers) => {
+                let refused = answers.iter().filter(|a| matches!(a, Response::Err(_))).count();
+                self.metrics.arena_cut_bytes.inc_by(bytes);
+                tracing::info!(bytes, refused, "freed bytes cut out of earlier terms' arenas");
+            }
+            Err(status) => tracing::warn!(message = %status.message, "arena cut failed"),
+        }
+    }
+}
+
+/// The arenas holding `object`'s replicas on `tier` (on `segment` when
+/// given), with the ranges they hold: none once that version is gone.
+fn arenas_holding(
+    s: &MetaState,
+    object: &VersionedKey,
+    tier: Tier,
+    segment: Option<SegmentId>,
+) -> Vec<(ArenaId, Range)> {
+    let Some(o) = s.object(&object.key).filter(|o| o.version == object.version) else { return Vec::new() };
+    o.replicas
+        .iter()
+        .filter(|r| segment.is_none_or(|g| r.segment == g) && s.replica_tier(r) == Some(tier))
+        .filter_map(|r| s.arena_holding(r.segment, r.range).map(|a| (a.id, r.range)))
+        .collect()
 }

@@ -42,6 +42,7 @@ pub struct MasterMetrics {
     pub read_batch: Histogram,
     pub leader_lease_reads: IntCounter,
     pub evicted_objects: IntCounter,
+    pub arena_cut_bytes: IntCounter,
     pub eviction_rounds: IntCounter,
     pub expired_clients: IntCounter,
     pub leader_stalls: IntCounter,
@@ -274,6 +275,11 @@ impl MasterMetrics {
                 "Reads served under the leader lease, without a quorum round.",
             )?,
             evicted_objects: counter(&r, "mooncake_evicted_objects_total", "Objects evicted.")?,
+            arena_cut_bytes: counter(
+                &r,
+                "mooncake_arena_cut_bytes_total",
+                "Bytes of evicted objects cut out of earlier leaders' arenas, grantable again at once.",
+            )?,
             eviction_rounds: counter(&r, "mooncake_eviction_rounds_total", "Eviction rounds run.")?,
             expired_clients: counter(&r, "mooncake_expired_clients_total", "Clients expired for missing heartbeats.")?,
             leader_stalls: counter(

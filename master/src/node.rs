@@ -143,14 +143,22 @@ impl MasterNode {
             kv_lease_ttl,
         };
         let tiers = crate::tiering::TierPolicy::from_config(&cfg);
-        let evictor =
-            Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, tiers, metrics.clone()));
-        let disk_alarm = Arc::new(crate::disk_space::DiskAlarm::default());
         // How long a WRITE grant can be used: an arena whose store node never
         // acknowledges its revoke is returned after this (arena_fences.rs).
-        let grants_live = cfg.capability_ttl()
-            + Duration::from_millis(mooncake_auth::capability::CAPABILITY_CLOCK_SKEW_MS)
-            + Duration::from_secs(1);
+        let skew = Duration::from_millis(mooncake_auth::capability::CAPABILITY_CLOCK_SKEW_MS);
+        let grants_live = cfg.capability_ttl() + skew + Duration::from_secs(1);
+        // Measured from a commit on an earlier leader's clock: one more skew.
+        let cut_after = grants_live + skew;
+        let evictor = Arc::new(Evictor::new(
+            reader.clone(),
+            leader.clone(),
+            proposer.clone(),
+            policy,
+            tiers,
+            metrics.clone(),
+            cut_after,
+        ));
+        let disk_alarm = Arc::new(crate::disk_space::DiskAlarm::default());
         let fence_wakes = Arc::new(crate::arena_fences::FenceWakes::default());
         let shared = Arc::new(Shared {
             id: cfg.id,

@@ -428,6 +428,18 @@ pub enum Command {
     /// Retry: a repeat drops whatever overlaps the ranges then: nothing,
     /// unless new replicas were placed on those bytes in between.
     DropCorrupt { client: ClientId, credential: CredentialHash, segment: SegmentId, ranges: Vec<Range> },
+    /// Cuts `ranges` out of another term's arena: bytes of objects that
+    /// were committed there and have since been removed, whose writers
+    /// finished and whose WRITE grants have expired (the leader checked
+    /// both), so a newer arena may take them before the old one is
+    /// returned. Each range lies wholly inside one extent of the arena, on
+    /// free bytes; the arena keeps at most `ARENA_EXTENTS_MAX` extents
+    /// (otherwise refused, nothing changes); an arena left with no extent
+    /// ends. Answers `Removed` (ranges cut).
+    ///
+    /// Retry: idempotent. A range wholly outside the arena (cut already) is
+    /// skipped; an unknown (ended) arena answers `Removed { count: 0 }`.
+    ArenaCut { arena: ArenaId, ranges: Vec<Range> },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

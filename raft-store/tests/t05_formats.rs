@@ -171,9 +171,10 @@ fn command_position(cmd: &Command) -> usize {
         Command::ExpireClientKeepDisk { .. } => 25,
         Command::DropDetached { .. } => 26,
         Command::DropCorrupt { .. } => 27,
+        Command::ArenaCut { .. } => 28,
     }
 }
-const COMMAND_VARIANTS: usize = 28;
+const COMMAND_VARIANTS: usize = 29;
 
 fn command_cases() -> Vec<(Command, &'static str)> {
     let put_start = |pin| PutStart {
@@ -271,6 +272,7 @@ fn command_cases() -> Vec<(Command, &'static str)> {
             },
             "1b090707070707070707070707070707070707070707070707070707070707070707010180408020",
         ),
+        (Command::ArenaCut { arena: ArenaId(2), ranges: vec![Range::new(8192, 4096)] }, "1c020180408020"),
     ]
 }
 

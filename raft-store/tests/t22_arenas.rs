@@ -189,6 +189,69 @@ fn a_segment_that_goes_takes_its_arenas_with_it() {
     assert!(matches!(e, MetaError::PutExpired(_)), "{e}");
 }
 
+/// After a failover the new leader cuts the bytes of objects it evicted
+/// from an earlier term's arena out of it: a new arena can take them at
+/// once, and the earlier term can no longer commit there.
+#[test]
+fn cutting_freed_bytes_out_of_an_arena_lets_a_new_arena_take_them() {
+    let mut s = two_nodes();
+    let old = grant(&mut s, 1, 64 * UNIT, 1);
+    let a = commit(&mut s, object("a", 4 * UNIT, &[(&old, 0)]));
+    let b = commit(&mut s, object("b", 4 * UNIT, &[(&old, 4 * UNIT)]));
+    let c = commit(&mut s, object("c", 4 * UNIT, &[(&old, 8 * UNIT)]));
+    assert!(matches!(apply(&mut s, grant_cmd(1, UNIT)), Response::Err(MetaError::NoAvailableHandle(_))));
+    ok(&mut s, Command::RemoveVersion { key: "b".into(), version: b });
+    let freed = Range::new(4 * UNIT, 4 * UNIT);
+    let cut = Command::ArenaCut { arena: old.id, ranges: vec![freed] };
+    assert_eq!(apply(&mut s, cut.clone()), Response::Removed { count: 1 });
+    let left = s.arena(old.id).map(|a| a.extents.clone());
+    assert_eq!(left, Some(vec![Range::new(0, 4 * UNIT), Range::new(8 * UNIT, 56 * UNIT)]));
+    assert_eq!(s.arena_holding(SegmentId(1), Range::new(8 * UNIT, UNIT)).map(|a| a.id), Some(old.id));
+    assert!(s.arena_holding(SegmentId(1), freed).is_none());
+    assert_eq!(apply(&mut s, cut), Response::Removed { count: 0 }, "a retried cut changes nothing");
+    // The earlier term's late commit of those bytes is refused.
+    let e = refused(&mut s, Command::PutCommit(object("late", 4 * UNIT, &[(&old, 4 * UNIT)])));
+    assert!(is_invalid(&e), "{e}");
+    let new = grant_pieces(&mut s, 1, 4 * UNIT, 4 * UNIT, 2);
+    assert_eq!(new.extents, vec![freed], "the cut bytes are grantable");
+    commit(&mut s, object("d", 4 * UNIT, &[(&new, 0)]));
+    assert_no_shared_bytes(&s);
+    // Cutting everything left ends the arena.
+    ok(&mut s, Command::RemoveVersion { key: "a".into(), version: a });
+    let rest = vec![Range::new(0, 4 * UNIT), Range::new(12 * UNIT, 52 * UNIT)];
+    ok(&mut s, Command::RemoveVersion { key: "c".into(), version: c });
+    let all = vec![rest[0], Range::new(8 * UNIT, 4 * UNIT), rest[1]];
+    assert_eq!(apply(&mut s, Command::ArenaCut { arena: old.id, ranges: all }), Response::Removed { count: 3 });
+    assert!(s.arena(old.id).is_none());
+    assert_eq!(apply(&mut s, Command::ArenaCut { arena: old.id, ranges: rest }), Response::Removed { count: 0 });
+}
+
+#[test]
+fn a_cut_of_an_objects_bytes_or_across_an_edge_is_refused_and_changes_nothing() {
+    let mut s = two_nodes();
+    let a = grant(&mut s, 1, 16 * UNIT, 1);
+    let _other = grant(&mut s, 1, 16 * UNIT, 1);
+    commit(&mut s, object("k", 2 * UNIT, &[(&a, 0)]));
+    let before = s.arena(a.id).cloned();
+    let cases = [
+        (vec![Range::new(0, UNIT)], "holds an object"),
+        (vec![Range::new(15 * UNIT, 2 * UNIT)], "crosses"),
+        (vec![Range::new(4 * UNIT, 2 * UNIT), Range::new(5 * UNIT, 2 * UNIT)], "overlaps"),
+        (vec![Range::new(4 * UNIT, 0)], "empty"),
+        (vec![Range::new(4 * UNIT + 1, UNIT)], "unaligned"),
+        (vec![Range::new(u64::MAX - UNIT + 1, UNIT)], "overflowing"),
+        (Vec::new(), "give 1..="),
+        // A good range with a bad one: nothing is cut.
+        (vec![Range::new(8 * UNIT, UNIT), Range::new(UNIT, UNIT)], "holds an object"),
+    ];
+    for (ranges, why) in cases {
+        let e = refused(&mut s, Command::ArenaCut { arena: a.id, ranges: ranges.clone() });
+        assert!(is_invalid(&e) && e.to_string().contains(why), "{ranges:?}: {e}");
+        assert_eq!(s.arena(a.id).cloned(), before, "{ranges:?} changed the arena");
+    }
+    assert_no_shared_bytes(&s);
+}
+
 // ================================================================ put commit
 
 #[test]

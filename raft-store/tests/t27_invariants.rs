@@ -134,6 +134,21 @@ fn random_command(rng: &mut Rng, s: &MetaState, salt: u64) -> Command {
                 .collect();
             Command::Batch(cmds)
         }
+        97..=99 => match rng.pick(&arenas) {
+            // A piece of one extent (free or not), sometimes two.
+            Some(a) => {
+                let e = a.extents[rng.below(a.extents.len() as u64) as usize];
+                let units = e.len / UNIT;
+                let first = rng.below(units.max(1));
+                let piece = |at: u64| Range::new(e.offset + at * UNIT, UNIT.min(e.len));
+                let mut ranges = vec![piece(first)];
+                if units > first + 1 && rng.below(2) == 0 {
+                    ranges.push(piece(first + 1 + rng.below(units - first - 1)));
+                }
+                Command::ArenaCut { arena: a.id, ranges }
+            }
+            None => Command::Noop,
+        },
         _ => Command::Noop,
     }
 }
@@ -215,14 +230,17 @@ fn random_streams_keep_every_invariant_and_the_checks_change_no_answer() {
 fn the_runs_reach_objects_in_arenas_retired_and_discarded_bytes() {
     // Guards the generator further: the scan is only as good as the states
     // it sees.
-    let (mut committed, mut retired, mut discarded, mut fragmented) = (0, 0, 0, 0);
+    let (mut committed, mut retired, mut discarded, mut fragmented, mut cut) = (0, 0, 0, 0, 0);
     for seed in 0..SEEDS {
         let mut rng = Rng(seed);
         let mut s = start();
         for step in 0..STEPS {
             let cmd = random_command(&mut rng, &s, step);
-            if let Response::Committed { .. } = apply(&mut s, cmd) {
-                committed += 1;
+            let cutting = matches!(cmd, Command::ArenaCut { .. });
+            match apply(&mut s, cmd) {
+                Response::Committed { .. } => committed += 1,
+                Response::Removed { count } if cutting && count > 0 => cut += 1,
+                _ => {}
             }
             retired += u64::from(s.retired().next().is_some());
             discarded += u64::from(s.discarded().next().is_some());
@@ -231,4 +249,5 @@ fn the_runs_reach_objects_in_arenas_retired_and_discarded_bytes() {
     }
     assert!(committed > 200 && retired > 200 && discarded > 200, "{committed} {retired} {discarded}");
     assert!(fragmented > 0, "no arena of several extents");
+    assert!(cut > 50, "only {cut} arena cuts took effect");
 }

@@ -112,6 +112,7 @@ impl MetaState {
             Command::DropCorrupt { client, credential, segment, ranges } => {
                 return self.drop_corrupt(*client, credential, *segment, ranges);
             }
+            Command::ArenaCut { arena, ranges } => return Ok(self.cut_arena(*arena, ranges)),
         };
         answer(result)
     }

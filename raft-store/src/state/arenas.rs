@@ -138,6 +138,85 @@ impl MetaState {
         Ok(())
     }
 
+    /// Cuts `ranges` out of arena `id` (`Command::ArenaCut`): each wholly
+    /// inside one of its extents and free, or wholly outside the arena (cut
+    /// already: skipped). Refused whole, nothing changed, on an empty,
+    /// unaligned or overlapping range, one on an object's bytes or across
+    /// an extent's edge, or when the arena would keep more than
+    /// [`ARENA_EXTENTS_MAX`] extents. An arena left with nothing ends.
+    pub(super) fn cut_arena(&mut self, id: ArenaId, ranges: &[Range]) -> Response {
+        let Some(arena) = self.arenas.get(&id) else { return Response::Removed { count: 0 } };
+        let Some(seg) = self.segments.get(&arena.segment) else {
+            return Response::Err(MetaError::SegmentNotFound(arena.segment.to_string()));
+        };
+        if ranges.is_empty() || ranges.len() > ARENA_EXTENTS_MAX {
+            return Response::Err(invalid(format!("{} ranges to cut; give 1..={ARENA_EXTENTS_MAX}", ranges.len())));
+        }
+        let align = seg.tier().align_bytes();
+        let mut sorted = ranges.to_vec();
+        sorted.sort_by_key(|r| r.offset);
+        let mut cut: Vec<Range> = Vec::new();
+        let mut end_of_last = 0u64;
+        for (i, r) in sorted.iter().enumerate() {
+            let end = r.offset.checked_add(r.len);
+            let shaped = r.len > 0 && r.offset.is_multiple_of(align) && r.len.is_multiple_of(align);
+            let Some(end) = end.filter(|_| shaped) else {
+                return Response::Err(invalid(format!("cannot cut {r:?} from {id}: empty, unaligned or overflowing")));
+            };
+            if i > 0 && r.offset < end_of_last {
+                return Response::Err(invalid(format!("cannot cut {r:?} from {id}: it overlaps another range")));
+            }
+            end_of_last = end;
+            if arena.holds(*r) {
+                if !seg.alloc.is_free(*r) {
+                    return Response::Err(invalid(format!("cannot cut {r:?} from {id}: it holds an object")));
+                }
+                cut.push(*r);
+            } else if arena.extents.iter().any(|e| e.offset < end && r.offset < e.end()) {
+                return Response::Err(invalid(format!("cannot cut {r:?} from {id}: it crosses an extent's edge")));
+            }
+        }
+        // Cuts and extents are sorted and each cut lies inside one extent.
+        let mut extents = Vec::with_capacity(arena.extents.len() + cut.len());
+        let mut cuts = cut.iter().peekable();
+        for e in &arena.extents {
+            let mut at = e.offset;
+            while let Some(c) = cuts.next_if(|c| c.offset < e.end()) {
+                if c.offset > at {
+                    extents.push(Range::new(at, c.offset - at));
+                }
+                at = c.end();
+            }
+            if at < e.end() {
+                extents.push(Range::new(at, e.end() - at));
+            }
+        }
+        if extents.len() > ARENA_EXTENTS_MAX {
+            return Response::Err(invalid(format!(
+                "cutting {} ranges from {id} would leave {} extents (at most {ARENA_EXTENTS_MAX})",
+                cut.len(),
+                extents.len()
+            )));
+        }
+        let count = cut.len() as u64;
+        if extents.is_empty() {
+            self.remove_arena(id);
+            return Response::Removed { count };
+        }
+        let segment = arena.segment;
+        let old: Vec<u64> = arena.extents.iter().map(|e| e.offset).collect();
+        for offset in old {
+            self.arenas_by_offset.remove(&(segment, offset));
+        }
+        for e in &extents {
+            self.arenas_by_offset.insert((segment, e.offset), id);
+        }
+        if let Some(arena) = self.arenas.get_mut(&id) {
+            arena.extents = extents;
+        }
+        Response::Removed { count }
+    }
+
     /// Ends the listed arenas (unknown ones are skipped); answers how many ended.
     pub(super) fn return_arenas(&mut self, ids: &[ArenaId]) -> Response {
         let count = ids.iter().filter(|id| self.remove_arena(**id)).count();

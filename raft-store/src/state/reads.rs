@@ -2,7 +2,7 @@
 //! the tests use (objects, segments, clients, arenas, capacity per tier,
 //! remembered answers). Nothing here changes the state.
 
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_segment::{ClientId, Range, SegmentId};
 
 use super::{ClientEntry, DiscardedPut, MetaState, ObjectMeta, RequestClock, RetiredObject, SegmentEntry};
 use crate::command::{Arena, ArenaId, CredentialHash, ReplicaPlacement, Response, Tier};
@@ -74,6 +74,11 @@ impl MetaState {
     }
     pub fn arena(&self, id: ArenaId) -> Option<&Arena> {
         self.arenas.get(&id)
+    }
+    /// The arena whose extents hold `range` of `segment`, if any.
+    pub fn arena_holding(&self, segment: SegmentId, range: Range) -> Option<&Arena> {
+        let (_, id) = self.arenas_by_offset.range(..=(segment, range.offset)).next_back()?;
+        self.arenas.get(id).filter(|a| a.segment == segment && a.holds(range))
     }
     /// The id the next arena granted will get (ids only grow).
     pub fn next_arena_id(&self) -> ArenaId {

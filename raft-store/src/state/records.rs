@@ -3,7 +3,7 @@
 //! clients, and the ranges of abandoned puts and replaced objects held until
 //! they can be freed.
 
-use mooncake_segment::{ClientId, RangeAllocator};
+use mooncake_segment::{ClientId, Range, RangeAllocator};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{CredentialHash, ObjectVersion, Pin, ReplicaPlacement, SegmentSpec, Tier};
@@ -75,6 +75,10 @@ impl SegmentEntry {
     }
     pub fn capacity_bytes(&self) -> u64 {
         self.alloc.capacity_bytes()
+    }
+    /// Whether every byte of `range` is free (no object or retired bytes).
+    pub fn is_free(&self, range: Range) -> bool {
+        self.alloc.is_free(range)
     }
 }
 
