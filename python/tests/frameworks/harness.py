@@ -1,7 +1,9 @@
 """The frameworks tier's harness (its tests `from harness import *`, which
 brings its fixtures): the Mooncake connector code of SGLang (and, as they
 land, LMCache and vLLM), unmodified, against mooncake-rs through
-`mooncake_rs.compat.install()`. It runs in a venv of its own, with torch
+`mooncake_rs.compat.install()` (or, with
+`MOONCAKE_FRAMEWORKS_BACKEND=upstream`, against upstream's wheel and master,
+the same tests). It runs in a venv of its own, with torch
 and the pinned frameworks (`venv.sh`), and only when asked:
 
     venv=$(python/tests/frameworks/venv.sh target/python-wheels/mooncake_rs-*.whl)
@@ -18,16 +20,32 @@ stood in for (docs/PYTHON.md, "Tested with").
 import json
 import logging
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-# Before any framework imports `mooncake.store`.
-import mooncake_rs.compat
+# The backend under test: mooncake-rs (standing in for the `mooncake`
+# package), or upstream's wheel (installed in the same venv), to show the
+# tier tests the frameworks' use of Mooncake, not our quirks.
+UPSTREAM = os.environ.get("MOONCAKE_FRAMEWORKS_BACKEND", "mooncake-rs") == "upstream"
+if not UPSTREAM:
+    # Before any framework imports `mooncake.store`.
+    import mooncake_rs.compat
 
-mooncake_rs.compat.install()
+    mooncake_rs.compat.install()
 
-from conftest import Cluster, free_port, wait_for  # noqa: E402  (the parent conftest)
+from conftest import START_TIMEOUT_S, STOP_GRACE_S, Cluster, free_port, wait_for  # noqa: E402  (the parent conftest)
+
+needs_failover = pytest.mark.skipif(
+    UPSTREAM, reason="upstream's master fails over only with its etcd-based HA; the leader-kill cases are ours"
+)
 
 MiB = 1 << 20
 SHM = Path("/dev/shm")
@@ -35,6 +53,87 @@ SHM = Path("/dev/shm")
 
 def shm_files():
     return set(SHM.glob("mooncake-*"))
+
+
+class UpstreamMaster:
+    """Upstream's `mooncake_master` (from its wheel in this venv) with its
+    HTTP metadata server: what the frameworks' configs name as master and
+    metadata server when the backend is upstream."""
+
+    def __init__(self):
+        binary = Path(sys.prefix) / "bin" / "mooncake_master"
+        self.dir = Path(tempfile.mkdtemp(prefix="upstream-master-"))
+        rpc, http, self.metrics_port = free_port(), free_port(), free_port()
+        log = open(self.dir / "master.log", "wb")
+        self.proc = subprocess.Popen(
+            [str(binary), f"--rpc_port={rpc}", "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
+             f"--http_metadata_server_port={http}", "--http_metadata_server_host=127.0.0.1",
+             f"--metrics_port={self.metrics_port}", "--metrics_host=127.0.0.1"],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        self.masters = f"127.0.0.1:{rpc}"
+        self.metadata_server = f"http://127.0.0.1:{http}/metadata"
+        wait_for("upstream's master to listen", START_TIMEOUT_S,
+                 lambda: all(listening(p) for p in (rpc, http, self.metrics_port)), interval_s=0.1)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_GRACE_S)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def standalone_node(cluster, store_node_of_ours):
+    """The address a framework's standalone mode names (`client_server_address`):
+    our `mooncake store --http`, or upstream's `mooncake_client` real client."""
+    if not UPSTREAM:
+        yield store_node_of_ours[0]
+        return
+    port = free_port()
+    log = open(cluster.dir / "real-client.log", "wb")
+    proc = subprocess.Popen(
+        [str(Path(sys.prefix) / "bin" / "mooncake_client"), "--host=127.0.0.1", f"--port={port}",
+         "--global_segment_size=256MB", f"--master_server_address={cluster.masters}",
+         f"--metadata_server={cluster.metadata_server}", "--protocol=tcp"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+    )
+    log.close()
+    try:
+        wait_for("upstream's real client to listen", START_TIMEOUT_S, lambda: listening(port), interval_s=0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=STOP_GRACE_S * 2)
+
+
+@pytest.fixture
+def store_node_of_ours(request):
+    """The parent conftest's `store_node`, only for our backend."""
+    return None if UPSTREAM else request.getfixturevalue("store_node")
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The cluster the frameworks are configured with: 3 masters of ours
+    (`metadata_server` P2PHANDSHAKE), or upstream's master."""
+    c = UpstreamMaster() if UPSTREAM else Cluster()
+    if not UPSTREAM:
+        c.metadata_server = "P2PHANDSHAKE"
+    yield c
+    c.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -81,11 +180,25 @@ def framework_errors():
         log.removeHandler(handler)
 
 
+def stored_count(cluster) -> int:
+    """How many objects the cluster holds (ours: `mooncake ls`; upstream:
+    its master's `master_key_count`)."""
+    if UPSTREAM:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return int(float(next(line.split()[1] for line in text.splitlines() if line.startswith("master_key_count "))))
+    out = subprocess.run(
+        [cluster.bin, "ls", "--json", f"--masters={cluster.masters}"], capture_output=True, timeout=30, check=True
+    )
+    return len(json.loads(out.stdout))
+
+
 def write_json(path: Path, doc: dict) -> Path:
     path.write_text(json.dumps(doc))
     return path
 
 
 __all__ = [
-    "MiB", "free_port", "wait_for", "write_json", "remove_new_shm_files", "fresh_cluster", "framework_errors",
+    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "needs_failover",
+    "remove_new_shm_files", "standalone_node", "store_node_of_ours", "stored_count", "wait_for", "write_json",
 ]

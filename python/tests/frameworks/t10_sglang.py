@@ -14,7 +14,17 @@ import uuid
 
 import pytest
 import torch
-from harness import MiB, framework_errors, fresh_cluster, remove_new_shm_files, write_json  # noqa: F401 (fixtures)
+from harness import (  # noqa: F401 (fixtures)
+    MiB,
+    cluster,
+    framework_errors,
+    fresh_cluster,
+    needs_failover,
+    remove_new_shm_files,
+    standalone_node,
+    store_node_of_ours,
+    write_json,
+)
 from sglang.srt.mem_cache.storage.mooncake_store import test_mooncake_store as sglang_tests
 from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import (
     MooncakeHostTensorAllocator,
@@ -33,8 +43,10 @@ def sglang_config(cluster, tmp_path, monkeypatch):
     def configure(masters=cluster.masters, **overrides):
         doc = {
             "local_hostname": "127.0.0.1",
-            "metadata_server": "P2PHANDSHAKE",
-            "global_segment_size": 64 * MiB,
+            "metadata_server": cluster.metadata_server,
+            # Split among tensor-parallel ranks (SGLang's own test goes to 8);
+            # upstream refuses segments under 16 MiB.
+            "global_segment_size": 256 * MiB,
             "protocol": "tcp",
             "device_name": "",
             "master_server_address": masters,
@@ -67,6 +79,7 @@ def test_sglangs_own_test_of_its_mooncake_backend_passes(sglang_config, framewor
     assert framework_errors == []
 
 
+@needs_failover
 def test_pages_stored_around_a_leader_kill_load_back_whole(fresh_cluster, sglang_config, framework_errors):
     sglang_config(fresh_cluster.masters)
     store = MooncakeStore(one_rank())
@@ -94,30 +107,36 @@ def test_pages_stored_around_a_leader_kill_load_back_whole(fresh_cluster, sglang
     assert framework_errors == [], framework_errors
 
 
-def test_standalone_storage_keeps_pages_in_the_store_node(store_node, sglang_config, framework_errors):
-    http, _ = store_node
-    sglang_config(standalone_storage=True, client_server_address=http)
+def test_standalone_storage_keeps_pages_in_the_store_node(standalone_node, sglang_config, framework_errors):
+    sglang_config(standalone_storage=True, client_server_address=standalone_node)
     pages = 16
-    elements = 4 * pages * ENTRIES * PAGE_ELEMENTS
-    # SGLang's allocator for this mode (over Mooncake's host allocator),
-    # holding the same mock pool's buffer.
+    keys = [f"t10-standalone-{uuid.uuid4().hex}" for _ in range(pages)]
+
+    # Two inference processes (here: two backends, each with its own pool
+    # from SGLang's allocator for this mode, over Mooncake's host allocator).
+    first_pool = standalone_pool(pages)
+    first = MooncakeStore(one_rank(), mem_pool=first_pool)
+    first.register_mem_pool_host(first_pool)
+    assert all(first.batch_set_v1(keys, torch.arange(pages)))
+
+    # The second finds the pages in the store node and loads them.
+    second_pool = standalone_pool(pages)
+    second = MooncakeStore(one_rank(), mem_pool=second_pool)
+    second.register_mem_pool_host(second_pool)
+    assert second.batch_exists(keys) == pages
+    assert all(second.batch_get_v1(keys, torch.arange(pages)))
+    for i in range(pages):
+        assert torch.equal(page(first_pool.kv_buffer, i), page(second_pool.kv_buffer, i)), f"page {i} differs"
+    assert framework_errors == [], framework_errors
+
+
+def standalone_pool(pages):
+    """SGLang's mock pool holding a buffer of SGLang's allocator for
+    standalone mode, filled with random values."""
+    elements = pages * ENTRIES * PAGE_ELEMENTS
     allocator = MooncakeHostTensorAllocator()
     pool, _ = sglang_tests.create_mock_host_kv_cache(elements, entries_per_page=ENTRIES, page_elements=PAGE_ELEMENTS)
     pool.kv_buffer = allocator.allocate((elements,), torch.float32)
     pool.kv_buffer.copy_(torch.randn(elements))
     pool.allocator = allocator
-    keys = [f"t10-standalone-{uuid.uuid4().hex}" for _ in range(pages)]
-
-    first = MooncakeStore(one_rank(), mem_pool=pool)
-    first.register_mem_pool_host(pool)
-    assert all(first.batch_set_v1(keys, torch.arange(pages)))
-
-    # A second inference process (here: a second backend) finds them in the
-    # store node and loads them into its own pages.
-    second = MooncakeStore(one_rank(), mem_pool=pool)
-    second.register_mem_pool_host(pool)
-    assert second.batch_exists(keys) == pages
-    assert all(second.batch_get_v1(keys, torch.arange(pages, 2 * pages)))
-    for i in range(pages):
-        assert torch.equal(page(pool.kv_buffer, i), page(pool.kv_buffer, pages + i)), f"page {i} differs"
-    assert framework_errors == [], framework_errors
+    return pool
