@@ -230,7 +230,7 @@ impl Evictor {
             }
             by_arena
         });
-        let bytes: u64 = by_arena.values().flatten().map(|r| r.len).sum();
+        let bytes: Vec<u64> = by_arena.values().map(|ranges| ranges.iter().map(|r| r.len).sum()).collect();
         let cmds: Vec<Command> =
             by_arena.into_iter().map(|(arena, ranges)| Command::ArenaCut { arena, ranges }).collect();
         if cmds.is_empty() {
@@ -239,8 +239,10 @@ impl Evictor {
         match self.proposer.propose_many(cmds).await {
             Ok(answers) => {
                 let refused = answers.iter().filter(|a| matches!(a, Response::Err(_))).count();
-                self.metrics.arena_cut_bytes.inc_by(bytes);
-                tracing::info!(bytes, refused, "freed bytes cut out of earlier terms' arenas");
+                let cut: u64 =
+                    answers.iter().zip(&bytes).filter(|(a, _)| !matches!(a, Response::Err(_))).map(|(_, b)| b).sum();
+                self.metrics.arena_cut_bytes.inc_by(cut);
+                tracing::info!(bytes = cut, refused, "freed bytes cut out of earlier terms' arenas");
             }
             Err(status) => tracing::warn!(message = %status.message, "arena cut failed"),
         }

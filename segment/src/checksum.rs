@@ -21,6 +21,33 @@ pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
     narrow(crc_fast::checksum_combine(ALGORITHM, u64::from(crc_a), u64::from(crc_b), len_b as u64))
 }
 
+/// CRC-32C over bytes that arrive in pieces (the same value as [`crc32c`]
+/// of them joined): lets a copy checksum each piece while it is still in
+/// cache instead of reading the whole buffer a second time.
+pub struct Crc32c(crc_fast::Digest);
+
+impl Crc32c {
+    pub fn new() -> Self {
+        Crc32c(crc_fast::Digest::new(ALGORITHM))
+    }
+
+    /// Adds the next piece.
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    /// The CRC-32C of every piece so far, in order.
+    pub fn finish(&self) -> u32 {
+        narrow(self.0.finalize())
+    }
+}
+
+impl Default for Crc32c {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A CRC-32 result always fits 32 bits; `crc-fast` returns every width as `u64`.
 fn narrow(crc: u64) -> u32 {
     (crc & u64::from(u32::MAX)) as u32
@@ -43,6 +70,22 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_crc_fed_in_pieces_is_the_crc_of_the_whole(
+            whole in proptest::collection::vec(any::<u8>(), 0..5000),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..4),
+        ) {
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(whole.len() + 1)).collect();
+            at.sort_unstable();
+            let mut crc = Crc32c::new();
+            let mut from = 0;
+            for to in at.into_iter().chain([whole.len()]) {
+                crc.update(&whole[from..to]);
+                from = to;
+            }
+            prop_assert_eq!(crc.finish(), crc32c(&whole));
+        }
+
         #[test]
         fn combining_the_crcs_of_two_parts_gives_the_crc_of_the_whole(
             whole in proptest::collection::vec(any::<u8>(), 0..5000),

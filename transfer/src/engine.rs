@@ -127,7 +127,8 @@ impl TransferEngine {
     }
 
     /// The shared-memory half of [`read_checksummed`](Self::read_checksummed):
-    /// copies from `memory`, the mapping of `target`, and checksums the copy.
+    /// copies from `memory`, the mapping of `target`, checksumming each piece
+    /// as it is copied.
     fn read_shm_checksummed(
         &self,
         memory: &SegmentMemory,
@@ -135,8 +136,7 @@ impl TransferEngine {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<u32, TransferError> {
-        let result =
-            memory.read_at(offset, buf).map(|()| mooncake_segment::checksum::crc32c(buf)).map_err(TransferError::from);
+        let result = memory.read_at_checksummed(offset, buf).map_err(TransferError::from);
         self.stats.record(TransportKind::Shm, &target.endpoint, false, buf.len() as u64, result.is_ok());
         result
     }
