@@ -172,6 +172,47 @@ async fn a_put_into_a_full_cache_after_a_failover_evicts_about_its_own_size() {
     client.close().await;
 }
 
+/// After a failover, what a remove frees lies in the old leader's arenas
+/// too: before, a cache emptied by `remove_all` (vLLM's connector reset)
+/// took no put for the release timeout (10 minutes), with nothing left to
+/// evict. Bytes of objects old enough are now cut out of those arenas as
+/// they are removed, so the next put fits at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_the_bytes_a_remove_all_frees_take_new_puts() {
+    let mut cluster = Cluster::builder()
+        .masters(3)
+        .stores(2)
+        .segment_size("16MiB")
+        .binary(BIN)
+        .arg("--default_kv_lease_ttl=100")
+        .arg("--capability_ttl_sec=1")
+        .start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 30, 1 << 20).await;
+    let filled = tokio::time::Instant::now();
+    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.kill(old);
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    // Bytes may leave an old arena once every WRITE grant over them has
+    // expired: 1 s capability TTL + 5 s skew + 1 s + 5 s between leaders.
+    tokio::time::sleep_until(filled + Duration::from_secs(13)).await;
+    // The new leader counts every object as leased for one KV lease TTL
+    // after its election (and its eviction duty may take some first):
+    // remove until none is left.
+    wait_until("every object removed", Duration::from_secs(10), || async {
+        client.remove_all(false).await.expect("remove_all");
+        (all_readable(&client, &values).await == 0).then_some(())
+    })
+    .await;
+    let big = value(2_000, 2 << 20);
+    let stored = client.put("big", &big, &PutOptions { replicas: 2, ..Default::default() }).await;
+    assert!(matches!(stored, Ok(PutOutcome::Stored)), "the emptied cache took no put: {stored:?}");
+    assert_eq!(client.get("big").await.expect("get big"), big);
+    assert!(cluster.metric(leader, "mooncake_arena_cut_bytes_total") > 0.0, "nothing was cut");
+    client.close().await;
+}
+
 /// Forced removals ignore KV leases and pins: like a forced RemoveAll, they
 /// are for admins. A client without the admin token is refused and the
 /// object stays; the admin's forced removal goes through.

@@ -16,19 +16,17 @@
 //! while the disk has room; a put that found no room still removes them.
 //!
 //! Bytes freed inside an earlier term's arena (after a failover, every
-//! object of a full cache lives in one) would stay unusable until that
-//! arena is returned, at the release timeout. So a round cuts them out of
-//! it (`ArenaCut`) once their object was committed at least `cut_after` ago
-//! (its writer finished before the commit, and every WRITE grant over them
-//! has expired), and a put's round does not evict, for nothing, objects
-//! younger than that there.
+//! object of a full cache lives in one) are cut out of it once they may be
+//! (`arena_cuts.rs`); a put's round does not evict, for nothing, objects
+//! too young for that there.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mooncake_raft_store::{ArenaId, Command, MetaState, RemoveReason, Response, StateReader, Tier, VersionedKey};
-use mooncake_segment::{Range, SegmentId};
+use mooncake_raft_store::{ArenaId, Command, RemoveReason, Response, StateReader, Tier};
+use mooncake_segment::SegmentId;
+
+use crate::arena_cuts::{ArenaCuts, arenas_holding};
 
 use crate::decisions::{self, EvictionPolicy};
 use crate::kv_lease::KeyHash;
@@ -49,10 +47,8 @@ pub struct Evictor {
     pub policy: EvictionPolicy,
     pub tiers: TierPolicy,
     pub metrics: Arc<MasterMetrics>,
-    /// How long after its commit an object's bytes in an earlier term's
-    /// arena may be cut out of it: every WRITE grant over them has expired,
-    /// the clock skew between two leaders included.
-    pub cut_after: Duration,
+    /// Cuts what rounds free in earlier terms' arenas (removes use it too).
+    pub cuts: Arc<ArenaCuts>,
     round: tokio::sync::Mutex<()>,
 }
 
@@ -64,15 +60,9 @@ impl Evictor {
         policy: EvictionPolicy,
         tiers: TierPolicy,
         metrics: Arc<MasterMetrics>,
-        cut_after: Duration,
+        cuts: Arc<ArenaCuts>,
     ) -> Self {
-        Evictor { reader, leader, proposer, policy, tiers, metrics, cut_after, round: tokio::sync::Mutex::new(()) }
-    }
-
-    /// Whether bytes of an object committed at `completed_ms` may be cut
-    /// out of an earlier term's arena at `wall_ms`.
-    fn may_cut(&self, completed_ms: u64, wall_ms: u64) -> bool {
-        completed_ms.saturating_add(self.cut_after.as_millis() as u64) <= wall_ms
+        Evictor { reader, leader, proposer, policy, tiers, metrics, cuts, round: tokio::sync::Mutex::new(()) }
     }
 
     /// One round: frees what the high watermark asks and at least
@@ -129,9 +119,9 @@ impl Evictor {
             Some(seg) => self.reader.read(|s| {
                 candidates
                     .iter()
-                    .map(|c| match self.may_cut(c.completed_ms, wall_ms) {
+                    .map(|c| match self.cuts.may_cut(c.completed_ms, wall_ms) {
                         true => None,
-                        false => arenas_holding(s, &c.object, tier, Some(seg)).first().map(|(id, _)| *id),
+                        false => arenas_holding(s, &c.object, Some(tier), Some(seg)).first().map(|(id, _)| *id),
                     })
                     .collect()
             }),
@@ -165,11 +155,8 @@ impl Evictor {
         }
         // Read before they go: the victims' bytes that may be cut out of
         // earlier terms' arenas once removed.
-        let old_enough: Vec<&VersionedKey> =
-            victims.iter().filter(|v| self.may_cut(v.completed_ms, wall_ms)).map(|v| &v.object).collect();
-        let held: Vec<(ArenaId, Range)> =
-            self.reader.read(|s| old_enough.iter().flat_map(|v| arenas_holding(s, v, tier, None)).collect());
-        let cuts = self.leader.with(|t| held.into_iter().filter(|(a, _)| !t.puts.owns(*a)).collect::<Vec<_>>());
+        let done: Vec<_> = victims.iter().map(|v| (&v.object, v.completed_ms)).collect();
+        let cuts = self.cuts.pieces(&done, Some(tier), wall_ms);
         let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
         let mut cmds = Vec::new();
         if !kept.is_empty() {
@@ -202,7 +189,7 @@ impl Evictor {
                     capacity_bytes = capacity,
                     "eviction round"
                 );
-                self.cut(cuts.unwrap_or_default()).await;
+                self.cuts.cut(cuts).await;
                 count
             }
             Err(status) => {
@@ -211,56 +198,4 @@ impl Evictor {
             }
         }
     }
-
-    /// Cuts the freed `pieces` out of their (earlier terms') arenas, one
-    /// `ArenaCut` per arena; pieces not free (their object was not removed
-    /// after all) stay. A refused cut only leaves the bytes to the arena's
-    /// return.
-    async fn cut(&self, pieces: Vec<(ArenaId, Range)>) {
-        if pieces.is_empty() {
-            return;
-        }
-        let by_arena: BTreeMap<ArenaId, Vec<Range>> = self.reader.read(|s| {
-            let mut by_arena: BTreeMap<ArenaId, Vec<Range>> = BTreeMap::new();
-            for (id, range) in pieces {
-                let free = s.arena(id).and_then(|a| s.segment(a.segment)).is_some_and(|g| g.is_free(range));
-                if free {
-                    by_arena.entry(id).or_default().push(range);
-                }
-            }
-            by_arena
-        });
-        let bytes: Vec<u64> = by_arena.values().map(|ranges| ranges.iter().map(|r| r.len).sum()).collect();
-        let cmds: Vec<Command> =
-            by_arena.into_iter().map(|(arena, ranges)| Command::ArenaCut { arena, ranges }).collect();
-        if cmds.is_empty() {
-            return;
-        }
-        match self.proposer.propose_many(cmds).await {
-            Ok(answers) => {
-                let refused = answers.iter().filter(|a| matches!(a, Response::Err(_))).count();
-                let cut: u64 =
-                    answers.iter().zip(&bytes).filter(|(a, _)| !matches!(a, Response::Err(_))).map(|(_, b)| b).sum();
-                self.metrics.arena_cut_bytes.inc_by(cut);
-                tracing::info!(bytes = cut, refused, "freed bytes cut out of earlier terms' arenas");
-            }
-            Err(status) => tracing::warn!(message = %status.message, "arena cut failed"),
-        }
-    }
-}
-
-/// The arenas holding `object`'s replicas on `tier` (on `segment` when
-/// given), with the ranges they hold: none once that version is gone.
-fn arenas_holding(
-    s: &MetaState,
-    object: &VersionedKey,
-    tier: Tier,
-    segment: Option<SegmentId>,
-) -> Vec<(ArenaId, Range)> {
-    let Some(o) = s.object(&object.key).filter(|o| o.version == object.version) else { return Vec::new() };
-    o.replicas
-        .iter()
-        .filter(|r| segment.is_none_or(|g| r.segment == g) && s.replica_tier(r) == Some(tier))
-        .filter_map(|r| s.arena_holding(r.segment, r.range).map(|a| (a.id, r.range)))
-        .collect()
 }

@@ -13,6 +13,7 @@
 //! `segment`; nothing but tests and tools depends on this crate.
 
 mod admin_service;
+pub mod arena_cuts;
 pub mod arena_fences;
 mod capabilities;
 mod client_service;

@@ -149,6 +149,13 @@ impl MasterNode {
         let grants_live = cfg.capability_ttl() + skew + Duration::from_secs(1);
         // Measured from a commit on an earlier leader's clock: one more skew.
         let cut_after = grants_live + skew;
+        let cuts = Arc::new(crate::arena_cuts::ArenaCuts {
+            reader: reader.clone(),
+            leader: leader.clone(),
+            proposer: proposer.clone(),
+            metrics: metrics.clone(),
+            cut_after,
+        });
         let evictor = Arc::new(Evictor::new(
             reader.clone(),
             leader.clone(),
@@ -156,7 +163,7 @@ impl MasterNode {
             policy,
             tiers,
             metrics.clone(),
-            cut_after,
+            cuts,
         ));
         let disk_alarm = Arc::new(crate::disk_space::DiskAlarm::default());
         let fence_wakes = Arc::new(crate::arena_fences::FenceWakes::default());
