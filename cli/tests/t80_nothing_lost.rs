@@ -118,6 +118,39 @@ async fn a_put_into_a_full_cache_evicts_about_its_own_size() {
     client.close().await;
 }
 
+/// A full cache (30 objects of 1 MiB on 2 x 16 MiB, one replica each) whose
+/// leader was killed after the fill, with the new leader elected.
+struct FullAfterFailover {
+    cluster: Cluster,
+    client: Client,
+    values: Vec<(String, Vec<u8>)>,
+    leader: u64,
+    /// When the fill ended: the objects' age counts from here.
+    filled: tokio::time::Instant,
+}
+
+async fn full_cache_after_a_failover() -> FullAfterFailover {
+    // A 1 s capability TTL: the bytes of objects older than 12 s may leave
+    // the old leader's arenas (arena_cuts.rs).
+    let mut cluster = Cluster::builder()
+        .masters(3)
+        .stores(2)
+        .segment_size("16MiB")
+        .binary(BIN)
+        .arg("--default_kv_lease_ttl=100")
+        .arg("--capability_ttl_sec=1")
+        .start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let values = fill(&client, 30, 1 << 20).await;
+    let filled = tokio::time::Instant::now();
+    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.kill(old);
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert_ne!(leader, old);
+    FullAfterFailover { cluster, client, values, leader, filled }
+}
+
 /// The same right after a failover: every object of the full cache lives
 /// in arenas the dead leader granted, which the new leader may not reuse
 /// whole until the release timeout (10 minutes: a put of the old leader may
@@ -130,21 +163,7 @@ async fn a_put_into_a_full_cache_evicts_about_its_own_size() {
 /// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_into_a_full_cache_after_a_failover_evicts_about_its_own_size() {
-    let mut cluster = Cluster::builder()
-        .masters(3)
-        .stores(2)
-        .segment_size("16MiB")
-        .binary(BIN)
-        .arg("--default_kv_lease_ttl=100")
-        .arg("--capability_ttl_sec=1")
-        .start();
-    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
-    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
-    let values = fill(&client, 30, 1 << 20).await;
-    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    cluster.kill(old);
-    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    assert_ne!(leader, old);
+    let FullAfterFailover { cluster, client, values, leader, .. } = full_cache_after_a_failover().await;
     let big = value(2_000, 2 << 20);
     let refused = std::cell::Cell::new(0);
     wait_until("the put after the failover", Duration::from_secs(40), || async {
@@ -179,21 +198,7 @@ async fn a_put_into_a_full_cache_after_a_failover_evicts_about_its_own_size() {
 /// they are removed, so the next put fits at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_failover_the_bytes_a_remove_all_frees_take_new_puts() {
-    let mut cluster = Cluster::builder()
-        .masters(3)
-        .stores(2)
-        .segment_size("16MiB")
-        .binary(BIN)
-        .arg("--default_kv_lease_ttl=100")
-        .arg("--capability_ttl_sec=1")
-        .start();
-    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
-    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
-    let values = fill(&client, 30, 1 << 20).await;
-    let filled = tokio::time::Instant::now();
-    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
-    cluster.kill(old);
-    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let FullAfterFailover { cluster, client, values, leader, filled } = full_cache_after_a_failover().await;
     // Bytes may leave an old arena once every WRITE grant over them has
     // expired: 1 s capability TTL + 5 s skew + 1 s + 5 s between leaders.
     tokio::time::sleep_until(filled + Duration::from_secs(13)).await;
