@@ -45,18 +45,25 @@ impl ArenaCuts {
         completed_ms.saturating_add(self.cut_after.as_millis() as u64) <= wall_ms
     }
 
-    /// The pieces of `victims` (each with its commit time) that may be cut
-    /// once they are removed: their ranges on `tier` (every tier when
-    /// `None`) inside arenas of earlier terms, for those committed long
-    /// enough ago. Read before the removal is proposed.
-    pub fn pieces(&self, victims: &[(&VersionedKey, u64)], tier: Option<Tier>, wall_ms: u64) -> Vec<(ArenaId, Range)> {
-        let old_enough: Vec<&VersionedKey> =
-            victims.iter().filter(|(_, done)| self.may_cut(*done, wall_ms)).map(|(v, _)| *v).collect();
-        if old_enough.is_empty() {
-            return Vec::new();
+    /// The pieces of `victims` that may be cut once they are removed: their
+    /// ranges on `tier` (every tier when `None`) inside arenas of earlier
+    /// terms, for those committed long enough ago. Read before the removal
+    /// is proposed (a victim already gone has none).
+    pub fn pieces(&self, victims: &[VersionedKey], tier: Option<Tier>) -> Vec<(ArenaId, Range)> {
+        let wall_ms = crate::proposer::now_ms();
+        let held: Vec<(ArenaId, Range)> = self.reader.read(|s| {
+            victims
+                .iter()
+                .filter(|v| {
+                    let done = s.object(&v.key).map(|o| o.completed_ms.unwrap_or(o.created_ms));
+                    done.is_some_and(|done| self.may_cut(done, wall_ms))
+                })
+                .flat_map(|v| arenas_holding(s, v, tier, None))
+                .collect()
+        });
+        if held.is_empty() {
+            return held;
         }
-        let held: Vec<(ArenaId, Range)> =
-            self.reader.read(|s| old_enough.iter().flat_map(|v| arenas_holding(s, v, tier, None)).collect());
         self.leader.with(|t| held.into_iter().filter(|(a, _)| !t.puts.owns(*a)).collect()).unwrap_or_default()
     }
 

@@ -155,8 +155,8 @@ impl Evictor {
         }
         // Read before they go: the victims' bytes that may be cut out of
         // earlier terms' arenas once removed.
-        let done: Vec<_> = victims.iter().map(|v| (&v.object, v.completed_ms)).collect();
-        let cuts = self.cuts.pieces(&done, Some(tier), wall_ms);
+        let objects: Vec<_> = victims.iter().map(|v| v.object.clone()).collect();
+        let cuts = self.cuts.pieces(&objects, Some(tier));
         let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
         let mut cmds = Vec::new();
         if !kept.is_empty() {

@@ -128,7 +128,7 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
             .collect();
         let victims: Vec<VersionedKey> =
             go.iter().map(|(i, version)| VersionedKey { key: keys[*i].clone(), version: *version }).collect();
-        let cuts = cuttable(shared, &victims);
+        let cuts = shared.write_path.evictor.cuts.pieces(&victims, None);
         let removed = |answers: &[Response], j: usize| answers.get(j).is_some_and(|a| a.err().is_none());
         match propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, removed).await {
             Ok(answers) => {
@@ -171,19 +171,8 @@ pub async fn remove_all(shared: &Shared, force: bool) -> Result<u64, Status> {
             reason: mooncake_raft_store::RemoveReason::RemoveAll,
         })
         .collect();
-    let cuts = cuttable(shared, &go);
+    let cuts = shared.write_path.evictor.cuts.pieces(&go, None);
     let answers = propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, |_, _| true).await?;
     shared.write_path.evictor.cuts.cut(cuts).await;
     Ok(answers.iter().map(|a| if let Response::Removed { count } = a { *count } else { 0 }).sum())
-}
-
-/// The bytes of `victims` that may leave earlier terms' arenas once they
-/// are removed (`arena_cuts.rs`): after a failover, what a remove frees is
-/// otherwise unusable until the release timeout.
-fn cuttable(shared: &Shared, victims: &[VersionedKey]) -> Vec<(mooncake_raft_store::ArenaId, mooncake_segment::Range)> {
-    let done: Vec<u64> = shared.reader.read(|s| {
-        victims.iter().map(|v| s.object(&v.key).map_or(u64::MAX, |o| o.completed_ms.unwrap_or(o.created_ms))).collect()
-    });
-    let with_times: Vec<(&VersionedKey, u64)> = victims.iter().zip(done).collect();
-    shared.write_path.evictor.cuts.pieces(&with_times, None, crate::proposer::now_ms())
 }
