@@ -131,7 +131,9 @@ struct FullAfterFailover {
 
 async fn full_cache_after_a_failover() -> FullAfterFailover {
     // A 1 s capability TTL: the bytes of objects older than 12 s may leave
-    // the old leader's arenas (arena_cuts.rs).
+    // the old leader's arenas (arena_cuts.rs). The fill (30 of 32 MiB) stays
+    // under the high watermark: the old leader's eviction duty must not
+    // evict objects whose count dies with it.
     let mut cluster = Cluster::builder()
         .masters(3)
         .stores(2)
@@ -139,6 +141,7 @@ async fn full_cache_after_a_failover() -> FullAfterFailover {
         .binary(BIN)
         .arg("--default_kv_lease_ttl=100")
         .arg("--capability_ttl_sec=1")
+        .arg("--eviction_high_watermark_ratio=0.99")
         .start();
     cluster.wait_for_segments(2, Duration::from_secs(20)).await;
     let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
