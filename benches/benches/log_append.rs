@@ -2,7 +2,7 @@
 //! flusher thread) and `RaftLogStorage::append` through openraft's `blocking_append`, which
 //! returns only once the store's flush callback reports the batch durable.
 //!
-//! - `log_append/entries/N`: one append of N small entries (a PutEnd command, ~110 bytes
+//! - `log_append/entries/N`: one append of N small entries (a `PutCommit` of one replica, ~120 bytes
 //!   encoded) and its sync; throughput is per entry.
 //! - `log_append/raw_4KiB_write_fdatasync`: the same-run baseline, a 4 KiB `pwrite` +
 //!   `fdatasync` on a preallocated (zero-filled, synced) file in the same temp dir.
@@ -19,8 +19,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use mooncake_raft_store::{Command, Entry, LogId, Request, StoreOptions, open_store};
-use mooncake_segment::ClientId;
+use mooncake_raft_store::{
+    ArenaId, Command, Entry, LogId, NewObject, Pin, PlacedReplica, Request, StoreOptions, open_store,
+};
+use mooncake_segment::{ClientId, Range, SegmentId};
 use openraft::storage::RaftLogStorageExt;
 use openraft::{CommittedLeaderId, EntryPayload};
 
@@ -32,11 +34,19 @@ fn entry(index: u64) -> Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
         payload: EntryPayload::Normal(Request {
             ts_ms: 1_750_000_000_000 + index,
-            cmd: Command::PutEnd {
+            cmd: Command::PutCommit(NewObject {
                 client: ClientId(7),
                 key: format!("model-llama-70b/layer-all/prefix-{index:016x}-0123456789abcdef0123456789abcdef"),
+                size_bytes: 1 << 20,
                 checksum: index as u32,
-            },
+                pin: Pin::None,
+                replicas: vec![PlacedReplica {
+                    segment: SegmentId(0x5e60_0000),
+                    arena: ArenaId(3),
+                    range: Range::new(index << 20, 1 << 20),
+                }],
+                upsert: false,
+            }),
         }),
     }
 }

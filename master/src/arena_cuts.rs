@@ -55,7 +55,7 @@ impl ArenaCuts {
             victims
                 .iter()
                 .filter(|v| {
-                    let done = s.object(&v.key).map(|o| o.completed_ms.unwrap_or(o.created_ms));
+                    let done = s.object(&v.key).map(|o| o.committed_ms);
                     done.is_some_and(|done| self.may_cut(done, wall_ms))
                 })
                 .flat_map(|v| arenas_holding(s, v, tier, None))

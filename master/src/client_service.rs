@@ -12,7 +12,7 @@ use mooncake_auth::capability::Access;
 use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, HasStatus, Status};
-use mooncake_raft_store::state::{ObjectStatus, validate_key, validate_segment};
+use mooncake_raft_store::state::{validate_key, validate_segment};
 use mooncake_raft_store::{Command, CredentialHash, MetaError, MetaState, SegmentSpec};
 use mooncake_segment::{ClientId, SegmentId};
 use tonic::metadata::MetadataMap;
@@ -209,9 +209,6 @@ impl MasterServiceImpl {
         let lease_ttl_ms = self.shared.leader.kv_lease_ttl().as_millis() as u64;
         let status = match s.object(key) {
             None => Status::with(ErrorCode::ObjectNotFound, format!("object {key:?} not found")),
-            Some(o) if o.status != ObjectStatus::Complete => {
-                Status::with(ErrorCode::ReplicaIsNotReady, format!("object {key:?} is still being written"))
-            }
             // Its only replicas are on disks of a store node that is down.
             Some(o) if !o.replicas.iter().any(|r| s.is_readable(r)) => Status::with(
                 ErrorCode::ReplicaIsNotReady,
@@ -226,13 +223,13 @@ impl MasterServiceImpl {
                     o.replicas.iter().filter(|r| s.is_readable(r)).collect();
                 readable.sort_by_key(|r| s.replica_tier(r));
                 let mut replicas: Vec<Replica> =
-                    readable.into_iter().map(|r| convert::replica_pb(s, r, o.status)).collect();
+                    readable.into_iter().map(|r| convert::replica_pb(s, r, convert::ReplicaState::Complete)).collect();
                 self.shared.auth.capabilities.grant(s, &mut replicas, Access::Read);
                 return GetReplicaListResponse {
                     status: Some(Status::ok()),
                     replicas,
                     size: o.size_bytes,
-                    checksum: o.checksum.unwrap_or(0),
+                    checksum: o.checksum,
                     lease_ttl_ms,
                 };
             }
@@ -241,7 +238,7 @@ impl MasterServiceImpl {
     }
 
     fn exist_key(&self, s: &MetaState, key: &str) -> ExistKeyResponse {
-        let exists = s.object(key).is_some_and(|o| o.status == ObjectStatus::Complete);
+        let exists = s.object(key).is_some();
         ExistKeyResponse { status: Some(Status::ok()), exists }
     }
 
@@ -294,7 +291,8 @@ impl MasterServiceImpl {
 /// with a credential must present it (the `x-mooncake-client-credential`
 /// metadata entry the client library sends on every call), or another
 /// client could revoke its puts in flight or end them with a checksum of
-/// its own. A writer that never registered a credential is not checked.
+/// its own. A writer id that is not registered is not checked: no process
+/// holds it, so there is nobody to impersonate.
 fn writers_allowed(shared: &crate::shared::Shared, metadata: &MetadataMap, writers: &[u64]) -> Result<(), Status> {
     let presented = metadata
         .get(mooncake_auth::credential::CREDENTIAL_HEADER)
@@ -307,7 +305,7 @@ fn writers_allowed(shared: &crate::shared::Shared, metadata: &MetadataMap, write
     shared.reader.read(|s| {
         for w in distinct {
             let client = ClientId(w);
-            if !s.has_credential(client) {
+            if s.client(client).is_none() {
                 continue;
             }
             let denied = |why: &str| {
@@ -343,8 +341,8 @@ fn credential_hash(bytes: &[u8]) -> Result<CredentialHash, Status> {
 /// A segment's shared-memory file, if it names one, must be a segment file
 /// (`/dev/shm/mooncake-*`): same-host clients map it and copy object bytes
 /// into it, so a mount naming any other path could make them write into
-/// (or read from) an arbitrary file. Checked here, on the way in; apply
-/// keeps accepting what older logs hold.
+/// (or read from) an arbitrary file. Checked here, on the way in, before
+/// the mount is proposed.
 fn validate_shm_path(spec: &mooncake_raft_store::SegmentSpec) -> Result<(), MetaError> {
     if spec.shm_path.is_empty() {
         return Ok(());
@@ -476,7 +474,7 @@ impl MasterService for MasterServiceImpl {
             Err(s) => return refused(s),
         };
         let id = spec.id;
-        let status = self.write(Command::MountSegmentAs { client, credential, segment: spec }).await;
+        let status = self.write(Command::MountSegment { client, credential, segment: spec }).await;
         let segment_keys = self.segment_keys(&status, client, [id]);
         ok(MountSegmentResponse { status: Some(status), segment_keys })
     }
@@ -488,7 +486,7 @@ impl MasterService for MasterServiceImpl {
             Ok(h) => h,
             Err(s) => return ok(UnmountSegmentResponse { status: Some(s) }),
         };
-        let cmd = Command::UnmountSegmentAs { client, credential, segment: SegmentId(r.segment_id) };
+        let cmd = Command::UnmountSegment { client, credential, segment: SegmentId(r.segment_id) };
         ok(UnmountSegmentResponse { status: Some(self.write(cmd).await) })
     }
 
@@ -508,7 +506,7 @@ impl MasterService for MasterServiceImpl {
             Err(s) => return refused(s),
         };
         let ids: Vec<SegmentId> = segments.iter().map(|s| s.id).collect();
-        let status = self.write(Command::RemountSegmentsAs { client, credential, segments }).await;
+        let status = self.write(Command::RemountSegments { client, credential, segments }).await;
         let segment_keys = self.segment_keys(&status, client, ids);
         ok(RemountSegmentResponse { status: Some(status), segment_keys })
     }
@@ -566,9 +564,6 @@ impl MasterService for MasterServiceImpl {
         }
         let read = self.shared.read(|s| match s.object(&key) {
             None => GetSizeResponse { status: Some(meta_status(&MetaError::ObjectNotFound(key.clone()))), size: 0 },
-            Some(o) if o.status != ObjectStatus::Complete => {
-                GetSizeResponse { status: Some(meta_status(&MetaError::ReplicaNotReady(key.clone()))), size: 0 }
-            }
             Some(o) => GetSizeResponse { status: Some(Status::ok()), size: o.size_bytes },
         });
         match read.await {

@@ -10,8 +10,8 @@
 //! and `pb::Segment::from(Wire(&spec))`.
 
 use mooncake_proto::master as pb;
-use mooncake_raft_store::state::{ObjectMeta, ObjectStatus};
-use mooncake_raft_store::{MetaError, MetaState, Pin, PutStart, ReplicaPlacement, SegmentSpec, Tier};
+use mooncake_raft_store::state::{ObjectMeta, PutSpec};
+use mooncake_raft_store::{MetaError, MetaState, Pin, ReplicaPlacement, SegmentSpec, Tier};
 use mooncake_segment::{ClientId, SegmentId};
 
 /// A wire value (a generated message, or the `i32` of an enum field) on its
@@ -87,8 +87,17 @@ impl From<Wire<Pin>> for (i32, u64) {
         }
     }
 }
-// A replica's status on the wire (`ReplicaStatus`) is its object's.
-wire_enum!(ObjectStatus <=> pb::ReplicaStatus, "status", "PROCESSING (0) or COMPLETE (1)", {
+/// What a replica on the wire (`ReplicaStatus`) says of its bytes: being
+/// written (a put's reservation, a copy being made) or readable. The state
+/// machine records only written objects; the leader's reservations are the
+/// rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaState {
+    Processing,
+    Complete,
+}
+
+wire_enum!(ReplicaState <=> pb::ReplicaStatus, "status", "PROCESSING (0) or COMPLETE (1)", {
     Processing <=> Processing,
     Complete <=> Complete,
 });
@@ -123,11 +132,11 @@ impl From<Wire<&SegmentSpec>> for pb::Segment {
     }
 }
 
-impl TryFrom<Wire<&pb::PutStartRequest>> for PutStart {
+impl TryFrom<Wire<&pb::PutStartRequest>> for PutSpec {
     type Error = MetaError;
 
     fn try_from(Wire(r): Wire<&pb::PutStartRequest>) -> Result<Self, MetaError> {
-        Ok(PutStart {
+        Ok(PutSpec {
             client: ClientId(r.client_id),
             key: r.key.clone(),
             size_bytes: r.size,
@@ -145,7 +154,7 @@ impl TryFrom<Wire<&pb::PutStartRequest>> for PutStart {
 pub fn check_put_end(r: &pb::PutEndRequest) -> Result<(), MetaError> {
     Pin::try_from(Wire((r.pin, r.soft_pin_ttl_ms)))?;
     for (i, replica) in r.replicas.iter().enumerate() {
-        let known = Tier::try_from(Wire(replica.tier)).and_then(|_| ObjectStatus::try_from(Wire(replica.status)));
+        let known = Tier::try_from(Wire(replica.tier)).and_then(|_| ReplicaState::try_from(Wire(replica.status)));
         known.map_err(|e| match e {
             MetaError::InvalidParams(m) => MetaError::InvalidParams(format!("replicas[{i}]: {m}")),
             other => other,
@@ -159,9 +168,9 @@ pub fn pin(p: i32, ttl_ms: u64) -> Result<Pin, MetaError> {
     Pin::try_from(Wire((p, ttl_ms)))
 }
 
-/// `PutStart::try_from(Wire(r))`, by the name puts.rs calls it.
-pub fn put_start(r: &pb::PutStartRequest) -> Result<PutStart, MetaError> {
-    PutStart::try_from(Wire(r))
+/// `PutSpec::try_from(Wire(r))`, by the name puts.rs calls it.
+pub fn put_start(r: &pb::PutStartRequest) -> Result<PutSpec, MetaError> {
+    PutSpec::try_from(Wire(r))
 }
 
 /// `pb::Segment::from(Wire(s))`, by the name cluster_info.rs calls it.
@@ -170,7 +179,7 @@ pub fn segment_pb(s: &SegmentSpec) -> pb::Segment {
 }
 
 /// A replica with everything a client needs to reach it.
-pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ObjectStatus) -> pb::Replica {
+pub fn replica_pb(state: &MetaState, r: &ReplicaPlacement, status: ReplicaState) -> pb::Replica {
     let spec = state.segment(r.segment).map(|s| &s.spec);
     pb::Replica {
         segment_id: r.segment.0,
@@ -195,9 +204,9 @@ pub fn object_pb(state: &MetaState, o: &ObjectMeta) -> pb::ObjectInfo {
     pb::ObjectInfo {
         key: o.key.clone(),
         size: o.size_bytes,
-        checksum: o.checksum.unwrap_or(0),
-        status: Wire(o.status).into(),
-        replicas: o.replicas.iter().map(|r| replica_pb(state, r, o.status)).collect(),
+        checksum: o.checksum,
+        status: Wire(ReplicaState::Complete).into(),
+        replicas: o.replicas.iter().map(|r| replica_pb(state, r, ReplicaState::Complete)).collect(),
         pin,
         soft_pin_ttl_ms,
     }
@@ -236,12 +245,12 @@ mod tests {
             assert_eq!(Pin::try_from(Wire((wire as i32, ttl_ms))), Ok(pin));
         }
         let statuses = [
-            (ObjectStatus::Processing, pb::ReplicaStatus::Processing),
-            (ObjectStatus::Complete, pb::ReplicaStatus::Complete),
+            (ReplicaState::Processing, pb::ReplicaStatus::Processing),
+            (ReplicaState::Complete, pb::ReplicaStatus::Complete),
         ];
         for (status, wire) in statuses {
             assert_eq!(i32::from(Wire(status)), wire as i32);
-            assert_eq!(ObjectStatus::try_from(Wire(wire as i32)), Ok(status));
+            assert_eq!(ReplicaState::try_from(Wire(wire as i32)), Ok(status));
         }
     }
 
@@ -250,7 +259,7 @@ mod tests {
         for v in UNKNOWN {
             let tier = refusal(Tier::try_from(Wire(v)));
             assert!(tier.starts_with(&format!("tier {v} is unknown")), "{tier}");
-            let status = refusal(ObjectStatus::try_from(Wire(v)));
+            let status = refusal(ReplicaState::try_from(Wire(v)));
             assert!(status.starts_with(&format!("status {v} is unknown")), "{status}");
         }
         // Pin has a third value, so 3 is the first unknown one as well.
@@ -296,10 +305,10 @@ mod tests {
             pin: 9,
             ..Default::default()
         };
-        let e = refusal(PutStart::try_from(Wire(&req)));
+        let e = refusal(PutSpec::try_from(Wire(&req)));
         assert!(e.contains("pin 9"), "{e}");
         let req = pb::PutStartRequest { pin: pb::Pin::Hard as i32, ..req };
-        assert_eq!(PutStart::try_from(Wire(&req)).map(|p| p.pin), Ok(Pin::Hard));
+        assert_eq!(PutSpec::try_from(Wire(&req)).map(|p| p.pin), Ok(Pin::Hard));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use mooncake_auth::capability::Access;
 use mooncake_proto::master::{self as pb, ReportCopyRequest, ReportCorruptRequest};
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::{ObjectStatus, SegmentEntry};
+use mooncake_raft_store::state::SegmentEntry;
 use mooncake_raft_store::{Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, Tier};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -130,7 +130,7 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
         key: o.key.clone(),
         version: o.version,
         size_bytes: o.size_bytes,
-        checksum: o.checksum?,
+        checksum: o.checksum,
         sources,
         target: Candidate::of(target, true),
         tier: to,
@@ -138,11 +138,10 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
     })
 }
 
-/// Whether `o` is to be offloaded: complete, readable, on no disk segment
+/// Whether `o` is to be offloaded: readable, on no disk segment
 /// (with `--offload_on_evict`, not hard-pinned: never evicted).
 fn wants_offload(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, on_evict: bool) -> bool {
-    o.status == ObjectStatus::Complete
-        && !(on_evict && o.pin == Pin::Hard)
+    !(on_evict && o.pin == Pin::Hard)
         && o.replicas.iter().all(|r| s.replica_tier(r) != Some(Tier::Ssd))
         && o.replicas.iter().any(|r| s.is_readable(r))
 }
@@ -172,10 +171,10 @@ fn plan_offloads(
         let mut objects: Vec<&mooncake_raft_store::state::ObjectMeta> =
             s.objects().filter(|o| wants_offload(s, o, true)).collect();
         if objects.len() > max {
-            objects.select_nth_unstable_by_key(max, |o| o.completed_ms.unwrap_or(o.created_ms));
+            objects.select_nth_unstable_by_key(max, |o| o.committed_ms);
             objects.truncate(max);
         }
-        objects.sort_by_key(|o| o.completed_ms.unwrap_or(o.created_ms));
+        objects.sort_by_key(|o| o.committed_ms);
         let plans = objects.into_iter().filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Ssd)).collect();
         return (plans, None);
     }
@@ -216,7 +215,7 @@ fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>
     let mut deferred = Vec::new();
     for o in hot.iter().filter_map(|k| s.object(k)) {
         let in_memory = o.replicas.iter().any(|r| s.replica_tier(r) == Some(Tier::Dram) && s.is_readable(r));
-        if o.status != ObjectStatus::Complete || in_memory {
+        if in_memory {
             continue;
         }
         let len = Tier::Dram.range_len(o.size_bytes).unwrap_or(u64::MAX);
@@ -446,12 +445,12 @@ pub fn copies_for_ping(shared: &Shared, client: ClientId) -> Vec<pb::CopyTask> {
             .iter()
             .map(|c| {
                 let mut sources: Vec<pb::Replica> =
-                    c.sources.iter().map(|r| convert::replica_pb(s, r, ObjectStatus::Complete)).collect();
+                    c.sources.iter().map(|r| convert::replica_pb(s, r, convert::ReplicaState::Complete)).collect();
                 shared.auth.capabilities.grant(s, &mut sources, Access::Read);
                 let placement = ReplicaPlacement { segment: c.target.segment, range: c.target.range };
                 let mut target = vec![pb::Replica {
                     arena_id: c.target.arena.0,
-                    ..convert::replica_pb(s, &placement, ObjectStatus::Processing)
+                    ..convert::replica_pb(s, &placement, convert::ReplicaState::Processing)
                 }];
                 shared.auth.capabilities.grant(s, &mut target, Access::Write);
                 pb::CopyTask {

@@ -1,5 +1,5 @@
 //! Leader decisions as pure functions: which clients expire, which objects
-//! to evict, which abandoned puts to discard or release. Their inputs are
+//! to evict, which replaced objects to release. Their inputs are
 //! lists taken from the replicated state (under its read lock) and the
 //! leader's soft state (under its own lock, after the state read — see the
 //! lock order in `leader.rs`). No I/O here; the workers turn the answers into
@@ -7,7 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{MetaState, ObjectVersion, Pin, Tier, VersionedKey};
 use mooncake_segment::{ClientId, SegmentId};
 
@@ -67,7 +66,7 @@ pub fn eviction_candidates(state: &MetaState, tier: Tier) -> Vec<Candidate> {
 pub fn eviction_candidates_on(state: &MetaState, tier: Tier, segment: Option<SegmentId>) -> Vec<Candidate> {
     state
         .objects()
-        .filter(|o| o.status == ObjectStatus::Complete && o.pin != Pin::Hard)
+        .filter(|o| o.pin != Pin::Hard)
         .filter_map(|o| {
             let on_tier = |r: &&mooncake_raft_store::ReplicaPlacement| {
                 state.replica_tier(r) == Some(tier) && segment.is_none_or(|s| r.segment == s)
@@ -78,7 +77,7 @@ pub fn eviction_candidates_on(state: &MetaState, tier: Tier, segment: Option<Seg
                 object: VersionedKey { key: o.key.clone(), version: o.version },
                 hash: KeyHash::of(&o.key),
                 pin: o.pin,
-                completed_ms: o.completed_ms.unwrap_or(o.created_ms),
+                completed_ms: o.committed_ms,
                 bytes,
                 kept_elsewhere,
             })
@@ -122,30 +121,16 @@ pub fn choose_victims(
     victims
 }
 
-/// Unfinished puts (of `unfinished`) started longer than `discard_after` ago.
-pub fn puts_to_discard(
-    unfinished: &[VersionedKey],
-    term: &mut TermState,
-    now: Instant,
-    discard_after: Duration,
-) -> Vec<VersionedKey> {
-    unfinished
-        .iter()
-        .filter(|v| now.saturating_duration_since(term.first_seen(v.version, now)) > discard_after)
-        .cloned()
-        .collect()
-}
-
-/// Discarded puts (of `discarded`) started longer than `release_after` ago:
-/// their writer can no longer be writing. Counted from the put's start (as
-/// Mooncake does), not from the discard.
-pub fn discards_to_release(
-    discarded: &[ObjectVersion],
+/// Objects replaced by upserts (of `retired`) that this leader first saw
+/// retired longer than `release_after` ago: no KV lease on their bytes can
+/// be left.
+pub fn retired_to_release(
+    retired: &[ObjectVersion],
     term: &mut TermState,
     now: Instant,
     release_after: Duration,
 ) -> Vec<ObjectVersion> {
-    discarded
+    retired
         .iter()
         .copied()
         .filter(|v| now.saturating_duration_since(term.first_seen(*v, now)) > release_after)

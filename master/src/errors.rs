@@ -27,7 +27,6 @@ pub fn meta_status(e: &MetaError) -> Status {
         MetaError::ObjectNotFound(_) => ErrorCode::ObjectNotFound,
         MetaError::ObjectAlreadyExists(_) => ErrorCode::ObjectAlreadyExists,
         MetaError::ObjectHasLease(_) => ErrorCode::ObjectHasLease,
-        MetaError::ReplicaNotReady(_) => ErrorCode::ReplicaIsNotReady,
         MetaError::IllegalClient(_) => ErrorCode::IllegalClient,
         MetaError::NoAvailableHandle(_) => ErrorCode::NoAvailableHandle,
         MetaError::SegmentNotFound(_) => ErrorCode::SegmentNotFound,
@@ -104,7 +103,6 @@ mod tests {
             (MetaError::InvalidParams("x".into()), ErrorCode::InvalidParams),
             (MetaError::ObjectNotFound("k".into()), ErrorCode::ObjectNotFound),
             (MetaError::ObjectHasLease("k".into()), ErrorCode::ObjectHasLease),
-            (MetaError::ReplicaNotReady("k".into()), ErrorCode::ReplicaIsNotReady),
             (MetaError::NoAvailableHandle("k".into()), ErrorCode::NoAvailableHandle),
             (MetaError::PermissionDenied("c".into()), ErrorCode::PermissionDenied),
         ];

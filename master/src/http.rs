@@ -171,8 +171,8 @@ async fn refresh_gauges(s: &Shared) {
         g.used_bytes.set(st.used_bytes() as i64);
         g.objects.set(st.object_count() as i64);
         g.clients.set(st.clients().count() as i64);
-        let held = st.discarded().flat_map(|d| d.replicas.iter()).chain(st.retired().flat_map(|d| d.replicas.iter()));
-        g.discarded_bytes.set(held.map(|r| r.range.len).sum::<u64>() as i64);
+        let held = st.retired().flat_map(|d| d.replicas.iter());
+        g.retired_bytes.set(held.map(|r| r.range.len).sum::<u64>() as i64);
         g.arenas.set(st.arenas().count() as i64);
         g.arena_bytes.set(st.arenas().map(|a| a.len_bytes()).sum::<u64>() as i64);
         for tier in [Tier::Dram, Tier::Ssd] {

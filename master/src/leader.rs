@@ -1,9 +1,10 @@
 //! Leader-local soft state: KV leases and removal fences ([`KvLeases`]),
 //! puts in flight and this term's arenas ([`PutTable`]), arenas being taken
-//! back ([`ArenaFences`]), client heartbeats,
-//! and when this leader first saw each unfinished, discarded or retired put. None of it is replicated. A new leader starts empty and is
-//! conservative instead: for one KV-lease TTL after its election every object
-//! counts as leased, and every known client counts as seen at the election.
+//! back ([`ArenaFences`]), client heartbeats, and when this leader first saw
+//! each object retired by an upsert. None of it is replicated. A new leader
+//! starts empty and is conservative instead: for one KV-lease TTL after its
+//! election every object counts as leased, and every known client counts as
+//! seen at the election.
 //!
 //! **Lock order.** The soft state is one mutex, and it is never locked while
 //! the applied state is being read: callers read the state (`StateReader`),
@@ -83,16 +84,15 @@ impl TermState {
         self.hearing_since = self.hearing_since.max(now);
     }
 
-    /// When this leader first saw the put `version` (its PutStart, or — for
-    /// a put an earlier leader started — the first time it looked); records
-    /// `now` on first call. Discard and release timeouts both count from here.
+    /// When this leader first saw the object `version` retired (by its own
+    /// upsert, or by an earlier leader's, the first time it looked); records
+    /// `now` on first call. The release of its bytes counts from here.
     pub fn first_seen(&mut self, version: ObjectVersion, now: Instant) -> Instant {
         *self.first_seen.entry(version).or_insert(now)
     }
 
-    /// Drops what can no longer matter: start times of versions that are
-    /// neither unfinished, discarded nor retired any more, and reads older
-    /// than the horizon.
+    /// Drops what can no longer matter: the times of versions that are not
+    /// retired any more, and reads older than the horizon.
     pub fn prune(&mut self, now: Instant, still_held: &HashSet<ObjectVersion>) {
         self.first_seen.retain(|v, _| still_held.contains(v));
         self.kv.prune(now);

@@ -50,7 +50,6 @@ pub struct MasterMetrics {
     pub port_refusals: IntCounterVec,
     pub leader_duty_rounds: IntCounter,
     pub discarded_puts: IntCounter,
-    pub released_puts: IntCounter,
     pub leader_changes: IntCounter,
     /// Copies between tiers, by purpose (offload, promote) and outcome
     /// (issued, done, failed).
@@ -87,7 +86,7 @@ pub struct Gauges {
     pub clients: IntGauge,
     pub kv_leases: IntGauge,
     pub kv_fences: IntGauge,
-    pub discarded_bytes: IntGauge,
+    pub retired_bytes: IntGauge,
     /// Per tier (memory, disk): attached capacity, used bytes, objects with
     /// a replica there.
     pub tier_capacity_bytes: IntGaugeVec,
@@ -157,7 +156,11 @@ impl Gauges {
                 "mooncake_kv_fences",
                 "Keys with a removal in flight on this leader (their readers wait).",
             )?,
-            discarded_bytes: gauge(r, "mooncake_discarded_bytes", "Bytes held by discarded puts.")?,
+            retired_bytes: gauge(
+                r,
+                "mooncake_retired_bytes",
+                "Bytes of objects replaced by upserts, held until no KV lease on them can be left.",
+            )?,
             tier_capacity_bytes: gauge_vec(
                 r,
                 "mooncake_tier_capacity_bytes",
@@ -297,8 +300,11 @@ impl MasterMetrics {
                 "mooncake_leader_duty_rounds_total",
                 "Rounds of the leader's duties (client expiry, eviction) completed.",
             )?,
-            discarded_puts: counter(&r, "mooncake_discarded_puts_total", "Abandoned puts discarded.")?,
-            released_puts: counter(&r, "mooncake_released_puts_total", "Discarded puts whose space was released.")?,
+            discarded_puts: counter(
+                &r,
+                "mooncake_discarded_puts_total",
+                "Puts whose reservation expired unfinished (discard timeout).",
+            )?,
             leader_changes: counter(&r, "mooncake_leader_changes_total", "Leaders this master has seen.")?,
             copies,
             copy_seconds: histogram_vec(

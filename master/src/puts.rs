@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mooncake_auth::capability::Access;
 use mooncake_proto::master::{PutEndRequest, PutRevokeRequest, PutStartRequest, PutStartResponse, Replica};
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::{ObjectStatus, validate_put_start};
+use mooncake_raft_store::state::validate_put;
 use mooncake_raft_store::{
     ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Response, Tier,
 };
@@ -49,7 +49,7 @@ struct Look {
 /// attached memory segments the object fits in (disk segments receive
 /// copies only, docs/TIERS.md).
 fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
-    let exists = s.object(key).is_some_and(|o| o.status == ObjectStatus::Complete);
+    let exists = s.object(key).is_some();
     let largest = s.attached(Tier::Dram).map(|g| g.capacity_bytes()).max();
     match largest {
         None => return Err(MetaError::NoAvailableHandle("no memory segment is mounted".into())),
@@ -92,7 +92,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         Ok(spec) => spec,
         Err(e) => return refuse(invalid(e)),
     };
-    if let Err(e) = validate_put_start(&spec) {
+    if let Err(e) = validate_put(&spec) {
         return refuse(invalid(e));
     }
     let ask = PutAsk {
@@ -342,7 +342,7 @@ async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
 /// A placed replica with everything the writer needs to reach it.
 fn replica_pb(s: &MetaState, r: &PlacedReplica) -> Replica {
     let placement = ReplicaPlacement { segment: r.segment, range: r.range };
-    Replica { arena_id: r.arena.0, ..convert::replica_pb(s, &placement, ObjectStatus::Processing) }
+    Replica { arena_id: r.arena.0, ..convert::replica_pb(s, &placement, convert::ReplicaState::Processing) }
 }
 
 /// The replicas a writer echoed back in its PutEnd.
@@ -496,7 +496,7 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
     if let Some(o) = s.object(&req.key)
         && o.writer == client
-        && o.checksum == Some(req.checksum)
+        && o.checksum == req.checksum
         && (placements.is_empty() || o.replicas == placements)
     {
         return EndPlan::Answer(Status::ok()); // a retry of a commit that was applied
@@ -558,7 +558,7 @@ pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
             format!("the put of {:?} in flight is another client's; only its writer may revoke it", req.key),
         ),
         Some(Revoke::NotInFlight) => shared.reader.read(|s| match s.object(&req.key) {
-            Some(o) if o.status == ObjectStatus::Complete && o.writer == client => {
+            Some(o) if o.writer == client => {
                 invalid(MetaError::InvalidParams(format!("{:?} is complete; use Remove", req.key)))
             }
             _ => Status::with(ErrorCode::ObjectNotFound, format!("no put of {:?} by {client} is in flight", req.key)),

@@ -7,7 +7,6 @@
 //! state without the object.
 
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::ObjectStatus;
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
 
 use crate::errors::{internal, meta_status, response_status};
@@ -58,8 +57,7 @@ enum Found {
     /// A retry of a request id already applied: its first answer.
     Answered(Response),
     Missing,
-    NotReady,
-    Complete(ObjectVersion),
+    Present(ObjectVersion),
 }
 
 fn find(s: &MetaState, key: &str, request_id: u64) -> Found {
@@ -70,14 +68,13 @@ fn find(s: &MetaState, key: &str, request_id: u64) -> Found {
     }
     match s.object(key) {
         None => Found::Missing,
-        Some(o) if o.status != ObjectStatus::Complete => Found::NotReady,
-        Some(o) => Found::Complete(o.version),
+        Some(o) => Found::Present(o.version),
     }
 }
 
 /// Removes the listed keys (Remove is a batch of one). One linearizable
-/// read finds each key's incarnation; keys that are missing or not ready
-/// are answered from it; the rest are fenced (refused with
+/// read finds each key's incarnation; keys that are missing (or not ready:
+/// a put of them in flight) are answered from it; the rest are fenced (refused with
 /// OBJECT_HAS_LEASE while leased, unless `force`) and removed by version.
 /// `request_ids[i]` (0 = none) makes key `i`'s removal apply at most once.
 pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], force: bool) -> Vec<Status> {
@@ -96,8 +93,7 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
             Found::Answered(r) => Some(response_status(&r)),
             Found::Missing if in_flight[i] => Some(crate::puts::not_ready(&keys[i])),
             Found::Missing => Some(Status::with(ErrorCode::ObjectNotFound, format!("object {:?} not found", keys[i]))),
-            Found::NotReady => Some(meta_status(&mooncake_raft_store::MetaError::ReplicaNotReady(keys[i].clone()))),
-            Found::Complete(v) => {
+            Found::Present(v) => {
                 todo.push((i, v));
                 None
             }
@@ -147,13 +143,12 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
     out.into_iter().map(|s| s.unwrap_or_else(|| internal("removal left a key unanswered"))).collect()
 }
 
-/// RemoveAll: every complete object not leased (all of them with `force`).
+/// RemoveAll: every object not leased (all of them with `force`).
 /// Returns how many were removed.
 pub async fn remove_all(shared: &Shared, force: bool) -> Result<u64, Status> {
     let victims = shared
         .read(|s| {
             s.objects()
-                .filter(|o| o.status == ObjectStatus::Complete)
                 .map(|o| mooncake_raft_store::VersionedKey { key: o.key.clone(), version: o.version })
                 .collect::<Vec<_>>()
         })

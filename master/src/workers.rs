@@ -1,14 +1,14 @@
 //! Background work of a master: following leadership (to reset the
 //! leader-local soft state), and the leader's duties (client expiry,
-//! eviction, reclaim of abandoned puts), each decision proposed as a command.
+//! eviction, reclaim of puts, arenas and replaced objects), each decision
+//! proposed as a command.
 //! Every loop has a name, bounded units of work, and stops with the node.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, Tier, VersionedKey};
+use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, Tier};
 use mooncake_segment::{ClientId, SegmentId};
 use openraft::ServerState;
 use tokio::sync::watch;
@@ -22,7 +22,7 @@ use crate::proposer::Proposer;
 
 /// Leader duties run this often.
 const DUTY_TICK: Duration = Duration::from_millis(100);
-/// Listing unfinished and discarded puts is O(objects): do it less often.
+/// The reclaim duty runs every this many ticks (a second).
 const RECLAIM_EVERY_TICKS: u32 = 10;
 /// A gap between two duty ticks longer than this (or than a quarter of the
 /// client TTL, if shorter) is a stall of the leader: its process was
@@ -179,27 +179,17 @@ async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
 
 /// What the state holds that the reclaim duty looks after.
 struct Held {
-    /// Legacy two-commit puts (logs of older versions): unfinished, discarded.
-    unfinished: Vec<VersionedKey>,
-    discarded: Vec<ObjectVersion>,
     retired: Vec<ObjectVersion>,
     arenas: Vec<(ArenaId, SegmentId)>,
 }
 
 /// Every second: expires puts in flight, returns arenas nothing is written
 /// to any more (own sealed ones at once, other terms' after the release
-/// timeout), releases objects retired by upserts once no KV lease on them
-/// can be left, and (logs of older versions) discards and releases
-/// two-commit puts.
+/// timeout), and releases objects retired by upserts once no KV lease on
+/// them can be left.
 async fn reclaim_puts(ctx: &DutyContext) {
     let now = Instant::now();
     let held: Held = ctx.reader.read(|s| Held {
-        unfinished: s
-            .objects()
-            .filter(|o| o.status == ObjectStatus::Processing)
-            .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
-            .collect(),
-        discarded: s.discarded().map(|d| d.version).collect(),
         retired: s.retired().map(|r| r.version).collect(),
         arenas: s.arenas().map(|a| (a.id, a.segment)).collect(),
     });
@@ -218,20 +208,12 @@ async fn reclaim_puts(ctx: &DutyContext) {
             arenas.extend(foreign);
             Vec::new()
         };
-        let discard = decisions::puts_to_discard(&held.unfinished, t, now, ctx.discard_after);
-        let release = decisions::discards_to_release(&held.discarded, t, now, ctx.release_after);
-        let retired = decisions::discards_to_release(&held.retired, t, now, ctx.kv_lease_ttl);
-        let live: HashSet<ObjectVersion> = held
-            .unfinished
-            .iter()
-            .map(|v| v.version)
-            .chain(held.discarded.iter().copied())
-            .chain(held.retired.iter().copied())
-            .collect();
+        let retired = decisions::retired_to_release(&held.retired, t, now, ctx.kv_lease_ttl);
+        let live: HashSet<ObjectVersion> = held.retired.iter().copied().collect();
         t.prune(now, &live);
-        (expired.len(), (arenas, unfenced), discard, release, retired)
+        (expired.len(), (arenas, unfenced), retired)
     });
-    let Some((expired, (arenas, unfenced), discard, release, retired)) = decided else { return };
+    let Some((expired, (arenas, unfenced), retired)) = decided else { return };
     if expired > 0 {
         ctx.metrics.discarded_puts.inc_by(expired as u64);
         tracing::info!(count = expired, "puts unfinished past the discard timeout: keys freed, ranges held");
@@ -244,24 +226,6 @@ async fn reclaim_puts(ctx: &DutyContext) {
             propose_logged(ctx, "release retired objects", Command::ReleaseRetired { versions: retired }).await
     {
         tracing::debug!(count, "released the bytes of objects replaced by upserts");
-    }
-    if !discard.is_empty() {
-        let n = discard.len();
-        if let Some(Response::Removed { count }) =
-            propose_logged(ctx, "discard abandoned puts", Command::DiscardPuts { victims: discard }).await
-        {
-            ctx.metrics.discarded_puts.inc_by(count);
-        }
-        tracing::info!(count = n, "discarded abandoned puts; their space is held until the release timeout");
-    }
-    if !release.is_empty() {
-        let n = release.len();
-        if let Some(Response::Removed { count }) =
-            propose_logged(ctx, "release discarded puts", Command::ReleaseDiscarded { versions: release }).await
-        {
-            ctx.metrics.released_puts.inc_by(count);
-        }
-        tracing::info!(count = n, "released the space of discarded puts");
     }
 }
 

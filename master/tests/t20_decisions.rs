@@ -1,6 +1,6 @@
-//! The leader's pure decisions (client expiry, eviction, reclaim of
-//! abandoned puts) over a state machine built by applying commands, and the
-//! leader-local soft state they read. Time is passed in explicitly: no sleeps.
+//! The leader's pure decisions (client expiry, eviction, release of
+//! objects replaced by upserts) over a state machine built by applying
+//! commands, and the leader-local soft state they read. Time is passed in explicitly: no sleeps.
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,16 +8,12 @@
 use std::time::{Duration, Instant};
 
 use mooncake_master::decisions::{
-    EvictionPolicy, choose_victims, discards_to_release, eviction_candidates, eviction_target, expired_clients,
-    puts_to_discard,
+    EvictionPolicy, choose_victims, eviction_candidates, eviction_target, expired_clients, retired_to_release,
 };
 use mooncake_master::kv_lease::KeyHash;
 use mooncake_master::leader::LeaderState;
-use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::testing::segment;
-use mooncake_raft_store::{
-    Command, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, Request, Response, VersionedKey,
-};
+use mooncake_raft_store::testing::{apply_next, mount_cmd, put_object, remount_cmd, segment};
+use mooncake_raft_store::{Command, MetaState, ObjectVersion, Pin, RemoveReason, Response, VersionedKey};
 use mooncake_segment::ClientId;
 
 // ---------------------------------------------------------------- builders
@@ -35,25 +31,9 @@ const NODE_B: ClientId = ClientId(102);
 /// object sizes below are whole units so used bytes are exact.
 const UNIT: u64 = 4096;
 
-fn put_pinned(client: ClientId, key: &str, size: u64, replicas: u32, pin: Pin) -> Command {
-    Command::PutStart(PutStart {
-        client,
-        key: key.to_string(),
-        size_bytes: size,
-        replica_num: replicas,
-        preferred: Vec::new(),
-        pin,
-    })
-}
-
-fn put(client: ClientId, key: &str, size: u64, replicas: u32) -> Command {
-    put_pinned(client, key, size, replicas, Pin::None)
-}
-
 /// Applies `cmd` one millisecond of state time after the last one.
 fn apply(state: &mut MetaState, cmd: Command) -> Response {
-    let ts_ms = state.now_ms() + 1;
-    state.apply(&Request { ts_ms, cmd })
+    apply_next(state, cmd)
 }
 
 fn ok(state: &mut MetaState, cmd: Command) {
@@ -61,25 +41,16 @@ fn ok(state: &mut MetaState, cmd: Command) {
     assert_eq!(apply(state, cmd), Response::Ok, "{shown}");
 }
 
-/// PutStart (must be placed) and returns the version.
-fn start(state: &mut MetaState, cmd: Command) -> ObjectVersion {
-    match apply(state, cmd) {
-        Response::Placed { version, .. } => version,
-        other => panic!("not placed: {other:?}"),
-    }
-}
-
-/// A complete object, `units` allocation units per replica.
+/// An object put as the master puts it, `units` allocation units per
+/// replica.
 fn complete(state: &mut MetaState, key: &str, units: u64, replicas: u32, pin: Pin) -> ObjectVersion {
-    let v = start(state, put_pinned(W1, key, units * UNIT, replicas, pin));
-    ok(state, Command::PutEnd { client: W1, key: key.to_string(), checksum: 1 });
-    v
+    put_object(state, W1, key, units * UNIT, replicas, pin, false)
 }
 
 /// One segment of `units` allocation units, owned by NODE_A.
 fn one_segment(units: u64) -> MetaState {
     let mut s = MetaState::default();
-    ok(&mut s, Command::MountSegment { client: NODE_A, segment: segment(1, units * UNIT, "host-a") });
+    ok(&mut s, mount_cmd(NODE_A, segment(1, units * UNIT, "host-a")));
     s
 }
 
@@ -134,18 +105,9 @@ fn expired(state: &MetaState, leader: &LeaderState, now: Instant, ttl: Duration)
     leader.with(|t| expired_clients(&clients, t, now, ttl)).expect("leading")
 }
 
-fn to_discard(state: &MetaState, leader: &LeaderState, now: Instant, after: Duration) -> Vec<VersionedKey> {
-    let unfinished: Vec<VersionedKey> = state
-        .objects()
-        .filter(|o| o.status == ObjectStatus::Processing)
-        .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
-        .collect();
-    leader.with(|t| puts_to_discard(&unfinished, t, now, after)).expect("leading")
-}
-
 fn to_release(state: &MetaState, leader: &LeaderState, now: Instant, after: Duration) -> Vec<ObjectVersion> {
-    let discarded: Vec<ObjectVersion> = state.discarded().map(|d| d.version).collect();
-    leader.with(|t| discards_to_release(&discarded, t, now, after)).expect("leading")
+    let retired: Vec<ObjectVersion> = state.retired().map(|r| r.version).collect();
+    leader.with(|t| retired_to_release(&retired, t, now, after)).expect("leading")
 }
 
 /// Bytes an object's replicas hold.
@@ -196,11 +158,11 @@ fn nothing_is_evicted_under_the_high_watermark() {
 }
 
 #[test]
-fn only_complete_objects_whose_lease_has_expired_are_evicted() {
+fn only_objects_whose_lease_has_expired_are_evicted() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = one_segment(100);
-    start(&mut s, put(W1, "processing", 40 * UNIT, 1));
+    complete(&mut s, "filler", 40, 1, Pin::Hard);
     complete(&mut s, "leased", 20, 1, Pin::None);
     complete(&mut s, "expired-lease", 20, 1, Pin::None);
     complete(&mut s, "never-leased", 10, 1, Pin::None);
@@ -214,7 +176,6 @@ fn only_complete_objects_whose_lease_has_expired_are_evicted() {
     // Once that lease runs out the object is a candidate too.
     let chosen = victims(&s, &leader, now + LEASE_TTL, &policy(0.5, 1.0));
     assert!(keys(&chosen).contains(&"leased"));
-    assert!(!keys(&chosen).contains(&"processing"));
 }
 
 #[test]
@@ -256,7 +217,7 @@ fn a_soft_pin_with_a_ttl_lapses_on_the_wall_clock_from_completion() {
     let leader = leader_elected_at(t0);
     let mut s = one_segment(100);
     complete(&mut s, "soft-for-1s", 45, 1, Pin::SoftFor { ttl_ms: 1000 });
-    let completed = s.now_ms();
+    let completed = s.object("soft-for-1s").unwrap().committed_ms;
     complete(&mut s, "none", 45, 1, Pin::None);
     let p = policy(0.89, 0.01);
     // Within its TTL the pinned object waits for the unpinned one...
@@ -296,19 +257,6 @@ fn older_objects_go_before_newer_ones() {
 }
 
 #[test]
-fn completion_time_not_creation_time_decides_age() {
-    let t0 = Instant::now();
-    let leader = leader_elected_at(t0);
-    let mut s = one_segment(100);
-    start(&mut s, put(W1, "started-first", 30 * UNIT, 1));
-    complete(&mut s, "finished-first", 30, 1, Pin::None);
-    ok(&mut s, Command::PutEnd { client: W1, key: "started-first".into(), checksum: 1 });
-    complete(&mut s, "filler", 30, 1, Pin::None);
-    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.89, 0.01));
-    assert_eq!(keys(&chosen), vec!["finished-first"]);
-}
-
-#[test]
 fn eviction_stops_once_about_the_eviction_ratio_of_used_bytes_is_freed() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
@@ -335,8 +283,8 @@ fn eviction_counts_the_bytes_of_every_replica() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = MetaState::default();
-    ok(&mut s, Command::MountSegment { client: NODE_A, segment: segment(1, 40 * UNIT, "host-a") });
-    ok(&mut s, Command::MountSegment { client: NODE_B, segment: segment(2, 40 * UNIT, "host-b") });
+    ok(&mut s, mount_cmd(NODE_A, segment(1, 40 * UNIT, "host-a")));
+    ok(&mut s, mount_cmd(NODE_B, segment(2, 40 * UNIT, "host-b")));
     complete(&mut s, "x", 10, 2, Pin::None);
     complete(&mut s, "y", 10, 2, Pin::None);
     assert_eq!(held(&s, "x"), 20 * UNIT);
@@ -409,8 +357,8 @@ fn applying_the_victims_frees_at_least_the_target_and_removes_each_named_version
 /// Two store nodes registered by mounting.
 fn two_clients() -> MetaState {
     let mut s = MetaState::default();
-    ok(&mut s, Command::MountSegment { client: NODE_A, segment: segment(1, 100 * UNIT, "host-a") });
-    ok(&mut s, Command::MountSegment { client: NODE_B, segment: segment(2, 100 * UNIT, "host-b") });
+    ok(&mut s, mount_cmd(NODE_A, segment(1, 100 * UNIT, "host-a")));
+    ok(&mut s, mount_cmd(NODE_B, segment(2, 100 * UNIT, "host-b")));
     s
 }
 
@@ -463,122 +411,55 @@ fn only_registered_clients_can_expire() {
     ok(&mut s, Command::ExpireClient { client: NODE_B });
     assert_eq!(expired(&s, &leader, t0 + 100 * SEC, ttl), vec![NODE_A]);
     // A writer registered with an empty remount expires like a store node.
-    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
+    ok(&mut s, remount_cmd(W1, vec![]));
     assert_eq!(expired(&s, &leader, t0 + 100 * SEC, ttl), vec![W1, NODE_A]);
 }
 
-// ================================================================ abandoned puts
+// ================================================================ objects replaced by upserts
+
+/// "k" put, then replaced by an upsert: its first incarnation retired.
+fn upserted(s: &mut MetaState) -> ObjectVersion {
+    let old = complete(s, "k", 10, 1, Pin::None);
+    put_object(s, W1, "k", 10 * UNIT, 1, Pin::None, true);
+    assert_eq!(s.retired().map(|r| r.version).collect::<Vec<_>>(), vec![old], "the old bytes are held");
+    old
+}
 
 #[test]
-fn an_abandoned_put_is_discarded_only_after_the_timeout_from_when_this_leader_first_saw_it() {
+fn a_replaced_object_is_released_one_lease_ttl_after_this_leader_first_saw_it_retired() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = one_segment(100);
-    let v = start(&mut s, put(W1, "abandoned", 10 * UNIT, 1));
-    let after = 30 * SEC;
-    // First seen long after the election and the put: the clock starts now.
+    let old = upserted(&mut s);
+    // First seen long after the election and the upsert: the clock starts now.
     let seen = t0 + 1000 * SEC;
-    assert!(to_discard(&s, &leader, seen, after).is_empty());
-    assert!(to_discard(&s, &leader, seen + after, after).is_empty(), "exactly the timeout is not past it");
-    let out = to_discard(&s, &leader, seen + after + MS, after);
-    assert_eq!(out, vec![VersionedKey { key: "abandoned".into(), version: v }]);
-    // Applying the decision moves it to discarded (space held) and frees the key.
+    assert!(to_release(&s, &leader, seen, LEASE_TTL).is_empty());
+    assert!(to_release(&s, &leader, seen + LEASE_TTL, LEASE_TTL).is_empty(), "exactly the TTL is not past it");
+    let released = to_release(&s, &leader, seen + LEASE_TTL + MS, LEASE_TTL);
+    assert_eq!(released, vec![old]);
+    // Applying the decision gives the old bytes back; the new object stays.
     let used = s.used_bytes();
-    assert_eq!(apply(&mut s, Command::DiscardPuts { victims: out }), Response::Removed { count: 1 });
-    assert!(s.object("abandoned").is_none());
-    assert_eq!(s.used_bytes(), used);
-    assert!(to_discard(&s, &leader, seen + 2 * after, after).is_empty());
-}
-
-#[test]
-fn a_put_that_completes_is_never_discarded() {
-    let t0 = Instant::now();
-    let leader = leader_elected_at(t0);
-    let mut s = one_segment(100);
-    start(&mut s, put(W1, "k", 10 * UNIT, 1));
-    complete(&mut s, "done", 10, 1, Pin::None);
-    let after = 30 * SEC;
-    assert!(to_discard(&s, &leader, t0, after).is_empty());
-    ok(&mut s, Command::PutEnd { client: W1, key: "k".into(), checksum: 1 });
-    assert!(to_discard(&s, &leader, t0 + 10 * after, after).is_empty());
-}
-
-#[test]
-fn each_incarnation_of_a_key_has_its_own_discard_clock() {
-    let t0 = Instant::now();
-    let leader = leader_elected_at(t0);
-    let mut s = one_segment(100);
-    let after = 30 * SEC;
-    start(&mut s, put(W1, "k", 10 * UNIT, 1));
-    assert!(to_discard(&s, &leader, t0, after).is_empty());
-    ok(&mut s, Command::PutRevoke { client: W1, key: "k".into() });
-    let v2 = start(&mut s, put(W1, "k", 10 * UNIT, 1));
-    let t1 = t0 + after + MS;
-    assert!(to_discard(&s, &leader, t1, after).is_empty(), "the new version was first seen just now");
-    assert_eq!(to_discard(&s, &leader, t1 + after + MS, after), vec![VersionedKey { key: "k".into(), version: v2 }]);
-}
-
-#[test]
-fn a_new_leader_starts_the_discard_clock_again() {
-    let t0 = Instant::now();
-    let leader = leader_elected_at(t0);
-    let mut s = one_segment(100);
-    start(&mut s, put(W1, "k", 10 * UNIT, 1));
-    let after = 30 * SEC;
-    assert!(to_discard(&s, &leader, t0, after).is_empty());
-    let reelected = t0 + 10 * after;
-    leader.observe(Some(2), reelected);
-    assert!(to_discard(&s, &leader, reelected, after).is_empty(), "the old leader's sightings are gone");
-    assert!(to_discard(&s, &leader, reelected + after, after).is_empty());
-    assert_eq!(to_discard(&s, &leader, reelected + after + MS, after).len(), 1);
-}
-
-#[test]
-fn a_discarded_put_is_released_after_the_release_timeout_counted_from_its_start() {
-    let t0 = Instant::now();
-    let leader = leader_elected_at(t0);
-    let mut s = one_segment(100);
-    complete(&mut s, "keep", 10, 1, Pin::None);
-    let base = s.used_bytes();
-    let discard_after = 30 * SEC;
-    let release_after = 60 * SEC;
-    start(&mut s, put(W1, "k", 10 * UNIT, 1));
-    // The leader sees the put start at t0 (its PutStart, or its first look).
-    assert!(to_release(&s, &leader, t0, release_after).is_empty(), "a live put is not a discarded one");
-    assert!(to_discard(&s, &leader, t0, discard_after).is_empty());
-    let t1 = t0 + discard_after + MS;
-    let out = to_discard(&s, &leader, t1, discard_after);
-    apply(&mut s, Command::DiscardPuts { victims: out.clone() });
-    // Mooncake counts both timeouts from PutStart: the space comes back
-    // release_after after the start, not after the discard.
-    assert!(to_release(&s, &leader, t1, release_after).is_empty());
-    assert!(to_release(&s, &leader, t0 + release_after, release_after).is_empty());
-    let released = to_release(&s, &leader, t0 + release_after + MS, release_after);
-    assert_eq!(released, vec![out[0].version]);
-    assert_eq!(s.used_bytes(), base + 10 * UNIT, "held until released");
-    let resp = apply(&mut s, Command::ReleaseDiscarded { versions: released });
+    let resp = apply(&mut s, Command::ReleaseRetired { versions: released });
     assert_eq!(resp, Response::Removed { count: 1 });
-    assert_eq!(s.used_bytes(), base);
-    assert!(to_release(&s, &leader, t0 + 10 * release_after, release_after).is_empty());
+    assert_eq!(s.used_bytes(), used - 10 * UNIT);
+    assert!(s.object("k").is_some_and(|o| o.version > old));
+    assert!(to_release(&s, &leader, seen + 10 * LEASE_TTL, LEASE_TTL).is_empty(), "nothing is left to release");
 }
 
 #[test]
-fn a_writer_expiry_feeds_the_release_decision_and_a_new_leader_waits_again() {
+fn a_new_leader_starts_the_release_clock_again() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
     let mut s = one_segment(100);
-    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
-    let v = start(&mut s, put(W1, "k", 10 * UNIT, 1));
-    ok(&mut s, Command::ExpireClient { client: W1 });
-    let release_after = 60 * SEC;
-    assert!(to_release(&s, &leader, t0, release_after).is_empty());
-    let reelected = t0 + release_after / 2;
+    let old = upserted(&mut s);
+    assert!(to_release(&s, &leader, t0, LEASE_TTL).is_empty());
+    let reelected = t0 + LEASE_TTL / 2;
     leader.observe(Some(2), reelected);
-    assert!(to_release(&s, &leader, reelected, release_after).is_empty());
+    assert!(to_release(&s, &leader, reelected, LEASE_TTL).is_empty(), "the new leader's first look");
     assert!(
-        to_release(&s, &leader, t0 + release_after + MS, release_after).is_empty(),
-        "the old leader's clock would release it now; the new leader's must not"
+        to_release(&s, &leader, t0 + LEASE_TTL + MS, LEASE_TTL).is_empty(),
+        "the old leader's clock would release it now; the new leader's must not (its readers' leases are unknown)"
     );
-    assert!(to_release(&s, &leader, reelected + release_after, release_after).is_empty());
-    assert_eq!(to_release(&s, &leader, reelected + release_after + MS, release_after), vec![v]);
+    assert!(to_release(&s, &leader, reelected + LEASE_TTL, LEASE_TTL).is_empty());
+    assert_eq!(to_release(&s, &leader, reelected + LEASE_TTL + MS, LEASE_TTL), vec![old]);
 }

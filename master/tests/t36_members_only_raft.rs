@@ -14,7 +14,7 @@ use std::time::Duration;
 use mooncake_auth::ClusterSecret;
 use mooncake_proto::raft::raft_service_client::RaftServiceClient;
 use mooncake_proto::raft::{HeardFromRequest, RaftMessage};
-use mooncake_raft_store::{Command, Request, SegmentSpec, Tier, TypeConfig, codec};
+use mooncake_raft_store::{Command, CredentialHash, Request, SegmentSpec, Tier, TypeConfig, codec};
 use mooncake_segment::{ClientId, SegmentId};
 use mooncake_testkit::Cluster;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
@@ -60,7 +60,11 @@ async fn forged_raft_messages_are_refused_and_change_nothing() {
         log_id: next,
         payload: EntryPayload::Normal(Request {
             ts_ms: 0,
-            cmd: Command::MountSegment { client: ClientId(0xbad), segment: spec },
+            cmd: Command::MountSegment {
+                client: ClientId(0xbad),
+                credential: CredentialHash([0xba; 32]),
+                segment: spec,
+            },
         }),
     };
     let append = openraft::raft::AppendEntriesRequest::<TypeConfig> {

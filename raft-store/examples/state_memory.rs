@@ -14,7 +14,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mooncake_raft_store::state::{ObjectMeta, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_WINDOW_MS};
-use mooncake_raft_store::testing::{SegmentSpecExt, segment};
+use mooncake_raft_store::testing::{SegmentSpecExt, mount_cmd, segment};
 use mooncake_raft_store::{
     ArenaId, Command, MetaState, NewObject, Pin, PlacedReplica, ReplicaPlacement, Request, Response,
 };
@@ -58,10 +58,7 @@ fn main() {
     for g in 0..SEGMENTS {
         let spec = segment(g + 1, 1 << 40, &format!("host-{g}")).endpoint(format!("10.0.0.{g}:7000")).zone("");
         ts += 1;
-        assert_eq!(
-            apply(&mut s, ts, Command::MountSegment { client: ClientId(9_100 + g), segment: spec }),
-            Response::Ok
-        );
+        assert_eq!(apply(&mut s, ts, mount_cmd(ClientId(9_100 + g), spec)), Response::Ok);
     }
     let base = LIVE.load(Ordering::Relaxed);
     let mut arenas: Vec<ArenaId> = Vec::new();

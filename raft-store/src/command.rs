@@ -116,18 +116,6 @@ pub struct SegmentSpec {
     pub shm_path: String,
 }
 
-/// A request to place a new object.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PutStart {
-    pub client: ClientId,
-    pub key: String,
-    pub size_bytes: u64,
-    pub replica_num: u32,
-    /// Segments to try first, in order.
-    pub preferred: Vec<SegmentId>,
-    pub pin: Pin,
-}
-
 /// An object named together with the version it had when a leader chose it,
 /// so a decision taken on a stale view (eviction, reclaim) cannot hit a newer
 /// object that reused the key.
@@ -238,56 +226,35 @@ impl std::fmt::Debug for CredentialHash {
     }
 }
 
-/// Everything the replicated state machine can be asked to do.
+/// Everything the replicated state machine can be asked to do: what the
+/// master proposes (and `Noop`, which stamps time).
 ///
-/// Variants are encoded by position: new ones go at the end, and legacy
-/// ones (never proposed any more) stay so older logs replay identically.
-/// Each variant's "Retry" paragraph says what applying it a second time
-/// does.
+/// Format v1: variants are encoded by position, so new ones go at the end
+/// and none is ever removed or reordered (docs/STATE_MACHINE.md, *Changing
+/// the formats*). Each variant's "Retry" paragraph says what applying it a
+/// second time does.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Legacy (logs written before client credentials): `MountSegmentAs`
-    /// without the credential. Never proposed any more.
+    /// Mounts `segment` for a caller that proves it is `client`: refused
+    /// (`PERMISSION_DENIED`, nothing changes) when `client` is registered
+    /// under another credential; otherwise registers `client` under
+    /// `credential` if it is not registered.
     ///
     /// Retry: idempotent. Mounting a segment its owner already has (same
     /// size and tier) answers `Ok`; a disk segment takes the new
     /// declaration (endpoint) and is attached again if it was detached.
-    MountSegment { client: ClientId, segment: SegmentSpec },
-    /// Legacy, as `MountSegment`.
+    MountSegment { client: ClientId, credential: CredentialHash, segment: SegmentSpec },
+    /// Unmounts `segment` for a caller that proves it is `client` (refused
+    /// as `MountSegment`), dropping every replica on it.
     ///
     /// Retry: idempotent. Unmounting an unknown segment answers `Ok`.
-    UnmountSegment { client: ClientId, segment: SegmentId },
-    /// Registers `client` and makes `segments` its exact set of segments
-    /// (all or nothing). Legacy, as `MountSegment`.
+    UnmountSegment { client: ClientId, credential: CredentialHash, segment: SegmentId },
+    /// Registers `client` (proving it as `MountSegment`) and makes
+    /// `segments` its exact set of segments (all or nothing).
     ///
     /// Retry: idempotent. The same list yields the same set; each segment
     /// mounted already counts as a retried mount.
-    RemountSegments { client: ClientId, segments: Vec<SegmentSpec> },
-    /// Legacy (the two-commit put): places a new object, PROCESSING.
-    ///
-    /// Retry: a retry by the same writer with the same size while the
-    /// object is still PROCESSING answers the same placement and version;
-    /// once it is complete the retry is refused (`OBJECT_ALREADY_EXISTS`).
-    PutStart(PutStart),
-    /// Legacy: completes a PROCESSING object with its checksum.
-    ///
-    /// Retry: idempotent. A retry with the same checksum answers `Ok`;
-    /// another checksum is refused (`OBJECT_ALREADY_EXISTS`).
-    PutEnd { client: ClientId, key: String, checksum: u32 },
-    /// Legacy: drops a PROCESSING object of its writer and frees its space.
-    ///
-    /// Retry: not idempotent. A retry after it applied is refused
-    /// (`OBJECT_NOT_FOUND`), unless the same writer started the key again
-    /// in between, whose new put it then revokes.
-    PutRevoke { client: ClientId, key: String },
-    /// Legacy (logs written before removals were pinned to a version):
-    /// removes whatever complete object `key` names. Never proposed any more;
-    /// kept so older logs replay identically.
-    ///
-    /// Retry: not idempotent. A retry after it applied is refused
-    /// (`OBJECT_NOT_FOUND`), or removes the object put under the key in
-    /// between; `RemoveVersion` replaced it for that reason.
-    Remove { key: String },
+    RemountSegments { client: ClientId, credential: CredentialHash, segments: Vec<SegmentSpec> },
     /// Remove these exact object versions (RemoveAll or eviction).
     ///
     /// Retry: idempotent (pinned to versions). A repeat skips the versions
@@ -299,17 +266,6 @@ pub enum Command {
     /// changes nothing, unless the client registered again in between,
     /// which it then expires again.
     ExpireClient { client: ClientId },
-    /// Abandoned puts past the discard timeout: free their keys, hold their
-    /// ranges until the release timeout (the writer may still be writing).
-    ///
-    /// Retry: idempotent (pinned to versions that are still PROCESSING). A
-    /// repeat skips the puts already discarded.
-    DiscardPuts { victims: Vec<VersionedKey> },
-    /// Discarded ranges past the release timeout: give the space back.
-    ///
-    /// Retry: idempotent. Versions no longer discarded are skipped
-    /// (versions are never reused).
-    ReleaseDiscarded { versions: Vec<ObjectVersion> },
     /// Several commands in one log entry (batch RPCs, group commit).
     ///
     /// Retry: each command inside follows its own rule; a batch as a whole
@@ -373,24 +329,6 @@ pub enum Command {
     ///
     /// Retry: idempotent. Versions no longer retired are skipped.
     ReleaseRetired { versions: Vec<ObjectVersion> },
-    /// `MountSegment` by a caller that proves it is `client`: refused
-    /// (`PERMISSION_DENIED`, nothing changes) when `client` is registered
-    /// under another credential; otherwise mounts as `MountSegment` does and
-    /// binds `credential` to a client it registers (or that was registered
-    /// without one, by an older log).
-    ///
-    /// Retry: idempotent, as `MountSegment` (the credential it bound passes).
-    MountSegmentAs { client: ClientId, credential: CredentialHash, segment: SegmentSpec },
-    /// `UnmountSegment` by a caller that proves it is `client` (refused as
-    /// `MountSegmentAs`).
-    ///
-    /// Retry: idempotent, as `UnmountSegment`.
-    UnmountSegmentAs { client: ClientId, credential: CredentialHash, segment: SegmentId },
-    /// `RemountSegments` by a caller that proves it is `client` (refused and
-    /// binding as `MountSegmentAs`).
-    ///
-    /// Retry: idempotent, as `RemountSegments`.
-    RemountSegmentsAs { client: ClientId, credential: CredentialHash, segments: Vec<SegmentSpec> },
     /// Adds a copy of the complete object `key` at `version` that a store
     /// node made (offload to a disk segment, or promotion back to memory):
     /// the range lies inside a live arena of the leader that asked for the
@@ -453,11 +391,6 @@ pub struct ReplicaPlacement {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     Ok,
-    /// PutStart: the ranges to write, one per distinct segment.
-    Placed {
-        version: ObjectVersion,
-        replicas: Vec<ReplicaPlacement>,
-    },
     /// How many objects a bulk removal removed.
     Removed {
         count: u64,

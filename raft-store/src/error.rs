@@ -18,8 +18,6 @@ pub enum MetaError {
         "object {0:?} has a KV lease (a reader may be copying it); retry after the lease expires (default_kv_lease_ttl; an admin may force the removal)"
     )]
     ObjectHasLease(String),
-    #[error("object {0:?} is still being written")]
-    ReplicaNotReady(String),
     #[error("client is not allowed to do this: {0}")]
     IllegalClient(String),
     #[error("no segment has room: {0}")]
@@ -73,6 +71,13 @@ pub enum StoreError {
          upgrade the binary or restore from a snapshot"
     )]
     SchemaVersion { found: u32, supported: u32 },
+    /// Data written by a build before format v1 (no release ever wrote it).
+    #[error(
+        "{what} was written by a pre-release build (before format v1), which this version does not read. Start \
+         this master with an empty data dir and --join the cluster, or build a new cluster and put the cache's \
+         objects again (docs/STATE_MACHINE.md, Format v1)"
+    )]
+    PreRelease { what: String },
     #[error(
         "the data dir {dir} went backwards: it holds {holds}, but this master had made durable at least \
          {had} (recorded in {dir}/durable-watermark). The disk lost writes this master acknowledged (corruption, \

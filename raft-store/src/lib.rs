@@ -44,5 +44,5 @@ pub use sm_store::{
 };
 pub use snapshot_file::{SnapshotFileInfo, decode_snapshot_file, encode_snapshot_file, load_snapshot_file};
 pub use state::MetaState;
-pub use store::{DATA_DIR_SCHEMA_VERSION, StoreOptions, open_store};
+pub use store::{DATA_DIR_FORMAT_VERSION, StoreOptions, open_store};
 pub use type_config::*;

@@ -34,24 +34,15 @@ use crate::flushed::FlushedLog;
 use crate::state::{MetaState, StateImage};
 use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 
-/// Version of the snapshot format (the first 4 bytes of every snapshot, LE).
-/// A newer binary reads older versions or refuses with a clear message.
-/// 1: objects, segments, clients, discarded puts, request ids.
-/// 2: + allocation arenas and objects retired by upserts.
-/// 3: request ids by age on the request clock, + the clock's anchor.
-/// 4: + the credential hash of each client.
-/// 5: + detached disk segments.
-/// 6: pins may carry a soft-pin TTL (`Pin::SoftFor`). The layout is version
-///    5's with one more value of an enum, so a version-5 image decodes as a
-///    version-6 one; the new number keeps version-5 binaries from reading an
-///    image they may not understand.
+/// Version of the state image (the first 4 bytes of every snapshot, LE).
+/// Format v1 is version 1; from then on a newer binary reads older versions
+/// or refuses with a clear message. (Pre-release builds numbered their
+/// images 1 to 6 too; their data dirs and snapshot files are refused before
+/// any image is read: `store.rs`, `snapshot_file.rs`.)
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 6;
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 1;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
-/// Where data dirs of schema version 1 kept the current snapshot (now in
-/// its own file); read until the first snapshot written there removes it.
-const CURRENT_KEY: &[u8] = b"current";
 /// A restored state (`--restore`): the base the log applies on top of until
 /// the first snapshot replaces it.
 const RESTORE_BASE_KEY: &[u8] = b"restore_base";
@@ -157,7 +148,7 @@ impl StateMachineStore {
     ) -> Result<Self, StoreError> {
         let tree = db.open_tree(SNAPSHOT_TREE).map_err(StoreError::sled("open sm_snapshot tree"))?;
         let file = SnapshotPath::in_dir(dir);
-        let state = match load_current(&file, &tree)? {
+        let state = match file.read()? {
             Some(stored) => decode_state(&stored.meta, &stored.data)?,
             None => match tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))? {
                 Some(data) => decode_image(&data)?,
@@ -193,7 +184,7 @@ impl StateMachineStore {
         restored.last_applied = None;
         restored.last_membership = StoredMembership::default();
         let image = encode_image(&restored)?;
-        let pristine = load_current(&self.file, &self.tree)?.is_none()
+        let pristine = self.file.read()?.is_none()
             && self.tree.get(RESTORE_BASE_KEY).map_err(StoreError::sled("read restore base"))?.is_none()
             && self.state.read().unwrap_or_else(state_poisoned).last_applied.is_none();
         if !pristine {
@@ -245,14 +236,7 @@ impl StateMachineStore {
 
     /// Stores `stored` as the current snapshot and makes it durable.
     async fn persist(&self, stored: &StoredSnapshot) -> Result<(), StoreError> {
-        off_the_workers(|| self.file.write(stored))?;
-        // A data dir of schema version 1 still holds its older snapshot in
-        // sled; the file rules from now on (`load_current`), so the record
-        // goes without a sync of its own.
-        if self.tree.contains_key(CURRENT_KEY).map_err(StoreError::sled("read snapshot"))? {
-            self.tree.remove(CURRENT_KEY).map_err(StoreError::sled("remove snapshot"))?;
-        }
-        Ok(())
+        off_the_workers(|| self.file.write(stored))
     }
 }
 
@@ -292,17 +276,6 @@ fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// The current snapshot: the file's, or a schema-1 data dir's in sled.
-fn load_current(file: &SnapshotPath, tree: &sled::Tree) -> Result<Option<StoredSnapshot>, StoreError> {
-    if let Some(stored) = file.read()? {
-        return Ok(Some(stored));
-    }
-    match tree.get(CURRENT_KEY).map_err(StoreError::sled("read snapshot"))? {
-        Some(bytes) => Ok(Some(codec::decode("stored snapshot", &bytes)?)),
-        None => Ok(None),
-    }
-}
-
 /// Encodes the state image behind a 4-byte schema version.
 pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
     encode_image_into(state, Vec::new())
@@ -330,12 +303,7 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
         return Err(StoreError::Decode { what: "snapshot".into(), message: "shorter than its header".into() });
     };
     let image = match u32::from_le_bytes(*version) {
-        1 => StateImage::from_v1(codec::decode("state image (schema 1)", body)?),
-        2 => StateImage::from_v2(codec::decode("state image (schema 2)", body)?),
-        3 => StateImage::from_v3(codec::decode("state image (schema 3)", body)?),
-        4 => StateImage::from_v4(codec::decode("state image (schema 4)", body)?),
-        5 => codec::decode("state image (schema 5)", body)?,
-        SNAPSHOT_SCHEMA_VERSION => codec::decode("state image", body)?,
+        SNAPSHOT_SCHEMA_VERSION => codec::decode::<StateImage>("state image", body)?,
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };
     MetaState::from_image(image)
@@ -449,8 +417,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let stored = off_the_workers(|| load_current(&self.file, &self.tree))
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let stored = off_the_workers(|| self.file.read()).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
         Ok(stored.map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
     }
 }
@@ -461,16 +428,13 @@ mod tests {
 
     use super::*;
 
-    /// The body of the current snapshot (`current_snapshot.rs`; in sled's
-    /// `sm_snapshot` tree in data dirs of layout 1): openraft's metadata, then the
-    /// image bytes (whose own encoding `tests/t05_formats.rs` pins). Changing
-    /// it, or the tree and keys, needs a new `DATA_DIR_SCHEMA_VERSION`.
+    /// The body of the current snapshot (`current_snapshot.rs`): openraft's
+    /// metadata, then the image bytes (whose own encoding
+    /// `tests/t05_formats.rs` pins). Changing it, or the tree and key of the
+    /// restore base, needs a new `DATA_DIR_FORMAT_VERSION`.
     #[test]
     fn the_stored_snapshot_record_is_pinned() {
-        assert_eq!(
-            (SNAPSHOT_TREE, CURRENT_KEY, RESTORE_BASE_KEY),
-            ("sm_snapshot", &b"current"[..], &b"restore_base"[..])
-        );
+        assert_eq!((SNAPSHOT_TREE, RESTORE_BASE_KEY), ("sm_snapshot", &b"restore_base"[..]));
         let nodes = std::collections::BTreeMap::from([(1, BasicNode::new("n1"))]);
         let membership = Membership::new(vec![std::collections::BTreeSet::from([1])], nodes);
         let log_id = openraft::LogId::new(CommittedLeaderId::new(3, 1), 9);

@@ -5,7 +5,7 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 8 | magic `MCSNAPv1` |
+//! | 8 | magic `MCSNAPf1` (format v1; pre-release builds wrote `MCSNAPv1`) |
 //! | 4 | state schema version (`SNAPSHOT_SCHEMA_VERSION` of the writer) |
 //! | 8 | applied log index on the source cluster |
 //! | 8 | state hash on the source cluster |
@@ -17,7 +17,9 @@ use crate::error::StoreError;
 use crate::sm_store::{SNAPSHOT_SCHEMA_VERSION, decode_image};
 use crate::state::MetaState;
 
-const MAGIC: &[u8; 8] = b"MCSNAPv1";
+const MAGIC: &[u8; 8] = b"MCSNAPf1";
+/// The magic of the snapshot files of pre-release builds.
+const PRE_RELEASE_MAGIC: &[u8; 8] = b"MCSNAPv1";
 const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 8 + 4;
 
 /// What a snapshot file says about itself.
@@ -49,6 +51,9 @@ pub fn encode_snapshot_file(body: &[u8], applied_index: u64, state_hash: u64) ->
 /// Checks a snapshot file and returns its header and body. Refuses files of
 /// another kind, a newer schema, a wrong length or a bad checksum.
 pub fn decode_snapshot_file(bytes: &[u8]) -> Result<(SnapshotFileInfo, &[u8]), StoreError> {
+    if bytes.get(..8) == Some(&PRE_RELEASE_MAGIC[..]) {
+        return Err(StoreError::PreRelease { what: "this snapshot file".into() });
+    }
     if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
         return Err(bad("not a mooncake snapshot file (bad magic); make one with `mooncake snapshot save`"));
     }

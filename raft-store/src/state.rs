@@ -20,13 +20,12 @@
 //! - `apply`: the entry point, dispatch, `Batch` and `Once`;
 //! - `segments`: client and segment commands (mount, unmount, remount, expire);
 //! - `arenas`: the one-commit put (arenas and `PutCommit`);
-//! - `puts`: the legacy two-commit put and abandoned puts;
 //! - `removals`: removing complete objects;
 //! - `tiers`: tier commands (copies, detached disks, corrupt ranges);
 //! - `objects`: the object index;
 //! - `requests`: deduplication of retried requests and the request clock that
 //!   ages them without trusting leader wall time;
-//! - `image`: the snapshot form and its older versions;
+//! - `image`: the snapshot form (format v1) and the state hash;
 //! - `invariants`: what the state promises, and the checks.
 //!
 //! Every public item is reached as `state::<item>` (only [`MetaState`] is
@@ -38,7 +37,7 @@ use std::collections::BTreeMap;
 use mooncake_segment::{ClientId, SegmentId};
 use openraft::{BasicNode, StoredMembership};
 
-use crate::command::{Arena, ArenaId, CredentialHash, ObjectVersion};
+use crate::command::{Arena, ArenaId, ObjectVersion};
 use crate::type_config::{LogId, NodeId};
 
 mod apply;
@@ -46,7 +45,6 @@ mod arenas;
 mod image;
 mod invariants;
 mod objects;
-mod puts;
 mod reads;
 mod records;
 mod removals;
@@ -56,17 +54,17 @@ mod tiers;
 mod validation;
 
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
-pub use image::{StateImage, StateImageV1, StateImageV2, StateImageV3, StateImageV4};
+pub use image::StateImage;
 pub use invariants::{InvariantViolation, Record, SCAN_EVERY_ENTRY_RECORDS_MAX, SCAN_RECORDS_PER_ENTRY};
 use objects::ObjectIndex;
-pub use records::{ClientEntry, DetachedDisk, DiscardedPut, ObjectMeta, ObjectStatus, RetiredObject, SegmentEntry};
+pub use records::{ClientEntry, DetachedDisk, ObjectMeta, RetiredObject, SegmentEntry};
 use requests::RequestMemory;
 pub use requests::{
     REQUEST_CLOCK_REORDER_MAX_MS, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_MAX, REQUEST_DEDUP_WINDOW_MS, RequestClock,
 };
 pub use validation::{
-    BATCH_MAX, KEY_MAX_BYTES, LABEL_MAX_BYTES, REPLICA_NUM_MAX, SEGMENT_ALIGN_BYTES, SEGMENT_SIZE_MAX_BYTES,
-    validate_key, validate_pin, validate_put_start, validate_segment,
+    BATCH_MAX, KEY_MAX_BYTES, LABEL_MAX_BYTES, PutSpec, REPLICA_NUM_MAX, SEGMENT_ALIGN_BYTES, SEGMENT_SIZE_MAX_BYTES,
+    validate_key, validate_pin, validate_put, validate_segment,
 };
 
 /// The whole replicated state.
@@ -79,10 +77,6 @@ pub struct MetaState {
     segments: BTreeMap<SegmentId, SegmentEntry>,
     objects: ObjectIndex,
     clients: BTreeMap<ClientId, ClientEntry>,
-    /// The credential each client registered with; a client registered by
-    /// an older log (legacy commands) has none until it mounts again.
-    credentials: BTreeMap<ClientId, CredentialHash>,
-    discarded: BTreeMap<ObjectVersion, DiscardedPut>,
     /// Answers of `Command::Once` by request id, aged on the request clock.
     requests: RequestMemory,
     arenas: BTreeMap<ArenaId, Arena>,

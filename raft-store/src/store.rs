@@ -50,39 +50,37 @@ impl StoreOptions {
     }
 }
 
-/// Version of the data directory's layout (sled trees and their encodings).
-/// A newer binary reads older layouts (upgrading them) or refuses with a
-/// clear message; an older binary refuses a newer layout.
-/// 1: the current snapshot in sled's `sm_snapshot` tree.
-/// 2: the current snapshot in a file of its own (`raft-snapshot`); a
-///    schema-1 snapshot is read until the first new one replaces it.
-pub const DATA_DIR_SCHEMA_VERSION: u32 = 2;
-const SCHEMA_TREE: &str = "mooncake_meta";
-const SCHEMA_KEY: &[u8] = b"schema_version";
+/// Version of the data directory's layout (sled trees and their encodings,
+/// the snapshot file beside them). Format v1 is version 1; from then on a
+/// newer binary reads older layouts (upgrading them) or refuses with a
+/// clear message, and an older binary refuses a newer layout.
+pub const DATA_DIR_FORMAT_VERSION: u32 = 1;
+const FORMAT_TREE: &str = "mooncake_meta";
+const FORMAT_KEY: &[u8] = b"format_version";
+/// The key pre-release builds kept their layout version under: a data dir
+/// holding it and no format version was never written by format v1.
+const PRE_RELEASE_KEY: &[u8] = b"schema_version";
 
 /// Checks (and on a new directory writes) the layout version.
-fn check_schema(db: &sled::Db) -> Result<(), StoreError> {
-    let tree = db.open_tree(SCHEMA_TREE).map_err(StoreError::sled("open mooncake_meta tree"))?;
-    match tree.get(SCHEMA_KEY).map_err(StoreError::sled("read schema version"))? {
+fn check_format(db: &sled::Db, dir: &Path) -> Result<(), StoreError> {
+    let tree = db.open_tree(FORMAT_TREE).map_err(StoreError::sled("open mooncake_meta tree"))?;
+    match tree.get(FORMAT_KEY).map_err(StoreError::sled("read format version"))? {
         Some(v) => {
             let found = v.as_ref().try_into().map(u32::from_le_bytes).map_err(|_| StoreError::Decode {
-                what: "schema version".into(),
+                what: "format version".into(),
                 message: format!("{} bytes, expected 4", v.len()),
             })?;
-            if found > DATA_DIR_SCHEMA_VERSION {
-                return Err(StoreError::SchemaVersion { found, supported: DATA_DIR_SCHEMA_VERSION });
-            }
-            if found < DATA_DIR_SCHEMA_VERSION {
-                // From here on this dir's snapshots go to the file, which an
-                // older binary would not read: it must refuse the dir.
-                tree.insert(SCHEMA_KEY, &DATA_DIR_SCHEMA_VERSION.to_le_bytes())
-                    .map_err(StoreError::sled("write schema version"))?;
+            if found > DATA_DIR_FORMAT_VERSION {
+                return Err(StoreError::SchemaVersion { found, supported: DATA_DIR_FORMAT_VERSION });
             }
             Ok(())
         }
+        None if tree.contains_key(PRE_RELEASE_KEY).map_err(StoreError::sled("read format version"))? => {
+            Err(StoreError::PreRelease { what: format!("the data dir {}", dir.display()) })
+        }
         None => {
-            tree.insert(SCHEMA_KEY, &DATA_DIR_SCHEMA_VERSION.to_le_bytes())
-                .map_err(StoreError::sled("write schema version"))?;
+            tree.insert(FORMAT_KEY, &DATA_DIR_FORMAT_VERSION.to_le_bytes())
+                .map_err(StoreError::sled("write format version"))?;
             Ok(())
         }
     }
@@ -130,7 +128,7 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
         .mode(sled::Mode::HighThroughput)
         .open()
         .map_err(|source| StoreError::SledOpen { dir: opts.dir.display().to_string(), source })?;
-    check_schema(&db)?;
+    check_format(&db, &opts.dir)?;
     let sync = DataSync::open(db.clone(), &opts.dir, opts.fsync, opts.observer.clone())?;
     let mut log = LogStore::open(&db, sync.clone())?.with_watermark(&opts.dir)?;
     if let Some(id) = opts.node_id {

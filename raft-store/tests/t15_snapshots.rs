@@ -8,9 +8,9 @@
 
 use std::io::Cursor;
 
-use mooncake_raft_store::testing::{SegmentSpecExt, segment};
+use mooncake_raft_store::testing::{SegmentSpecExt, mount_cmd, remount_cmd, segment};
 use mooncake_raft_store::*;
-use mooncake_segment::ClientId;
+use mooncake_segment::{ClientId, Range, SegmentId};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, SnapshotMeta};
 
@@ -21,23 +21,32 @@ fn entry(index: u64, cmd: Command) -> Entry {
     }
 }
 
+/// A store node's segment, an arena on it, 20 objects committed into the
+/// arena (one unit each) and the arena returned: the put path of the
+/// master. On an empty state the arena is `arena-0`, at offset 0.
 fn workload() -> Vec<Entry> {
+    const UNIT: u64 = 1024;
     let seg = segment(1, 1 << 20, "h").endpoint("127.0.0.1:1").zone("z");
-    let mut cmds = vec![Command::MountSegment { client: ClientId(7), segment: seg }];
+    let mut cmds = vec![
+        mount_cmd(ClientId(7), seg),
+        Command::ArenaGrant { segment: SegmentId(1), len_bytes: 20 * UNIT, unit_bytes: UNIT, term: 1 },
+    ];
     for i in 0..20 {
-        let key = format!("key-{i}");
-        cmds.push(Command::PutStart(PutStart {
+        cmds.push(Command::PutCommit(NewObject {
             client: ClientId(7),
-            key: key.clone(),
+            key: format!("key-{i}"),
             size_bytes: 1000 + i,
-            replica_num: 1,
-            preferred: vec![],
+            checksum: i as u32,
             pin: Pin::None,
+            replicas: vec![PlacedReplica {
+                segment: SegmentId(1),
+                arena: ArenaId(0),
+                range: Range::new(i * UNIT, UNIT),
+            }],
+            upsert: false,
         }));
-        if i % 2 == 0 {
-            cmds.push(Command::PutEnd { client: ClientId(7), key, checksum: i as u32 });
-        }
     }
+    cmds.push(Command::ArenaReturn { arenas: vec![ArenaId(0)] });
     cmds.into_iter().enumerate().map(|(i, c)| entry(i as u64 + 1, c)).collect()
 }
 
@@ -54,7 +63,8 @@ async fn a_snapshot_survives_restart_with_identical_state() {
     let dir = tempfile::tempdir().unwrap();
     let before = {
         let (_log, mut sm) = open(dir.path());
-        sm.apply(workload()).await.unwrap();
+        let answers = sm.apply(workload()).await.unwrap();
+        assert!(answers.iter().all(|a| a.err().is_none()), "the workload applies: {answers:?}");
         sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
         hash(&sm)
     };
@@ -127,7 +137,8 @@ async fn installing_a_snapshot_replaces_the_whole_state() {
     let dst_dir = tempfile::tempdir().unwrap();
     let (_l2, mut dst) = open(dst_dir.path());
     // Stale state on the receiver must not survive the install.
-    dst.apply(vec![entry(1, Command::RemountSegments { client: ClientId(99), segments: vec![] })]).await.unwrap();
+    dst.apply(vec![entry(1, remount_cmd(ClientId(99), vec![]))]).await.unwrap();
+    assert!(dst.reader().read(|s| s.client(ClientId(99)).is_some()), "the stale client is registered");
     dst.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
     assert_eq!(hash(&dst), hash(&src));
     assert!(dst.reader().read(|s| s.client(ClientId(99)).is_none()), "stale client survived install");

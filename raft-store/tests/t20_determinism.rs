@@ -1,16 +1,18 @@
 //! Time and determinism in the state machine: `now_ms` never moves back;
 //! the same log gives identical state and snapshots on every replica; the
 //! state hash tells states apart; a state rebuilt from its image hashes and
-//! answers the same; malformed images are refused.
+//! answers the same; malformed images are refused. The logs come from the
+//! crate's random command generator (`testing::random_command`), which is
+//! checked here to emit every command variant.
 
 mod common;
 
 use common::*;
 
 use mooncake_raft_store::codec;
-use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{Command, MetaState, RemoveReason, Request, Response, VersionedKey};
-use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range};
+use mooncake_raft_store::testing::{COMMAND_VARIANTS, command_variant};
+use mooncake_raft_store::{Command, MetaState, ObjectVersion, RemoveReason, Request, Response, VersionedKey};
+use mooncake_segment::{ClientId, Range, SegmentId};
 
 // ================================================================ time
 
@@ -23,13 +25,18 @@ fn now_ms_is_the_largest_timestamp_seen_and_never_moves_back() {
     s.apply(&Request { ts_ms: 500, cmd: mount_cmd(NODE_A, segment(1, 1 << 20, "host-a")) });
     assert_eq!(s.now_ms(), 1_000, "a skewed leader cannot move time back");
     assert_eq!(s.client(NODE_A).unwrap().registered_ms, 1_000, "entries are stamped with state time");
-    s.apply(&Request { ts_ms: 700, cmd: put(W1, "k", 10, 1) });
-    assert_eq!(s.object("k").unwrap().created_ms, 1_000);
-    s.apply(&Request { ts_ms: 2_000, cmd: put_end(W1, "k", 1) });
+    let grant = Command::ArenaGrant { segment: SegmentId(1), len_bytes: 4096, unit_bytes: 64, term: 1 };
+    let Response::ArenaGranted(arena) = s.apply(&Request { ts_ms: 700, cmd: grant }) else { panic!("no arena") };
+    let first = new_object(W1, "k", 10, &[(&arena, 0)]);
+    assert!(matches!(s.apply(&Request { ts_ms: 700, cmd: Command::PutCommit(first) }), Response::Committed { .. }));
+    assert_eq!(s.object("k").unwrap().committed_ms, 1_000);
+    let second = new_object(W1, "k2", 10, &[(&arena, 64)]);
+    assert!(matches!(s.apply(&Request { ts_ms: 2_000, cmd: Command::PutCommit(second) }), Response::Committed { .. }));
     assert_eq!(s.now_ms(), 2_000);
-    assert_eq!(s.object("k").unwrap().completed_ms, Some(2_000));
+    assert_eq!(s.object("k2").unwrap().committed_ms, 2_000);
     // Even a refused command carries time forward.
-    s.apply(&Request { ts_ms: 3_000, cmd: Command::Remove { key: "ghost".into() } });
+    let ghost = Command::RemoveVersion { key: "ghost".into(), version: ObjectVersion(1) };
+    assert!(s.apply(&Request { ts_ms: 3_000, cmd: ghost }).err().is_some());
     assert_eq!(s.now_ms(), 3_000);
 }
 
@@ -52,6 +59,18 @@ fn random_log(seed: u64, n: usize) -> Vec<Request> {
     log
 }
 
+/// How many commands of `log` (those inside batches and `Once` too) did
+/// what `counted` looks for, replayed on an empty state.
+fn count_in(log: &[Request], counted: impl Fn(&Command, &Response) -> bool) -> usize {
+    let mut s = MetaState::default();
+    let mut n = 0;
+    for req in log {
+        let (_, ran) = apply_traced(&mut s, req);
+        n += ran.iter().filter(|(c, a)| counted(c, a)).count();
+    }
+    n
+}
+
 #[test]
 fn the_same_log_on_three_replicas_gives_identical_state_and_snapshots() {
     for seed in [1u64, 2, 3] {
@@ -70,7 +89,8 @@ fn the_same_log_on_three_replicas_gives_identical_state_and_snapshots() {
         let images: Vec<Vec<u8>> = replicas.iter().map(image_bytes).collect();
         assert!(images.iter().all(|i| *i == images[0]), "snapshots differ");
         // The log did real work, so equality is not trivially the empty state.
-        assert!(answers[0].iter().filter(|r| matches!(r, Response::Placed { .. })).count() > 50);
+        let commits = count_in(&log, |_, a| matches!(a, Response::Committed { .. }));
+        assert!(commits > 30, "seed {seed}: only {commits} commits");
         assert!(replicas[0].object_count() > 0, "seed {seed}");
         assert_no_shared_bytes(&replicas[0]);
     }
@@ -94,20 +114,27 @@ fn the_state_hash_tells_different_states_apart() {
     removed.apply(&Request { ts_ms: 0, cmd: Command::RemoveObjects { victims: vec![], reason: RemoveReason::Evict } });
     assert_eq!(a.state_hash(), removed.state_hash(), "an empty removal changes nothing");
     let victim = VersionedKey { key: key.clone(), version: a.object(&key).unwrap().version };
-    let status = a.object(&key).unwrap().status;
-    let cmd = match status {
-        ObjectStatus::Complete => Command::RemoveObjects { victims: vec![victim], reason: RemoveReason::Evict },
-        ObjectStatus::Processing => Command::DiscardPuts { victims: vec![victim] },
-    };
-    removed.apply(&Request { ts_ms: 0, cmd });
+    let cmd = Command::RemoveObjects { victims: vec![victim], reason: RemoveReason::Evict };
+    assert_eq!(removed.apply(&Request { ts_ms: 0, cmd }), Response::Removed { count: 1 });
     assert!(removed.object(&key).is_none());
     assert_ne!(a.state_hash(), removed.state_hash());
-    let mut spent = a.clone();
+    // A put committed and removed again leaves only the version counter moved.
+    let mut base = b.clone();
+    let arena = grant_pieces(&mut base, 77, 4096, 64, 1);
+    let mut spent = base.clone();
     let ts = spent.now_ms();
-    assert!(spent.segments().any(|s| s.free_bytes() >= ALLOC_ALIGN_BYTES), "the log left some room");
-    assert!(matches!(spent.apply(&Request { ts_ms: ts, cmd: put(W1, "fresh", 1, 1) }), Response::Placed { .. }));
-    spent.apply(&Request { ts_ms: ts, cmd: Command::PutRevoke { client: W1, key: "fresh".into() } });
-    assert_ne!(a.state_hash(), spent.state_hash(), "the version counter is replicated state");
+    let put = Command::PutCommit(new_object(W1, "fresh", 1, &[(&arena, 0)]));
+    let Response::Committed { version } = spent.apply(&Request { ts_ms: ts, cmd: put }) else {
+        panic!("not committed")
+    };
+    let remove = Command::RemoveVersion { key: "fresh".into(), version };
+    assert_eq!(spent.apply(&Request { ts_ms: ts, cmd: remove }), Response::Ok);
+    let (base_image, spent_image) = (base.to_image(), spent.to_image());
+    assert_eq!(base_image.objects, spent_image.objects);
+    assert_eq!(base_image.arenas, spent_image.arenas);
+    assert_eq!(base.segment(SegmentId(77)).unwrap().free_bytes(), spent.segment(SegmentId(77)).unwrap().free_bytes());
+    assert_eq!(spent_image.next_version, base_image.next_version + 1);
+    assert_ne!(base.state_hash(), spent.state_hash(), "the version counter is replicated state");
     // The clock alone is not part of it (every entry, refused ones too,
     // moves it), but the snapshot keeps it.
     let mut c = a.clone();
@@ -137,13 +164,20 @@ fn a_state_rebuilt_from_its_image_hashes_the_same_and_answers_the_next_commands_
             assert_eq!(seg_o.spec, seg_r.spec);
             assert_eq!(seg_o.free_bytes(), seg_r.free_bytes());
         }
-        // The allocators were rebuilt canonically: the very next placements match.
+        // The allocators were rebuilt canonically: the very next grants
+        // land on the same bytes.
         let mut ts = original.now_ms();
-        for i in 0..40 {
+        let mut granted = 0;
+        for i in 0..40u64 {
             ts += 1;
-            let req = Request { ts_ms: ts, cmd: put(W1, &format!("next-{i}"), 64 * (1 + i % 7), 1 + (i % 3) as u32) };
-            assert_eq!(original.apply(&req), rebuilt.apply(&req), "seed {seed}, put {i}");
+            let len = 64 * (1 + i % 7);
+            let cmd = Command::ArenaGrant { segment: SegmentId(1 + i % 6), len_bytes: len, unit_bytes: 64, term: 9 };
+            let req = Request { ts_ms: ts, cmd };
+            let answer = original.apply(&req);
+            granted += usize::from(matches!(answer, Response::ArenaGranted(_)));
+            assert_eq!(answer, rebuilt.apply(&req), "seed {seed}, grant {i}");
         }
+        assert!(granted > 10, "seed {seed}: only {granted} of the grants were granted");
         let mut rng = Rng(seed ^ 0xFFFF);
         for _ in 0..200 {
             ts += 1;
@@ -155,19 +189,24 @@ fn a_state_rebuilt_from_its_image_hashes_the_same_and_answers_the_next_commands_
 }
 
 #[test]
-fn a_fragmented_segment_rebuilt_from_its_image_places_the_next_put_in_the_same_hole() {
+fn a_fragmented_segment_rebuilt_from_its_image_grants_the_next_arena_in_the_same_hole() {
     let mut s = MetaState::default();
     mount(&mut s, NODE_A, segment(1, 8192, "host-a"));
     for i in 0..10 {
         put_complete(&mut s, W1, &format!("k{i}"), 64 * (1 + i % 4), 1);
     }
+    // Holes of 128 (k1), 64 (k4) and 192 (k6) bytes; the tail is larger.
+    let hole = s.object("k4").unwrap().replicas[0].range;
     for i in [1, 4, 6] {
-        ok(&mut s, Command::Remove { key: format!("k{i}") });
+        let key = format!("k{i}");
+        let version = s.object(&key).unwrap().version;
+        ok(&mut s, Command::RemoveVersion { key, version });
     }
     let mut rebuilt = MetaState::from_image(s.to_image()).expect("rebuild");
-    let a = placed(&mut s, put(W1, "hole", 64, 1));
-    let b = placed(&mut rebuilt, put(W1, "hole", 64, 1));
+    let a = grant_pieces(&mut s, 1, 64, 64, 2);
+    let b = grant_pieces(&mut rebuilt, 1, 64, 64, 2);
     assert_eq!(a, b);
+    assert_eq!(a.extents, vec![hole], "best fit: the 64-byte hole");
 }
 
 #[test]
@@ -186,4 +225,68 @@ fn an_image_with_overlapping_or_orphan_ranges_is_refused() {
     outside.objects[0].replicas[0].range = Range::new(1 << 20, 1024);
     assert!(MetaState::from_image(outside).is_err(), "a range past the end of its segment");
     assert!(MetaState::from_image(s.to_image()).is_ok());
+}
+
+// ================================================================ the generator
+
+/// Counts the variant of `cmd` and of every command nested in it.
+fn count_variants(cmd: &Command, seen: &mut [usize; COMMAND_VARIANTS]) {
+    seen[command_variant(cmd)] += 1;
+    match cmd {
+        Command::Batch(cmds) => cmds.iter().for_each(|c| count_variants(c, seen)),
+        Command::Once { cmd, .. } => count_variants(cmd, seen),
+        _ => {}
+    }
+}
+
+/// The determinism and invariant tests are only as good as the commands
+/// they are fed: every variant of `Command` must come out of the generator
+/// (a new variant fails to compile in `command_variant` until it is
+/// numbered, and fails here until the generator emits it).
+#[test]
+fn the_generator_emits_every_command_variant() {
+    // 1000 commands drawn from `seed`, each applied before the next is drawn.
+    let draws = |seed: u64| -> Vec<Command> {
+        let mut rng = Rng(seed);
+        let mut s = MetaState::default();
+        let mut cmds = Vec::new();
+        for _ in 0..1000 {
+            let cmd = random_command(&mut rng, &s);
+            apply(&mut s, cmd.clone());
+            cmds.push(cmd);
+        }
+        cmds
+    };
+    let mut seen = [0usize; COMMAND_VARIANTS];
+    for seed in 0..4u64 {
+        draws(seed).iter().for_each(|c| count_variants(c, &mut seen));
+    }
+    assert!(draws(7) == draws(7), "the generator is deterministic: a seed replays the same commands");
+    let names = [
+        "MountSegment",
+        "UnmountSegment",
+        "RemountSegments",
+        "RemoveObjects",
+        "ExpireClient",
+        "Batch",
+        "Once",
+        "Noop",
+        "RemoveVersion",
+        "ArenaGrant",
+        "ArenaTrim",
+        "ArenaReturn",
+        "PutCommit",
+        "ReleaseRetired",
+        "AddReplica",
+        "DropTierReplicas",
+        "ExpireClientKeepDisk",
+        "DropDetached",
+        "DropCorrupt",
+        "ArenaCut",
+    ];
+    let missing: Vec<String> = (0..COMMAND_VARIANTS)
+        .filter(|v| seen[*v] == 0)
+        .map(|v| format!("{v} ({})", names.get(v).unwrap_or(&"unnamed")))
+        .collect();
+    assert!(missing.is_empty(), "the generator never emitted variants {missing:?} in 4000 draws; counts {seen:?}");
 }

@@ -8,9 +8,21 @@ use std::collections::BTreeSet;
 
 use common::*;
 
-use mooncake_raft_store::state::ObjectStatus;
-use mooncake_raft_store::{Command, MetaError, MetaState, Request};
+use mooncake_raft_store::{Arena, Command, MetaError, MetaState, ObjectVersion, Request};
 use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, SegmentId};
+
+/// `key` committed with one replica at the start of a fresh arena on each of
+/// `segments` (the arenas returned after), as a master placing it there.
+fn put_on(s: &mut MetaState, client: ClientId, key: &str, size: u64, segments: &[u64]) -> ObjectVersion {
+    let len = aligned(size);
+    let arenas: Vec<Arena> = segments.iter().map(|id| grant_pieces(s, *id, len, len, 1)).collect();
+    let at: Vec<(&Arena, u64)> = arenas.iter().map(|a| (a, 0)).collect();
+    let version = commit(s, new_object(client, key, size, &at));
+    for a in &arenas {
+        return_arena(s, a);
+    }
+    version
+}
 
 // ================================================================ mount / unmount
 
@@ -50,7 +62,7 @@ fn a_segment_with_id_zero_or_a_size_that_is_not_whole_pages_is_invalid_params() 
     assert!(e.to_string().contains(&(1u64 << 20).to_string()), "names the size to use: {e}");
     let e = refused(&mut s, mount_cmd(NODE_A, segment(1, 2048, "host-a")));
     assert!(is_invalid(&e), "{e}");
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![segment(1, 6000, "host-a")] });
+    let e = refused(&mut s, remount_cmd(NODE_A, vec![segment(1, 6000, "host-a")]));
     assert!(is_invalid(&e), "{e}");
     assert_eq!(s.segments().count(), 0);
 }
@@ -68,27 +80,15 @@ fn two_segment_ids_over_the_same_shared_memory_are_refused() {
     mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a").shm("/dev/shm/seg-a"));
     // A remount listing the same memory twice is refused as a whole.
     let twice = vec![segment(3, 1 << 20, "host-c").shm("/dev/shm/x"), segment(4, 1 << 20, "host-c").shm("/dev/shm/x")];
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_C, segments: twice });
+    let e = refused(&mut s, remount_cmd(NODE_C, twice));
     assert!(is_invalid(&e), "{e}");
     // A remount that replaces the client's own segment over the same file
     // (a restarted store node with a new segment id) is accepted.
-    ok(
-        &mut s,
-        Command::RemountSegments {
-            client: NODE_A,
-            segments: vec![segment(5, 1 << 20, "host-a").shm("/dev/shm/seg-a")],
-        },
-    );
+    ok(&mut s, remount_cmd(NODE_A, vec![segment(5, 1 << 20, "host-a").shm("/dev/shm/seg-a")]));
     assert!(s.segment(SegmentId(1)).is_none());
     assert_eq!(s.segment(SegmentId(5)).map(|g| g.owner), Some(NODE_A));
     // ...but not over another client's.
-    let e = refused(
-        &mut s,
-        Command::RemountSegments {
-            client: NODE_C,
-            segments: vec![segment(6, 1 << 20, "host-b").shm("/dev/shm/seg-a")],
-        },
-    );
+    let e = refused(&mut s, remount_cmd(NODE_C, vec![segment(6, 1 << 20, "host-b").shm("/dev/shm/seg-a")]));
     assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "{e}");
 }
 
@@ -98,13 +98,14 @@ fn mount_registers_the_client() {
     mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
     let c = s.client(NODE_A).expect("registered");
     assert_eq!(c.registered_ms, s.now_ms());
+    assert_eq!(c.credential, credential_of(NODE_A), "under the credential it mounted with");
     assert_eq!(s.clients().count(), 1);
 }
 
 #[test]
 fn unmount_by_a_client_that_does_not_own_the_segment_is_illegal_client() {
     let mut s = three_node_cluster(1 << 20);
-    let e = refused(&mut s, Command::UnmountSegment { client: NODE_B, segment: SegmentId(1) });
+    let e = refused(&mut s, unmount_cmd(NODE_B, SegmentId(1)));
     assert!(matches!(e, MetaError::IllegalClient(_)), "{e:?}");
     assert!(s.segment(SegmentId(1)).is_some());
 }
@@ -113,11 +114,11 @@ fn unmount_by_a_client_that_does_not_own_the_segment_is_illegal_client() {
 fn unmount_is_idempotent_an_unknown_or_already_unmounted_segment_is_ok_and_changes_nothing() {
     let mut s = three_node_cluster(1 << 20);
     let before = s.state_hash();
-    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(99) });
+    ok(&mut s, unmount_cmd(NODE_A, SegmentId(99)));
     assert_eq!(s.state_hash(), before, "unmounting an unknown segment changed the state");
-    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
+    ok(&mut s, unmount_cmd(NODE_A, SegmentId(1)));
     let after_first = s.state_hash();
-    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
+    ok(&mut s, unmount_cmd(NODE_A, SegmentId(1)));
     assert_eq!(s.state_hash(), after_first, "a second unmount changed the state");
     assert!(s.segment(SegmentId(1)).is_none());
 }
@@ -128,9 +129,9 @@ fn unmount_drops_the_replicas_on_that_segment_and_objects_left_with_none() {
     mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
     mount(&mut s, NODE_B, segment(2, 1 << 16, "host-b"));
     put_complete(&mut s, W1, "both", 1000, 2);
-    placed(&mut s, put_preferring(W1, "only-a", 2000, 1, &[1]));
-    placed(&mut s, put_preferring(W1, "only-b", 3000, 1, &[2]));
-    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
+    put_on(&mut s, W1, "only-a", 2000, &[1]);
+    put_on(&mut s, W1, "only-b", 3000, &[2]);
+    ok(&mut s, unmount_cmd(NODE_A, SegmentId(1)));
     assert!(s.segment(SegmentId(1)).is_none());
     assert_eq!(s.capacity_bytes(), 1 << 16);
     let both = s.object("both").expect("kept its other replica");
@@ -148,7 +149,7 @@ fn a_segment_mounted_again_after_unmount_starts_empty() {
     let mut s = MetaState::default();
     mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
     put_complete(&mut s, W1, "k", 1000, 1);
-    ok(&mut s, Command::UnmountSegment { client: NODE_A, segment: SegmentId(1) });
+    ok(&mut s, unmount_cmd(NODE_A, SegmentId(1)));
     mount(&mut s, NODE_B, segment(1, 1 << 20, "host-b"));
     assert_eq!(s.used_bytes(), 0);
     assert_eq!(s.object_count(), 0);
@@ -161,11 +162,11 @@ fn a_remount_makes_the_clients_segments_exactly_the_list() {
     mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
     mount(&mut s, NODE_A, segment(2, 1 << 20, "host-a"));
     mount(&mut s, NODE_B, segment(9, 1 << 20, "host-b"));
-    placed(&mut s, put_preferring(W1, "on-1", 1000, 1, &[1]));
-    placed(&mut s, put_preferring(W1, "on-2", 1000, 1, &[2]));
-    placed(&mut s, put_preferring(W1, "on-9", 1000, 1, &[9]));
+    put_on(&mut s, W1, "on-1", 1000, &[1]);
+    put_on(&mut s, W1, "on-2", 1000, &[2]);
+    put_on(&mut s, W1, "on-9", 1000, &[9]);
     let segments = vec![segment(2, 1 << 20, "host-a"), segment(3, 1 << 18, "host-a")];
-    ok(&mut s, Command::RemountSegments { client: NODE_A, segments });
+    ok(&mut s, remount_cmd(NODE_A, segments));
     let mine: BTreeSet<_> = s.client_segments(NODE_A).map(|x| x.spec.id).collect();
     assert_eq!(mine, BTreeSet::from([SegmentId(2), SegmentId(3)]));
     assert!(s.object("on-1").is_none(), "objects only on the dropped segment are gone");
@@ -180,12 +181,12 @@ fn a_remount_makes_the_clients_segments_exactly_the_list() {
 #[test]
 fn a_remount_with_an_empty_list_registers_the_client_and_unmounts_all_its_segments() {
     let mut s = MetaState::default();
-    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
+    ok(&mut s, remount_cmd(W1, vec![]));
     assert!(s.client(W1).is_some(), "a client with no segments is registered");
     assert_eq!(s.segments().count(), 0);
     mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
     mount(&mut s, NODE_A, segment(2, 1 << 20, "host-a"));
-    ok(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![] });
+    ok(&mut s, remount_cmd(NODE_A, vec![]));
     assert_eq!(s.segments().count(), 0);
     assert!(s.client(NODE_A).is_some());
 }
@@ -194,12 +195,12 @@ fn a_remount_with_an_empty_list_registers_the_client_and_unmounts_all_its_segmen
 fn a_remount_repeated_is_idempotent() {
     let mut s = MetaState::default();
     let segments = vec![segment(1, 1 << 20, "host-a"), segment(2, 1 << 20, "host-a")];
-    ok(&mut s, Command::RemountSegments { client: NODE_A, segments: segments.clone() });
+    ok(&mut s, remount_cmd(NODE_A, segments.clone()));
     put_complete(&mut s, W1, "k", 1000, 2);
     let mut control = s.clone();
     let ts = s.now_ms() + 1;
     control.apply(&Request { ts_ms: ts, cmd: Command::Noop });
-    s.apply(&Request { ts_ms: ts, cmd: Command::RemountSegments { client: NODE_A, segments } });
+    s.apply(&Request { ts_ms: ts, cmd: remount_cmd(NODE_A, segments) });
     assert_eq!(s.state_hash(), control.state_hash());
 }
 
@@ -213,22 +214,22 @@ fn a_refused_remount_changes_nothing() {
 
     // A segment listed twice.
     let dup = vec![segment(2, 1 << 20, "host-a"), segment(5, 1 << 20, "host-a"), segment(5, 1 << 20, "host-a")];
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: dup });
+    let e = refused(&mut s, remount_cmd(NODE_A, dup));
     assert!(is_invalid(&e), "{e:?}");
     // A segment owned by another client (listed after a valid one).
     let theirs = vec![segment(2, 1 << 20, "host-a"), segment(9, 1 << 20, "host-b")];
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: theirs });
+    let e = refused(&mut s, remount_cmd(NODE_A, theirs));
     assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "{e:?}");
     // Its own segment with another size.
     let resized = vec![segment(1, 1 << 21, "host-a")];
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: resized });
+    let e = refused(&mut s, remount_cmd(NODE_A, resized));
     assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "{e:?}");
     // A malformed declaration at the end of the list.
     let bad = vec![segment(2, 1 << 20, "host-a"), segment(6, 0, "host-a")];
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: bad });
+    let e = refused(&mut s, remount_cmd(NODE_A, bad));
     assert!(is_invalid(&e), "{e:?}");
     // A new client whose remount is refused is not registered either.
-    let e = refused(&mut s, Command::RemountSegments { client: NODE_C, segments: vec![segment(9, 1 << 20, "host-c")] });
+    let e = refused(&mut s, remount_cmd(NODE_C, vec![segment(9, 1 << 20, "host-c")]));
     assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "{e:?}");
     assert!(s.client(NODE_C).is_none());
     assert_eq!(s.object("k").unwrap().replicas.len(), 3);
@@ -239,8 +240,7 @@ fn a_refused_remount_changes_nothing() {
 #[test]
 fn expiring_a_client_unmounts_its_segments_and_drops_objects_held_only_there() {
     let mut s = three_node_cluster(1 << 20);
-    placed(&mut s, put_preferring(W1, "only-a", 1000, 1, &[1]));
-    ok(&mut s, put_end(W1, "only-a", 1));
+    put_on(&mut s, W1, "only-a", 1000, &[1]);
     put_complete(&mut s, W1, "everywhere", 1000, 3);
     ok(&mut s, Command::ExpireClient { client: NODE_A });
     assert!(s.client(NODE_A).is_none());
@@ -250,33 +250,23 @@ fn expiring_a_client_unmounts_its_segments_and_drops_objects_held_only_there() {
     let kept = s.object("everywhere").expect("other replicas survive");
     let segs: BTreeSet<_> = kept.replicas.iter().map(|r| r.segment).collect();
     assert_eq!(segs, BTreeSet::from([SegmentId(2), SegmentId(3)]));
-    assert_eq!(kept.status, ObjectStatus::Complete);
     assert_eq!(s.used_bytes(), 2 * aligned(1000));
     assert_no_shared_bytes(&s);
 }
 
 #[test]
-fn expiring_a_writer_moves_its_processing_puts_to_discarded_and_keeps_their_ranges() {
+fn expiring_a_writer_keeps_the_objects_it_wrote() {
     let mut s = three_node_cluster(1 << 20);
-    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
-    let (v, replicas) = placed(&mut s, put(W1, "unfinished", 1000, 2));
-    put_complete(&mut s, W1, "finished", 2000, 1);
-    placed(&mut s, put(W2, "someone-else", 500, 1));
+    ok(&mut s, remount_cmd(W1, vec![]));
+    let v = put_complete(&mut s, W1, "written", 2000, 2);
+    let object = s.object("written").cloned();
     let used = s.used_bytes();
     ok(&mut s, Command::ExpireClient { client: W1 });
     assert!(s.client(W1).is_none());
-    assert!(s.object("unfinished").is_none(), "the key is free again");
-    assert!(s.object("finished").is_some(), "complete objects outlive their writer");
-    assert_eq!(s.object("someone-else").unwrap().status, ObjectStatus::Processing);
-    let d: Vec<_> = s.discarded().collect();
-    assert_eq!(d.len(), 1);
-    assert_eq!(d[0].version, v);
-    assert_eq!(d[0].key, "unfinished");
-    assert_eq!(d[0].replicas, replicas);
-    assert_eq!(d[0].discarded_ms, s.now_ms());
-    assert_eq!(s.used_bytes(), used, "the writer may still be writing: its ranges stay held");
-    // A new put of the key never lands on the held ranges.
-    placed(&mut s, put(W2, "unfinished", 1000, 3));
+    assert_eq!(s.object("written").cloned(), object, "objects outlive their writer, replicas and all");
+    assert_eq!(s.object("written").map(|o| o.version), Some(v));
+    assert_eq!(s.used_bytes(), used);
+    assert_eq!(s.segments().count(), 3, "a writer with no segments unmounts nothing");
     assert_no_shared_bytes(&s);
 }
 
@@ -309,7 +299,7 @@ fn malformed_segments_are_invalid_params_and_change_nothing() {
     for (what, spec) in cases {
         let e = refused(&mut s, mount_cmd(NODE_A, spec.clone()));
         assert!(is_invalid(&e), "mount, {what}: {e:?}");
-        let e = refused(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![spec] });
+        let e = refused(&mut s, remount_cmd(NODE_A, vec![spec]));
         assert!(is_invalid(&e), "remount, {what}: {e:?}");
     }
     assert_eq!(s.segments().count(), 3);

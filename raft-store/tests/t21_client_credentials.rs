@@ -1,10 +1,9 @@
 //! A client may mount, unmount and remount only as itself: the rules of the
-//! credential-carrying commands (`MountSegmentAs`, `UnmountSegmentAs`,
-//! `RemountSegmentsAs`). The first credential to register a client id holds
-//! it; any other is refused with `PermissionDenied` and changes nothing,
-//! until the registration is expired or evicted. A client an older log
-//! registered without a credential adopts the first one it mounts with.
-//! Apply stays deterministic: the hash arrives in the command.
+//! credentials the segment commands carry (`MountSegment`, `UnmountSegment`,
+//! `RemountSegments`). The first credential to register a client id holds
+//! it (every registered client has one); any other is refused with
+//! `PermissionDenied` and changes nothing, until the registration is expired
+//! or evicted. Apply stays deterministic: the hash arrives in the command.
 
 mod common;
 
@@ -17,15 +16,15 @@ const OWNER: CredentialHash = CredentialHash([1; 32]);
 const INTRUDER: CredentialHash = CredentialHash([2; 32]);
 
 fn mount_as(client: ClientId, credential: CredentialHash, spec: SegmentSpec) -> Command {
-    Command::MountSegmentAs { client, credential, segment: spec }
+    Command::MountSegment { client, credential, segment: spec }
 }
 
 fn remount_as(client: ClientId, credential: CredentialHash, segments: Vec<SegmentSpec>) -> Command {
-    Command::RemountSegmentsAs { client, credential, segments }
+    Command::RemountSegments { client, credential, segments }
 }
 
 fn unmount_as(client: ClientId, credential: CredentialHash, segment: u64) -> Command {
-    Command::UnmountSegmentAs { client, credential, segment: SegmentId(segment) }
+    Command::UnmountSegment { client, credential, segment: SegmentId(segment) }
 }
 
 fn denied(e: MetaError) {
@@ -58,7 +57,8 @@ fn the_first_credential_registers_the_client_and_its_own_calls_work() {
 #[test]
 fn another_credential_can_neither_mount_remount_nor_unmount_as_the_client() {
     let mut s = owned_node();
-    put_complete_one(&mut s);
+    // An object on the node's segment, to see that refusals keep it.
+    let v = put_complete(&mut s, W1, "k", 100, 1);
     // The probe that would leak the segment's key: a remount of the node's
     // own segment under its id.
     denied(refused(&mut s, remount_as(NODE_A, INTRUDER, vec![segment(1, 1 << 20, "host-a")])));
@@ -77,26 +77,9 @@ fn another_credential_can_neither_mount_remount_nor_unmount_as_the_client() {
         other => panic!("{other:?}"),
     }
     assert_eq!(s.segment(SegmentId(1)).map(|g| g.owner), Some(NODE_A));
-    assert!(s.object("k").is_some(), "the node's object is untouched");
+    assert_eq!(s.object("k").map(|o| o.version), Some(v), "the node's object is untouched");
     assert_eq!(s.client_credential(NODE_A), Some(&OWNER));
     assert_eq!(s.client_credential(NODE_B), Some(&INTRUDER), "its own id is its own");
-}
-
-/// An object on the node's segment, to see that refusals keep it.
-fn put_complete_one(s: &mut MetaState) {
-    let r = apply(
-        s,
-        Command::PutStart(mooncake_raft_store::PutStart {
-            client: W1,
-            key: "k".into(),
-            size_bytes: 100,
-            replica_num: 1,
-            preferred: vec![],
-            pin: mooncake_raft_store::Pin::None,
-        }),
-    );
-    assert!(r.err().is_none(), "{r:?}");
-    ok(s, Command::PutEnd { client: W1, key: "k".into(), checksum: 1 });
 }
 
 #[test]
@@ -110,21 +93,13 @@ fn expiry_or_eviction_frees_the_id_for_a_new_credential() {
 }
 
 #[test]
-fn a_client_an_older_log_registered_adopts_the_first_credential_it_mounts_with() {
-    let mut s = MetaState::default();
-    // Legacy commands (replayed from an older log) register without one.
-    mount(&mut s, NODE_A, segment(1, 1 << 20, "host-a"));
-    ok(&mut s, Command::RemountSegments { client: W1, segments: vec![] });
-    assert_eq!(s.client_credential(NODE_A), None);
-    // Until it adopts one, any credential may act as it (as before).
-    ok(&mut s, unmount_as(NODE_A, INTRUDER, 99));
-    assert_eq!(s.client_credential(NODE_A), None, "an unmount binds nothing");
-    ok(&mut s, remount_as(NODE_A, OWNER, vec![segment(1, 1 << 20, "host-a")]));
-    assert_eq!(s.client_credential(NODE_A), Some(&OWNER));
-    denied(refused(&mut s, mount_as(NODE_A, INTRUDER, segment(2, 1 << 20, "host-a"))));
-    // A legacy command keeps the credential a client holds.
-    ok(&mut s, Command::RemountSegments { client: NODE_A, segments: vec![segment(1, 1 << 20, "host-a")] });
-    assert_eq!(s.client_credential(NODE_A), Some(&OWNER));
+fn an_unmount_registers_nobody_and_binds_no_credential() {
+    let mut s = owned_node();
+    ok(&mut s, unmount_as(NODE_B, INTRUDER, 99));
+    assert!(s.client(NODE_B).is_none());
+    assert_eq!(s.client_credential(NODE_B), None, "an unmount binds nothing");
+    ok(&mut s, mount_as(NODE_B, OWNER, segment(2, 1 << 20, "host-b")));
+    assert_eq!(s.client_credential(NODE_B), Some(&OWNER), "the id was still free");
 }
 
 #[test]

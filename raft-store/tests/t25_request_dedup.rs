@@ -1,9 +1,11 @@
-//! A retried remove must not take effect twice: `Command::Once` applies its
-//! command at most once per request id (within the dedup window), returns
-//! the first answer to retries, and survives snapshots like all other state.
-//! The window runs on the request clock, which a leader's clock jump can
-//! neither fast-forward (ids dropped early, retries applied twice) nor stop
-//! (ids kept forever).
+//! A retried request must not take effect twice: `Command::Once` applies
+//! its command at most once per request id (within the dedup window) and
+//! returns the first answer to retries, so a retried put cannot bring back
+//! an object removed in between, and a retried remove gets its `Ok` back
+//! (not `OBJECT_NOT_FOUND`). The remembered answers survive snapshots like
+//! all other state. The window runs on the request clock, which a leader's
+//! clock jump can neither fast-forward (ids dropped early, retries applied
+//! twice) nor stop (ids kept forever).
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,14 +13,18 @@
 use mooncake_raft_store::state::{
     REQUEST_CLOCK_REORDER_MAX_MS, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_WINDOW_MS, RequestClock,
 };
-use mooncake_raft_store::testing::{SegmentSpecExt, segment};
+use mooncake_raft_store::testing::{SegmentSpecExt, mount_cmd, segment};
 use mooncake_raft_store::*;
-use mooncake_segment::ClientId;
+use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
 use proptest::prelude::*;
 
 const DAY_MS: u64 = 86_400_000;
 /// A plausible leader wall clock (ms since the epoch).
 const T0: u64 = 1_700_000_000_000;
+/// The writer, also the owner of the one segment.
+const WRITER: ClientId = ClientId(1);
+/// The size of every object put here.
+const SIZE: u64 = 100;
 
 fn apply(s: &mut MetaState, ts_ms: u64, cmd: Command) -> Response {
     s.apply(&Request { ts_ms, cmd })
@@ -27,41 +33,92 @@ fn apply(s: &mut MetaState, ts_ms: u64, cmd: Command) -> Response {
 fn setup() -> MetaState {
     let mut s = MetaState::default();
     let seg = segment(1, 1 << 20, "h").endpoint("e:1").zone("");
-    assert_eq!(apply(&mut s, 1, Command::MountSegment { client: ClientId(1), segment: seg }), Response::Ok);
+    assert_eq!(apply(&mut s, 1, mount_cmd(WRITER, seg)), Response::Ok);
     s
 }
 
-fn put(s: &mut MetaState, ts: u64, key: &str) {
-    let p = PutStart {
-        client: ClientId(1),
-        key: key.into(),
-        size_bytes: 100,
-        replica_num: 1,
-        preferred: vec![],
-        pin: Pin::None,
-    };
-    assert!(matches!(apply(s, ts, Command::PutStart(p)), Response::Placed { .. }));
-    assert_eq!(apply(s, ts, Command::PutEnd { client: ClientId(1), key: key.into(), checksum: 1 }), Response::Ok);
+/// An arena of 64 KiB on the segment, granted at `ts`.
+fn grant(s: &mut MetaState, ts: u64) -> Arena {
+    let cmd = Command::ArenaGrant { segment: SegmentId(1), len_bytes: 1 << 16, unit_bytes: 1 << 16, term: 1 };
+    match apply(s, ts, cmd) {
+        Response::ArenaGranted(a) => a,
+        other => panic!("no arena: {other:?}"),
+    }
 }
 
-fn remove_once(id: u64, key: &str) -> Command {
-    Command::Once { request_id: id, cmd: Box::new(Command::Remove { key: key.into() }) }
+/// `key` written by [`WRITER`] in the `slot`-th object-sized range of `arena`.
+fn new_object(arena: &Arena, key: &str, slot: u64) -> NewObject {
+    let len = SIZE.next_multiple_of(ALLOC_ALIGN_BYTES);
+    let range = Range::new(arena.extents[0].offset + slot * len, len);
+    NewObject {
+        client: WRITER,
+        key: key.into(),
+        size_bytes: SIZE,
+        checksum: 1,
+        pin: Pin::None,
+        replicas: vec![PlacedReplica { segment: arena.segment, arena: arena.id, range }],
+        upsert: false,
+    }
+}
+
+/// Puts `key` at `ts` as the master does (an arena, the commit, the arena
+/// returned); answers its version.
+fn put(s: &mut MetaState, ts: u64, key: &str) -> ObjectVersion {
+    let arena = grant(s, ts);
+    let Response::Committed { version } = apply(s, ts, Command::PutCommit(new_object(&arena, key, 0))) else {
+        panic!("{key:?} not committed")
+    };
+    assert_eq!(apply(s, ts, Command::ArenaReturn { arenas: vec![arena.id] }), Response::Removed { count: 1 });
+    version
+}
+
+/// Removes the current incarnation of `key` at `ts` (not deduplicated).
+fn remove(s: &mut MetaState, ts: u64, key: &str) {
+    let version = s.object(key).expect("the object to remove").version;
+    assert_eq!(apply(s, ts, Command::RemoveVersion { key: key.into(), version }), Response::Ok);
+}
+
+fn put_once(id: u64, new: &NewObject) -> Command {
+    Command::Once { request_id: id, cmd: Box::new(Command::PutCommit(new.clone())) }
+}
+
+fn remove_once(id: u64, key: &str, version: ObjectVersion) -> Command {
+    Command::Once { request_id: id, cmd: Box::new(Command::RemoveVersion { key: key.into(), version }) }
 }
 
 #[test]
-fn a_retried_remove_does_not_remove_an_object_put_in_between() {
+fn a_retried_put_does_not_bring_back_an_object_removed_in_between() {
     let mut s = setup();
-    put(&mut s, 10, "k");
-    assert_eq!(apply(&mut s, 20, remove_once(77, "k")), Response::Ok);
-    put(&mut s, 30, "k");
-    // The retry (same id) answers like the first attempt and changes nothing.
+    let arena = grant(&mut s, 10);
+    let new = new_object(&arena, "k", 0);
+    let first = apply(&mut s, 20, put_once(77, &new));
+    let Response::Committed { version } = first else { panic!("{first:?}") };
+    remove(&mut s, 30, "k");
+    // The retry (same id) answers like the first attempt and changes nothing,
+    // though its arena lives and its range is free again.
     let before = s.state_hash();
-    assert_eq!(apply(&mut s, 40, remove_once(77, "k")), Response::Ok);
-    assert!(s.object("k").is_some(), "the retry removed the newer object");
+    assert_eq!(apply(&mut s, 40, put_once(77, &new)), first);
+    assert!(s.object("k").is_none(), "the retry put the removed object back");
     assert_eq!(s.state_hash(), before);
-    // Another request id is another remove.
-    assert_eq!(apply(&mut s, 50, remove_once(78, "k")), Response::Ok);
-    assert!(s.object("k").is_none());
+    // Another request id is another put.
+    let again = apply(&mut s, 50, put_once(78, &new));
+    assert!(matches!(again, Response::Committed { version: v } if v != version), "{again:?}");
+    assert!(s.object("k").is_some());
+}
+
+#[test]
+fn a_retried_remove_gets_its_first_answer_and_leaves_an_object_put_in_between() {
+    let mut s = setup();
+    let v1 = put(&mut s, 10, "k");
+    assert_eq!(apply(&mut s, 20, remove_once(77, "k", v1)), Response::Ok);
+    let v2 = put(&mut s, 30, "k");
+    let before = s.state_hash();
+    assert_eq!(apply(&mut s, 40, remove_once(77, "k", v1)), Response::Ok, "not the first answer");
+    assert_eq!(s.object("k").map(|o| o.version), Some(v2), "the retry removed the newer object");
+    assert_eq!(s.state_hash(), before);
+    // Another request id is another remove: that version is gone.
+    let e = apply(&mut s, 50, remove_once(78, "k", v1));
+    assert_eq!(e, Response::Err(MetaError::ObjectNotFound("k".into())));
 }
 
 /// Applies `count` no-ops, `step_ms` apart after `ts`; returns the last stamp.
@@ -85,23 +142,30 @@ fn remembered_after_pruning(s: &mut MetaState, ts: u64, id: u64) -> bool {
 #[test]
 fn a_refusal_is_remembered_too_and_ids_expire_after_the_window() {
     let mut s = setup();
-    let first = apply(&mut s, 10, remove_once(5, "ghost"));
-    assert!(matches!(first, Response::Err(MetaError::ObjectNotFound(_))));
-    put(&mut s, 20, "ghost");
-    assert_eq!(apply(&mut s, 30, remove_once(5, "ghost")), first, "the first answer is returned");
-    assert!(s.object("ghost").is_some());
+    let arena = grant(&mut s, 10);
+    assert!(matches!(
+        apply(&mut s, 10, Command::PutCommit(new_object(&arena, "ghost", 0))),
+        Response::Committed { .. }
+    ));
+    // A put of a key that exists is refused; the key is then freed.
+    let new = new_object(&arena, "ghost", 1);
+    let first = apply(&mut s, 20, put_once(5, &new));
+    assert!(matches!(first, Response::Err(MetaError::ObjectAlreadyExists(_))), "{first:?}");
+    remove(&mut s, 25, "ghost");
+    assert_eq!(apply(&mut s, 30, put_once(5, &new)), first, "the first answer is returned");
+    assert!(s.object("ghost").is_none());
     // After the window of steady time the id is forgotten (pruned when
     // another id is recorded) and the same id is a new request.
     let later = tick(&mut s, 30, REQUEST_DEDUP_WINDOW_MS / 500 + 1, 500);
-    apply(&mut s, later, remove_once(6, "nothing"));
-    assert_eq!(apply(&mut s, later, remove_once(5, "ghost")), Response::Ok);
-    assert!(s.object("ghost").is_none());
+    apply(&mut s, later, remove_once(6, "nothing", ObjectVersion(1)));
+    assert!(matches!(apply(&mut s, later, put_once(5, &new)), Response::Committed { .. }));
+    assert!(s.object("ghost").is_some());
 }
 
 #[test]
 fn steady_leader_time_expires_ids_after_the_window_and_not_before() {
     let mut s = setup();
-    apply(&mut s, T0, remove_once(5, "ghost"));
+    apply(&mut s, T0, remove_once(5, "ghost", ObjectVersion(1)));
     // Entries every 400 ms: the request clock follows the leader's time.
     let almost = tick(&mut s, T0, (REQUEST_DEDUP_WINDOW_MS - 1_000) / 400, 400);
     assert!(remembered_after_pruning(&mut s, almost, 5), "id dropped before the window ended");
@@ -112,15 +176,17 @@ fn steady_leader_time_expires_ids_after_the_window_and_not_before() {
 #[test]
 fn a_leader_clock_jump_of_a_day_does_not_expire_ids_remembered_a_moment_before() {
     let mut s = setup();
-    put(&mut s, T0, "k");
-    assert_eq!(apply(&mut s, T0 + 10, remove_once(7, "k")), Response::Ok);
-    put(&mut s, T0 + 20, "k");
+    let arena = grant(&mut s, T0);
+    let new = new_object(&arena, "k", 0);
+    let first = apply(&mut s, T0 + 10, put_once(7, &new));
+    assert!(matches!(first, Response::Committed { .. }), "{first:?}");
+    remove(&mut s, T0 + 20, "k");
     // The leader's clock jumps a day ahead; it records another request.
     let jumped = T0 + 20 + DAY_MS;
     assert!(remembered_after_pruning(&mut s, jumped, 7), "one clock jump aged the id by a day");
-    // The retry still gets the first answer and leaves the newer object.
-    assert_eq!(apply(&mut s, jumped + 5, remove_once(7, "k")), Response::Ok);
-    assert!(s.object("k").is_some(), "the retry ran again after a clock jump");
+    // The retry still gets the first answer and puts nothing back.
+    assert_eq!(apply(&mut s, jumped + 5, put_once(7, &new)), first);
+    assert!(s.object("k").is_none(), "the retry ran again after a clock jump");
     // The window keeps running on the new clock (nothing stays forever).
     let past = tick(&mut s, jumped + 5, REQUEST_DEDUP_WINDOW_MS / 1_000 + 1, 1_000);
     assert!(!remembered_after_pruning(&mut s, past, 7));
@@ -129,7 +195,7 @@ fn a_leader_clock_jump_of_a_day_does_not_expire_ids_remembered_a_moment_before()
 #[test]
 fn a_leader_clock_jump_back_does_not_keep_ids_forever() {
     let mut s = setup();
-    apply(&mut s, T0, remove_once(5, "ghost"));
+    apply(&mut s, T0, remove_once(5, "ghost", ObjectVersion(1)));
     // The clock steps back a day (a new leader, or NTP correcting a leader
     // that ran ahead) and runs normally from there: the state's own time
     // (the largest stamp) is stuck a day ahead, the request clock is not.
@@ -141,7 +207,7 @@ fn a_leader_clock_jump_back_does_not_keep_ids_forever() {
 #[test]
 fn repeated_jumps_age_ids_by_one_step_each_at_most() {
     let mut s = setup();
-    apply(&mut s, T0, remove_once(5, "ghost"));
+    apply(&mut s, T0, remove_once(5, "ghost", ObjectVersion(1)));
     let before = s.request_clock().now_ms;
     // A leader flapping between a day ahead and the right time.
     for i in 1..=20 {
@@ -155,9 +221,9 @@ fn repeated_jumps_age_ids_by_one_step_each_at_most() {
 #[test]
 fn a_state_restored_from_its_image_ages_ids_identically() {
     let mut s = setup();
-    apply(&mut s, T0, remove_once(5, "ghost"));
+    apply(&mut s, T0, remove_once(5, "ghost", ObjectVersion(1)));
     tick(&mut s, T0, 30, 1_000);
-    apply(&mut s, T0 - DAY_MS, remove_once(6, "ghost")); // re-anchored a day back
+    apply(&mut s, T0 - DAY_MS, remove_once(6, "ghost", ObjectVersion(1))); // re-anchored a day back
     let mut restored = MetaState::from_image(s.to_image()).expect("image");
     assert_eq!(common_bytes(&restored), common_bytes(&s));
     assert_eq!(restored.request_clock().anchor_ts_ms, s.request_clock().anchor_ts_ms);
@@ -171,52 +237,6 @@ fn a_state_restored_from_its_image_ages_ids_identically() {
         assert_eq!(common_bytes(&restored), common_bytes(&s), "images differ after {ticks} s");
         assert_eq!(restored.state_hash(), s.state_hash());
     }
-}
-
-/// A version-2 image (request ids stamped with the largest timestamp)
-/// holding only `requests`, at state time `now_ms`.
-fn v2_state(now_ms: u64, requests: Vec<(u64, u64, Response)>) -> MetaState {
-    let v2 = mooncake_raft_store::state::StateImageV2 {
-        last_applied: None,
-        last_membership: Default::default(),
-        now_ms,
-        next_version: 0,
-        segments: vec![],
-        objects: vec![],
-        clients: vec![],
-        discarded: vec![],
-        requests,
-        arenas: vec![],
-        next_arena: 0,
-        retired: vec![],
-    };
-    let mut data = 2u32.to_le_bytes().to_vec();
-    data.extend(codec::encode("v2 image", &v2).expect("encode"));
-    decode_image(&data).expect("a version-2 image is read")
-}
-
-#[test]
-fn replicas_upgraded_from_version_2_at_different_indexes_converge_after_the_window() {
-    let noop_once = |id| Command::Once { request_id: id, cmd: Box::new(Command::Noop) };
-    // Replica A upgrades at the first entry, then applies two requests
-    // after an idle gap of 30 s; replica B applied them with the old binary
-    // (stamped with the largest timestamp) and upgrades after them.
-    let mut a = v2_state(T0, vec![(1, T0 - 10_000, Response::Ok)]);
-    apply(&mut a, T0 + 30_000, noop_once(2));
-    apply(&mut a, T0 + 31_000, noop_once(3));
-    let stamped = vec![(1, T0 - 10_000, Response::Ok), (2, T0 + 30_000, Response::Ok), (3, T0 + 31_000, Response::Ok)];
-    let mut b = v2_state(T0 + 31_000, stamped);
-    assert_ne!(common_bytes(&a), common_bytes(&b), "the idle gap aged id 1 differently");
-    // The same log from here on: once the ids of the transition expire, the
-    // replicas hold the same image and hash again.
-    let mut ts = T0 + 31_000;
-    for i in 0..REQUEST_DEDUP_WINDOW_MS / 1_000 + 45 {
-        ts += 1_000;
-        let cmd = if i % 10 == 0 { noop_once(100 + i) } else { Command::Noop };
-        assert_eq!(apply(&mut a, ts, cmd.clone()), apply(&mut b, ts, cmd));
-    }
-    assert_eq!(common_bytes(&a), common_bytes(&b));
-    assert_eq!(a.state_hash(), b.state_hash());
 }
 
 /// The encoded state image: equal on replicas that applied the same log,
@@ -259,13 +279,15 @@ proptest! {
 #[test]
 fn remembered_requests_survive_a_snapshot_image() {
     let mut s = setup();
-    put(&mut s, 10, "k");
-    apply(&mut s, 20, remove_once(9, "k"));
+    let arena = grant(&mut s, 10);
+    let new = new_object(&arena, "k", 0);
+    let first = apply(&mut s, 20, put_once(9, &new));
+    assert!(matches!(first, Response::Committed { .. }), "{first:?}");
+    remove(&mut s, 30, "k");
     let mut restored = MetaState::from_image(s.to_image()).expect("image");
     assert_eq!(restored.state_hash(), s.state_hash());
-    put(&mut restored, 30, "k");
-    assert_eq!(apply(&mut restored, 40, remove_once(9, "k")), Response::Ok);
-    assert!(restored.object("k").is_some(), "dedup state lost in the snapshot");
+    assert_eq!(apply(&mut restored, 40, put_once(9, &new)), first);
+    assert!(restored.object("k").is_none(), "dedup state lost in the snapshot");
 }
 
 #[test]

@@ -12,8 +12,8 @@ mod common;
 
 use common::*;
 use mooncake_raft_store::{
-    Arena, Command, CredentialHash, DISK_ALIGN_BYTES, MetaError, MetaState, NewObject, ObjectVersion, Pin,
-    PlacedReplica, Response, SegmentSpec, Tier, VersionedKey, decode_image, encode_image,
+    Arena, Command, CredentialHash, DISK_ALIGN_BYTES, MetaError, MetaState, ObjectVersion, PlacedReplica, Response,
+    SegmentSpec, Tier, VersionedKey, decode_image, encode_image,
 };
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -24,35 +24,17 @@ const DISK: u64 = 9;
 const MIB: u64 = 1 << 20;
 
 fn mount_as(s: &mut MetaState, client: ClientId, credential: CredentialHash, spec: SegmentSpec) -> Response {
-    apply(s, Command::MountSegmentAs { client, credential, segment: spec })
+    apply(s, Command::MountSegment { client, credential, segment: spec })
 }
 
+/// An arena of `len` bytes on `segment`, in one piece.
 fn grant(s: &mut MetaState, segment: u64, len: u64) -> Arena {
-    let cmd = Command::ArenaGrant { segment: SegmentId(segment), len_bytes: len, unit_bytes: len, term: 1 };
-    match apply(s, cmd) {
-        Response::ArenaGranted(a) => a,
-        other => panic!("no arena on {segment}: {other:?}"),
-    }
+    grant_pieces(s, segment, len, len, 1)
 }
 
+/// `key` of `size` bytes, committed by `W1` at `offset` in `arena`.
 fn put(s: &mut MetaState, key: &str, size: u64, arena: &Arena, offset: u64) -> ObjectVersion {
-    let new = NewObject {
-        client: W1,
-        key: key.into(),
-        size_bytes: size,
-        checksum: 7,
-        pin: Pin::None,
-        replicas: vec![PlacedReplica {
-            segment: arena.segment,
-            arena: arena.id,
-            range: Range::new(arena.extents[0].offset + offset, aligned(size)),
-        }],
-        upsert: false,
-    };
-    match apply(s, Command::PutCommit(new)) {
-        Response::Committed { version } => version,
-        other => panic!("{key} not committed: {other:?}"),
-    }
+    commit(s, new_object(W1, key, size, &[(arena, offset)]))
 }
 
 fn add_cmd(key: &str, version: ObjectVersion, arena: &Arena, offset: u64, len: u64) -> Command {
@@ -104,30 +86,11 @@ fn a_disk_copy_is_added_in_whole_blocks_and_puts_never_land_on_disk() {
     assert!(matches!(refused(&mut s, add_cmd("k", v, &disk_arena, 4096, 4096)), MetaError::ObjectAlreadyExists(_)));
     s.check_invariants().expect("invariants hold");
 
-    // A put naming the disk arena is refused; the legacy PutStart never
-    // places on disk.
-    let mut on_disk = NewObject {
-        client: W1,
-        key: "d".into(),
-        size_bytes: 4096,
-        checksum: 1,
-        pin: Pin::None,
-        replicas: vec![PlacedReplica { segment: SegmentId(DISK), arena: disk_arena.id, range: Range::new(0, 4096) }],
-        upsert: false,
-    };
-    on_disk.replicas[0].range.offset = disk_arena.extents[0].offset + 4096;
-    assert!(is_invalid(&refused(&mut s, Command::PutCommit(on_disk))));
-    let mut only_disk = MetaState::default();
-    assert_eq!(mount_as(&mut only_disk, NODE_B, OWNER, segment(DISK, MIB, "host-b").ssd()), Response::Ok);
-    let start = mooncake_raft_store::PutStart {
-        client: W1,
-        key: "x".into(),
-        size_bytes: 10,
-        replica_num: 1,
-        preferred: vec![],
-        pin: Pin::None,
-    };
-    assert!(matches!(refused(&mut only_disk, Command::PutStart(start)), MetaError::NoAvailableHandle(_)));
+    // A put naming the disk arena is refused.
+    let on_disk = new_object(W1, "d", 4096, &[(&disk_arena, 4096)]);
+    let e = refused(&mut s, Command::PutCommit(on_disk));
+    assert!(is_invalid(&e) && e.to_string().contains("puts are placed in memory"), "{e}");
+    assert!(s.object("d").is_none());
 }
 
 #[test]
@@ -183,7 +146,7 @@ fn an_expired_store_nodes_disk_stays_detached_until_the_same_identity_mounts_it_
 
     // Another process claiming the id (another credential) cannot take it.
     let moved = segment(DISK, MIB, "host-a").ssd().endpoint("host-a:7100");
-    let intruder = Command::MountSegmentAs { client: NODE_A, credential: INTRUDER, segment: moved.clone() };
+    let intruder = Command::MountSegment { client: NODE_A, credential: INTRUDER, segment: moved.clone() };
     assert!(matches!(refused(&mut s, intruder), MetaError::PermissionDenied(_)));
     // The restarted store node (same id and credential) mounts it again, from its new endpoint.
     assert_eq!(mount_as(&mut s, NODE_A, OWNER, moved), Response::Ok);
@@ -195,11 +158,11 @@ fn an_expired_store_nodes_disk_stays_detached_until_the_same_identity_mounts_it_
 }
 
 #[test]
-fn the_grace_ends_a_detached_disk_and_the_legacy_expiry_keeps_nothing() {
+fn the_grace_ends_a_detached_disk_and_the_plain_expiry_keeps_nothing() {
     let (mut s, v) = node_with_object();
     let disk_arena = grant(&mut s, DISK, 4096);
     ok(&mut s, add_cmd("k", v, &disk_arena, 0, 4096));
-    let mut legacy = s.clone();
+    let mut plain = s.clone();
 
     // An attached segment is not ended by DropDetached.
     assert_eq!(
@@ -215,9 +178,9 @@ fn the_grace_ends_a_detached_disk_and_the_legacy_expiry_keeps_nothing() {
     assert!(s.object("k").is_none(), "its last replica went with it");
     s.check_invariants().expect("invariants hold");
 
-    ok(&mut legacy, Command::ExpireClient { client: NODE_A });
-    assert_eq!(legacy.segments().count(), 0, "ExpireClient drops disk segments too, as it always did");
-    assert!(legacy.object("k").is_none());
+    ok(&mut plain, Command::ExpireClient { client: NODE_A });
+    assert_eq!(plain.segments().count(), 0, "ExpireClient drops disk segments too");
+    assert!(plain.object("k").is_none());
 }
 
 #[test]

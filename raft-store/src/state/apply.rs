@@ -73,17 +73,18 @@ impl MetaState {
 
     pub(super) fn apply_cmd(&mut self, cmd: &Command) -> Applied {
         let result: Result<(), Stop> = match cmd {
-            Command::MountSegment { client, segment } => self.mount(*client, segment, None).map_err(Stop::from),
-            Command::UnmountSegment { client, segment } => self.unmount(*client, *segment).map_err(Stop::from),
-            Command::RemountSegments { client, segments } => self.remount(*client, segments, None).map_err(Stop::from),
-            Command::PutStart(put) => return self.put_start(put),
-            Command::PutEnd { client, key, checksum } => self.put_end(*client, key, *checksum).map_err(Stop::from),
-            Command::PutRevoke { client, key } => self.put_revoke(*client, key),
-            Command::Remove { key } => self.remove(key),
+            Command::MountSegment { client, credential, segment } => {
+                self.as_client(*client, credential, |s| s.mount(*client, segment, credential)).map_err(Stop::from)
+            }
+            Command::UnmountSegment { client, credential, segment } => self
+                .check_credential(*client, credential)
+                .and_then(|()| self.unmount(*client, *segment))
+                .map_err(Stop::from),
+            Command::RemountSegments { client, credential, segments } => {
+                self.as_client(*client, credential, |s| s.remount(*client, segments, credential)).map_err(Stop::from)
+            }
             Command::RemoveObjects { victims, .. } => return self.remove_objects(victims),
             Command::ExpireClient { client } => self.expire_client(*client, false).map_err(Stop::from),
-            Command::DiscardPuts { victims } => return Ok(self.discard_puts(victims)),
-            Command::ReleaseDiscarded { versions } => return self.release_discarded(versions),
             Command::Batch(cmds) => return self.apply_batch(cmds),
             Command::Once { request_id, cmd } => return self.apply_once(*request_id, cmd),
             Command::Noop => Ok(()),
@@ -95,16 +96,6 @@ impl MetaState {
             Command::ArenaReturn { arenas } => return Ok(self.return_arenas(arenas)),
             Command::PutCommit(new) => return self.put_commit(new),
             Command::ReleaseRetired { versions } => return self.release_retired(versions),
-            Command::MountSegmentAs { client, credential, segment } => {
-                self.as_client(*client, credential, |s| s.mount(*client, segment, Some(credential))).map_err(Stop::from)
-            }
-            Command::UnmountSegmentAs { client, credential, segment } => self
-                .check_credential(*client, credential)
-                .and_then(|()| self.unmount(*client, *segment))
-                .map_err(Stop::from),
-            Command::RemountSegmentsAs { client, credential, segments } => self
-                .as_client(*client, credential, |s| s.remount(*client, segments, Some(credential)))
-                .map_err(Stop::from),
             Command::AddReplica { key, version, replica } => return self.add_replica(key, *version, replica),
             Command::DropTierReplicas { victims, tier } => return self.drop_tier_replicas(victims, *tier),
             Command::ExpireClientKeepDisk { client } => self.expire_client(*client, true).map_err(Stop::from),

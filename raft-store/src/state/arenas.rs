@@ -16,7 +16,7 @@ use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 use super::apply::Applied;
 use super::invariants::{HeldBy, InvariantViolation, Record};
 use super::validation::{invalid, validate_key, validate_pin};
-use super::{MetaState, ObjectMeta, ObjectStatus, RetiredObject};
+use super::{MetaState, ObjectMeta, RetiredObject};
 use crate::command::*;
 use crate::error::MetaError;
 
@@ -252,14 +252,12 @@ impl MetaState {
         let placements: Vec<ReplicaPlacement> =
             new.replicas.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
         if let Some(existing) = self.objects.get(&new.key) {
-            let same = existing.status == ObjectStatus::Complete
-                && existing.writer == new.client
-                && existing.checksum == Some(new.checksum)
-                && existing.replicas == placements;
+            let same =
+                existing.writer == new.client && existing.checksum == new.checksum && existing.replicas == placements;
             if same {
                 return Ok(Response::Committed { version: existing.version });
             }
-            if !new.upsert || existing.status != ObjectStatus::Complete {
+            if !new.upsert {
                 return Ok(Response::Err(MetaError::ObjectAlreadyExists(new.key.clone())));
             }
         }
@@ -290,13 +288,11 @@ impl MetaState {
             key: new.key.clone(),
             version,
             size_bytes: new.size_bytes,
-            checksum: Some(new.checksum),
+            checksum: new.checksum,
             writer: new.client,
             replicas: placements,
-            status: ObjectStatus::Complete,
             pin: new.pin,
-            created_ms: self.now_ms,
-            completed_ms: Some(self.now_ms),
+            committed_ms: self.now_ms,
         };
         self.objects.insert(object);
         Ok(Response::Committed { version })

@@ -130,7 +130,6 @@ impl FromIterator<ObjectMeta> for ObjectIndex {
 mod tests {
     use super::*;
     use crate::command::{ObjectVersion, Pin};
-    use crate::state::ObjectStatus;
     use mooncake_segment::ClientId;
 
     fn object(key: &str, version: u64) -> ObjectMeta {
@@ -138,13 +137,11 @@ mod tests {
             key: key.into(),
             version: ObjectVersion(version),
             size_bytes: 1,
-            checksum: None,
+            checksum: 0,
             writer: ClientId(1),
             replicas: vec![],
-            status: ObjectStatus::Processing,
             pin: Pin::None,
-            created_ms: 0,
-            completed_ms: None,
+            committed_ms: 0,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use mooncake_segment::{ClientId, Range, SegmentId};
 
-use super::{ClientEntry, DiscardedPut, MetaState, ObjectMeta, RequestClock, RetiredObject, SegmentEntry};
+use super::{ClientEntry, MetaState, ObjectMeta, RequestClock, RetiredObject, SegmentEntry};
 use crate::command::{Arena, ArenaId, CredentialHash, ReplicaPlacement, Response, Tier};
 use crate::error::MetaError;
 
@@ -41,20 +41,16 @@ impl MetaState {
     pub fn clients(&self) -> impl Iterator<Item = &ClientEntry> {
         self.clients.values()
     }
-    /// The hash of the credential `id` registered with, if it has one.
+    /// The hash of the credential `id` registered with (`None`: `id` is not
+    /// registered).
     pub fn client_credential(&self, id: ClientId) -> Option<&CredentialHash> {
-        self.credentials.get(&id)
-    }
-    /// Whether `client` registered with a credential (its calls must then
-    /// present it).
-    pub fn has_credential(&self, client: ClientId) -> bool {
-        self.credentials.contains_key(&client)
+        self.clients.get(&id).map(|c| &c.credential)
     }
     /// Whether a caller holding `credential` may act as `client`: yes unless
     /// `client` is registered under another credential. Checked by apply and,
     /// to answer early, by the leader before it proposes (or answers a Ping).
     pub fn check_credential(&self, client: ClientId, credential: &CredentialHash) -> Result<(), MetaError> {
-        match self.credentials.get(&client) {
+        match self.client_credential(client) {
             Some(held) if held != credential => Err(MetaError::PermissionDenied(format!(
                 "{client} is registered by another process (another credential); a client may act only as \
                  itself. If this is that client restarted without its credential file, wait for the old \
@@ -65,9 +61,6 @@ impl MetaState {
     }
     pub fn client_segments(&self, id: ClientId) -> impl Iterator<Item = &SegmentEntry> {
         self.segments.values().filter(move |s| s.owner == id)
-    }
-    pub fn discarded(&self) -> impl Iterator<Item = &DiscardedPut> {
-        self.discarded.values()
     }
     pub fn arenas(&self) -> impl Iterator<Item = &Arena> {
         self.arenas.values()

@@ -1,21 +1,12 @@
 //! The records the state keeps: objects ([`ObjectMeta`]), mounted segments
 //! ([`SegmentEntry`], with their allocators and detached disks), registered
-//! clients, and the ranges of abandoned puts and replaced objects held until
-//! they can be freed.
+//! clients, and the ranges of replaced objects held until they can be
+//! freed.
 
 use mooncake_segment::{ClientId, Range, RangeAllocator};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{CredentialHash, ObjectVersion, Pin, ReplicaPlacement, SegmentSpec, Tier};
-
-/// Whether an object can be read yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ObjectStatus {
-    /// PutStart committed, bytes being written; not readable.
-    Processing,
-    /// PutEnd committed: readable.
-    Complete,
-}
 
 /// One object incarnation and where its replicas live.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,14 +14,14 @@ pub struct ObjectMeta {
     pub key: String,
     pub version: ObjectVersion,
     pub size_bytes: u64,
-    /// crc32c of the bytes, set by PutEnd.
-    pub checksum: Option<u32>,
+    /// crc32c of the bytes.
+    pub checksum: u32,
     pub writer: ClientId,
     pub replicas: Vec<ReplicaPlacement>,
-    pub status: ObjectStatus,
     pub pin: Pin,
-    pub created_ms: u64,
-    pub completed_ms: Option<u64>,
+    /// State time of the `PutCommit` that recorded it (when it became
+    /// readable).
+    pub committed_ms: u64,
 }
 
 /// A mounted segment: its declaration, its owner and its free space.
@@ -51,8 +42,8 @@ pub struct DetachedDisk {
     /// State time when its owner expired.
     pub since_ms: u64,
     /// The credential its owner was registered with: only a caller holding
-    /// the same may mount it again (none for an owner registered without).
-    pub credential: Option<CredentialHash>,
+    /// the same may mount it again.
+    pub credential: CredentialHash,
 }
 
 impl SegmentEntry {
@@ -87,15 +78,9 @@ impl SegmentEntry {
 pub struct ClientEntry {
     pub id: ClientId,
     pub registered_ms: u64,
-}
-
-/// Ranges of an abandoned put, held until its writer can no longer be writing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiscardedPut {
-    pub version: ObjectVersion,
-    pub key: String,
-    pub replicas: Vec<ReplicaPlacement>,
-    pub discarded_ms: u64,
+    /// The hash of the credential it registered with: only a caller
+    /// holding the same may act as it.
+    pub credential: CredentialHash,
 }
 
 /// Ranges of an object replaced by an upsert, held until no KV lease on the

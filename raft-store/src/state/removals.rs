@@ -1,29 +1,17 @@
-//! Apply of the removals of complete objects: by version (`RemoveVersion`,
-//! `RemoveObjects`: a newer incarnation is never touched), the legacy
-//! `Remove` by key, and freeing a removed object's ranges.
+//! Apply of the removals of objects, by version (`RemoveVersion`,
+//! `RemoveObjects`: a newer incarnation is never touched), and freeing a
+//! removed object's ranges.
 
+use super::MetaState;
 use super::apply::{Applied, Stop};
 use super::invariants::{HeldBy, InvariantViolation};
-use super::{MetaState, ObjectStatus};
 use crate::command::{ObjectVersion, Response, VersionedKey};
 use crate::error::MetaError;
 
 impl MetaState {
-    pub(super) fn remove(&mut self, key: &str) -> Result<(), Stop> {
-        let Some(obj) = self.objects.get(key) else {
-            return Err(MetaError::ObjectNotFound(key.to_string()).into());
-        };
-        if obj.status != ObjectStatus::Complete {
-            return Err(MetaError::ReplicaNotReady(key.to_string()).into());
-        }
-        self.free_object(key).map_err(Stop::from)
-    }
-
     pub(super) fn remove_version(&mut self, key: &str, version: ObjectVersion) -> Result<(), Stop> {
         match self.objects.get(key) {
-            Some(o) if o.version == version && o.status == ObjectStatus::Complete => {
-                self.free_object(key).map_err(Stop::from)
-            }
+            Some(o) if o.version == version => self.free_object(key).map_err(Stop::from),
             // The incarnation the leader checked is gone (removed, evicted,
             // or lost with its segments); a newer one is not ours to remove.
             _ => Err(MetaError::ObjectNotFound(key.to_string()).into()),
@@ -34,7 +22,7 @@ impl MetaState {
         let mut count = 0;
         for v in victims {
             let current = self.objects.get(&v.key);
-            if current.is_some_and(|o| o.version == v.version && o.status == ObjectStatus::Complete) {
+            if current.is_some_and(|o| o.version == v.version) {
                 self.free_object(&v.key)?;
                 count += 1;
             }

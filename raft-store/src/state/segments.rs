@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use mooncake_segment::{ClientId, RangeAllocator, SegmentId};
 
 use super::validation::{invalid, validate_segment};
-use super::{ClientEntry, MetaState, ObjectStatus, SegmentEntry};
-use crate::command::{CredentialHash, SegmentSpec, Tier, VersionedKey};
+use super::{ClientEntry, MetaState, SegmentEntry};
+use crate::command::{CredentialHash, SegmentSpec, Tier};
 use crate::error::MetaError;
 
 /// Whether `client` (holding `credential`) may mount `spec` over `existing`,
@@ -20,7 +20,7 @@ fn check_remount(
     existing: &SegmentEntry,
     client: ClientId,
     spec: &SegmentSpec,
-    credential: Option<&CredentialHash>,
+    credential: &CredentialHash,
 ) -> Result<(), MetaError> {
     if existing.owner != client || existing.spec.size_bytes != spec.size_bytes || existing.tier() != spec.tier {
         return Err(MetaError::SegmentAlreadyExists(format!(
@@ -31,8 +31,8 @@ fn check_remount(
             existing.tier().name()
         )));
     }
-    if let Some(held) = existing.detached.as_ref().and_then(|d| d.credential.as_ref())
-        && Some(held) != credential
+    if let Some(detached) = &existing.detached
+        && detached.credential != *credential
     {
         return Err(MetaError::PermissionDenied(format!(
             "disk segment {} belongs to {client} as registered by another process (another credential); \
@@ -51,10 +51,9 @@ fn same_memory_error(spec: &SegmentSpec, other: &SegmentEntry) -> MetaError {
 }
 
 impl MetaState {
-    /// Runs `register` (a mount or remount, which registers `client`) for a
-    /// caller holding `credential`, if it may act as `client`; on success the
-    /// client is registered under `credential` (a client an older log
-    /// registered without one adopts it). A refusal changes nothing.
+    /// Runs `register` (a mount or remount, which registers `client` under
+    /// `credential`) for a caller holding `credential`, if it may act as
+    /// `client`. A refusal changes nothing.
     pub(super) fn as_client(
         &mut self,
         client: ClientId,
@@ -62,14 +61,13 @@ impl MetaState {
         register: impl FnOnce(&mut Self) -> Result<(), MetaError>,
     ) -> Result<(), MetaError> {
         self.check_credential(client, credential)?;
-        register(self)?;
-        self.credentials.insert(client, *credential);
-        Ok(())
+        register(self)
     }
 
-    fn register_client(&mut self, client: ClientId) {
+    fn register_client(&mut self, client: ClientId, credential: &CredentialHash) {
         let now = self.now_ms;
-        self.clients.entry(client).or_insert(ClientEntry { id: client, registered_ms: now });
+        let entry = ClientEntry { id: client, registered_ms: now, credential: *credential };
+        self.clients.entry(client).or_insert(entry);
     }
 
     /// The segment (other than `spec.id` and those `ignore` accepts) that
@@ -83,8 +81,7 @@ impl MetaState {
         })
     }
 
-    /// Mounts `spec` for `client` (holding `credential`, `None` for the
-    /// legacy commands). Mounting a segment it already has is a retried
+    /// Mounts `spec` for `client` (holding `credential`). Mounting a segment it already has is a retried
     /// mount, except for a disk segment: a restarted store node mounts its
     /// disk file again from a new endpoint, which the segment takes (and a
     /// detached one is attached again, its objects readable again).
@@ -92,7 +89,7 @@ impl MetaState {
         &mut self,
         client: ClientId,
         spec: &SegmentSpec,
-        credential: Option<&CredentialHash>,
+        credential: &CredentialHash,
     ) -> Result<(), MetaError> {
         validate_segment(spec)?;
         if let Some(other) = self.same_memory(spec, |_| false) {
@@ -100,7 +97,7 @@ impl MetaState {
         }
         if let Some(existing) = self.segments.get(&spec.id) {
             check_remount(existing, client, spec, credential)?;
-            self.register_client(client);
+            self.register_client(client, credential);
             if let Some(existing) = self.segments.get_mut(&spec.id)
                 && existing.tier() == Tier::Ssd
             {
@@ -109,7 +106,7 @@ impl MetaState {
             }
             return Ok(()); // a retried mount, or a disk segment's owner back
         }
-        self.register_client(client);
+        self.register_client(client, credential);
         let alloc = RangeAllocator::new(spec.size_bytes);
         self.segments.insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc, detached: None });
         Ok(())
@@ -132,7 +129,7 @@ impl MetaState {
         &mut self,
         client: ClientId,
         specs: &[SegmentSpec],
-        credential: Option<&CredentialHash>,
+        credential: &CredentialHash,
     ) -> Result<(), MetaError> {
         // Check everything first: a refused remount changes nothing.
         let mut ids = BTreeSet::new();
@@ -161,7 +158,7 @@ impl MetaState {
         for id in stale {
             self.drop_segment(id);
         }
-        self.register_client(client);
+        self.register_client(client, credential);
         for spec in specs {
             self.mount(client, spec, credential)?;
         }
@@ -176,10 +173,6 @@ impl MetaState {
             o.replicas.retain(|r| r.segment != id);
             !o.replicas.is_empty()
         });
-        self.discarded.retain(|_, d| {
-            d.replicas.retain(|r| r.segment != id);
-            !d.replicas.is_empty()
-        });
         self.retired.retain(|_, d| {
             d.replicas.retain(|r| r.segment != id);
             !d.replicas.is_empty()
@@ -190,11 +183,10 @@ impl MetaState {
     /// Drops `client` and its segments; with `keep_disk`, its disk segments
     /// stay, detached, with their objects.
     pub(super) fn expire_client(&mut self, client: ClientId, keep_disk: bool) -> Result<(), MetaError> {
-        if self.clients.remove(&client).is_none() {
-            return Err(MetaError::IllegalClient(format!("{client} is not registered")));
-        }
         // The id is free: the next credential to mount under it holds it.
-        let credential = self.credentials.remove(&client);
+        let Some(ClientEntry { credential, .. }) = self.clients.remove(&client) else {
+            return Err(MetaError::IllegalClient(format!("{client} is not registered")));
+        };
         let owned: Vec<(SegmentId, Tier)> = self.client_segments(client).map(|s| (s.spec.id, s.tier())).collect();
         for (id, tier) in owned {
             if keep_disk && tier == Tier::Ssd {
@@ -203,15 +195,6 @@ impl MetaState {
                 self.drop_segment(id);
             }
         }
-        // Its unfinished puts can never complete; hold their ranges until the
-        // release timeout in case the writer is alive behind a partition.
-        let abandoned: Vec<VersionedKey> = self
-            .objects
-            .values()
-            .filter(|o| o.writer == client && o.status == ObjectStatus::Processing)
-            .map(|o| VersionedKey { key: o.key.clone(), version: o.version })
-            .collect();
-        self.discard_puts(&abandoned);
         Ok(())
     }
 }

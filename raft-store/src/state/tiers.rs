@@ -13,14 +13,14 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 use super::apply::Applied;
 use super::invariants::HeldBy;
 use super::validation::invalid;
-use super::{DetachedDisk, MetaState, ObjectStatus, REPLICA_NUM_MAX};
+use super::{DetachedDisk, MetaState, REPLICA_NUM_MAX};
 use crate::command::*;
 use crate::error::MetaError;
 
 impl MetaState {
     /// Detaches the disk segment `id` of an expired owner: its arenas end
     /// (no leader places anything on it), its objects stay.
-    pub(super) fn detach(&mut self, id: SegmentId, credential: Option<CredentialHash>) {
+    pub(super) fn detach(&mut self, id: SegmentId, credential: CredentialHash) {
         let now = self.now_ms;
         if let Some(seg) = self.segments.get_mut(&id) {
             seg.detached = Some(DetachedDisk { since_ms: now, credential });
@@ -29,8 +29,7 @@ impl MetaState {
     }
 
     pub(super) fn add_replica(&mut self, key: &str, version: ObjectVersion, replica: &PlacedReplica) -> Applied {
-        let Some(obj) = self.objects.get(key).filter(|o| o.version == version && o.status == ObjectStatus::Complete)
-        else {
+        let Some(obj) = self.objects.get(key).filter(|o| o.version == version) else {
             // Removed, evicted or replaced while the copy was made.
             return Ok(Response::Err(MetaError::ObjectNotFound(format!("{key:?} (version {})", version.0))));
         };
@@ -79,7 +78,7 @@ impl MetaState {
         let mut count = 0;
         for v in victims {
             let Some(obj) = self.objects.get(&v.key) else { continue };
-            if obj.version != v.version || obj.status != ObjectStatus::Complete {
+            if obj.version != v.version {
                 continue;
             }
             let (dropped, kept): (Vec<ReplicaPlacement>, Vec<ReplicaPlacement>) =

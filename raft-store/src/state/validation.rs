@@ -2,7 +2,9 @@
 //! size, segment size and alignment, label length) and the shape checks
 //! shared by the master's edge (to fail fast) and apply (authoritative).
 
-use crate::command::{Pin, PutStart, SOFT_PIN_TTL_MAX_MS, SegmentSpec};
+use mooncake_segment::{ClientId, SegmentId};
+
+use crate::command::{Pin, SOFT_PIN_TTL_MAX_MS, SegmentSpec};
 use crate::error::MetaError;
 
 /// Longest key accepted: keys are hashes of token prefixes, 4 KiB is ample
@@ -75,8 +77,22 @@ pub fn validate_segment(spec: &SegmentSpec) -> Result<(), MetaError> {
     Ok(())
 }
 
-/// Checks the shape of a PutStart (not whether there is room).
-pub fn validate_put_start(put: &PutStart) -> Result<(), MetaError> {
+/// What a writer asks of a put before it has a range: the shape the
+/// master's PutStart checks (never replicated; the put's one command is
+/// `PutCommit`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PutSpec {
+    pub client: ClientId,
+    pub key: String,
+    pub size_bytes: u64,
+    pub replica_num: u32,
+    /// Segments to try first, in order.
+    pub preferred: Vec<SegmentId>,
+    pub pin: Pin,
+}
+
+/// Checks the shape of a put (not whether there is room).
+pub fn validate_put(put: &PutSpec) -> Result<(), MetaError> {
     validate_key(&put.key)?;
     validate_pin(put.pin)?;
     if put.size_bytes == 0 {

@@ -1,6 +1,8 @@
-//! Builders and checks shared by the state-machine tests: segments, legacy
-//! puts, applying commands at a steady clock, refusals that must change
-//! nothing, the no-shared-bytes invariant, a seeded PRNG and random commands.
+//! Builders and checks shared by the state-machine tests: segments, puts
+//! made the way the master makes them (an arena, a `PutCommit`, the arena
+//! returned), applying commands at a steady clock, refusals that must
+//! change nothing, and the no-shared-bytes invariant. The seeded PRNG and
+//! the random command generator are the crate's (`testing`).
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -9,12 +11,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mooncake_raft_store::codec;
-use mooncake_raft_store::state::ObjectStatus;
 #[allow(unused_imports)] // as `dead_code` above: each test file uses its own subset
-pub use mooncake_raft_store::testing::{SegmentSpecExt, segment};
+pub use mooncake_raft_store::testing::{
+    Rng, SegmentSpecExt, credential_of, mount_cmd, put_object, random_command, remount_cmd, segment, unmount_cmd,
+};
 use mooncake_raft_store::{
-    Command, MetaError, MetaState, ObjectVersion, Pin, PutStart, RemoveReason, ReplicaPlacement, Request, Response,
-    SegmentSpec, VersionedKey,
+    Arena, Command, MetaError, MetaState, NewObject, ObjectVersion, Pin, PlacedReplica, Request, Response, SegmentSpec,
+    Tier,
 };
 use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
 
@@ -24,10 +27,6 @@ pub const W2: ClientId = ClientId(2);
 pub const NODE_A: ClientId = ClientId(101);
 pub const NODE_B: ClientId = ClientId(102);
 pub const NODE_C: ClientId = ClientId(103);
-
-pub fn mount_cmd(client: ClientId, spec: SegmentSpec) -> Command {
-    Command::MountSegment { client, segment: spec }
-}
 
 /// Applies `cmd` one millisecond after the state's current time.
 pub fn apply(state: &mut MetaState, cmd: Command) -> Response {
@@ -97,7 +96,7 @@ pub fn is_invalid(e: &MetaError) -> bool {
 }
 
 /// Checks invariant 4 and the accounting: every replica of every object and
-/// discarded put lies inside a mounted segment, replicas of one object are on
+/// retired object lies inside a mounted segment, replicas of one object are on
 /// distinct segments, no two ranges on a segment overlap, and each
 /// segment's used bytes are exactly the sum of the ranges it holds.
 pub fn assert_no_shared_bytes(state: &MetaState) {
@@ -106,16 +105,9 @@ pub fn assert_no_shared_bytes(state: &MetaState) {
         assert!(!o.replicas.is_empty(), "object {:?} has no replica", o.key);
         let segs: BTreeSet<SegmentId> = o.replicas.iter().map(|r| r.segment).collect();
         assert_eq!(segs.len(), o.replicas.len(), "replicas of {:?} share a segment: {:?}", o.key, o.replicas);
-        assert_eq!(o.status == ObjectStatus::Complete, o.checksum.is_some(), "{o:?}");
         for r in &o.replicas {
             assert!(r.range.len >= o.size_bytes, "replica of {:?} is shorter than the object", o.key);
             by_seg.entry(r.segment).or_default().push((r.range, o.key.clone()));
-        }
-    }
-    for d in state.discarded() {
-        assert!(!d.replicas.is_empty(), "discarded put {:?} holds nothing", d.version);
-        for r in &d.replicas {
-            by_seg.entry(r.segment).or_default().push((r.range, format!("discarded {:?}", d.version)));
         }
     }
     for d in state.retired() {
@@ -150,163 +142,120 @@ pub fn assert_no_shared_bytes(state: &MetaState) {
     assert_eq!(state.used_bytes(), total);
 }
 
-/// splitmix64: a tiny deterministic PRNG, so a failing run replays exactly.
-pub struct Rng(pub u64);
+// ---------------------------------------------------------------- puts
 
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
-        if items.is_empty() { None } else { Some(&items[self.below(items.len() as u64) as usize]) }
+/// The checksum the builders record.
+pub const CHECKSUM: u32 = 0xC0FFEE;
+
+/// Grants an arena of `len` bytes on `segment` for `term`, in pieces of at
+/// least `unit` bytes (must succeed).
+pub fn grant_pieces(s: &mut MetaState, segment: u64, len: u64, unit: u64, term: u64) -> Arena {
+    let cmd = Command::ArenaGrant { segment: SegmentId(segment), len_bytes: len, unit_bytes: unit, term };
+    match apply(s, cmd) {
+        Response::ArenaGranted(a) => a,
+        other => panic!("arena of {len} on segment {segment} not granted: {other:?}"),
     }
 }
 
-// ---------------------------------------------------------------- builders
-
-/// The PutStart parameters of `key` (no preferred segments, unpinned).
-pub fn put_spec(client: ClientId, key: &str, size: u64, replicas: u32) -> PutStart {
-    PutStart {
+/// A new object of `size` bytes written by `client`, one replica per
+/// (arena, offset into its first extent).
+pub fn new_object(client: ClientId, key: &str, size: u64, at: &[(&Arena, u64)]) -> NewObject {
+    NewObject {
         client,
         key: key.to_string(),
         size_bytes: size,
-        replica_num: replicas,
-        preferred: Vec::new(),
+        checksum: CHECKSUM,
         pin: Pin::None,
+        replicas: at
+            .iter()
+            .map(|(a, off)| PlacedReplica {
+                segment: a.segment,
+                arena: a.id,
+                range: Range::new(a.extents[0].offset + off, aligned(size)),
+            })
+            .collect(),
+        upsert: false,
     }
 }
 
-/// A PutStart command.
-pub fn put(client: ClientId, key: &str, size: u64, replicas: u32) -> Command {
-    Command::PutStart(put_spec(client, key, size, replicas))
-}
-
-/// A PutStart command that names preferred segments.
-pub fn put_preferring(client: ClientId, key: &str, size: u64, replicas: u32, preferred: &[u64]) -> Command {
-    let mut p = put_spec(client, key, size, replicas);
-    p.preferred = preferred.iter().map(|id| SegmentId(*id)).collect();
-    Command::PutStart(p)
-}
-
-pub fn put_end(client: ClientId, key: &str, checksum: u32) -> Command {
-    Command::PutEnd { client, key: key.to_string(), checksum }
-}
-
-/// Applies a PutStart and returns its placement.
-pub fn placed(state: &mut MetaState, cmd: Command) -> (ObjectVersion, Vec<ReplicaPlacement>) {
-    let shown = format!("{cmd:?}");
-    match apply(state, cmd) {
-        Response::Placed { version, replicas } => (version, replicas),
-        other => panic!("{shown} was not placed: {other:?}"),
+/// Applies a `PutCommit` (must commit) and returns the version.
+pub fn commit(s: &mut MetaState, new: NewObject) -> ObjectVersion {
+    let shown = format!("{new:?}");
+    match apply(s, Command::PutCommit(new)) {
+        Response::Committed { version } => version,
+        other => panic!("{shown} not committed: {other:?}"),
     }
 }
 
-/// PutStart then PutEnd: a complete object.
+/// Returns an arena (must exist).
+pub fn return_arena(s: &mut MetaState, a: &Arena) {
+    assert_eq!(apply(s, Command::ArenaReturn { arenas: vec![a.id] }), Response::Removed { count: 1 });
+}
+
+/// The segments a put of `size` bytes with `replicas` replicas goes to, as
+/// the master places it (and `put_complete` does): attached memory segments
+/// with room, the emptiest first (ties by id).
+pub fn placement(state: &MetaState, size: u64, replicas: u32) -> Vec<SegmentId> {
+    let mut room: Vec<(u64, SegmentId)> = state
+        .attached(Tier::Dram)
+        .filter(|g| g.free_bytes() >= aligned(size))
+        .map(|g| (g.free_bytes(), g.spec.id))
+        .collect();
+    room.sort_by_key(|(free, id)| (std::cmp::Reverse(*free), *id));
+    room.into_iter().take(replicas as usize).map(|(_, id)| id).collect()
+}
+
+/// `key` put the way the master puts it (`testing::put_object`): an arena
+/// of the object's size on each of up to `replicas` segments, the emptiest
+/// first, one `PutCommit`, and the arenas returned.
 pub fn put_complete(state: &mut MetaState, client: ClientId, key: &str, size: u64, replicas: u32) -> ObjectVersion {
-    let (version, _) = placed(state, put(client, key, size, replicas));
-    ok(state, put_end(client, key, 0xC0FFEE));
-    version
+    put_object(state, client, key, size, replicas, Pin::None, false)
 }
 
-// ---------------------------------------------------------------- random commands
+// ---------------------------------------------------------------- what ran
+// (t20_determinism.rs, t20_no_shared_bytes.rs, t27_invariants.rs)
 
-/// A random (often valid, sometimes refused) command, aimed at what exists in
-/// `state` so that ends, removes and discards mostly hit real objects.
-pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
-    let objects: Vec<_> = state.objects().collect();
-    let discarded: Vec<_> = state.discarded().map(|d| d.version).collect();
-    let client = ClientId(1 + rng.below(4));
-    match rng.below(100) {
-        0..=5 => {
-            let id = 1 + rng.below(8);
-            let owner = if rng.below(6) == 0 { client } else { ClientId(1 + id % 4) };
-            let size = [4096, 8192, 16384][rng.below(3) as usize];
-            mount_cmd(owner, segment(id, size, &format!("host-{}", id % 3)))
-        }
-        6..=8 => Command::UnmountSegment { client, segment: SegmentId(1 + rng.below(8)) },
-        9..=10 => {
-            let ids: BTreeSet<u64> = (0..rng.below(3)).map(|_| 1 + rng.below(8)).collect();
-            let segments = ids.iter().map(|id| segment(*id, 8192, &format!("host-{}", id % 3))).collect();
-            Command::RemountSegments { client, segments }
-        }
-        11..=44 => {
-            let key = format!("k{}", rng.below(40));
-            let size = 1 + rng.below(3000);
-            let replicas = 1 + rng.below(3) as u32;
-            if rng.below(5) == 0 {
-                put_preferring(client, &key, size, replicas, &[1 + rng.below(8)])
-            } else {
-                put(client, &key, size, replicas)
-            }
-        }
-        45..=64 => match rng.pick(&objects) {
-            Some(o) => {
-                let writer = if rng.below(10) == 0 { client } else { o.writer };
-                put_end(writer, &o.key, rng.below(3) as u32)
-            }
-            None => put_end(client, "nothing", 1),
-        },
-        65..=70 => match rng.pick(&objects) {
-            Some(o) => Command::PutRevoke { client: o.writer, key: o.key.clone() },
-            None => Command::PutRevoke { client, key: "nothing".into() },
-        },
-        71..=76 => match rng.pick(&objects) {
-            // Sometimes a stale (wrong) version.
-            Some(o) => Command::RemoveVersion {
-                key: o.key.clone(),
-                version: ObjectVersion(o.version.0 + u64::from(rng.below(4) == 0)),
-            },
-            None => Command::RemoveVersion { key: "nothing".into(), version: ObjectVersion(1) },
-        },
-        77..=80 => match rng.pick(&objects) {
-            Some(o) => Command::Remove { key: o.key.clone() },
-            None => Command::Remove { key: "nothing".into() },
-        },
-        81..=84 => {
-            let mut victims = Vec::new();
-            for _ in 0..rng.below(4) {
-                if let Some(o) = rng.pick(&objects) {
-                    // Sometimes a stale (wrong) version.
-                    let version = ObjectVersion(o.version.0 + u64::from(rng.below(4) == 0));
-                    victims.push(VersionedKey { key: o.key.clone(), version });
+/// Applies `req` and returns its answer, with each command that ran and
+/// what it answered: the commands of a `Batch` one by one, and the command
+/// inside a `Once` unless its request id was answered before (a retry runs
+/// nothing; it is left out).
+pub fn apply_traced(state: &mut MetaState, req: &Request) -> (Response, Vec<(Command, Response)>) {
+    fn walk(
+        before: &MetaState,
+        seen: &mut BTreeSet<u64>,
+        cmd: &Command,
+        answer: &Response,
+        out: &mut Vec<(Command, Response)>,
+    ) {
+        match (cmd, answer) {
+            (Command::Batch(cmds), Response::Batch(answers)) => {
+                assert_eq!(cmds.len(), answers.len(), "a batch answers each of its commands");
+                for (c, a) in cmds.iter().zip(answers) {
+                    walk(before, seen, c, a, out);
                 }
             }
-            Command::RemoveObjects { victims, reason: RemoveReason::Evict }
-        }
-        85..=88 => {
-            let mut victims = Vec::new();
-            for _ in 0..rng.below(3) {
-                if let Some(o) = rng.pick(&objects) {
-                    victims.push(VersionedKey { key: o.key.clone(), version: o.version });
+            (Command::Once { request_id, cmd }, a) => {
+                if before.request_answer(*request_id).is_none() && seen.insert(*request_id) {
+                    walk(before, seen, cmd, a, out);
                 }
             }
-            Command::DiscardPuts { victims }
+            (c, a) => out.push((c.clone(), a.clone())),
         }
-        89..=91 => {
-            let mut versions = Vec::new();
-            for _ in 0..rng.below(3) {
-                versions.extend(rng.pick(&discarded).copied());
-            }
-            Command::ReleaseDiscarded { versions }
-        }
-        92 => Command::ExpireClient { client },
-        93..=96 => {
-            let n = 2 + rng.below(3);
-            let cmds = (0..n)
-                .map(|_| match random_command(rng, state) {
-                    Command::Batch(_) => Command::Noop,
-                    c => c,
-                })
-                .collect();
-            Command::Batch(cmds)
-        }
-        _ => put(client, "", 0, 0),
+    }
+    let before = state.clone();
+    let answer = state.apply(req);
+    let mut ran = Vec::new();
+    walk(&before, &mut BTreeSet::new(), &req.cmd, &answer, &mut ran);
+    (answer, ran)
+}
+
+/// Whether `answer` says its command changed the state: a commit, a grant,
+/// `Ok`, or something removed. (A few `Ok`s change nothing: an unmount of a
+/// segment that is not mounted, a trim of a returned arena.)
+pub fn took_effect(answer: &Response) -> bool {
+    match answer {
+        Response::Ok | Response::Committed { .. } | Response::ArenaGranted(_) => true,
+        Response::Removed { count } => *count > 0,
+        _ => false,
     }
 }
