@@ -195,7 +195,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
         // openraft may count this leader's own, not yet synced, copy towards
-        // a commit (flushed.rs): a follower learns a commit index only up to
+        // a commit (raft-store `log/flushed.rs`): a follower learns a commit index only up to
         // what is synced here, so it never applies an entry that a power cut
         // on this leader could still take back.
         if let Some(commit) = rpc.leader_commit {

@@ -35,7 +35,7 @@ impl Proposer {
     /// Starts the batching task for `raft`; `batch_sizes` observes the
     /// commands per log entry.
     /// `flushed`: the leader's log sync; answers wait until their entry is
-    /// synced here too (the leader replicates while it syncs, `flushed.rs`).
+    /// synced here too (the leader replicates while it syncs, raft-store `log/flushed.rs`).
     pub fn start(
         raft: Raft,
         batch_sizes: prometheus::Histogram,

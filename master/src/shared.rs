@@ -70,7 +70,7 @@ pub struct ReadPath {
     /// (`--leader-lease-ms`); `None`: every read batch runs one.
     pub leader_lease: Option<Duration>,
     /// How far this master's log is synced: what is answered from the
-    /// applied state waits until that state is synced (flushed.rs).
+    /// applied state waits until that state is synced (raft-store `log/flushed.rs`).
     pub flushed: mooncake_raft_store::FlushedLog,
     /// `--dev-unsafe-stale-reads`: reads skip the leadership check.
     pub unsafe_stale_reads: bool,

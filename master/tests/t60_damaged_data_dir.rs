@@ -3,7 +3,7 @@
 //! gone: it either refuses to start, loudly, or serves everything it had
 //! acknowledged. (sled checks its records and, finding a damaged one, used
 //! to recover quietly to an earlier state; the durable watermark catches
-//! that: `raft-store/src/watermark.rs`.)
+//! that: `raft-store/src/data_dir/watermark.rs`.)
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -6,6 +6,13 @@
 //! Depends on `segment` (ids, the offset allocator) and never on the network,
 //! the gRPC types or the clock: time arrives inside each [`Request`].
 //!
+//! Its parts: `log/` (the Raft log and vote, group commit, purges),
+//! `state_machine.rs` (openraft's state machine over [`MetaState`]),
+//! `state/` (the state and its deterministic apply), `snapshot/` (the Raft
+//! snapshot file and the export file), `data_dir/` (opening the data dir,
+//! durable writes, the durable watermark), `codec.rs` (the one encoding),
+//! `checkpoints.rs` (state hashes the masters compare).
+//!
 //! The command vocabulary (`command.rs`) and the openraft type configuration
 //! (`type_config.rs`) are re-exported here; the state machine's own items
 //! are reached through [`state`]. The `testing` feature adds `testing`:
@@ -14,35 +21,29 @@
 mod checkpoints;
 pub mod codec;
 mod command;
-mod current_snapshot;
-mod durable;
+mod data_dir;
 mod error;
 pub mod fatal;
-mod flushed;
-mod flusher;
-mod janitor;
-mod log_store;
+mod log;
 mod observer;
-mod sm_store;
-mod snapshot_file;
+mod snapshot;
 pub mod state;
-mod store;
+mod state_machine;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod type_config;
-mod watermark;
 
 pub use checkpoints::{CHECKPOINTS_KEPT, Checkpoints};
 pub use command::*;
-pub use durable::{DataSync, write_file_durably};
+pub use data_dir::durable::{DataSync, write_file_durably};
+pub use data_dir::{DATA_DIR_FORMAT_VERSION, StoreOptions, open_store};
 pub use error::{MetaError, StoreError};
-pub use flushed::FlushedLog;
-pub use log_store::LogStore;
+pub use log::LogStore;
+pub use log::flushed::FlushedLog;
 pub use observer::{NoopObserver, StoreObserver};
-pub use sm_store::{
+pub use snapshot::export_file::{SnapshotFileInfo, decode_snapshot_file, encode_snapshot_file, load_snapshot_file};
+pub use state::MetaState;
+pub use state_machine::{
     SNAPSHOT_SCHEMA_VERSION, StateMachineStore, StateReader, decode_image, encode_image, in_state_read,
 };
-pub use snapshot_file::{SnapshotFileInfo, decode_snapshot_file, encode_snapshot_file, load_snapshot_file};
-pub use state::MetaState;
-pub use store::{DATA_DIR_FORMAT_VERSION, StoreOptions, open_store};
 pub use type_config::*;

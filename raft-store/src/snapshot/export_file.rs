@@ -14,8 +14,8 @@
 //! | n | body: the state image exactly as stored in Raft snapshots |
 
 use crate::error::StoreError;
-use crate::sm_store::{SNAPSHOT_SCHEMA_VERSION, decode_image};
 use crate::state::MetaState;
+use crate::state_machine::{SNAPSHOT_SCHEMA_VERSION, decode_image};
 
 const MAGIC: &[u8; 8] = b"MCSNAPf1";
 /// The magic of the snapshot files of pre-release builds.
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn damaged_files_are_refused_with_a_reason() {
-        let body = crate::sm_store::encode_image(&MetaState::default()).unwrap();
+        let body = crate::state_machine::encode_image(&MetaState::default()).unwrap();
         let good = encode_snapshot_file(&body, 7, MetaState::default().state_hash());
         let (info, _) = load_snapshot_file(&good).unwrap();
         assert_eq!(info.applied_index, 7);

@@ -2,7 +2,7 @@
 //! log store takes "everything up to index N is purged" and deletes those
 //! entries in batches, by key arithmetic (nothing is read: entries can be
 //! large). Deletions are not synced: purged entries are invisible already
-//! (`log_store.rs`), and a crash only means the next open deletes them.
+//! (`log/mod.rs`), and a crash only means the next open deletes them.
 //! Dropping the janitor finishes what was asked and joins the thread, so
 //! the database handle it holds is released before anyone reopens the store.
 

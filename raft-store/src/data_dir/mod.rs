@@ -1,15 +1,18 @@
 //! Opening a master's data directory: one sled database holding the log, the
 //! vote and the state-machine snapshot, synced through one [`DataSync`].
 
+pub(crate) mod durable;
+pub(crate) mod watermark;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::checkpoints::Checkpoints;
-use crate::durable::DataSync;
+use crate::data_dir::durable::DataSync;
 use crate::error::StoreError;
-use crate::log_store::LogStore;
+use crate::log::LogStore;
 use crate::observer::{NoopObserver, StoreObserver};
-use crate::sm_store::StateMachineStore;
+use crate::state_machine::StateMachineStore;
 
 /// How to open the store.
 #[derive(Clone)]
@@ -21,7 +24,7 @@ pub struct StoreOptions {
     /// Told about fsync latency and snapshot builds.
     pub observer: Arc<dyn StoreObserver>,
     /// The master this store belongs to: as leader, its own entries are
-    /// synced while they replicate (`flushed.rs`). `None`: every append
+    /// synced while they replicate (`log/flushed.rs`). `None`: every append
     /// waits for its sync.
     pub node_id: Option<crate::type_config::NodeId>,
     /// State checkpoints: the state hash after every `checkpoint_every`-th

@@ -13,8 +13,8 @@ use std::thread::JoinHandle;
 
 use openraft::storage::LogFlushed;
 
-use crate::durable::DataSync;
-use crate::flushed::FlushedLog;
+use crate::data_dir::durable::DataSync;
+use crate::log::flushed::FlushedLog;
 use crate::type_config::{LogId, TypeConfig};
 
 /// Appends waiting for a sync. openraft bounds its own in-flight appends far

@@ -127,7 +127,7 @@ impl Watermark {
     fn write(&self, mark: &Mark) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(mark)
             .map_err(|e| StoreError::Encode { what: "durable watermark".into(), message: e.to_string() })?;
-        crate::durable::write_file_durably(&self.path, &bytes).map_err(|source| StoreError::Io {
+        crate::data_dir::durable::write_file_durably(&self.path, &bytes).map_err(|source| StoreError::Io {
             op: "write durable watermark",
             path: self.path.display().to_string(),
             source,

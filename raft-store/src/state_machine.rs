@@ -2,7 +2,7 @@
 //! in-memory [`MetaState`], and persists it through snapshots.
 //!
 //! Persistence model: `apply` is in memory only; every snapshot is written to
-//! its own file (`current_snapshot.rs`) and synced before it is reported. At
+//! its own file (`snapshot/raft_file.rs`) and synced before it is reported. At
 //! start the state is rebuilt from the last snapshot and openraft re-applies
 //! the committed log after it. Installing a snapshot decodes it fully, stores
 //! it with one atomic rename, and only then swaps the in-memory state: a
@@ -26,11 +26,11 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoints::Checkpoints;
 use crate::codec;
 use crate::command::Response;
-use crate::current_snapshot::SnapshotPath;
-use crate::durable::DataSync;
+use crate::data_dir::durable::DataSync;
 use crate::error::StoreError;
 use crate::fatal;
-use crate::flushed::FlushedLog;
+use crate::log::flushed::FlushedLog;
+use crate::snapshot::raft_file::SnapshotPath;
 use crate::state::{MetaState, StateImage};
 use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 
@@ -38,7 +38,7 @@ use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 /// Format v1 is version 1; from then on a newer binary reads older versions
 /// or refuses with a clear message. (Pre-release builds numbered their
 /// images 1 to 6 too; their data dirs and snapshot files are refused before
-/// any image is read: `store.rs`, `snapshot_file.rs`.)
+/// any image is read: `data_dir/mod.rs`, `snapshot/export_file.rs`.)
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
 pub const SNAPSHOT_SCHEMA_VERSION: u32 = 1;
 
@@ -119,7 +119,7 @@ pub struct StateMachineStore {
     /// Size of the last snapshot built here: the next one's buffer.
     last_snapshot_bytes: Arc<AtomicU64>,
     /// How far the log is synced, when the leader's own entries may be
-    /// applied before they are (`flushed.rs`): a snapshot is then stored only
+    /// applied before they are (`log/flushed.rs`): a snapshot is then stored only
     /// once every entry it contains is synced. `None`: every applied entry
     /// was synced first.
     flushed: Option<FlushedLog>,
@@ -428,7 +428,7 @@ mod tests {
 
     use super::*;
 
-    /// The body of the current snapshot (`current_snapshot.rs`): openraft's
+    /// The body of the current snapshot (`snapshot/raft_file.rs`): openraft's
     /// metadata, then the image bytes (whose own encoding
     /// `tests/t05_formats.rs` pins). Changing it, or the tree and key of the
     /// restore base, needs a new `DATA_DIR_FORMAT_VERSION`.
@@ -475,7 +475,7 @@ mod tests {
         }
         let exe = std::env::current_exe().unwrap();
         let out = std::process::Command::new(exe)
-            .args(["--exact", "sm_store::tests::a_poisoned_state_lock_ends_the_process", "--nocapture"])
+            .args(["--exact", "state_machine::tests::a_poisoned_state_lock_ends_the_process", "--nocapture"])
             .env(CHILD, "1")
             .output()
             .unwrap();

@@ -18,9 +18,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codec;
-use crate::durable::replace_file_durably;
+use crate::data_dir::durable::replace_file_durably;
 use crate::error::StoreError;
-use crate::sm_store::StoredSnapshot;
+use crate::state_machine::StoredSnapshot;
 
 const MAGIC: &[u8; 8] = b"MCRAFTS1";
 const HEADER_BYTES: usize = 8 + 8 + 4;

@@ -4,7 +4,7 @@
 //! which puts two fsyncs (leader, then follower) end to end on every commit.
 //! Like etcd's Raft, we let the leader replicate while its own fsync runs:
 //! the log store completes the append of the leader's *own* entries at once
-//! (`log_store.rs`) and syncs them in the background, recording the synced
+//! (`log/mod.rs`) and syncs them in the background, recording the synced
 //! prefix here. openraft may then count the leader towards a commit before
 //! the leader's copy is durable; nothing of such an entry leaves the leader
 //! until it is: clients are answered, reads are answered from the state, the
