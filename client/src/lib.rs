@@ -13,6 +13,7 @@ pub mod config;
 mod error;
 mod master_api;
 mod master_client;
+mod remote;
 mod store_client;
 mod store_node;
 
@@ -21,7 +22,6 @@ pub use error::ClientError;
 pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
 /// The object checksum (CRC-32C) a client computes at put and verifies at get.
 pub use mooncake_segment::checksum;
-pub use store_client::{
-    Client, ClientStats, GetSession, Pin, PutOptions, PutOutcome, PutSession, SessionReads, remote,
-};
-pub use store_node::LocalSegment;
+pub use remote::remote;
+pub use store_client::{Client, ClientStats, GetSession, Pin, PutOptions, PutOutcome, PutSession, SessionReads};
+pub use store_node::{LocalSegment, StoreNode};

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_proto::admin::admin_service_client::AdminServiceClient;
 use mooncake_proto::master::master_service_client::MasterServiceClient;
-use mooncake_proto::{ErrorCode, GRPC_MESSAGE_MAX_BYTES, HasStatus};
+use mooncake_proto::{ErrorCode, GRPC_MESSAGE_MAX_BYTES, HasStatus, Status, StatusReason};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
@@ -109,6 +109,14 @@ pub enum MasterError {
     /// does not prove the call changed nothing.
     #[error("{code:?}: {message}")]
     Rejected { code: ErrorCode, message: String, attempts: u32 },
+    /// A PutEnd (or a batch item's) found the put's reservation gone: its
+    /// arena was returned or its range taken, usually by a leader change.
+    /// Nothing was recorded; put the object again (the client library does,
+    /// once). Mooncake's code for it is OBJECT_NOT_FOUND, which
+    /// [`code`](Self::code) answers; the master says which it is in the
+    /// status's reason.
+    #[error("put expired: {message}; put the object again")]
+    PutExpired { message: String, attempts: u32 },
     /// A master added as a learner is still catching up (it keeps doing so).
     #[error(
         "master {node} was added as a learner but has not caught up within {waited:?} (at log index {at} of \
@@ -122,7 +130,20 @@ impl MasterError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             MasterError::Rejected { code, .. } => Some(*code),
+            MasterError::PutExpired { .. } => Some(ErrorCode::ObjectNotFound),
             MasterError::Config(_) | MasterError::Unavailable { .. } | MasterError::NotCaughtUp { .. } => None,
+        }
+    }
+
+    /// The refusal a status other than OK says, after `attempts` attempts
+    /// (`None` for OK).
+    pub fn from_status(status: &Status, attempts: u32) -> Option<MasterError> {
+        match (status.error_code(), status.reason()) {
+            (ErrorCode::Ok, _) => None,
+            (ErrorCode::ObjectNotFound, StatusReason::PutExpired) => {
+                Some(MasterError::PutExpired { message: status.message.clone(), attempts })
+            }
+            (code, _) => Some(MasterError::Rejected { code, message: status.message.clone(), attempts }),
         }
     }
 
@@ -130,7 +151,7 @@ impl MasterError {
     /// attempt, or never sent. Retried calls and timeouts are not certain.
     pub fn is_definite(&self) -> bool {
         match self {
-            MasterError::Rejected { attempts, .. } => *attempts <= 1,
+            MasterError::Rejected { attempts, .. } | MasterError::PutExpired { attempts, .. } => *attempts <= 1,
             MasterError::Config(_) => true,
             MasterError::Unavailable { .. } | MasterError::NotCaughtUp { .. } => false,
         }
@@ -340,10 +361,8 @@ fn endpoint(addr: &str, cfg: &MasterClientConfig) -> Result<Endpoint, MasterErro
 /// Turns a response's status into `Ok(response)` or `Err(Rejected)`.
 pub fn check<R: HasStatus>(r: Attempted<R>) -> Result<R, MasterError> {
     let Attempted { reply, attempts } = r;
-    match reply.status() {
-        Some(s) if s.error_code() != ErrorCode::Ok => {
-            Err(MasterError::Rejected { code: s.error_code(), message: s.message.clone(), attempts })
-        }
-        _ => Ok(reply),
+    match reply.status().and_then(|s| MasterError::from_status(s, attempts)) {
+        Some(e) => Err(e),
+        None => Ok(reply),
     }
 }

@@ -21,7 +21,6 @@ use std::io::Write;
 
 use anyhow::Context;
 use mooncake_client::{Client, MasterError, remote};
-use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{PutEndRequest, PutStartRequest, Replica};
 use serde::{Deserialize, Serialize};
 
@@ -210,7 +209,7 @@ async fn finish(client: &Client, opts: &StallWriterOptions, put: &InFlight, requ
 
 /// An expiry is certain only when answered on the PutEnd's only attempt.
 fn end_outcome(e: &MasterError) -> StallOutcome {
-    if e.code() == Some(ErrorCode::ObjectNotFound) && e.is_definite() {
+    if matches!(e, MasterError::PutExpired { .. }) && e.is_definite() {
         StallOutcome::Expired
     } else {
         StallOutcome::Error
@@ -251,10 +250,13 @@ mod tests {
     }
 
     #[test]
-    fn only_a_first_attempt_not_found_is_an_expiry() {
+    fn only_a_first_attempt_put_expired_is_an_expiry() {
+        use mooncake_proto::ErrorCode;
         let rejected = |code, attempts| MasterError::Rejected { code, message: String::new(), attempts };
-        assert_eq!(end_outcome(&rejected(ErrorCode::ObjectNotFound, 1)), StallOutcome::Expired);
-        assert_eq!(end_outcome(&rejected(ErrorCode::ObjectNotFound, 2)), StallOutcome::Error);
+        let expired = |attempts| MasterError::PutExpired { message: String::new(), attempts };
+        assert_eq!(end_outcome(&expired(1)), StallOutcome::Expired);
+        assert_eq!(end_outcome(&expired(2)), StallOutcome::Error);
+        assert_eq!(end_outcome(&rejected(ErrorCode::ObjectNotFound, 1)), StallOutcome::Error, "not found, not expired");
         assert_eq!(end_outcome(&rejected(ErrorCode::InvalidParams, 1)), StallOutcome::Error);
     }
 }

@@ -2,7 +2,7 @@
 //! with our stable error codes. Every match is exhaustive on purpose: a new
 //! error variant must be given a code here.
 
-use mooncake_proto::{ErrorCode, Status};
+use mooncake_proto::{ErrorCode, Status, StatusReason};
 use mooncake_raft_store::{MetaError, NodeId, Response};
 use openraft::BasicNode;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
@@ -32,11 +32,15 @@ pub fn meta_status(e: &MetaError) -> Status {
         MetaError::SegmentNotFound(_) => ErrorCode::SegmentNotFound,
         MetaError::SegmentAlreadyExists(_) => ErrorCode::SegmentAlreadyExists,
         // Mooncake answers a PutEnd whose put was discarded OBJECT_NOT_FOUND;
-        // the message says to put again.
+        // the reason (below) tells our clients to put again.
         MetaError::PutExpired(_) => ErrorCode::ObjectNotFound,
         MetaError::PermissionDenied(_) => ErrorCode::PermissionDenied,
     };
-    Status::with(code, e.to_string())
+    let reason = match e {
+        MetaError::PutExpired(_) => StatusReason::PutExpired,
+        _ => StatusReason::Unspecified,
+    };
+    Status { reason: reason as i32, ..Status::with(code, e.to_string()) }
 }
 
 /// NOT_LEADER with the leader's address, or UNAVAILABLE when none is known.
@@ -47,6 +51,7 @@ pub fn forward_status(f: &ForwardToLeader<NodeId, BasicNode>) -> Status {
             message: format!("not the leader; the leader is master {id} at {}", node.addr),
             leader_addr: node.addr.clone(),
             leader_id: *id,
+            reason: StatusReason::Unspecified as i32,
         },
         _ => unavailable("no leader is elected right now; retry shortly"),
     }
@@ -108,6 +113,15 @@ mod tests {
         ];
         for (e, code) in cases {
             assert_eq!(meta_status(&e).error_code(), code);
+            assert_eq!(meta_status(&e).reason(), StatusReason::Unspecified, "{e}");
         }
+    }
+
+    /// A put that expired is Mooncake's OBJECT_NOT_FOUND, with a reason our
+    /// clients read (and put again on) instead of the message.
+    #[test]
+    fn an_expired_put_says_so_in_its_reason() {
+        let s = meta_status(&MetaError::PutExpired("\"k\": its arena was returned; retry the put".into()));
+        assert_eq!((s.error_code(), s.reason()), (ErrorCode::ObjectNotFound, StatusReason::PutExpired));
     }
 }

@@ -24,7 +24,7 @@ pub mod admin {
     tonic::include_proto!("mooncake.admin");
 }
 
-pub use common::{ErrorCode, Status};
+pub use common::{ErrorCode, Status, StatusReason};
 
 /// Maximum size of one gRPC message between masters or from clients. Raft
 /// snapshot chunks and large batches must fit; 64 MiB bounds a peer's memory.

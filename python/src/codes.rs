@@ -60,6 +60,7 @@ pub fn of_master(e: &MasterError) -> Code {
         MasterError::Config(_) => INVALID_PARAMS,
         MasterError::Unavailable { .. } | MasterError::NotCaughtUp { .. } => RPC_FAIL,
         MasterError::Rejected { code, .. } => of_error_code(*code),
+        MasterError::PutExpired { .. } => of_error_code(ErrorCode::ObjectNotFound),
     }
 }
 

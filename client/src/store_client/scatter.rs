@@ -16,9 +16,10 @@ use mooncake_proto::master::GetReplicaListResponse;
 
 use mooncake_segment::SegmentId;
 
-use super::{BATCH_ITEMS_MAX, Client, combined_crc32c, item_status, list_error, remote};
+use super::{BATCH_ITEMS_MAX, Client, combined_crc32c, item_status, list_error};
 use crate::error::ClientError;
 use crate::master_client::{Attempted, MasterError};
+use crate::remote::remote;
 
 impl Client {
     /// Reads `key` into the buffer `alloc(size)` returns once the size is

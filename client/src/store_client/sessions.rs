@@ -27,8 +27,9 @@ use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{GetReplicaListResponse, PutRevokeRequest, Replica};
 use tokio::sync::Notify;
 
-use super::{BATCH_ITEMS_MAX, Client, PutOptions, combined_crc32c, item_status, list_error, remote};
+use super::{BATCH_ITEMS_MAX, Client, PutOptions, combined_crc32c, item_status, list_error};
 use crate::error::ClientError;
+use crate::remote::remote;
 
 /// Size of the zero buffer gaps are filled from.
 const ZEROS_CHUNK: usize = 1 << 20;

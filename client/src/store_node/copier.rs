@@ -22,7 +22,7 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 use super::local_segment::LocalSegment;
 use crate::master_client::MasterClient;
-use crate::store_client::remote;
+use crate::remote::remote;
 
 /// Copies one store node makes at once.
 pub const COPIES_IN_PARALLEL: usize = 4;

@@ -39,6 +39,7 @@ use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{CopyTask, Segment};
 use tokio::sync::watch;
 
+use super::StoreNode;
 use super::copier::Copier;
 use super::local_segment::LocalSegment;
 use crate::error::ClientError;
@@ -191,11 +192,59 @@ pub(crate) fn held_by_another(client_id: u64) -> String {
     )
 }
 
-/// The heartbeat task of one client: pings every `interval` and, for a store
-/// node (`local`), keeps its segment mounted; returns when `stop` changes.
-/// `held` is [`HeldId::refused`] already when the client's first
-/// registration was refused (its segment, if any, then waits to be mounted).
+/// Registers `client_id` with its exact set of segments (none for a plain
+/// client) at once: a restarted process with the same identity replaces its
+/// stale segments now instead of waiting for its old registration to
+/// expire. Unless that registration is another process's (another
+/// credential): then the answer is [`HeldId::refused`], and [`run`] waits
+/// for it to expire and registers.
+pub(crate) async fn register(
+    master: &MasterClient,
+    client_id: u64,
+    node: Option<&StoreNode>,
+) -> Result<HeldId, ClientError> {
+    let local = node.map(StoreNode::segment);
+    let segments = local.iter().flat_map(|l| l.specs()).collect();
+    let mut held = HeldId::default();
+    match master.remount_segments(client_id, segments).await {
+        Ok(keys) => {
+            if let Some(local) = local {
+                local.install_keys(&keys)?;
+            }
+        }
+        Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => held.refused(client_id, local),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(held)
+}
+
+/// The heartbeat of one client, and for a store node its copier's own
+/// asking for copies ([`Copier::take_copies`]); returns when `stop`
+/// changes. `held` is what [`register`] answered.
 pub(crate) async fn run(
+    master: Arc<MasterClient>,
+    client_id: u64,
+    node: Option<StoreNode>,
+    interval: Duration,
+    held: HeldId,
+    stop: watch::Receiver<bool>,
+) {
+    let local = node.as_ref().map(|n| n.local().clone());
+    let copier = node.as_ref().map(|n| n.copier().clone());
+    let beat = beat(master, client_id, local, copier.clone(), interval, held, stop.clone());
+    match copier {
+        Some(copier) => {
+            tokio::join!(beat, copier.take_copies(interval, stop));
+        }
+        None => beat.await,
+    }
+}
+
+/// Pings every `interval` and, for a store node (`local`), keeps its segment
+/// mounted; returns when `stop` changes. `held` is [`HeldId::refused`]
+/// already when the client's first registration was refused (its segment,
+/// if any, then waits to be mounted).
+async fn beat(
     master: Arc<MasterClient>,
     client_id: u64,
     local: Option<Arc<LocalSegment>>,

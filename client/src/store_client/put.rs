@@ -1,0 +1,250 @@
+//! Putting one object: PutStart, the writes to every replica, PutEnd with
+//! the object's checksum (PutRevoke on a failure), once more when the
+//! reservation expired on the way (a leader change).
+
+use std::sync::atomic::Ordering;
+
+use futures::future::join_all;
+use mooncake_proto::ErrorCode;
+use mooncake_proto::master::{PutEndRequest, PutStartRequest, Replica};
+
+use crate::error::ClientError;
+use crate::master_client::MasterError;
+use crate::remote::remote;
+
+use super::options::wire_segments;
+use super::{Client, PutOptions, PutOutcome, combined_crc32c};
+
+impl Client {
+    /// Stores `data` under `key`; a key that exists is kept as it is
+    /// ([`PutOutcome::KeptExisting`]).
+    pub async fn put(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
+        self.put_object(key, std::slice::from_ref(&data), opts, false).await
+    }
+
+    /// Stores the concatenation of `parts` under `key` without joining them
+    /// in memory first: each part is written from where it lies (a gather
+    /// write). Otherwise as [`put`](Self::put).
+    pub async fn put_parts(&self, key: &str, parts: &[&[u8]], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
+        self.put_object(key, parts, opts, false).await
+    }
+
+    /// Stores `data` under `key`, replacing the object if the key exists.
+    /// Readers see the old bytes or the new, never a mix: the new value is
+    /// written to new ranges, and the old ones stay until no reader can
+    /// still hold a KV lease on them.
+    pub async fn upsert(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<(), ClientError> {
+        self.upsert_parts(key, std::slice::from_ref(&data), opts).await
+    }
+
+    /// [`upsert`](Self::upsert) of the concatenation of `parts`, each
+    /// written from where it lies.
+    pub async fn upsert_parts(&self, key: &str, parts: &[&[u8]], opts: &PutOptions) -> Result<(), ClientError> {
+        self.put_object(key, parts, opts, true).await.map(drop)
+    }
+
+    /// Same as [`put`](Self::put); the name of Mooncake's zero-copy variant.
+    pub async fn put_from(&self, key: &str, data: &[u8], opts: &PutOptions) -> Result<PutOutcome, ClientError> {
+        self.put(key, data, opts).await
+    }
+
+    /// PutStart → write every replica → PutEnd (the one commit); PutRevoke
+    /// on failure. A put whose reservation expired on the way (a leader
+    /// change reclaimed its arena) is put again, once: the caller sees one
+    /// stored object or one error.
+    pub(super) async fn put_object(
+        &self,
+        key: &str,
+        data: &[&[u8]],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Result<PutOutcome, ClientError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.put_once(key, data, opts, upsert).await {
+                Err(PutFailure::Expired(e)) if attempt < PUT_ATTEMPTS_MAX => {
+                    tracing::info!(key, error = %e, "put expired on the way (leader change?); putting again");
+                }
+                Err(PutFailure::Expired(e) | PutFailure::Other(e)) => {
+                    self.stats.puts_failed.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+                Ok(outcome) => {
+                    let counter = match outcome {
+                        PutOutcome::Stored => &self.stats.puts_ok,
+                        PutOutcome::KeptExisting => &self.stats.puts_kept_existing,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Ok(outcome);
+                }
+            }
+        }
+    }
+
+    pub(super) async fn put_once(
+        &self,
+        key: &str,
+        data: &[&[u8]],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Result<PutOutcome, PutFailure> {
+        // The checksum is computed while PutStart is in flight (the RPC is
+        // polled, and so sent, first): its round trip hides the CPU time.
+        let size = parts_len(data);
+        let (replicas, checksum) = tokio::join!(self.put_start(key, size, opts, upsert), async { parts_crc32c(data) });
+        let replicas = match replicas {
+            Err(e) if !upsert && is_already_exists(&e) => return Ok(PutOutcome::KeptExisting),
+            other => other.map_err(PutFailure::Other)?,
+        };
+        let result = self.write_replicas(&replicas, data).await;
+        let result = match result {
+            Ok(()) => {
+                let end = self.put_end_request(key, size, checksum, &replicas, opts, upsert);
+                self.master.put_end_with(end).await.map_err(ClientError::from)
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => Ok(PutOutcome::Stored),
+            // Only an expiry answered on the PutEnd's first attempt proves
+            // nothing was recorded; a retried PutEnd carries its request id,
+            // so one that did commit answers OK rather than this.
+            Err(e) if is_put_expired(&e) => Err(PutFailure::Expired(e)),
+            Err(e) => match self.master.put_revoke(self.client_id, key).await {
+                // The reservation is gone: the put certainly had no effect a
+                // reader could see.
+                Ok(()) => Err(PutFailure::Other(ClientError::PutRevoked(Box::new(e)))),
+                Err(revoke) => {
+                    tracing::warn!(key, error = %revoke, "put revoke after a failed put");
+                    Err(PutFailure::Other(e))
+                }
+            },
+        }
+    }
+
+    /// The PutStart of `size` bytes under `key` with `opts`.
+    pub(super) fn put_start_request(&self, key: &str, size: u64, opts: &PutOptions, upsert: bool) -> PutStartRequest {
+        PutStartRequest {
+            client_id: self.client_id,
+            key: key.to_string(),
+            size,
+            replica_num: if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas },
+            preferred_segments: wire_segments(&opts.preferred_segments),
+            pin: opts.pin.wire(),
+            soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
+            upsert,
+            min_replicas: opts.min_replicas,
+        }
+    }
+
+    pub(super) fn put_end_request(
+        &self,
+        key: &str,
+        size: u64,
+        checksum: u32,
+        replicas: &[Replica],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> PutEndRequest {
+        PutEndRequest {
+            client_id: self.client_id,
+            key: key.to_string(),
+            checksum,
+            size,
+            replicas: replicas.to_vec(),
+            pin: opts.pin.wire(),
+            soft_pin_ttl_ms: opts.pin.soft_pin_ttl_ms(),
+            upsert,
+            // One id per put attempt: retries of this PutEnd share it.
+            request_id: rand::random::<u64>() | 1,
+        }
+    }
+
+    pub(super) async fn put_start(
+        &self,
+        key: &str,
+        size: u64,
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Result<Vec<Replica>, ClientError> {
+        let req = self.put_start_request(key, size, opts, upsert);
+        Ok(self.master.put_start(req).await?)
+    }
+
+    /// Writes the parts of one object, back to back, to every replica at once.
+    pub(super) async fn write_replicas(&self, replicas: &[Replica], data: &[&[u8]]) -> Result<(), ClientError> {
+        let writes = replicas.iter().flat_map(|r| {
+            let target = remote(r);
+            part_offsets(data).map(move |(pos, part)| {
+                let target = target.clone();
+                async move { self.engine.write(&target, r.offset + pos, part).await }
+            })
+        });
+        for r in join_all(writes).await {
+            r?;
+        }
+        Ok(())
+    }
+}
+
+/// A put is tried this often when its reservation expires on the way (a
+/// leader change reclaimed its arena): once more is enough, since a fresh
+/// PutStart lands in the new leader's own arenas.
+pub(super) const PUT_ATTEMPTS_MAX: u32 = 2;
+
+/// The master answered that the put's reservation expired, on the call's
+/// only attempt: nothing was recorded, and putting again is safe.
+pub(super) fn is_put_expired(e: &ClientError) -> bool {
+    matches!(e, ClientError::Master(MasterError::PutExpired { .. })) && e.is_definite()
+}
+
+/// Why one attempt of a put failed.
+pub(super) enum PutFailure {
+    /// The master no longer knew the reservation: put again.
+    Expired(ClientError),
+    Other(ClientError),
+}
+
+/// The master refused a PutStart because the key exists (or is being
+/// written by another client): the put keeps that object.
+pub(super) fn is_already_exists(e: &ClientError) -> bool {
+    matches!(e, ClientError::Master(MasterError::Rejected { code: ErrorCode::ObjectAlreadyExists, .. }))
+}
+
+/// Bytes in the concatenation of `parts`.
+pub(super) fn parts_len(parts: &[&[u8]]) -> u64 {
+    parts.iter().map(|p| p.len() as u64).sum()
+}
+
+/// The CRC-32C of the concatenation of `parts`, without joining them.
+pub(super) fn parts_crc32c(parts: &[&[u8]]) -> u32 {
+    combined_crc32c(parts.iter().map(|p| (mooncake_segment::checksum::crc32c(p), p.len())))
+}
+
+/// Each non-empty part with its offset in the concatenation.
+pub(super) fn part_offsets<'a>(parts: &'a [&'a [u8]]) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
+    parts
+        .iter()
+        .scan(0u64, |pos, part| {
+            let at = *pos;
+            *pos += part.len() as u64;
+            Some((at, *part))
+        })
+        .filter(|(_, part)| !part.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use mooncake_segment::checksum::crc32c;
+
+    #[test]
+    fn checksums_of_parts_are_the_whole_objects() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let parts = [&data[..1], &data[1..4096], &data[4096..4096], &data[4096..]];
+        assert_eq!(super::parts_crc32c(&parts), crc32c(&data));
+        assert_eq!(super::parts_crc32c(&[]), crc32c(&[]));
+        let offsets: Vec<(u64, usize)> = super::part_offsets(&parts).map(|(at, p)| (at, p.len())).collect();
+        assert_eq!(offsets, vec![(0, 1), (1, 4095), (4096, 5904)], "empty parts are skipped");
+    }
+}
