@@ -21,7 +21,6 @@ use openraft::{
     BasicNode, EntryPayload, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError,
     StoredMembership,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::checkpoints::Checkpoints;
 use crate::codec;
@@ -30,7 +29,7 @@ use crate::data_dir::durable::DataSync;
 use crate::error::StoreError;
 use crate::fatal;
 use crate::log::flushed::FlushedLog;
-use crate::snapshot::raft_file::SnapshotPath;
+use crate::snapshot::raft_file::{SnapshotPath, StoredSnapshot};
 use crate::state::{MetaState, StateImage};
 use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 
@@ -46,13 +45,6 @@ const SNAPSHOT_TREE: &str = "sm_snapshot";
 /// A restored state (`--restore`): the base the log applies on top of until
 /// the first snapshot replaces it.
 const RESTORE_BASE_KEY: &[u8] = b"restore_base";
-
-/// A stored snapshot: openraft's metadata and the encoded state image.
-#[derive(Serialize, Deserialize)]
-pub(crate) struct StoredSnapshot {
-    pub(crate) meta: SnapshotMeta<NodeId, BasicNode>,
-    pub(crate) data: Vec<u8>,
-}
 
 /// Shared read access to the applied state, for the master's read paths.
 #[derive(Clone)]

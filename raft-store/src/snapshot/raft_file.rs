@@ -17,10 +17,20 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use openraft::{BasicNode, SnapshotMeta};
+use serde::{Deserialize, Serialize};
+
 use crate::codec;
 use crate::data_dir::durable::replace_file_durably;
 use crate::error::StoreError;
-use crate::state_machine::StoredSnapshot;
+use crate::type_config::NodeId;
+
+/// A stored snapshot: openraft's metadata and the encoded state image.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct StoredSnapshot {
+    pub(crate) meta: SnapshotMeta<NodeId, BasicNode>,
+    pub(crate) data: Vec<u8>,
+}
 
 const MAGIC: &[u8; 8] = b"MCRAFTS1";
 const HEADER_BYTES: usize = 8 + 8 + 4;
