@@ -12,7 +12,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::tiering::Purpose;
+use crate::leader::tiering::Purpose;
 
 /// Latency buckets from 50 µs to 10 s: RPCs on loopback are sub-millisecond,
 /// fsyncs are 0.2–5 ms, a leader change makes some calls wait seconds.

@@ -12,13 +12,13 @@ use mooncake_raft_store::{MetaState, NodeId, Raft, StateMachineStore, StateReade
 use openraft::ServerState;
 use openraft::error::ForwardToLeader;
 
-use crate::errors::forward_status;
-use crate::kv_lease::KeyHash;
 use crate::leader::AdmitError;
 use crate::leader::LeaderState;
-use crate::leader_lease::{AckClock, LeaseQuery};
+use crate::leader::kv_lease::KeyHash;
 use crate::metrics::MasterMetrics;
-use crate::proposer::Proposer;
+use crate::raft::leader_lease::{AckClock, LeaseQuery};
+use crate::raft::proposer::Proposer;
+use crate::rpc::errors::forward_status;
 
 /// Everything one master's services and duties share, grouped by job. The
 /// top holds what every part uses (identity, Raft, the applied state, the
@@ -48,7 +48,7 @@ pub struct Shared {
     /// still says yes (the election timeout: past it, followers may elect).
     pub quorum_ack_max: Duration,
     /// The data dir's NOSPACE alarm (`disk_space.rs`).
-    pub disk_alarm: Arc<crate::disk_space::DiskAlarm>,
+    pub disk_alarm: Arc<crate::raft::disk_space::DiskAlarm>,
     pub read_path: ReadPath,
     pub write_path: WritePath,
     pub tiers: Tiers,
@@ -63,7 +63,7 @@ pub struct Shared {
 /// handles.
 pub struct ReadPath {
     /// Linearizable read barriers, one quorum round per batch of reads.
-    pub barrier: crate::read_barrier::ReadBarrier,
+    pub barrier: crate::raft::read_barrier::ReadBarrier,
     /// Accepted AppendEntries per peer, for the leader lease.
     pub acks: Arc<AckClock>,
     /// How long an acknowledged heartbeat lets reads skip the quorum round
@@ -82,7 +82,7 @@ pub struct WritePath {
     /// Batches commands into log entries and waits until they are applied.
     pub proposer: Proposer,
     /// Eviction rounds (the duty's and those of puts that found no room).
-    pub evictor: Arc<crate::eviction::Evictor>,
+    pub evictor: Arc<crate::objects::eviction::Evictor>,
     /// One arena grant at a time: concurrent puts that need an arena on the
     /// same segment share the first one's.
     pub arena_grants: tokio::sync::Mutex<()>,
@@ -93,7 +93,7 @@ pub struct WritePath {
 /// puts ring `copy_wake`, the duty rings `copies_queued`.
 pub struct Tiers {
     /// The tier knobs (offload, promotion, disk watermark, grace).
-    pub policy: crate::tiering::TierPolicy,
+    pub policy: crate::leader::tiering::TierPolicy,
     /// Wakes the copy duty (`copies.rs`) between its ticks: new objects
     /// committed while offload is eager.
     pub copy_wake: tokio::sync::Notify,
@@ -112,15 +112,15 @@ pub struct Auth {
     pub secret: mooncake_auth::ClusterSecret,
     /// Segment keys for mount answers and capabilities for replicas
     /// (`--capability_ttl_sec`; `capabilities.rs`).
-    pub capabilities: crate::capabilities::CapabilityIssuer,
+    pub capabilities: crate::objects::capabilities::CapabilityIssuer,
     /// Who may call what (admin operations).
-    pub roles: crate::roles::Roles,
+    pub roles: crate::rpc::roles::Roles,
     /// How long a WRITE grant can be used after it was issued (the
     /// capability TTL plus the store nodes' clock skew): an arena whose
     /// owner never acknowledges its revoke is returned after this.
     pub grants_live: Duration,
     /// Revokes and acknowledgements of arena fences (`arena_fences.rs`).
-    pub fence_wakes: Arc<crate::arena_fences::FenceWakes>,
+    pub fence_wakes: Arc<crate::leader::arena_fences::FenceWakes>,
 }
 
 impl Shared {
@@ -154,7 +154,7 @@ impl Shared {
         match self.raft.metrics().borrow().millis_since_quorum_ack {
             Some(ms) if u128::from(ms) > self.quorum_ack_max.as_millis() => {
                 self.metrics.leader_without_quorum_refusals.inc();
-                Err(crate::errors::unavailable(format!(
+                Err(crate::rpc::errors::unavailable(format!(
                     "this master leads without a quorum (last acknowledged {ms} ms ago); ask another master"
                 )))
             }
@@ -170,7 +170,7 @@ impl Shared {
 
     /// Runs `f` on the applied state as a linearizable read: under the
     /// leader lease when it holds at the moment after the state was read
-    /// ([`crate::leader_lease`]), else after a quorum round ([`Shared::linearizable`]).
+    /// ([`crate::raft::leader_lease`]), else after a quorum round ([`Shared::linearizable`]).
     /// `f` may run twice (once before and once after the round).
     pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Status> {
         if self.read_path.unsafe_stale_reads {
@@ -225,7 +225,7 @@ impl Shared {
     /// A linearizable read of `keys` ([`Shared::read`]) whose OK answers
     /// (`ok`) carry KV leases. Every key that may be answered OK is leased
     /// *before* the read, waiting out removals of it in flight
-    /// ([`crate::kv_lease`]): so the read sees every removal that won the
+    /// ([`crate::leader::kv_lease`]): so the read sees every removal that won the
     /// race, and every later removal sees the lease. A key that became
     /// readable between the first look and the read is leased and read
     /// again; the last round leases every key, so the loop ends.
@@ -247,7 +247,9 @@ impl Shared {
                 Ok(()) => want.iter().for_each(|i| leased[*i] = true),
                 Err(AdmitError::NotLeading) => return Err(self.not_leader()),
                 Err(AdmitError::Fenced) => {
-                    return Err(crate::errors::unavailable("removals of these keys kept them fenced; retry the read"));
+                    return Err(crate::rpc::errors::unavailable(
+                        "removals of these keys kept them fenced; retry the read",
+                    ));
                 }
             }
             let answers = self.read(&f).await?;
@@ -255,7 +257,7 @@ impl Shared {
                 return Ok(answers);
             }
         }
-        Err(crate::errors::internal("a leased read did not settle (every key was leased in the last round)"))
+        Err(crate::rpc::errors::internal("a leased read did not settle (every key was leased in the last round)"))
     }
 }
 

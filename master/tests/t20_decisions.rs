@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use mooncake_master::decisions::{
+use mooncake_master::leader::LeaderState;
+use mooncake_master::leader::decisions::{
     EvictionPolicy, choose_victims, eviction_candidates, eviction_target, expired_clients, retired_to_release,
 };
-use mooncake_master::kv_lease::KeyHash;
-use mooncake_master::leader::LeaderState;
+use mooncake_master::leader::kv_lease::KeyHash;
 use mooncake_raft_store::testing::{apply_next, mount_cmd, put_object, remount_cmd, segment};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Pin, RemoveReason, Response, VersionedKey};
 use mooncake_segment::ClientId;

@@ -1,6 +1,6 @@
 //! State checkpoints: the hash of the applied state at fixed log indices,
 //! the same on every master that applied the same entries. Masters compare
-//! them (`master/src/state_audit.rs`) to notice a replica whose state
+//! them (`master/src/raft/state_audit.rs`) to notice a replica whose state
 //! diverged — a follower that applied an entry the leader never committed
 //! (only a holder of the cluster secret can make one), a bit flipped in
 //! memory, a bug that made apply depend on something local.

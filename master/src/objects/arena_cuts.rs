@@ -24,7 +24,7 @@ use mooncake_segment::{Range, SegmentId};
 
 use crate::leader::LeaderState;
 use crate::metrics::MasterMetrics;
-use crate::proposer::Proposer;
+use crate::raft::proposer::Proposer;
 
 /// Cuts freed bytes out of earlier terms' arenas.
 pub struct ArenaCuts {
@@ -50,7 +50,7 @@ impl ArenaCuts {
     /// terms, for those committed long enough ago. Read before the removal
     /// is proposed (a victim already gone has none).
     pub fn pieces(&self, victims: &[VersionedKey], tier: Option<Tier>) -> Vec<(ArenaId, Range)> {
-        let wall_ms = crate::proposer::now_ms();
+        let wall_ms = crate::raft::proposer::now_ms();
         let held: Vec<(ArenaId, Range)> = self.reader.read(|s| {
             victims
                 .iter()

@@ -10,8 +10,8 @@ use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use tonic::{Request, Response, Status};
 
-use crate::client_service::MasterServiceImpl;
 use crate::metrics::MasterMetrics;
+use crate::rpc::client_service::MasterServiceImpl;
 
 pub struct Instrumented {
     inner: MasterServiceImpl,

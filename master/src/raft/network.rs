@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_proto::raft::RaftMessage;
 use mooncake_proto::raft::raft_service_client::RaftServiceClient;
-use mooncake_raft_store::{NodeId, TypeConfig, codec};
+use mooncake_raft_store::{LogId, NodeId, TypeConfig, codec};
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -15,15 +15,29 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
-use crate::cluster_id::ClusterId;
-use crate::leader_lease::AckClock;
-use crate::peers_heard::PeersHeard;
-use crate::prevote::{PreVoteRequest, PreVoteResponse};
+use crate::raft::cluster_id::ClusterId;
+use crate::raft::leader_lease::AckClock;
+use crate::raft::peers_heard::PeersHeard;
 use mooncake_auth::MacKey;
+
+/// PreVote (`prevote.rs`): "would you vote for me?" (encoded by the raft-store codec).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    pub candidate: NodeId,
+    /// The candidate's last log id.
+    pub last_log_id: Option<LogId>,
+}
+
+/// The answer, with the reason of a refusal (logged by the candidate).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PreVoteResponse {
+    pub granted: bool,
+    pub reason: String,
+}
 
 /// How long to wait for a TCP connection to a peer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);

@@ -22,7 +22,7 @@ impl Roles {
     /// Ok when `req` comes from an admin; PERMISSION_DENIED naming `what`
     /// and how to become one otherwise.
     pub fn require_admin<T>(&self, req: &tonic::Request<T>, what: &str) -> Result<(), Status> {
-        if crate::peer::peer_role(req) == Some(mooncake_tls::Role::Admin) {
+        if crate::rpc::peer::peer_role(req) == Some(mooncake_tls::Role::Admin) {
             return Ok(());
         }
         let presented = req.metadata().get(ADMIN_TOKEN_HEADER).and_then(|v| v.to_str().ok());

@@ -1,6 +1,6 @@
 //! The put path on the leader. PutStart is answered without a Raft round: a
 //! linearizable existence check (usually under the leader lease), then a
-//! reservation inside this leader's own arenas ([`crate::reservations`]).
+//! reservation inside this leader's own arenas ([`crate::leader::reservations`]).
 //! PutEnd is the one replicated command of an object (`PutCommit`, many per
 //! log entry under load). Arenas are granted, trimmed and returned here and
 //! by the duties (`workers.rs`).
@@ -22,11 +22,11 @@ use mooncake_raft_store::{
 };
 use mooncake_segment::{ClientId, Range, SegmentId};
 
-use crate::convert;
-use crate::errors::{internal, invalid, response_status};
-use crate::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
+use crate::leader::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
+use crate::leader::tiering::OffloadMode;
+use crate::rpc::convert;
+use crate::rpc::errors::{internal, invalid, response_status};
 use crate::shared::Shared;
-use crate::tiering::OffloadMode;
 
 /// Rounds of placement one PutStart may go through (each may grant arenas
 /// or run an eviction round) before it gives up.
@@ -314,7 +314,7 @@ async fn take_back_waiting(shared: &Shared, ids: Vec<ArenaId>, segment: SegmentI
         let acked = shared.auth.fence_wakes.acked.notified();
         tokio::pin!(acked);
         acked.as_mut().enable();
-        let returned = crate::workers::take_back(
+        let returned = crate::objects::arenas::take_back(
             &shared.write_path.proposer,
             &shared.leader,
             &shared.auth.fence_wakes,

@@ -33,14 +33,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use mooncake_raft_store::{LogId, LogStore, NodeId, Raft};
+use mooncake_raft_store::{LogStore, NodeId, Raft};
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, ServerState};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::network::{NetworkFactory, PeerClient};
+use crate::raft::network::{NetworkFactory, PeerClient, PreVoteRequest, PreVoteResponse};
 
 /// When this master last heard from a leader (or granted a vote), and
 /// when it last said yes to a pre-vote.
@@ -80,21 +79,6 @@ impl LeaderContact {
         let granted = *self.pre_vote_granted.lock().unwrap_or_else(PoisonError::into_inner);
         granted.map_or(self.last(), |g| g.max(self.last()))
     }
-}
-
-/// "Would you vote for me?" (encoded by the raft-store codec).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PreVoteRequest {
-    pub candidate: NodeId,
-    /// The candidate's last log id.
-    pub last_log_id: Option<LogId>,
-}
-
-/// The answer, with the reason of a refusal (logged by the candidate).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PreVoteResponse {
-    pub granted: bool,
-    pub reason: String,
 }
 
 /// Answers a pre-vote from this master's Raft state and log. `quiet` is how
@@ -168,7 +152,7 @@ pub struct ElectionDriver {
     pub elections: prometheus::IntCounterVec,
     /// While its data dir is nearly full a master starts no election
     /// (`disk_space.rs`).
-    pub disk_alarm: Arc<crate::disk_space::DiskAlarm>,
+    pub disk_alarm: Arc<crate::raft::disk_space::DiskAlarm>,
 }
 
 impl ElectionDriver {

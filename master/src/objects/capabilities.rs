@@ -9,8 +9,8 @@
 //! replicas.
 //!
 //! A WRITE capability names the arena of its range; the arena fences that
-//! store nodes enforce over those names (`arena_fences.rs`) travel to them
-//! through [`fences_of`] and come back through [`take_acks`].
+//! store nodes enforce over those names (`leader/arena_fences.rs`) travel
+//! to them and come back through `objects/arenas.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,11 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mooncake_auth::capability::{self, Access, Requested, SEGMENT_KEY_BYTES, SegmentKey};
 use mooncake_auth::{ClusterSecret, MacKey};
-use mooncake_proto::master::{ArenaFence, FenceAck, Replica};
+use mooncake_proto::master::Replica;
 use mooncake_raft_store::MetaState;
 use mooncake_segment::{ClientId, SegmentId};
-
-use crate::shared::Shared;
 
 /// Most segment keys cached. A cluster of 100 store nodes mounts a few
 /// hundred segments; past this many (a churn of remounts) the cache starts
@@ -77,62 +75,6 @@ impl CapabilityIssuer {
         let key = Arc::new(SegmentKey::new(&self.key_bytes(segment, owner)));
         keys.insert((segment, owner), key.clone());
         key
-    }
-}
-
-/// The arena fences of `client`'s segments, as this leader makes them
-/// now: all of them (`only_due` false: a mount answer), or those the client
-/// has yet to acknowledge (Ping and TakeCopies answers). Empty when this
-/// master does not lead.
-pub fn fences_of(shared: &Shared, client: ClientId, segments: Option<&[SegmentId]>, only_due: bool) -> Vec<ArenaFence> {
-    // The soft state first, then the state (see `ArenaFences`): an arena
-    // returned before the clone is gone from the state read after it.
-    let Some(fences) = shared.leader.with(|t| t.fences.clone()) else { return Vec::new() };
-    shared.reader.read(|s| {
-        let owned: Vec<SegmentId> = match segments {
-            Some(ids) => ids.iter().copied().filter(|id| s.segment(*id).is_some_and(|g| g.owner == client)).collect(),
-            None => s.client_segments(client).map(|g| g.spec.id).collect(),
-        };
-        owned
-            .into_iter()
-            .filter(|id| !only_due || fences.due(*id))
-            .map(|id| {
-                let in_state = s.arenas().filter(|a| a.segment == id).map(|a| a.id);
-                let f = fences.fence(id, in_state, s.next_arena_id());
-                ArenaFence {
-                    segment_id: f.segment.0,
-                    version: f.version,
-                    live: f.live.into_iter().collect(),
-                    next: f.next,
-                }
-            })
-            .collect()
-    })
-}
-
-/// Records the fences `client`'s store node says it enforces (only for
-/// segments it owns); wakes puts waiting to return arenas when one counts.
-pub fn take_acks(shared: &Shared, client: ClientId, acks: &[FenceAck]) {
-    if acks.is_empty() {
-        return;
-    }
-    let owned: Vec<(SegmentId, u64)> = shared.reader.read(|s| {
-        acks.iter()
-            .map(|a| (SegmentId(a.segment_id), a.version))
-            .filter(|(id, _)| s.segment(*id).is_some_and(|g| g.owner == client))
-            .collect()
-    });
-    let moved = shared.leader.with(|t| {
-        let mut moved = false;
-        for (segment, version) in owned {
-            let was_due = t.fences.due(segment);
-            t.fences.ack(segment, version);
-            moved |= was_due && !t.fences.due(segment);
-        }
-        moved
-    });
-    if moved == Some(true) {
-        shared.auth.fence_wakes.acked.notify_waiters();
     }
 }
 

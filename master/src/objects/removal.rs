@@ -9,48 +9,10 @@
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
 
-use crate::errors::{internal, meta_status, response_status};
-use crate::kv_lease::KeyHash;
-use crate::leader::FenceGuard;
-use crate::proposer::Proposer;
+use crate::leader::kv_lease::KeyHash;
+use crate::objects::fenced::propose_fenced;
+use crate::rpc::errors::{internal, meta_status, response_status};
 use crate::shared::Shared;
-
-/// Commands per log entry when a removal proposes many (RemoveAll of a
-/// large cache): bounds one entry's size and apply time.
-const PROPOSE_SLICE_MAX: usize = 256;
-
-/// Proposes `cmds` while `guard` fences their keys, and lifts the fences
-/// only once the proposal was applied — in a task of its own, so a caller
-/// that goes away (a cancelled RPC) cannot lift them early. `removed(answers,
-/// i)` says whether fenced key `i` is gone.
-///
-/// A proposal that fails without an answer (leadership lost, shutdown) may
-/// still commit under the next leader, so its fences stay up for the rest of
-/// this term: readers of those keys wait rather than be leased an object a
-/// later commit frees. (The term is ending anyway; its end wakes them.)
-pub async fn propose_fenced(
-    proposer: &Proposer,
-    cmds: Vec<Command>,
-    guard: FenceGuard,
-    removed: impl Fn(&[Response], usize) -> bool + Send + 'static,
-) -> Result<Vec<Response>, Status> {
-    let proposer = proposer.clone();
-    let task = tokio::spawn(async move {
-        let mut answers = Vec::with_capacity(cmds.len());
-        for slice in cmds.chunks(PROPOSE_SLICE_MAX) {
-            match proposer.propose_many(slice.to_vec()).await {
-                Ok(r) => answers.extend(r),
-                Err(status) => {
-                    guard.keep_for_the_term();
-                    return Err(status);
-                }
-            }
-        }
-        guard.lift(|i| removed(&answers, i));
-        Ok(answers)
-    });
-    task.await.map_err(|e| internal(format!("removal task ended abnormally: {e}")))?
-}
 
 /// What the leader found for one key a client asks to remove.
 enum Found {
@@ -87,11 +49,11 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
     let mut todo: Vec<(usize, ObjectVersion)> = Vec::new();
     // A key with a put in flight on this leader is not ready, as upstream
     // says, rather than not found (read after the state: leader.rs).
-    let in_flight = crate::puts::in_flight(shared, keys);
+    let in_flight = crate::objects::puts::in_flight(shared, keys);
     for (i, f) in found.into_iter().enumerate() {
         out[i] = match f {
             Found::Answered(r) => Some(response_status(&r)),
-            Found::Missing if in_flight[i] => Some(crate::puts::not_ready(&keys[i])),
+            Found::Missing if in_flight[i] => Some(crate::objects::puts::not_ready(&keys[i])),
             Found::Missing => Some(Status::with(ErrorCode::ObjectNotFound, format!("object {:?} not found", keys[i]))),
             Found::Present(v) => {
                 todo.push((i, v));

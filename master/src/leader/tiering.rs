@@ -18,7 +18,23 @@ use std::time::{Duration, Instant};
 use mooncake_raft_store::{ObjectVersion, PlacedReplica, ReplicaPlacement};
 use mooncake_segment::{ClientId, SegmentId};
 
-use crate::config::MasterConfig;
+/// Hits within the access horizon before a disk-only object is promoted
+/// back to memory (Mooncake: 2).
+pub const DEFAULT_PROMOTION_ADMISSION_THRESHOLD: u32 = 2;
+
+/// Promotions in flight at most.
+pub const DEFAULT_PROMOTION_QUEUE_LIMIT: usize = 256;
+
+/// Offload copies in flight at most.
+pub const DEFAULT_OFFLOAD_QUEUE_LIMIT: usize = 1_024;
+
+/// Usage of the disk tier above which disk eviction starts.
+pub const DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.95;
+
+/// How long the disk segments of an expired store node are kept (detached,
+/// their objects known) for it to come back: ten minutes covers a restart,
+/// a kernel upgrade or a node drain.
+pub const DEFAULT_DISK_REPLICA_GRACE_SEC: u64 = 600;
 
 /// When objects are copied to disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,35 +63,18 @@ pub struct TierPolicy {
 }
 
 impl TierPolicy {
-    pub fn from_config(cfg: &MasterConfig) -> Self {
-        let offload = match (cfg.enable_offload, cfg.offload_on_evict) {
-            (false, _) => OffloadMode::Off,
-            (true, false) => OffloadMode::Eager,
-            (true, true) => OffloadMode::OnEvict,
-        };
-        TierPolicy {
-            offload,
-            promotion_on_hit: cfg.promotion_on_hit,
-            promotion_admission_threshold: cfg.promotion_admission_threshold,
-            promotion_queue_limit: cfg.promotion_queue_limit,
-            offload_queue_limit: cfg.offload_queue_limit,
-            disk_high_watermark_ratio: cfg.disk_eviction_high_watermark_ratio,
-            disk_replica_grace: Duration::from_secs(cfg.disk_replica_grace_sec),
-            copy_timeout: Duration::from_secs(cfg.put_start_discard_timeout_sec),
-        }
-    }
-
     /// Off everywhere (tests, and masters built without flags).
     pub fn off() -> Self {
         TierPolicy {
             offload: OffloadMode::Off,
             promotion_on_hit: false,
-            promotion_admission_threshold: crate::config::DEFAULT_PROMOTION_ADMISSION_THRESHOLD,
-            promotion_queue_limit: crate::config::DEFAULT_PROMOTION_QUEUE_LIMIT,
-            offload_queue_limit: crate::config::DEFAULT_OFFLOAD_QUEUE_LIMIT,
-            disk_high_watermark_ratio: crate::config::DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO,
-            disk_replica_grace: Duration::from_secs(crate::config::DEFAULT_DISK_REPLICA_GRACE_SEC),
-            copy_timeout: Duration::from_secs(crate::config::DEFAULT_PUT_START_DISCARD_TIMEOUT_SEC),
+            promotion_admission_threshold: DEFAULT_PROMOTION_ADMISSION_THRESHOLD,
+            promotion_queue_limit: DEFAULT_PROMOTION_QUEUE_LIMIT,
+            offload_queue_limit: DEFAULT_OFFLOAD_QUEUE_LIMIT,
+            disk_high_watermark_ratio: DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO,
+            disk_replica_grace: Duration::from_secs(DEFAULT_DISK_REPLICA_GRACE_SEC),
+            // The default put discard timeout (`node/config.rs`).
+            copy_timeout: Duration::from_secs(30),
         }
     }
 }

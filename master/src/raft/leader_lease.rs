@@ -20,7 +20,7 @@
 //! help anyone win within the lease.
 //!
 //! The ack times are recorded by the Raft network client
-//! ([`crate::network`]), which sees every AppendEntries and its answer.
+//! ([`crate::raft::network`]), which sees every AppendEntries and its answer.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;

@@ -10,7 +10,7 @@ use mooncake_proto::Status;
 use mooncake_raft_store::Raft;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::errors::{read_error_status, unavailable};
+use crate::rpc::errors::{read_error_status, unavailable};
 
 /// Reads waiting for a round. Bounds memory under overload; callers wait.
 pub const READ_QUEUE_MAX: usize = 16_384;

@@ -13,12 +13,13 @@ use mooncake_segment::{ClientId, SegmentId};
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use crate::arena_fences::FenceWakes;
-use crate::decisions;
-use crate::eviction::Evictor;
 use crate::leader::LeaderState;
+use crate::leader::arena_fences::FenceWakes;
+use crate::leader::decisions;
 use crate::metrics::MasterMetrics;
-use crate::proposer::Proposer;
+use crate::objects::arenas;
+use crate::objects::eviction::Evictor;
+use crate::raft::proposer::Proposer;
 
 /// Leader duties run this often.
 const DUTY_TICK: Duration = Duration::from_millis(100);
@@ -218,53 +219,13 @@ async fn reclaim_puts(ctx: &DutyContext) {
         ctx.metrics.discarded_puts.inc_by(expired as u64);
         tracing::info!(count = expired, "puts unfinished past the discard timeout: keys freed, ranges held");
     }
-    return_arenas(&ctx.proposer, &ctx.leader, unfenced).await;
+    arenas::return_arenas(&ctx.proposer, &ctx.leader, unfenced).await;
     let arenas: Vec<(ArenaId, SegmentId)> = held.arenas.iter().filter(|(id, _)| arenas.contains(id)).copied().collect();
-    take_back(&ctx.proposer, &ctx.leader, &ctx.fence_wakes, ctx.grants_live, &arenas).await;
+    arenas::take_back(&ctx.proposer, &ctx.leader, &ctx.fence_wakes, ctx.grants_live, &arenas).await;
     if !retired.is_empty()
         && let Some(Response::Removed { count }) =
             propose_logged(ctx, "release retired objects", Command::ReleaseRetired { versions: retired }).await
     {
         tracing::debug!(count, "released the bytes of objects replaced by upserts");
-    }
-}
-
-/// Takes `arenas` (nothing is written to them any more) back from their
-/// store nodes and returns, through the log, those whose store nodes let go
-/// of them (`arena_fences.rs`): the others are returned by a later call,
-/// once their nodes acknowledge, or once every grant over them expired.
-/// Returns the arenas returned now.
-pub async fn take_back(
-    proposer: &Proposer,
-    leader: &LeaderState,
-    wakes: &FenceWakes,
-    grants_live: Duration,
-    arenas: &[(ArenaId, SegmentId)],
-) -> Vec<ArenaId> {
-    let now = Instant::now();
-    let Some((moved, ready)) = leader.with(|t| (t.fences.revoke(arenas, now), t.fences.ready(now, grants_live))) else {
-        return Vec::new();
-    };
-    if moved {
-        wakes.moved.notify_waiters();
-    }
-    return_arenas(proposer, leader, ready.clone()).await;
-    ready
-}
-
-/// Returns `arenas` through the log and forgets them once returned.
-pub async fn return_arenas(proposer: &Proposer, leader: &LeaderState, arenas: Vec<ArenaId>) {
-    if arenas.is_empty() {
-        return;
-    }
-    match proposer.propose(Command::ArenaReturn { arenas: arenas.clone() }).await {
-        Ok(_) => {
-            leader.with(|t| {
-                t.puts.forget(&arenas);
-                t.fences.forget(&arenas);
-            });
-            tracing::debug!(count = arenas.len(), "arenas returned");
-        }
-        Err(s) => tracing::warn!(message = %s.message, "arena return failed"),
     }
 }

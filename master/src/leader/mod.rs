@@ -17,6 +17,12 @@
 //! locks a master shares (the write path's, the leaves) sit around this one:
 //! `Shared` (`shared.rs`).
 
+pub mod arena_fences;
+pub mod decisions;
+pub mod kv_lease;
+pub mod reservations;
+pub mod tiering;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,10 +30,10 @@ use std::time::{Duration, Instant};
 use mooncake_raft_store::ObjectVersion;
 use mooncake_segment::ClientId;
 
-use crate::arena_fences::ArenaFences;
-use crate::kv_lease::{FenceWait, KeyHash, KvLeases};
-use crate::reservations::PutTable;
-use crate::tiering::CopyTable;
+use crate::leader::arena_fences::ArenaFences;
+use crate::leader::kv_lease::{FenceWait, KeyHash, KvLeases};
+use crate::leader::reservations::PutTable;
+use crate::leader::tiering::CopyTable;
 
 /// Soft state of one leadership term.
 pub struct TermState {
@@ -139,7 +145,7 @@ impl LeaderState {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<TermState>> {
         assert!(
             !mooncake_raft_store::in_state_read(),
-            "lock order violated: the leader's soft state was locked inside a state read (see master/src/leader.rs)"
+            "lock order violated: the leader's soft state was locked inside a state read (see master/src/leader/mod.rs)"
         );
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -324,17 +330,17 @@ mod tests {
         // Paused for three TTLs: the client was not heard, but could not be.
         let resumed = t0 + TTL * 4;
         let clients = [ClientId(7), ClientId(8)];
-        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, resumed, TTL)).unwrap();
+        let expired = s.with(|t| crate::leader::decisions::expired_clients(&clients, t, resumed, TTL)).unwrap();
         assert_eq!(expired, clients.to_vec(), "without the stall noted, both would expire");
         s.with(|t| t.restart_hearing(resumed));
-        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, resumed, TTL)).unwrap();
+        let expired = s.with(|t| crate::leader::decisions::expired_clients(&clients, t, resumed, TTL)).unwrap();
         assert!(expired.is_empty(), "{expired:?}");
         // A full TTL of hearing nothing after the stall is evidence again.
         let later = resumed + TTL + Duration::from_millis(1);
-        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, later, TTL)).unwrap();
+        let expired = s.with(|t| crate::leader::decisions::expired_clients(&clients, t, later, TTL)).unwrap();
         assert_eq!(expired, clients.to_vec());
         s.heartbeat(ClientId(8), later);
-        let expired = s.with(|t| crate::decisions::expired_clients(&clients, t, later, TTL)).unwrap();
+        let expired = s.with(|t| crate::leader::decisions::expired_clients(&clients, t, later, TTL)).unwrap();
         assert_eq!(expired, vec![ClientId(7)]);
     }
 

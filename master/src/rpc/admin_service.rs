@@ -12,7 +12,7 @@ use mooncake_proto::{ErrorCode, Status};
 use openraft::{BasicNode, ChangeMembers};
 use tonic::{Request, Response};
 
-use crate::errors::{unavailable, write_error_status};
+use crate::rpc::errors::{unavailable, write_error_status};
 use crate::shared::Shared;
 
 type RpcResult<T> = Result<Response<T>, tonic::Status>;
@@ -40,7 +40,7 @@ impl AdminServiceImpl {
     async fn export(&self) -> Result<Vec<SnapshotChunk>, Status> {
         self.barrier().await?;
         let (data, applied_index, state_hash) =
-            self.shared.sm.export().map_err(|e| crate::errors::internal(format!("exporting state: {e}")))?;
+            self.shared.sm.export().map_err(|e| crate::rpc::errors::internal(format!("exporting state: {e}")))?;
         let total_bytes = data.len() as u64;
         let mut chunks: Vec<SnapshotChunk> = data
             .chunks(SNAPSHOT_CHUNK_BYTES)
@@ -210,7 +210,7 @@ impl AdminService for AdminServiceImpl {
                     tracing::info!(%client, "client evicted by the operator; its segments are unmounted");
                     answer(Status::ok(), format!("{client} evicted"))
                 }
-                Some(e) => answer(crate::errors::meta_status(e), ""),
+                Some(e) => answer(crate::rpc::errors::meta_status(e), ""),
             },
             Err(s) => answer(s, ""),
         }

@@ -11,7 +11,7 @@ use mooncake_raft_store::state::BATCH_MAX;
 use mooncake_raft_store::{Command, FlushedLog, Raft, Request, Response};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::errors::{internal, unavailable, write_error_status};
+use crate::rpc::errors::{internal, unavailable, write_error_status};
 
 /// Proposals waiting for a batch. Bounds memory under overload; callers wait
 /// (backpressure) when it is full.
@@ -107,7 +107,7 @@ async fn batch_loop(
 fn batch_answers(data: Response) -> Result<Vec<Response>, Status> {
     match data {
         Response::Batch(responses) => Ok(responses),
-        Response::Err(e) => Err(crate::errors::meta_status(&e)),
+        Response::Err(e) => Err(crate::rpc::errors::meta_status(&e)),
         other => Err(internal(format!("unexpected response to a batch: {other:?}"))),
     }
 }

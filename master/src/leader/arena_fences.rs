@@ -96,7 +96,7 @@ pub struct SegmentFence {
 }
 
 /// The fences of one leadership term. A fence is made from a clone taken
-/// *before* the state is read ([`crate::capabilities::fences_of`]): an
+/// *before* the state is read ([`crate::objects::arenas::fences_of`]): an
 /// arena missing from the revoking set then is either not revoked at that
 /// version or already returned, and so gone from the state read after.
 #[derive(Clone, Debug)]

@@ -25,12 +25,12 @@ use mooncake_raft_store::state::SegmentEntry;
 use mooncake_raft_store::{Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, Tier};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
-use crate::convert;
-use crate::errors::{meta_status, response_status};
-use crate::puts::{Grant, grant_arena};
-use crate::reservations::{Candidate, PutAsk, Reserve, Round};
+use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
+use crate::leader::tiering::{Copy, OffloadMode, Purpose};
+use crate::objects::puts::{Grant, grant_arena};
+use crate::rpc::convert;
+use crate::rpc::errors::{meta_status, response_status};
 use crate::shared::Shared;
-use crate::tiering::{Copy, OffloadMode, Purpose};
 
 /// The copy duty runs this often.
 const COPY_TICK: Duration = Duration::from_millis(250);
@@ -423,7 +423,7 @@ pub async fn copies_when_queued(
         queued.as_mut().enable();
         moved.as_mut().enable();
         let copies = copies_for_ping(shared, client);
-        let fences = crate::capabilities::fences_of(shared, client, None, true);
+        let fences = crate::objects::arenas::fences_of(shared, client, None, true);
         if !copies.is_empty() || !fences.is_empty() || shared.leader.with(|_| ()).is_none() {
             return (copies, fences);
         }

@@ -8,7 +8,7 @@ use mooncake_proto::Status;
 use mooncake_proto::master::{GetClusterInfoResponse, Member, SegmentUsage};
 use openraft::ServerState;
 
-use crate::convert;
+use crate::rpc::convert;
 use crate::shared::Shared;
 
 /// `with_hash`: also compute `state_hash` (O(objects), applies wait: only
@@ -75,8 +75,9 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
     info.commit_index = committed;
     info.last_log_index = m.last_log_index.unwrap_or(0);
     info.members = members;
-    info.not_ready = crate::http::readiness(&m, Some(committed), shared.quorum_ack_max, shared.disk_alarm.reason())
-        .err()
-        .unwrap_or_default();
+    info.not_ready =
+        crate::node::http::readiness(&m, Some(committed), shared.quorum_ack_max, shared.disk_alarm.reason())
+            .err()
+            .unwrap_or_default();
     info
 }

@@ -14,9 +14,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
 
-use crate::cluster_id::ClusterId;
-use crate::peers_heard::PeersHeard;
-use crate::prevote::{self, LeaderContact, PreVoteRequest};
+use crate::raft::cluster_id::ClusterId;
+use crate::raft::network::PreVoteRequest;
+use crate::raft::peers_heard::PeersHeard;
+use crate::raft::prevote::{self, LeaderContact};
 use mooncake_auth::MacKey;
 
 /// The MAC a HeardFrom request about `node_id` carries.
@@ -140,7 +141,7 @@ impl RaftServiceImpl {
         if req.peer_certs().is_none() {
             return Ok(());
         }
-        let id = match crate::peer::peer_role(req) {
+        let id = match crate::rpc::peer::peer_role(req) {
             Some(mooncake_tls::Role::Master { id }) => id,
             other => {
                 return Err(Status::permission_denied(format!(

@@ -1,10 +1,17 @@
 //! Configuration of one master: identity, addresses, the Raft timing, and
 //! Mooncake's knobs under Mooncake's flag names. Defaults are defined once
-//! here and shared by `Default` and the CLI; `validate` checks relations.
+//! (here, or beside what they tune: the tier's in `leader/tiering.rs`) and
+//! shared by `Default` and the CLI; `validate` checks relations.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::leader::tiering::{
+    DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO, DEFAULT_DISK_REPLICA_GRACE_SEC, DEFAULT_OFFLOAD_QUEUE_LIMIT,
+    DEFAULT_PROMOTION_ADMISSION_THRESHOLD, DEFAULT_PROMOTION_QUEUE_LIMIT, OffloadMode, TierPolicy,
+};
 
 /// KV lease granted by GetReplicaList/ExistKey (Mooncake 0.3.13: 10000 ms).
 pub const DEFAULT_KV_LEASE_TTL_MS: u64 = 10_000;
@@ -27,19 +34,6 @@ pub const DEFAULT_STATE_AUDIT_EVERY: u64 = 65_536;
 pub const DEFAULT_GRPC_CONNECTIONS_MAX: usize = 8_192;
 /// Default of `--grpc-peer-connections-max`.
 pub const DEFAULT_GRPC_PEER_CONNECTIONS_MAX: usize = 2_048;
-/// Hits within the access horizon before a disk-only object is promoted
-/// back to memory (Mooncake: 2).
-pub const DEFAULT_PROMOTION_ADMISSION_THRESHOLD: u32 = 2;
-/// Promotions in flight at most.
-pub const DEFAULT_PROMOTION_QUEUE_LIMIT: usize = 256;
-/// Offload copies in flight at most.
-pub const DEFAULT_OFFLOAD_QUEUE_LIMIT: usize = 1_024;
-/// Usage of the disk tier above which disk eviction starts.
-pub const DEFAULT_DISK_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.95;
-/// How long the disk segments of an expired store node are kept (detached,
-/// their objects known) for it to come back: ten minutes covers a restart,
-/// a kernel upgrade or a node drain.
-pub const DEFAULT_DISK_REPLICA_GRACE_SEC: u64 = 600;
 /// Leader heartbeat; well under the election timeout so one lost heartbeat
 /// does not start an election.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 40;
@@ -123,7 +117,7 @@ pub struct MasterConfig {
     /// Free space (MiB) below which the data dir raises the NOSPACE alarm:
     /// the master is not ready and does not lead, before a write fails
     /// (docs/OPERATIONS.md). Twice the last snapshot counts when larger.
-    #[arg(long = "data-dir-min-free-mb", default_value_t = crate::disk_space::DEFAULT_MIN_FREE_MB)]
+    #[arg(long = "data-dir-min-free-mb", default_value_t = crate::raft::disk_space::DEFAULT_MIN_FREE_MB)]
     pub data_dir_min_free_mb: u64,
     /// State audit: every this many applied log entries each master hashes
     /// its state (off the apply path) and the masters compare the hashes;
@@ -294,6 +288,25 @@ fn parse_initial_cluster(s: &str) -> Result<InitialCluster, String> {
 }
 
 impl MasterConfig {
+    /// The tier knobs these flags set.
+    pub fn tier_policy(&self) -> TierPolicy {
+        let offload = match (self.enable_offload, self.offload_on_evict) {
+            (false, _) => OffloadMode::Off,
+            (true, false) => OffloadMode::Eager,
+            (true, true) => OffloadMode::OnEvict,
+        };
+        TierPolicy {
+            offload,
+            promotion_on_hit: self.promotion_on_hit,
+            promotion_admission_threshold: self.promotion_admission_threshold,
+            promotion_queue_limit: self.promotion_queue_limit,
+            offload_queue_limit: self.offload_queue_limit,
+            disk_high_watermark_ratio: self.disk_eviction_high_watermark_ratio,
+            disk_replica_grace: Duration::from_secs(self.disk_replica_grace_sec),
+            copy_timeout: Duration::from_secs(self.put_start_discard_timeout_sec),
+        }
+    }
+
     /// The address this master is known by.
     pub fn advertise_addr(&self) -> String {
         self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
@@ -439,8 +452,8 @@ impl MasterConfig {
 
     /// When the PreVote driver elects (prevote.rs): as openraft's own timer
     /// would, a leader lease (`election-timeout-max`) plus a random timeout.
-    pub fn election_timing(&self) -> crate::prevote::ElectionTiming {
-        crate::prevote::ElectionTiming {
+    pub fn election_timing(&self) -> crate::raft::prevote::ElectionTiming {
+        crate::raft::prevote::ElectionTiming {
             quiet: std::time::Duration::from_millis(self.election_timeout_max_ms),
             timeout_min: std::time::Duration::from_millis(self.election_timeout_min_ms),
             timeout_max: std::time::Duration::from_millis(self.election_timeout_max_ms),

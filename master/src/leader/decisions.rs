@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use mooncake_raft_store::{MetaState, ObjectVersion, Pin, Tier, VersionedKey};
 use mooncake_segment::{ClientId, SegmentId};
 
-use crate::kv_lease::KeyHash;
 use crate::leader::TermState;
+use crate::leader::kv_lease::KeyHash;
 
 /// Eviction knobs.
 #[derive(Clone, Copy, Debug)]

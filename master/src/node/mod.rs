@@ -2,6 +2,11 @@
 //! the HTTP endpoint and the background workers; bootstraps the cluster on
 //! first start of a founding member; stops everything on request.
 
+pub mod config;
+pub(crate) mod http;
+pub mod ports;
+pub mod run;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,24 +22,24 @@ use openraft::BasicNode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin_service::AdminServiceImpl;
-use crate::client_service::MasterServiceImpl;
-use crate::cluster_id::{ClusterId, founding_id};
-use crate::config::MasterConfig;
-use crate::decisions::EvictionPolicy;
-use crate::eviction::Evictor;
-use crate::instrumented::Instrumented;
+use crate::duties::{self, DutyContext};
 use crate::leader::LeaderState;
-use crate::leader_lease::AckClock;
+use crate::leader::decisions::EvictionPolicy;
 use crate::metrics::{MasterMetrics, MetricsObserver};
-use crate::network::NetworkFactory;
-use crate::peers_heard::PeersHeard;
-use crate::ports::{FD_RESERVE, FIRST_BYTES_TIMEOUT, GuardedListener, PortEvents, PortLimits, fd_budget};
-use crate::prevote::{ElectionDriver, LeaderContact};
-use crate::proposer::Proposer;
-use crate::raft_service::{Admission, RaftServiceImpl, heard_from_mac};
+use crate::node::config::MasterConfig;
+use crate::node::ports::{FD_RESERVE, FIRST_BYTES_TIMEOUT, GuardedListener, PortEvents, PortLimits, fd_budget};
+use crate::objects::eviction::Evictor;
+use crate::raft::cluster_id::{ClusterId, founding_id};
+use crate::raft::leader_lease::AckClock;
+use crate::raft::network::NetworkFactory;
+use crate::raft::peers_heard::PeersHeard;
+use crate::raft::prevote::{ElectionDriver, LeaderContact};
+use crate::raft::proposer::Proposer;
+use crate::rpc::admin_service::AdminServiceImpl;
+use crate::rpc::client_service::MasterServiceImpl;
+use crate::rpc::instrumented::Instrumented;
+use crate::rpc::raft_service::{Admission, RaftServiceImpl, heard_from_mac};
 use crate::shared::{Auth, ReadPath, Shared, Tiers, WritePath};
-use crate::workers::{self, DutyContext};
 use mooncake_auth::{ClusterSecret, MacKey};
 
 /// A running master.
@@ -142,14 +147,14 @@ impl MasterNode {
             eviction_ratio: cfg.eviction_ratio,
             kv_lease_ttl,
         };
-        let tiers = crate::tiering::TierPolicy::from_config(&cfg);
+        let tiers = cfg.tier_policy();
         // How long a WRITE grant can be used: an arena whose store node never
         // acknowledges its revoke is returned after this (arena_fences.rs).
         let skew = Duration::from_millis(mooncake_auth::capability::CAPABILITY_CLOCK_SKEW_MS);
         let grants_live = cfg.capability_ttl() + skew + Duration::from_secs(1);
         // Measured from a commit on an earlier leader's clock: one more skew.
         let cut_after = grants_live + skew;
-        let cuts = Arc::new(crate::arena_cuts::ArenaCuts {
+        let cuts = Arc::new(crate::objects::arena_cuts::ArenaCuts {
             reader: reader.clone(),
             leader: leader.clone(),
             proposer: proposer.clone(),
@@ -165,8 +170,8 @@ impl MasterNode {
             metrics.clone(),
             cuts,
         ));
-        let disk_alarm = Arc::new(crate::disk_space::DiskAlarm::default());
-        let fence_wakes = Arc::new(crate::arena_fences::FenceWakes::default());
+        let disk_alarm = Arc::new(crate::raft::disk_space::DiskAlarm::default());
+        let fence_wakes = Arc::new(crate::leader::arena_fences::FenceWakes::default());
         let shared = Arc::new(Shared {
             id: cfg.id,
             raft: raft.clone(),
@@ -177,7 +182,7 @@ impl MasterNode {
             quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
             disk_alarm: disk_alarm.clone(),
             read_path: ReadPath {
-                barrier: crate::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
+                barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
                 acks,
                 leader_lease: cfg.leader_lease(),
                 flushed,
@@ -194,9 +199,9 @@ impl MasterNode {
                 copies_queued: tokio::sync::Notify::new(),
             },
             auth: Auth {
-                capabilities: crate::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
+                capabilities: crate::objects::capabilities::CapabilityIssuer::new(&secret, cfg.capability_ttl()),
                 secret,
-                roles: crate::roles::Roles::new(admin_token),
+                roles: crate::rpc::roles::Roles::new(admin_token),
                 grants_live,
                 fence_wakes: fence_wakes.clone(),
             },
@@ -231,7 +236,7 @@ impl MasterNode {
         };
         tasks.push(tokio::spawn(driver.run(stop_rx.clone())));
         if cfg.state_audit_every > 0 {
-            tasks.push(tokio::spawn(crate::state_audit::run(
+            tasks.push(tokio::spawn(crate::raft::state_audit::run(
                 cfg.id,
                 raft.clone(),
                 checkpoints,
@@ -240,7 +245,7 @@ impl MasterNode {
                 stop_rx.clone(),
             )));
         }
-        tasks.push(tokio::spawn(crate::disk_space::watch(
+        tasks.push(tokio::spawn(crate::raft::disk_space::watch(
             cfg.data_dir.clone(),
             cfg.data_dir_min_free_mb.saturating_mul(1 << 20),
             disk_alarm,
@@ -256,9 +261,9 @@ impl MasterNode {
             }
             None => None,
         };
-        tasks.push(tokio::spawn(workers::follow_leadership(raft.metrics(), leader.clone(), metrics.clone())));
-        tasks.push(tokio::spawn(crate::copies::run(shared.clone())));
-        tasks.push(tokio::spawn(workers::leader_duties(DutyContext {
+        tasks.push(tokio::spawn(duties::follow_leadership(raft.metrics(), leader.clone(), metrics.clone())));
+        tasks.push(tokio::spawn(crate::objects::copies::run(shared.clone())));
+        tasks.push(tokio::spawn(duties::leader_duties(DutyContext {
             reader,
             leader,
             proposer,
@@ -577,7 +582,7 @@ async fn serve_http(
     let listener = bind_port("http", addr, limits, &shared)
         .with_context(|| format!("binding HTTP address {addr} (in use? pick another --http)"))?;
     let bound = listener.local_addr();
-    let app = crate::http::router(shared);
+    let app = crate::node::http::router(shared);
     let task = tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(wait_stop(stop));
         if let Err(e) = server.await {

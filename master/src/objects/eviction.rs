@@ -26,15 +26,15 @@ use std::time::Instant;
 use mooncake_raft_store::{ArenaId, Command, RemoveReason, Response, StateReader, Tier};
 use mooncake_segment::SegmentId;
 
-use crate::arena_cuts::{ArenaCuts, arenas_holding};
+use crate::objects::arena_cuts::{ArenaCuts, arenas_holding};
 
-use crate::decisions::{self, EvictionPolicy};
-use crate::kv_lease::KeyHash;
 use crate::leader::LeaderState;
+use crate::leader::decisions::{self, EvictionPolicy};
+use crate::leader::kv_lease::KeyHash;
+use crate::leader::tiering::{OffloadMode, TierPolicy};
 use crate::metrics::MasterMetrics;
-use crate::proposer::Proposer;
-use crate::removal::propose_fenced;
-use crate::tiering::{OffloadMode, TierPolicy};
+use crate::objects::fenced::propose_fenced;
+use crate::raft::proposer::Proposer;
 
 /// Most victims of one round (bounds one entry's size and apply time).
 pub const EVICTION_BATCH_MAX: usize = 1_024;
@@ -112,7 +112,7 @@ impl Evictor {
         if leave_to_offload {
             candidates.retain(|c| c.kept_elsewhere);
         }
-        let wall_ms = crate::proposer::now_ms();
+        let wall_ms = crate::raft::proposer::now_ms();
         // A put's round: where the candidates too young to cut hold the
         // put's segment's bytes (an arena, when they lie in one).
         let young_in: Vec<Option<ArenaId>> = match segment {

@@ -1,0 +1,402 @@
+//! The client API (`MasterService`): object and segment metadata with
+//! Mooncake's semantics. Writes become proposed commands; reads run on the
+//! leader after a linearizable barrier, once per RPC (a batch RPC confirms
+//! leadership once for all its keys). Object reads carry KV leases
+//! ([`Shared::read_leased`]); removals go through [`crate::objects::removal`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mooncake_proto::master::master_service_server::MasterService;
+use mooncake_proto::master::*;
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_raft_store::state::{validate_key, validate_segment};
+use mooncake_raft_store::{Command, MetaError, SegmentSpec};
+use mooncake_segment::{ClientId, SegmentId};
+use tonic::{Request, Response};
+
+use crate::rpc::convert::{self, Wire};
+use crate::rpc::errors::{invalid, meta_status};
+use crate::shared::Shared;
+
+type RpcResult<T> = Result<Response<T>, tonic::Status>;
+
+/// Most items in one batch RPC.
+pub const BATCH_RPC_MAX: usize = 1_024;
+/// Default and largest page of ListObjects.
+const LIST_DEFAULT: usize = 1_000;
+const LIST_MAX: usize = 100_000;
+
+pub struct MasterServiceImpl {
+    shared: Arc<Shared>,
+}
+
+impl MasterServiceImpl {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        MasterServiceImpl { shared }
+    }
+}
+
+fn ok<T>(t: T) -> RpcResult<T> {
+    Ok(Response::new(t))
+}
+
+mod batches;
+mod identity;
+mod reads;
+
+use batches::*;
+use identity::*;
+
+#[tonic::async_trait]
+impl MasterService for MasterServiceImpl {
+    async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
+        let r = req.into_inner();
+        let client = ClientId(r.client_id);
+        let refused = |status: Status| {
+            ok(PingResponse { status: Some(status), view_version: 0, copy_tasks: vec![], fences: vec![] })
+        };
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        if let Err(s) = self.shared.require_leader() {
+            return refused(s);
+        }
+        // Another process's ping must not keep the client alive: it is
+        // checked before the heartbeat counts.
+        let (known, applied) = match self.shared.reader.read(|s| {
+            let applied = s.last_applied.map(|l| l.index).unwrap_or(0);
+            s.check_credential(client, &credential).map(|()| (s.client(client).is_some(), applied))
+        }) {
+            Ok(seen) => seen,
+            Err(e) => return refused(meta_status(&e)),
+        };
+        self.shared.leader.heartbeat(client, self.shared.now());
+        let status = if known {
+            Status::ok()
+        } else {
+            Status::with(ErrorCode::NeedRemount, format!("{client} is not registered; remount its segments"))
+        };
+        let (copy_tasks, fences) = if known {
+            crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
+            (
+                crate::objects::copies::copies_for_ping(&self.shared, client),
+                crate::objects::arenas::fences_of(&self.shared, client, None, true),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        ok(PingResponse { status: Some(status), view_version: applied, copy_tasks, fences })
+    }
+
+    async fn take_copies(&self, req: Request<TakeCopiesRequest>) -> RpcResult<TakeCopiesResponse> {
+        let r = req.into_inner();
+        let client = ClientId(r.client_id);
+        let refused =
+            |status: Status| ok(TakeCopiesResponse { status: Some(status), copy_tasks: vec![], fences: vec![] });
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        if let Err(s) = self.shared.require_leader() {
+            return refused(s);
+        }
+        // Copies carry capabilities: only the registered process gets them.
+        match self.shared.reader.read(|s| s.check_credential(client, &credential).map(|()| s.client(client).is_some()))
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return refused(Status::with(
+                    ErrorCode::NeedRemount,
+                    format!("{client} is not registered; remount its segments"),
+                ));
+            }
+            Err(e) => return refused(meta_status(&e)),
+        }
+        crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
+        let wait = Duration::from_millis(r.wait_ms.into());
+        let (copy_tasks, fences) = crate::objects::copies::copies_when_queued(&self.shared, client, wait).await;
+        ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks, fences })
+    }
+
+    async fn report_copy(&self, req: Request<ReportCopyRequest>) -> RpcResult<ReportCopyResponse> {
+        let r = req.into_inner();
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return ok(ReportCopyResponse { status: Some(s) }),
+        };
+        let status = crate::objects::copies::report_copy(&self.shared, &r, &credential).await;
+        ok(ReportCopyResponse { status: Some(status) })
+    }
+
+    async fn report_corrupt(&self, req: Request<ReportCorruptRequest>) -> RpcResult<ReportCorruptResponse> {
+        let r = req.into_inner();
+        let credential = match credential_hash(&r.credential) {
+            Ok(h) => h,
+            Err(s) => return ok(ReportCorruptResponse { status: Some(s), dropped: 0 }),
+        };
+        let (status, dropped) = crate::objects::copies::report_corrupt(&self.shared, &r, &credential).await;
+        ok(ReportCorruptResponse { status: Some(status), dropped })
+    }
+
+    async fn get_cluster_info(&self, req: Request<GetClusterInfoRequest>) -> RpcResult<GetClusterInfoResponse> {
+        let r = req.into_inner();
+        ok(crate::rpc::cluster_info::cluster_info(&self.shared, r.local_view, r.with_state_hash).await)
+    }
+
+    async fn mount_segment(&self, req: Request<MountSegmentRequest>) -> RpcResult<MountSegmentResponse> {
+        let r = req.into_inner();
+        let refused = |status: Status| ok(MountSegmentResponse { status: Some(status), segment_keys: vec![] });
+        let Some(seg) = r.segment.as_ref() else {
+            return refused(Status::with(ErrorCode::InvalidParams, "segment is missing"));
+        };
+        let spec = match SegmentSpec::try_from(Wire(seg)) {
+            Ok(spec) => spec,
+            Err(e) => return refused(invalid(e)),
+        };
+        if let Err(e) = validate_segment(&spec).and_then(|()| validate_shm_path(&spec)) {
+            return refused(invalid(e));
+        }
+        let client = ClientId(r.client_id);
+        let credential = match self.registering(client, &r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        let id = spec.id;
+        let status = self.write(Command::MountSegment { client, credential, segment: spec }).await;
+        let segment_keys = self.segment_keys(&status, client, [id]);
+        ok(MountSegmentResponse { status: Some(status), segment_keys })
+    }
+
+    async fn unmount_segment(&self, req: Request<UnmountSegmentRequest>) -> RpcResult<UnmountSegmentResponse> {
+        let r = req.into_inner();
+        let client = ClientId(r.client_id);
+        let credential = match credential_hash(&r.credential).and_then(|h| self.may_act_as(client, &h).map(|()| h)) {
+            Ok(h) => h,
+            Err(s) => return ok(UnmountSegmentResponse { status: Some(s) }),
+        };
+        let cmd = Command::UnmountSegment { client, credential, segment: SegmentId(r.segment_id) };
+        ok(UnmountSegmentResponse { status: Some(self.write(cmd).await) })
+    }
+
+    async fn remount_segment(&self, req: Request<RemountSegmentRequest>) -> RpcResult<RemountSegmentResponse> {
+        let r = req.into_inner();
+        let refused = |status: Status| ok(RemountSegmentResponse { status: Some(status), segment_keys: vec![] });
+        let segments: Vec<_> = match r.segments.iter().map(|s| SegmentSpec::try_from(Wire(s))).collect() {
+            Ok(segments) => segments,
+            Err(e) => return refused(invalid(e)),
+        };
+        if let Some(e) = segments.iter().find_map(|s| validate_segment(s).and_then(|()| validate_shm_path(s)).err()) {
+            return refused(invalid(e));
+        }
+        let client = ClientId(r.client_id);
+        let credential = match self.registering(client, &r.credential) {
+            Ok(h) => h,
+            Err(s) => return refused(s),
+        };
+        let ids: Vec<SegmentId> = segments.iter().map(|s| s.id).collect();
+        let status = self.write(Command::RemountSegments { client, credential, segments }).await;
+        let segment_keys = self.segment_keys(&status, client, ids);
+        ok(RemountSegmentResponse { status: Some(status), segment_keys })
+    }
+
+    async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
+            return ok(PutStartResponse { status: Some(s), replicas: vec![] });
+        }
+        ok(crate::objects::puts::put_start(&self.shared, &req.into_inner()).await)
+    }
+
+    async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
+            return ok(PutEndResponse { status: Some(s) });
+        }
+        let r = req.into_inner();
+        if let Err(e) = convert::check_put_end(&r) {
+            return ok(PutEndResponse { status: Some(invalid(e)) });
+        }
+        let mut statuses = crate::objects::puts::put_end(&self.shared, std::slice::from_ref(&r)).await;
+        ok(PutEndResponse { status: statuses.pop() })
+    }
+
+    async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
+            return ok(PutRevokeResponse { status: Some(s) });
+        }
+        let r = req.into_inner();
+        if let Err(e) = validate_key(&r.key) {
+            return ok(PutRevokeResponse { status: Some(invalid(e)) });
+        }
+        ok(PutRevokeResponse { status: Some(crate::objects::puts::put_revoke(&self.shared, &r)) })
+    }
+
+    async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
+        let key = req.into_inner().key;
+        if let Err(e) = validate_key(&key) {
+            return ok(refused(invalid(e)));
+        }
+        single(self.replica_lists(std::slice::from_ref(&key)).await)
+    }
+
+    async fn exist_key(&self, req: Request<ExistKeyRequest>) -> RpcResult<ExistKeyResponse> {
+        let key = req.into_inner().key;
+        if let Err(e) = validate_key(&key) {
+            return ok(refused(invalid(e)));
+        }
+        single(self.exist_keys(std::slice::from_ref(&key)).await)
+    }
+
+    async fn get_size(&self, req: Request<GetSizeRequest>) -> RpcResult<GetSizeResponse> {
+        let key = req.into_inner().key;
+        if let Err(e) = validate_key(&key) {
+            return ok(GetSizeResponse { status: Some(invalid(e)), size: 0 });
+        }
+        let read = self.shared.read(|s| match s.object(&key) {
+            None => GetSizeResponse { status: Some(meta_status(&MetaError::ObjectNotFound(key.clone()))), size: 0 },
+            Some(o) => GetSizeResponse { status: Some(Status::ok()), size: o.size_bytes },
+        });
+        match read.await {
+            Ok(v) => ok(v),
+            Err(s) => ok(GetSizeResponse { status: Some(s), size: 0 }),
+        }
+    }
+
+    async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
+        // Forced, it ignores the KV lease and the pin: an admin operation.
+        if req.get_ref().force
+            && let Err(s) = self.shared.auth.roles.require_admin(&req, "Remove with force")
+        {
+            return ok(RemoveResponse { status: Some(s) });
+        }
+        let r = req.into_inner();
+        if let Err(e) = validate_key(&r.key) {
+            return ok(RemoveResponse { status: Some(invalid(e)) });
+        }
+        let mut statuses = crate::objects::removal::remove_keys(&self.shared, &[r.key], &[r.request_id], r.force).await;
+        ok(RemoveResponse { status: statuses.pop() })
+    }
+
+    async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
+        // Forced, it ignores every KV lease and pin: an admin operation.
+        let allowed = match req.get_ref().force {
+            true => self.shared.auth.roles.require_admin(&req, "RemoveAll with force"),
+            false => Ok(()),
+        };
+        if let Err(s) = allowed {
+            return ok(RemoveAllResponse { status: Some(s), removed: 0 });
+        }
+        let force = req.into_inner().force;
+        match crate::objects::removal::remove_all(&self.shared, force).await {
+            Ok(removed) => ok(RemoveAllResponse { status: Some(Status::ok()), removed }),
+            Err(s) => ok(RemoveAllResponse { status: Some(s), removed: 0 }),
+        }
+    }
+
+    async fn list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
+        let r = req.into_inner();
+        let limit = match r.limit as usize {
+            0 => LIST_DEFAULT,
+            n => n.min(LIST_MAX),
+        };
+        let objects = self
+            .shared
+            .read(|s| s.objects_with_prefix(&r.prefix).take(limit).map(|o| convert::object_pb(s, o)).collect())
+            .await;
+        match objects {
+            Ok(objects) => ok(ListObjectsResponse { status: Some(Status::ok()), objects }),
+            Err(s) => ok(ListObjectsResponse { status: Some(s), objects: vec![] }),
+        }
+    }
+
+    async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
+        let (metadata, _, reqs) = req.into_parts();
+        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let answers = async {
+            let mut responses = Vec::with_capacity(reqs.requests.len());
+            for r in &reqs.requests {
+                let response = crate::objects::puts::put_start(&self.shared, r).await;
+                // Not the leader (any more): the whole batch goes to the leader,
+                // which MasterClient finds from this answer.
+                if let Some(s) = response.status.as_ref().filter(|s| is_leadership(s)) {
+                    return Err(s.clone());
+                }
+                responses.push(response);
+            }
+            Ok(responses)
+        };
+        self.write_batch(&metadata, &writers, answers).await
+    }
+
+    async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
+        let (metadata, _, reqs) = req.into_parts();
+        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let answers = async {
+            let refusal = |r: &PutEndRequest| convert::check_put_end(r).err().map(invalid);
+            let statuses = answer_valid(&reqs.requests, refusal, async |valid| {
+                // Copied only when some are refused (never, from our client).
+                if valid.len() == reqs.requests.len() {
+                    return crate::objects::puts::put_end(&self.shared, &reqs.requests).await;
+                }
+                let valid: Vec<PutEndRequest> = valid.iter().map(|i| reqs.requests[*i].clone()).collect();
+                crate::objects::puts::put_end(&self.shared, &valid).await
+            })
+            .await;
+            if let Some(s) = statuses.iter().find(|s| is_leadership(s)) {
+                return Err(s.clone());
+            }
+            Ok(statuses.into_iter().map(|s| PutEndResponse { status: Some(s) }).collect())
+        };
+        self.write_batch(&metadata, &writers, answers).await
+    }
+
+    async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
+        let (metadata, _, reqs) = req.into_parts();
+        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        // Unlike a PutStart's or PutEnd's, a revoke's NOT_LEADER answers its
+        // item only: the batch itself is answered OK.
+        let answers = async {
+            let revoke = |r: &PutRevokeRequest| match validate_key(&r.key) {
+                Ok(()) => crate::objects::puts::put_revoke(&self.shared, r),
+                Err(e) => invalid(e),
+            };
+            Ok(reqs.requests.iter().map(|r| PutRevokeResponse { status: Some(revoke(r)) }).collect())
+        };
+        self.write_batch(&metadata, &writers, answers).await
+    }
+
+    async fn batch_get_replica_list(
+        &self,
+        req: Request<BatchGetReplicaListRequest>,
+    ) -> RpcResult<BatchGetReplicaListResponse> {
+        let keys = req.into_inner().keys;
+        answer_batch(&keys, self.replica_lists(&keys)).await
+    }
+
+    async fn batch_exist_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
+        let keys = req.into_inner().keys;
+        answer_batch(&keys, self.exist_keys(&keys)).await
+    }
+
+    async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {
+        // Forced, it ignores KV leases and pins: an admin operation (else
+        // ListObjects and a forced BatchRemove would be a forced RemoveAll).
+        if req.get_ref().force
+            && let Err(s) = self.shared.auth.roles.require_admin(&req, "BatchRemove with force")
+        {
+            return ok(BatchRemoveResponse { status: Some(s), responses: vec![] });
+        }
+        let r = req.into_inner();
+        let answers = async {
+            let refusal = |k: &String| validate_key(k).err().map(invalid);
+            let statuses = answer_valid(&r.keys, refusal, async |valid| {
+                let keys: Vec<String> = valid.iter().map(|i| r.keys[*i].clone()).collect();
+                let ids: Vec<u64> = valid.iter().map(|i| r.request_ids.get(*i).copied().unwrap_or(0)).collect();
+                crate::objects::removal::remove_keys(&self.shared, &keys, &ids, r.force).await
+            })
+            .await;
+            Ok(statuses.into_iter().map(|s| RemoveResponse { status: Some(s) }).collect())
+        };
+        answer_batch(&r.keys, answers).await
+    }
+}

@@ -1,0 +1,97 @@
+//! Object reads: replica lists (with their KV leases and READ grants) and
+//! existence, one key or a batch.
+
+use mooncake_auth::capability::Access;
+use mooncake_proto::master::*;
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_raft_store::MetaState;
+use mooncake_raft_store::state::validate_key;
+
+use super::*;
+use crate::rpc::convert::{self};
+use crate::rpc::errors::invalid;
+
+impl MasterServiceImpl {
+    /// GetReplicaList of one key on the applied state (its KV lease was
+    /// granted before the read).
+    pub(super) fn replica_list(&self, s: &MetaState, key: &str) -> GetReplicaListResponse {
+        let lease_ttl_ms = self.shared.leader.kv_lease_ttl().as_millis() as u64;
+        let status = match s.object(key) {
+            None => Status::with(ErrorCode::ObjectNotFound, format!("object {key:?} not found")),
+            // Its only replicas are on disks of a store node that is down.
+            Some(o) if !o.replicas.iter().any(|r| s.is_readable(r)) => Status::with(
+                ErrorCode::ReplicaIsNotReady,
+                format!(
+                    "object {key:?} is only on disk segments of a store node that is down; it is readable again \
+                     when that node restarts with its disk (docs/TIERS.md)"
+                ),
+            ),
+            Some(o) => {
+                // Memory before disk; replicas of a detached disk are left out.
+                let mut readable: Vec<&mooncake_raft_store::ReplicaPlacement> =
+                    o.replicas.iter().filter(|r| s.is_readable(r)).collect();
+                readable.sort_by_key(|r| s.replica_tier(r));
+                let mut replicas: Vec<Replica> =
+                    readable.into_iter().map(|r| convert::replica_pb(s, r, convert::ReplicaState::Complete)).collect();
+                self.shared.auth.capabilities.grant(s, &mut replicas, Access::Read);
+                return GetReplicaListResponse {
+                    status: Some(Status::ok()),
+                    replicas,
+                    size: o.size_bytes,
+                    checksum: o.checksum,
+                    lease_ttl_ms,
+                };
+            }
+        };
+        GetReplicaListResponse { status: Some(status), replicas: vec![], size: 0, checksum: 0, lease_ttl_ms }
+    }
+
+    pub(super) fn exist_key(&self, s: &MetaState, key: &str) -> ExistKeyResponse {
+        let exists = s.object(key).is_some();
+        ExistKeyResponse { status: Some(Status::ok()), exists }
+    }
+
+    /// GetReplicaList of each key, leased; invalid keys answered without a lease.
+    pub(super) async fn replica_lists(&self, keys: &[String]) -> Result<Vec<GetReplicaListResponse>, Status> {
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let answer = |s: &MetaState| -> Vec<GetReplicaListResponse> {
+            keys.iter()
+                .map(|k| match validate_key(k) {
+                    Ok(()) => self.replica_list(s, k),
+                    Err(e) => GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() },
+                })
+                .collect()
+        };
+        let is_ok = |r: &GetReplicaListResponse| r.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::Ok);
+        let mut answers = self.shared.read_leased(&names, answer, is_ok).await?;
+        // A key whose put is in flight here is not ready (upstream's answer),
+        // not missing: looked up after the state read (leader.rs).
+        let missing =
+            |r: &GetReplicaListResponse| r.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::ObjectNotFound);
+        if answers.iter().any(missing) {
+            for ((answer, key), in_flight) in
+                answers.iter_mut().zip(keys).zip(crate::objects::puts::in_flight(&self.shared, keys))
+            {
+                if in_flight && missing(answer) {
+                    answer.status = Some(crate::objects::puts::not_ready(key));
+                }
+            }
+        }
+        crate::objects::copies::count_hits(&self.shared, keys, &answers);
+        Ok(answers)
+    }
+
+    /// ExistKey of each key, leased when it exists (as Mooncake's).
+    pub(super) async fn exist_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let answer = |s: &MetaState| -> Vec<ExistKeyResponse> {
+            keys.iter()
+                .map(|k| match validate_key(k) {
+                    Ok(()) => self.exist_key(s, k),
+                    Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
+                })
+                .collect()
+        };
+        self.shared.read_leased(&names, answer, |r| r.exists).await
+    }
+}
