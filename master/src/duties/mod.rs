@@ -8,18 +8,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, StateReader, Tier};
+use mooncake_raft_store::{ArenaId, Command, ObjectVersion, Response, Tier};
 use mooncake_segment::{ClientId, SegmentId};
 use openraft::ServerState;
 use tokio::sync::watch;
 
 use crate::leader::LeaderState;
-use crate::leader::arena_fences::FenceWakes;
 use crate::leader::decisions;
 use crate::metrics::MasterMetrics;
 use crate::objects::arenas;
-use crate::objects::eviction::Evictor;
-use crate::raft::proposer::Proposer;
+use crate::shared::Shared;
 
 /// Leader duties run this often.
 const DUTY_TICK: Duration = Duration::from_millis(100);
@@ -34,12 +32,11 @@ const RECLAIM_EVERY_TICKS: u32 = 10;
 /// busy host for stalls, which only postpones expiries.
 const STALL_MAX: Duration = Duration::from_secs(1);
 
-/// What the leader duties need.
+/// What the leader duties need: the master's handles ([`Shared`]) and the
+/// timeouts that are theirs alone.
 #[derive(Clone)]
 pub struct DutyContext {
-    pub reader: StateReader,
-    pub leader: Arc<LeaderState>,
-    pub proposer: Proposer,
+    pub shared: Arc<Shared>,
     pub client_ttl: Duration,
     pub discard_after: Duration,
     pub release_after: Duration,
@@ -51,11 +48,6 @@ pub struct DutyContext {
     /// `--dev-unsafe-expire-after-stall`: a stall of the leader does not
     /// restart the clients' TTLs.
     pub unsafe_expire_after_stall: bool,
-    /// How long a WRITE grant can be used (`Auth::grants_live`).
-    pub grants_live: Duration,
-    pub fence_wakes: Arc<FenceWakes>,
-    pub evictor: Arc<Evictor>,
-    pub metrics: Arc<MasterMetrics>,
 }
 
 /// Follows Raft metrics: keeps the leader-local soft state to the term, and
@@ -109,7 +101,7 @@ pub async fn leader_duties(ctx: DutyContext) {
         let now = Instant::now();
         let gap = now.saturating_duration_since(last_tick);
         last_tick = now;
-        if ctx.leader.with(|_| ()).is_none() {
+        if ctx.shared.leader.with(|_| ()).is_none() {
             continue;
         }
         let stalled = gap > stall_max + DUTY_TICK;
@@ -121,8 +113,8 @@ pub async fn leader_duties(ctx: DutyContext) {
         // found everyone silent for the whole stall.
         let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
         expire_clients(&ctx, expire_all).await;
-        ctx.evictor.round(0).await;
-        ctx.metrics.leader_duty_rounds.inc();
+        ctx.shared.write_path.evictor.round(0).await;
+        ctx.shared.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
             reclaim_puts(&ctx).await;
         }
@@ -131,12 +123,12 @@ pub async fn leader_duties(ctx: DutyContext) {
 
 /// The leader could not run for `gap`: nobody could be heard meanwhile.
 fn note_stall(ctx: &DutyContext, gap: Duration, now: Instant) {
-    ctx.metrics.leader_stalls.inc();
+    ctx.shared.metrics.leader_stalls.inc();
     if ctx.unsafe_expire_after_stall {
         tracing::warn!(stall_ms = gap.as_millis() as u64, "leader stalled; DEV-UNSAFE: client TTLs not restarted");
         return;
     }
-    ctx.leader.with(|t| t.restart_hearing(now));
+    ctx.shared.leader.with(|t| t.restart_hearing(now));
     tracing::warn!(
         stall_ms = gap.as_millis() as u64,
         "leader stalled (process paused, host stall or overload): heartbeats could not be heard, so every client's \
@@ -145,7 +137,7 @@ fn note_stall(ctx: &DutyContext, gap: Duration, now: Instant) {
 }
 
 async fn propose_logged(ctx: &DutyContext, what: &str, cmd: Command) -> Option<Response> {
-    match ctx.proposer.propose(cmd).await {
+    match ctx.shared.write_path.proposer.propose(cmd).await {
         Ok(r) => Some(r),
         Err(status) => {
             tracing::warn!(duty = what, code = ?status.error_code(), message = %status.message, "proposal failed");
@@ -156,23 +148,25 @@ async fn propose_logged(ctx: &DutyContext, what: &str, cmd: Command) -> Option<R
 
 async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
     let now = Instant::now();
-    let clients: Vec<ClientId> = ctx.reader.read(|s| s.clients().map(|c| c.id).collect());
+    let clients: Vec<ClientId> = ctx.shared.reader.read(|s| s.clients().map(|c| c.id).collect());
     let expired = match expire_all {
         true => clients,
-        false => ctx.leader.with(|t| decisions::expired_clients(&clients, t, now, ctx.client_ttl)).unwrap_or_default(),
+        false => {
+            ctx.shared.leader.with(|t| decisions::expired_clients(&clients, t, now, ctx.client_ttl)).unwrap_or_default()
+        }
     };
     for client in expired {
         // A store node with a disk keeps it (detached) for the grace: its
         // objects come back when it does (docs/TIERS.md).
-        let has_disk = ctx.reader.read(|s| s.client_segments(client).any(|g| g.tier() == Tier::Ssd));
+        let has_disk = ctx.shared.reader.read(|s| s.client_segments(client).any(|g| g.tier() == Tier::Ssd));
         let cmd = match has_disk {
             true => Command::ExpireClientKeepDisk { client },
             false => Command::ExpireClient { client },
         };
         let r = propose_logged(ctx, "client expiry", cmd).await;
         if r.is_some_and(|r| r.err().is_none()) {
-            ctx.leader.with(|t| t.puts.expire_client(client, ctx.release_after));
-            ctx.metrics.expired_clients.inc();
+            ctx.shared.leader.with(|t| t.puts.expire_client(client, ctx.release_after));
+            ctx.shared.metrics.expired_clients.inc();
             tracing::info!(%client, ttl_s = ctx.client_ttl.as_secs(), "client expired: no heartbeat; its segments are unmounted");
         }
     }
@@ -190,13 +184,13 @@ struct Held {
 /// them can be left.
 async fn reclaim_puts(ctx: &DutyContext) {
     let now = Instant::now();
-    let held: Held = ctx.reader.read(|s| Held {
+    let held: Held = ctx.shared.reader.read(|s| Held {
         retired: s.retired().map(|r| r.version).collect(),
         arenas: s.arenas().map(|a| (a.id, a.segment)).collect(),
     });
     let in_state: Vec<ArenaId> = held.arenas.iter().map(|(id, _)| *id).collect();
     let foreign_after = if ctx.unsafe_arena_reuse { Duration::ZERO } else { ctx.release_after };
-    let decided = ctx.leader.with(|t| {
+    let decided = ctx.shared.leader.with(|t| {
         let expired = t.puts.expire(now, ctx.discard_after, ctx.release_after);
         let (gone, foreign) = t.puts.sweep(&in_state, now, foreign_after);
         t.puts.forget(&gone);
@@ -216,12 +210,19 @@ async fn reclaim_puts(ctx: &DutyContext) {
     });
     let Some((expired, (arenas, unfenced), retired)) = decided else { return };
     if expired > 0 {
-        ctx.metrics.discarded_puts.inc_by(expired as u64);
+        ctx.shared.metrics.discarded_puts.inc_by(expired as u64);
         tracing::info!(count = expired, "puts unfinished past the discard timeout: keys freed, ranges held");
     }
-    arenas::return_arenas(&ctx.proposer, &ctx.leader, unfenced).await;
+    arenas::return_arenas(&ctx.shared.write_path.proposer, &ctx.shared.leader, unfenced).await;
     let arenas: Vec<(ArenaId, SegmentId)> = held.arenas.iter().filter(|(id, _)| arenas.contains(id)).copied().collect();
-    arenas::take_back(&ctx.proposer, &ctx.leader, &ctx.fence_wakes, ctx.grants_live, &arenas).await;
+    arenas::take_back(
+        &ctx.shared.write_path.proposer,
+        &ctx.shared.leader,
+        &ctx.shared.auth.fence_wakes,
+        ctx.shared.auth.grants_live,
+        &arenas,
+    )
+    .await;
     if !retired.is_empty()
         && let Some(Response::Removed { count }) =
             propose_logged(ctx, "release retired objects", Command::ReleaseRetired { versions: retired }).await
