@@ -272,8 +272,8 @@ impl MetaState {
 
     fn check_segments(&self) -> Result<(), InvariantViolation> {
         // Not `validate_segment` or the one-segment-per-memory rule: those
-        // refuse commands, and they grew stricter over versions; a state
-        // loaded from an older snapshot may hold what they now refuse.
+        // refuse commands, and a later version may make them stricter while
+        // its states still hold what earlier versions of format v1 accepted.
         for (id, s) in &self.segments {
             let record = Record::Segment(*id);
             if s.spec.id != *id {
