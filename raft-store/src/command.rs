@@ -80,7 +80,7 @@ pub enum Pin {
     /// Never evicted.
     Hard,
     /// Soft-pinned for `ttl_ms` (1..=[`SOFT_PIN_TTL_MAX_MS`]) after the
-    /// object became readable (its `completed_ms`), then evicted in its
+    /// object became readable (its `committed_ms`), then evicted in its
     /// turn like an unpinned object. The deadline is state time plus the
     /// TTL, so every leader sees the same one (up to clock skew).
     SoftFor { ttl_ms: u64 },
@@ -93,10 +93,10 @@ pub const SOFT_PIN_TTL_MAX_MS: u64 = 86_400_000;
 impl Pin {
     /// Whether eviction passes the object over for unpinned ones at
     /// `now_ms` (wall-clock ms), given when it became readable.
-    pub fn soft_at(self, completed_ms: u64, now_ms: u64) -> bool {
+    pub fn soft_at(self, committed_ms: u64, now_ms: u64) -> bool {
         match self {
             Pin::Soft => true,
-            Pin::SoftFor { ttl_ms } => now_ms < completed_ms.saturating_add(ttl_ms),
+            Pin::SoftFor { ttl_ms } => now_ms < committed_ms.saturating_add(ttl_ms),
             Pin::None | Pin::Hard => false,
         }
     }

@@ -32,7 +32,7 @@ pub struct Candidate {
     pub object: VersionedKey,
     pub hash: KeyHash,
     pub pin: Pin,
-    pub completed_ms: u64,
+    pub committed_ms: u64,
     /// Bytes freed by evicting it from the tier (its replicas there).
     pub bytes: u64,
     /// It has a readable replica on another tier: evicting it from this one
@@ -77,7 +77,7 @@ pub fn eviction_candidates_on(state: &MetaState, tier: Tier, segment: Option<Seg
                 object: VersionedKey { key: o.key.clone(), version: o.version },
                 hash: KeyHash::of(&o.key),
                 pin: o.pin,
-                completed_ms: o.committed_ms,
+                committed_ms: o.committed_ms,
                 bytes,
                 kept_elsewhere,
             })
@@ -104,8 +104,8 @@ pub fn choose_victims(
     candidates.retain(|c| !term.is_kv_leased(c.hash, now, ttl) && !term.kv.is_fenced(c.hash));
     candidates.sort_by(|a, b| {
         let rank = |c: &Candidate| {
-            let soft = c.pin.soft_at(c.completed_ms, wall_ms);
-            (soft, !c.kept_elsewhere, term.kv.last_read(c.hash, ttl), c.completed_ms)
+            let soft = c.pin.soft_at(c.committed_ms, wall_ms);
+            (soft, !c.kept_elsewhere, term.kv.last_read(c.hash, ttl), c.committed_ms)
         };
         rank(a).cmp(&rank(b)).then_with(|| a.object.key.cmp(&b.object.key))
     });

@@ -39,10 +39,10 @@ pub struct ArenaCuts {
 }
 
 impl ArenaCuts {
-    /// Whether bytes of an object committed at `completed_ms` may be cut
+    /// Whether bytes of an object committed at `committed_ms` may be cut
     /// out of an earlier term's arena at `wall_ms`.
-    pub fn may_cut(&self, completed_ms: u64, wall_ms: u64) -> bool {
-        completed_ms.saturating_add(self.cut_after.as_millis() as u64) <= wall_ms
+    pub fn may_cut(&self, committed_ms: u64, wall_ms: u64) -> bool {
+        committed_ms.saturating_add(self.cut_after.as_millis() as u64) <= wall_ms
     }
 
     /// The pieces of `victims` that may be cut once they are removed: their

@@ -25,6 +25,7 @@ use mooncake_raft_store::state::SegmentEntry;
 use mooncake_raft_store::{Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, Tier};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
+use crate::leader::TermState;
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
 use crate::leader::tiering::{Copy, OffloadMode, Purpose};
 use crate::objects::puts::{Grant, grant_arena};
@@ -285,73 +286,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         return false;
     }
     let now = Instant::now();
-    let wanted = shared.leader.with(|t| {
-        let mut wanted: Vec<(SegmentId, u64, u64)> = Vec::new();
-        let mut added = 0;
-        for p in plans {
-            let evicted_from_disk = purpose == Purpose::Offload && t.copies.was_disk_evicted(&p.key);
-            if added >= room || t.copies.is_copying(&p.key) || evicted_from_disk {
-                continue;
-            }
-            let Some(len) = p.tier.range_len(p.size_bytes) else { continue };
-            let id = t.copies.next_id();
-            let ask = PutAsk {
-                key: Copy::reservation_key(id),
-                client: p.executor,
-                size_bytes: len,
-                replica_num: 1,
-                min_replicas: 1,
-                pin: Pin::None,
-                upsert: false,
-            };
-            match t.puts.reserve(&ask, std::slice::from_ref(&p.target), &Round::default(), now) {
-                Reserve::Placed(mut placed) | Reserve::Again(mut placed) => {
-                    let Some(target) = placed.pop() else { continue };
-                    t.copies.add(Copy {
-                        id,
-                        purpose,
-                        key: p.key,
-                        version: p.version,
-                        size_bytes: p.size_bytes,
-                        checksum: p.checksum,
-                        executor: p.executor,
-                        sources: p.sources,
-                        target,
-                        issued: now,
-                        delivered: None,
-                    });
-                    added += 1;
-                }
-                Reserve::NeedArenas(segments) => {
-                    match purpose {
-                        Purpose::Promote => {
-                            t.copies.keep_hot(&p.key, shared.tiers.policy.promotion_admission_threshold)
-                        }
-                        Purpose::Offload => t.copies.keep_fresh(p.key.clone()),
-                    }
-                    for (segment, arena_len) in segments {
-                        if !wanted.iter().any(|(s, _, _)| *s == segment) {
-                            wanted.push((segment, arena_len, len));
-                        }
-                    }
-                }
-                Reserve::Taken | Reserve::NoRoom { .. } => {}
-            }
-        }
-        if added > 0 {
-            tracing::debug!(copies = added, purpose = purpose.name(), "copies handed to store nodes' next pings");
-            shared.tiers.copies_queued.notify_waiters();
-        }
-        shared.metrics.copies_issued(purpose).inc_by(added as u64);
-        // The scan goes on past this slice only once every copy in it is
-        // placed (the others are planned again with the arenas granted).
-        if wanted.is_empty()
-            && let Some(last) = scanned_to
-        {
-            t.copies.offload_cursor = last;
-        }
-        wanted
-    });
+    let wanted = shared.leader.with(|t| reserve_copies(t, shared, purpose, plans, room, scanned_to, now));
     let wanted = wanted.unwrap_or_default();
     for (segment, len, unit) in &wanted {
         if let Grant::NotLeading = grant_arena(shared, *segment, *len, *unit).await {
@@ -359,6 +294,85 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         }
     }
     !wanted.is_empty()
+}
+
+/// Reserves ranges for up to `room` of `plans` in the leader's arenas and
+/// queues those copies for their store nodes; answers the arenas to grant
+/// (segment, length, unit) for the copies that found no room. The offload
+/// scan moves on to `scanned_to` only once every copy of its slice is
+/// placed.
+fn reserve_copies(
+    t: &mut TermState,
+    shared: &Shared,
+    purpose: Purpose,
+    plans: Vec<Plan>,
+    room: usize,
+    scanned_to: Option<String>,
+    now: Instant,
+) -> Vec<(SegmentId, u64, u64)> {
+    let mut wanted: Vec<(SegmentId, u64, u64)> = Vec::new();
+    let mut added = 0;
+    for p in plans {
+        let evicted_from_disk = purpose == Purpose::Offload && t.copies.was_disk_evicted(&p.key);
+        if added >= room || t.copies.is_copying(&p.key) || evicted_from_disk {
+            continue;
+        }
+        let Some(len) = p.tier.range_len(p.size_bytes) else { continue };
+        let id = t.copies.next_id();
+        let ask = PutAsk {
+            key: Copy::reservation_key(id),
+            client: p.executor,
+            size_bytes: len,
+            replica_num: 1,
+            min_replicas: 1,
+            pin: Pin::None,
+            upsert: false,
+        };
+        match t.puts.reserve(&ask, std::slice::from_ref(&p.target), &Round::default(), now) {
+            Reserve::Placed(mut placed) | Reserve::Again(mut placed) => {
+                let Some(target) = placed.pop() else { continue };
+                t.copies.add(Copy {
+                    id,
+                    purpose,
+                    key: p.key,
+                    version: p.version,
+                    size_bytes: p.size_bytes,
+                    checksum: p.checksum,
+                    executor: p.executor,
+                    sources: p.sources,
+                    target,
+                    issued: now,
+                    delivered: None,
+                });
+                added += 1;
+            }
+            Reserve::NeedArenas(segments) => {
+                match purpose {
+                    Purpose::Promote => t.copies.keep_hot(&p.key, shared.tiers.policy.promotion_admission_threshold),
+                    Purpose::Offload => t.copies.keep_fresh(p.key.clone()),
+                }
+                for (segment, arena_len) in segments {
+                    if !wanted.iter().any(|(s, _, _)| *s == segment) {
+                        wanted.push((segment, arena_len, len));
+                    }
+                }
+            }
+            Reserve::Taken | Reserve::NoRoom { .. } => {}
+        }
+    }
+    if added > 0 {
+        tracing::debug!(copies = added, purpose = purpose.name(), "copies handed to store nodes' next pings");
+        shared.tiers.copies_queued.notify_waiters();
+    }
+    shared.metrics.copies_issued(purpose).inc_by(added as u64);
+    // The scan goes on past this slice only once every copy in it is
+    // placed (the others are planned again with the arenas granted).
+    if wanted.is_empty()
+        && let Some(last) = scanned_to
+    {
+        t.copies.offload_cursor = last;
+    }
+    wanted
 }
 
 /// Gives up copies not reported in time (their executor died or its report

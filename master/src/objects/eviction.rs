@@ -28,7 +28,9 @@ use mooncake_segment::SegmentId;
 
 use crate::objects::arena_cuts::{ArenaCuts, arenas_holding};
 
+use crate::leader::FenceGuard;
 use crate::leader::LeaderState;
+use crate::leader::decisions::Candidate;
 use crate::leader::decisions::{self, EvictionPolicy};
 use crate::leader::kv_lease::KeyHash;
 use crate::leader::tiering::{OffloadMode, TierPolicy};
@@ -113,18 +115,8 @@ impl Evictor {
             candidates.retain(|c| c.kept_elsewhere);
         }
         let wall_ms = crate::raft::proposer::now_ms();
-        // A put's round: where the candidates too young to cut hold the
-        // put's segment's bytes (an arena, when they lie in one).
-        let young_in: Vec<Option<ArenaId>> = match segment {
-            Some(seg) => self.reader.read(|s| {
-                candidates
-                    .iter()
-                    .map(|c| match self.cuts.may_cut(c.completed_ms, wall_ms) {
-                        true => None,
-                        false => arenas_holding(s, &c.object, Some(tier), Some(seg)).first().map(|(id, _)| *id),
-                    })
-                    .collect()
-            }),
+        let young_in = match segment {
+            Some(seg) => self.young_in(&candidates, tier, seg, wall_ms),
             None => Vec::new(),
         };
         let ttl = self.policy.kv_lease_ttl;
@@ -147,6 +139,28 @@ impl Evictor {
             return 0;
         }
         let guard = self.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
+        self.remove_victims(tier, need_bytes, victims, guard).await
+    }
+
+    /// For a put's round on `segment`: for each candidate too young to be
+    /// cut, the arena its bytes there lie in (an earlier term's arena would
+    /// free nothing the put could use).
+    fn young_in(&self, candidates: &[Candidate], tier: Tier, segment: SegmentId, wall_ms: u64) -> Vec<Option<ArenaId>> {
+        self.reader.read(|s| {
+            candidates
+                .iter()
+                .map(|c| match self.cuts.may_cut(c.committed_ms, wall_ms) {
+                    true => None,
+                    false => arenas_holding(s, &c.object, Some(tier), Some(segment)).first().map(|(id, _)| *id),
+                })
+                .collect()
+        })
+    }
+
+    /// Removes the fenced `victims` from `tier` (their replicas there, or
+    /// the objects with no other), cuts their bytes out of earlier terms'
+    /// arenas, and returns how many were evicted.
+    async fn remove_victims(&self, tier: Tier, need_bytes: u64, victims: Vec<Candidate>, guard: FenceGuard) -> u64 {
         let asked = victims.len();
         if tier == Tier::Ssd {
             // Not offloaded again: that would push another copy out, and back.

@@ -88,34 +88,16 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
 /// as needed.
 pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartResponse {
     let refuse = |s: Status| PutStartResponse { status: Some(s), replicas: vec![] };
-    let spec = match convert::put_start(req) {
-        Ok(spec) => spec,
+    let (ask, preferred) = match put_ask(req) {
+        Ok(asked) => asked,
         Err(e) => return refuse(invalid(e)),
     };
-    if let Err(e) = validate_put(&spec) {
-        return refuse(invalid(e));
-    }
-    let ask = PutAsk {
-        key: spec.key.clone(),
-        client: spec.client,
-        size_bytes: spec.size_bytes,
-        replica_num: spec.replica_num as usize,
-        min_replicas: req.min_replicas.max(1) as usize,
-        pin: spec.pin,
-        upsert: req.upsert,
-    };
-    if req.min_replicas > spec.replica_num {
-        return refuse(invalid(MetaError::InvalidParams(format!(
-            "min_replicas {} exceeds replica_num {} for {:?}: ask for at least as many replicas as the put must have",
-            req.min_replicas, spec.replica_num, ask.key
-        ))));
-    }
     // Fewer replicas than asked are placed only once eviction cannot help,
     // and without eviction when fewer segments than asked could hold one.
     let mut round = Round::default();
     let mut evictions = 0u32;
     for _ in 0..PLACE_ROUNDS_MAX {
-        let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &spec.preferred)).await;
+        let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &preferred)).await;
         let look = match found {
             Ok(Ok(l)) => l,
             Ok(Err(e)) => return refuse(invalid(e)),
@@ -139,23 +121,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             return refuse(shared.not_leader());
         };
         match r {
-            Reserve::Placed(p) | Reserve::Again(p) => {
-                if p.len() < ask.replica_num {
-                    shared.metrics.puts_under_replicated.inc();
-                    tracing::debug!(
-                        key = %ask.key,
-                        placed = p.len(),
-                        asked = ask.replica_num,
-                        "put placed with fewer replicas than asked: fewer segments could hold it, or no other had room after eviction"
-                    );
-                }
-                let replicas = shared.reader.read(|s| {
-                    let mut replicas: Vec<Replica> = p.iter().map(|r| replica_pb(s, r)).collect();
-                    shared.auth.capabilities.grant(s, &mut replicas, Access::Write);
-                    replicas
-                });
-                return PutStartResponse { status: Some(Status::ok()), replicas };
-            }
+            Reserve::Placed(p) | Reserve::Again(p) => return placed(shared, &ask, &p),
             Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
                 for (segment, len) in wanted {
@@ -178,29 +144,8 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                 ))));
             }
             Reserve::NoRoom { missing } => {
-                // Room is made on the segments that had none, the emptiest
-                // first, one per missing replica: never more than the put
-                // will place.
-                let full: Vec<SegmentId> = look
-                    .candidates
-                    .iter()
-                    .map(|c| c.segment)
-                    .filter(|s| round.excluded.contains(s))
-                    .take(missing)
-                    .collect();
-                let per_segment = aligned(ask.size_bytes).saturating_mul(1 << evictions);
+                make_room(shared, &ask, &look, &mut round, missing, evictions).await;
                 evictions += 1;
-                let mut evicted = 0;
-                if evictions <= EVICT_ROUNDS_MAX {
-                    for segment in full {
-                        evicted += shared.write_path.evictor.round_for_put(segment, per_segment).await;
-                    }
-                }
-                // Once eviction cannot help any more, take what room there is.
-                if evicted == 0 {
-                    round.allow_fewer = true;
-                }
-                round.excluded.clear();
             }
         }
     }
@@ -209,6 +154,70 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
          put it again",
         ask.key
     ))))
+}
+
+/// The put a PutStart asks for, and its preferred segments; refused when
+/// malformed or asking for more `min_replicas` than replicas.
+fn put_ask(req: &PutStartRequest) -> Result<(PutAsk, Vec<SegmentId>), MetaError> {
+    let spec = convert::put_start(req)?;
+    validate_put(&spec)?;
+    if req.min_replicas > spec.replica_num {
+        return Err(MetaError::InvalidParams(format!(
+            "min_replicas {} exceeds replica_num {} for {:?}: ask for at least as many replicas as the put must have",
+            req.min_replicas, spec.replica_num, spec.key
+        )));
+    }
+    let ask = PutAsk {
+        key: spec.key,
+        client: spec.client,
+        size_bytes: spec.size_bytes,
+        replica_num: spec.replica_num as usize,
+        min_replicas: req.min_replicas.max(1) as usize,
+        pin: spec.pin,
+        upsert: req.upsert,
+    };
+    Ok((ask, spec.preferred))
+}
+
+/// The answer of a placed put: its replicas with WRITE grants (counted as
+/// under-replicated when fewer than asked).
+fn placed(shared: &Shared, ask: &PutAsk, p: &[PlacedReplica]) -> PutStartResponse {
+    if p.len() < ask.replica_num {
+        shared.metrics.puts_under_replicated.inc();
+        tracing::debug!(
+            key = %ask.key,
+            placed = p.len(),
+            asked = ask.replica_num,
+            "put placed with fewer replicas than asked: fewer segments could hold it, or no other had room after eviction"
+        );
+    }
+    let replicas = shared.reader.read(|s| {
+        let mut replicas: Vec<Replica> = p.iter().map(|r| replica_pb(s, r)).collect();
+        shared.auth.capabilities.grant(s, &mut replicas, Access::Write);
+        replicas
+    });
+    PutStartResponse { status: Some(Status::ok()), replicas }
+}
+
+/// Round `evictions` (0-based) of making room for a put that found none on
+/// `missing` of its segments: room is made on the segments that had none,
+/// the emptiest first, one per missing replica (never more than the put
+/// will place), `2^evictions` times its size on each. Once eviction cannot
+/// help any more, the put takes what room there is.
+async fn make_room(shared: &Shared, ask: &PutAsk, look: &Look, round: &mut Round, missing: usize, evictions: u32) {
+    let full: Vec<SegmentId> =
+        look.candidates.iter().map(|c| c.segment).filter(|s| round.excluded.contains(s)).take(missing).collect();
+    let per_segment = aligned(ask.size_bytes).saturating_mul(1 << evictions);
+    let mut evicted = 0;
+    if evictions < EVICT_ROUNDS_MAX {
+        for segment in full {
+            evicted += shared.write_path.evictor.round_for_put(segment, per_segment).await;
+        }
+    }
+    if evicted == 0 {
+        round.allow_fewer = true;
+    }
+    round.excluded.clear();
 }
 
 /// What an arena grant for a put came to.
