@@ -42,6 +42,19 @@ pub struct MemberView {
     pub lag: Option<u64>,
 }
 
+/// One background duty as the leader reports it: its tick, rounds, errors,
+/// and how long ago it last succeeded and last failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct DutyView {
+    pub name: String,
+    pub tick_ms: u64,
+    pub runs: u64,
+    pub errors: u64,
+    pub last_success_ms_ago: Option<u64>,
+    pub last_error_ms_ago: Option<u64>,
+    pub last_error: String,
+}
+
 /// One storage tier as the leader reports it (docs/TIERS.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct TierView {
@@ -65,6 +78,8 @@ pub struct ClusterStatus {
     pub masters: Vec<MasterView>,
     /// Per tier, from the leader's view (empty when no leader answered).
     pub tiers: Vec<TierView>,
+    /// The leader's background duties (empty when no leader answered).
+    pub duties: Vec<DutyView>,
 }
 
 /// The tiers of a leader's segment listing.
@@ -92,12 +107,26 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
     let mut masters = Vec::new();
     let mut members = Vec::new();
     let mut tiers = Vec::new();
+    let mut duties = Vec::new();
     for addr in addrs {
         match client.cluster_info_with_hash_of(addr).await {
             Ok(info) => {
                 let me = info.members.iter().find(|m| m.id == info.node_id);
                 if info.leader_id == info.node_id {
                     tiers = tiers_of(&info.segments);
+                    duties = info
+                        .duties
+                        .iter()
+                        .map(|d| DutyView {
+                            name: d.name.clone(),
+                            tick_ms: d.tick_ms,
+                            runs: d.runs,
+                            errors: d.errors,
+                            last_success_ms_ago: d.last_success_ms_ago,
+                            last_error_ms_ago: d.last_error_ms_ago,
+                            last_error: d.last_error.clone(),
+                        })
+                        .collect();
                     let last = info.last_log_index;
                     members = info
                         .members
@@ -167,6 +196,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
         members,
         masters,
         tiers,
+        duties,
     }
 }
 
@@ -248,6 +278,25 @@ pub fn render(status: &ClusterStatus) -> String {
                 human_bytes(t.used_bytes),
                 human_bytes(t.capacity_bytes)
             );
+        }
+    }
+    if !status.duties.is_empty() {
+        let _ = writeln!(out, "\nduties (leader's):");
+        let ago =
+            |ms: Option<u64>| ms.map_or_else(|| "never".to_string(), |ms| format!("{:.1} s ago", ms as f64 / 1000.0));
+        for d in &status.duties {
+            let _ = write!(
+                out,
+                "  {:<14} every {:>5} ms  {:>7} rounds  last ok {:<12}",
+                d.name,
+                d.tick_ms,
+                d.runs,
+                ago(d.last_success_ms_ago)
+            );
+            let _ = match d.errors {
+                0 => writeln!(out, "  no errors"),
+                n => writeln!(out, "  {n} errors, last {}: {}", ago(d.last_error_ms_ago), d.last_error),
+            };
         }
     }
     if !status.members.is_empty() {

@@ -276,6 +276,39 @@ async fn status_shows_which_masters_cannot_serve() {
     assert!(why.contains("quorum") || why.contains("no leader"), "{why}");
 }
 
+/// Every background duty of the leader shows its tick, its rounds and when
+/// it last succeeded, in `mooncake status` and on `/metrics`: a duty that
+/// stopped succeeding is visible without reading logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_show_when_each_duty_of_the_leader_last_succeeded() {
+    let cluster = Cluster::builder().masters(3).binary(BIN).start();
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let masters = cluster.addrs().join(",");
+    let duties = ["client_expiry", "eviction", "reclaim", "copies"];
+    // The reclaim duty runs every second: once it has, every duty has.
+    let out = wait_until("every duty of the leader to have succeeded", T, || {
+        let masters = masters.clone();
+        async move {
+            let out = Command::new(BIN).args(["status", "--masters", &masters]).output().ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let line =
+                |duty: &str| text.lines().find(|l| l.trim_start().starts_with(&format!("{duty} "))).map(str::to_string);
+            duties.iter().all(|d| line(d).is_some_and(|l| !l.contains("never"))).then_some(text)
+        }
+    })
+    .await;
+    assert!(out.contains("duties (leader's):"), "{out}");
+    assert!(out.contains("every   100 ms") && out.contains("every  1000 ms"), "the ticks: {out}");
+    let samples = cluster.metrics(leader);
+    for duty in duties {
+        let runs = sample_value(&samples, "mooncake_duty_runs", &[("duty", duty)]).unwrap_or(0.0);
+        let ok_at = sample_value(&samples, "mooncake_duty_last_success_timestamp_seconds", &[("duty", duty)]);
+        assert!(runs >= 1.0, "{duty}: {runs} rounds");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(ok_at.is_some_and(|t| (now - t).abs() < 60.0), "{duty}: last success at {ok_at:?}, now {now}");
+    }
+}
+
 /// `member remove` of a learner drops it (it used to print success and leave
 /// it, the leader retrying it forever); an id that is no member is an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,6 +94,12 @@ pub struct Gauges {
     pub tier_objects: IntGaugeVec,
     /// Disk segments of expired store nodes kept for their grace.
     pub detached_segments: IntGauge,
+    /// Per background duty (`duties/book.rs`): rounds run, errors, and the
+    /// unix times of its last success and last error (0: never).
+    pub duty_runs: IntGaugeVec,
+    pub duty_errors: IntGaugeVec,
+    pub duty_last_success: IntGaugeVec,
+    pub duty_last_error: IntGaugeVec,
 }
 
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
@@ -173,6 +179,25 @@ impl Gauges {
                 r,
                 "mooncake_detached_segments",
                 "Disk segments of expired store nodes kept, with their objects, for the grace.",
+            )?,
+            duty_runs: gauge_vec(
+                r,
+                "mooncake_duty_runs",
+                "Rounds each background duty ran on this master.",
+                &["duty"],
+            )?,
+            duty_errors: gauge_vec(r, "mooncake_duty_errors", "Failures each background duty noted.", &["duty"])?,
+            duty_last_success: gauge_vec(
+                r,
+                "mooncake_duty_last_success_timestamp_seconds",
+                "When each background duty last finished a round without error (unix seconds; 0: never).",
+                &["duty"],
+            )?,
+            duty_last_error: gauge_vec(
+                r,
+                "mooncake_duty_last_error_timestamp_seconds",
+                "When each background duty last noted a failure (unix seconds; 0: never).",
+                &["duty"],
             )?,
         })
     }

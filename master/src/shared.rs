@@ -49,6 +49,8 @@ pub struct Shared {
     pub quorum_ack_max: Duration,
     /// The data dir's NOSPACE alarm (`disk_space.rs`).
     pub disk_alarm: Arc<crate::raft::disk_space::DiskAlarm>,
+    /// What each background duty last did (`duties/book.rs`).
+    pub duties: Arc<crate::duties::book::DutyBook>,
     pub read_path: ReadPath,
     pub write_path: WritePath,
     pub tiers: Tiers,

@@ -4,6 +4,8 @@
 //! proposed as a command.
 //! Every loop has a name, bounded units of work, and stops with the node.
 
+pub mod book;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,9 +22,9 @@ use crate::objects::arenas;
 use crate::shared::Shared;
 
 /// Leader duties run this often.
-const DUTY_TICK: Duration = Duration::from_millis(100);
+pub const DUTY_TICK: Duration = Duration::from_millis(100);
 /// The reclaim duty runs every this many ticks (a second).
-const RECLAIM_EVERY_TICKS: u32 = 10;
+pub const RECLAIM_EVERY_TICKS: u32 = 10;
 /// A gap between two duty ticks longer than this (or than a quarter of the
 /// client TTL, if shorter) is a stall of the leader: its process was
 /// paused (SIGSTOP, a VM pause or migration) or its event loop could not
@@ -112,11 +114,12 @@ pub async fn leader_duties(ctx: DutyContext) {
         // ran before the heartbeats queued during the stall were handled
         // found everyone silent for the whole stall.
         let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
-        expire_clients(&ctx, expire_all).await;
-        ctx.shared.write_path.evictor.round(0).await;
+        let book = &ctx.shared.duties;
+        book.round(book::CLIENT_EXPIRY, expire_clients(&ctx, expire_all)).await;
+        book.round(book::EVICTION, ctx.shared.write_path.evictor.round(0)).await;
         ctx.shared.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
-            reclaim_puts(&ctx).await;
+            book.round(book::RECLAIM, reclaim_puts(&ctx)).await;
         }
     }
 }
@@ -136,11 +139,15 @@ fn note_stall(ctx: &DutyContext, gap: Duration, now: Instant) {
     );
 }
 
-async fn propose_logged(ctx: &DutyContext, what: &str, cmd: Command) -> Option<Response> {
+/// Proposes `cmd` for `duty`; a failure is logged and noted in the duty's
+/// record ([`book::DutyBook`]).
+async fn propose_logged(ctx: &DutyContext, duty: &'static str, what: &str, cmd: Command) -> Option<Response> {
     match ctx.shared.write_path.proposer.propose(cmd).await {
         Ok(r) => Some(r),
         Err(status) => {
             tracing::warn!(duty = what, code = ?status.error_code(), message = %status.message, "proposal failed");
+            let why = format!("{what}: {:?}: {}", status.error_code(), status.message);
+            ctx.shared.duties.failed(duty, crate::raft::proposer::now_ms(), why);
             None
         }
     }
@@ -163,7 +170,7 @@ async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
             true => Command::ExpireClientKeepDisk { client },
             false => Command::ExpireClient { client },
         };
-        let r = propose_logged(ctx, "client expiry", cmd).await;
+        let r = propose_logged(ctx, book::CLIENT_EXPIRY, "client expiry", cmd).await;
         if r.is_some_and(|r| r.err().is_none()) {
             ctx.shared.leader.with(|t| t.puts.expire_client(client, ctx.release_after));
             ctx.shared.metrics.expired_clients.inc();
@@ -225,7 +232,8 @@ async fn reclaim_puts(ctx: &DutyContext) {
     .await;
     if !retired.is_empty()
         && let Some(Response::Removed { count }) =
-            propose_logged(ctx, "release retired objects", Command::ReleaseRetired { versions: retired }).await
+            propose_logged(ctx, book::RECLAIM, "release retired objects", Command::ReleaseRetired { versions: retired })
+                .await
     {
         tracing::debug!(count, "released the bytes of objects replaced by upserts");
     }

@@ -22,6 +22,7 @@ use mooncake_raft_store::{LogStore, Raft, StateMachineStore};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::duties::book::{self, DutyBook};
 use crate::duties::{self, DutyContext};
 use crate::leader::LeaderState;
 use crate::leader::decisions::EvictionPolicy;
@@ -219,8 +220,22 @@ fn shared_handles(
         metrics: metrics.clone(),
         cut_after,
     });
-    let evictor =
-        Arc::new(Evictor::new(reader.clone(), leader.clone(), proposer.clone(), policy, tiers, metrics.clone(), cuts));
+    let duties = Arc::new(DutyBook::default());
+    duties.register(book::CLIENT_EXPIRY, duties::DUTY_TICK);
+    duties.register(book::EVICTION, duties::DUTY_TICK);
+    duties.register(book::RECLAIM, duties::DUTY_TICK * duties::RECLAIM_EVERY_TICKS);
+    duties.register(book::COPIES, crate::objects::copies::COPY_TICK);
+    let evictor = Arc::new(Evictor {
+        reader: reader.clone(),
+        leader: leader.clone(),
+        proposer: proposer.clone(),
+        policy,
+        tiers,
+        metrics: metrics.clone(),
+        cuts,
+        duties: duties.clone(),
+        round: Default::default(),
+    });
     Arc::new(Shared {
         id: cfg.id,
         raft: raft.clone(),
@@ -230,6 +245,7 @@ fn shared_handles(
         metrics: metrics.clone(),
         quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
         disk_alarm: Arc::new(crate::raft::disk_space::DiskAlarm::default()),
+        duties,
         read_path: ReadPath {
             barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
             acks,

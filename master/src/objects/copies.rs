@@ -25,16 +25,18 @@ use mooncake_raft_store::state::SegmentEntry;
 use mooncake_raft_store::{Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, Tier};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
+use crate::duties::book;
 use crate::leader::TermState;
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
 use crate::leader::tiering::{Copy, OffloadMode, Purpose};
 use crate::objects::puts::{Grant, grant_arena};
+use crate::raft::proposer::now_ms;
 use crate::rpc::convert;
 use crate::rpc::errors::{meta_status, response_status};
 use crate::shared::Shared;
 
 /// The copy duty runs this often.
-const COPY_TICK: Duration = Duration::from_millis(250);
+pub(crate) const COPY_TICK: Duration = Duration::from_millis(250);
 /// Copies one Ping hands to a store node at most (64 of 4 MiB: 256 MiB per
 /// heartbeat; the node runs a few at once and queues the rest).
 pub const COPIES_PER_PING_MAX: usize = 64;
@@ -73,21 +75,26 @@ pub async fn run(shared: Arc<Shared>) {
             continue;
         }
         n = n.wrapping_add(1);
-        give_up_late_copies(&shared);
-        let offload_due = match shared.tiers.policy.offload {
-            OffloadMode::Off => false,
-            OffloadMode::Eager => true,
-            OffloadMode::OnEvict => n.is_multiple_of(ON_EVICT_SCAN_EVERY_TICKS),
-        };
-        if offload_due {
-            schedule(&shared, Purpose::Offload, Scan::KeySpace).await;
-        }
-        if shared.tiers.policy.promotion_on_hit {
-            schedule(&shared, Purpose::Promote, Scan::KeySpace).await;
-        }
-        end_detached(&shared).await;
-        shared.write_path.evictor.round_on(Tier::Ssd, 0).await;
+        shared.duties.round(book::COPIES, copy_round(&shared, n)).await;
     }
+}
+
+/// One ticked round of the copy duty (the `n`-th).
+async fn copy_round(shared: &Shared, n: u32) {
+    give_up_late_copies(shared);
+    let offload_due = match shared.tiers.policy.offload {
+        OffloadMode::Off => false,
+        OffloadMode::Eager => true,
+        OffloadMode::OnEvict => n.is_multiple_of(ON_EVICT_SCAN_EVERY_TICKS),
+    };
+    if offload_due {
+        schedule(shared, Purpose::Offload, Scan::KeySpace).await;
+    }
+    if shared.tiers.policy.promotion_on_hit {
+        schedule(shared, Purpose::Promote, Scan::KeySpace).await;
+    }
+    end_detached(shared).await;
+    shared.write_path.evictor.round_on(Tier::Ssd, 0).await;
 }
 
 /// What eager offload planning looks at besides the objects just committed.
@@ -405,8 +412,14 @@ async fn end_detached(shared: &Shared) {
             segments = ?ended,
             "disk segments of store nodes that did not come back within the grace dropped with their objects"
         ),
-        Ok(other) => tracing::warn!(?other, "dropping detached disk segments refused"),
-        Err(s) => tracing::warn!(message = %s.message, "dropping detached disk segments failed"),
+        Ok(other) => {
+            tracing::warn!(?other, "dropping detached disk segments refused");
+            shared.duties.failed(book::COPIES, now_ms(), format!("dropping detached disk segments refused: {other:?}"));
+        }
+        Err(s) => {
+            tracing::warn!(message = %s.message, "dropping detached disk segments failed");
+            shared.duties.failed(book::COPIES, now_ms(), format!("dropping detached disk segments: {}", s.message));
+        }
     }
 }
 

@@ -28,6 +28,7 @@ use mooncake_segment::SegmentId;
 
 use crate::objects::arena_cuts::{ArenaCuts, arenas_holding};
 
+use crate::duties::book::{self, DutyBook};
 use crate::leader::FenceGuard;
 use crate::leader::LeaderState;
 use crate::leader::decisions::Candidate;
@@ -51,22 +52,13 @@ pub struct Evictor {
     pub metrics: Arc<MasterMetrics>,
     /// Cuts what rounds free in earlier terms' arenas (removes use it too).
     pub cuts: Arc<ArenaCuts>,
-    round: tokio::sync::Mutex<()>,
+    /// Where the duties' rounds note a failed proposal.
+    pub duties: Arc<DutyBook>,
+    /// One round at a time (`Default` when built).
+    pub round: tokio::sync::Mutex<()>,
 }
 
 impl Evictor {
-    pub fn new(
-        reader: StateReader,
-        leader: Arc<LeaderState>,
-        proposer: Proposer,
-        policy: EvictionPolicy,
-        tiers: TierPolicy,
-        metrics: Arc<MasterMetrics>,
-        cuts: Arc<ArenaCuts>,
-    ) -> Self {
-        Evictor { reader, leader, proposer, policy, tiers, metrics, cuts, round: tokio::sync::Mutex::new(()) }
-    }
-
     /// One round: frees what the high watermark asks and at least
     /// `need_bytes` (0 for the duty's rounds), from objects neither leased,
     /// hard-pinned nor being removed. Returns how many objects it evicted:
@@ -139,7 +131,8 @@ impl Evictor {
             return 0;
         }
         let guard = self.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
-        self.remove_victims(tier, need_bytes, victims, guard).await
+        let duty_round = need_bytes == 0 && segment.is_none();
+        self.remove_victims(tier, need_bytes, victims, guard, duty_round).await
     }
 
     /// For a put's round on `segment`: for each candidate too young to be
@@ -160,7 +153,17 @@ impl Evictor {
     /// Removes the fenced `victims` from `tier` (their replicas there, or
     /// the objects with no other), cuts their bytes out of earlier terms'
     /// arenas, and returns how many were evicted.
-    async fn remove_victims(&self, tier: Tier, need_bytes: u64, victims: Vec<Candidate>, guard: FenceGuard) -> u64 {
+    /// A failed proposal of a duty's round (`duty_round`) is noted in its
+    /// record: memory rounds are the eviction duty's, disk rounds the copy
+    /// duty's.
+    async fn remove_victims(
+        &self,
+        tier: Tier,
+        need_bytes: u64,
+        victims: Vec<Candidate>,
+        guard: FenceGuard,
+        duty_round: bool,
+    ) -> u64 {
         let asked = victims.len();
         if tier == Tier::Ssd {
             // Not offloaded again: that would push another copy out, and back.
@@ -208,6 +211,14 @@ impl Evictor {
             }
             Err(status) => {
                 tracing::warn!(code = ?status.error_code(), message = %status.message, "eviction proposal failed");
+                if duty_round {
+                    let duty = match tier {
+                        Tier::Dram => book::EVICTION,
+                        Tier::Ssd => book::COPIES,
+                    };
+                    let why = format!("eviction proposal: {:?}: {}", status.error_code(), status.message);
+                    self.duties.failed(duty, crate::raft::proposer::now_ms(), why);
+                }
                 0
             }
         }

@@ -5,7 +5,7 @@
 //! (`leader_view` false).
 
 use mooncake_proto::Status;
-use mooncake_proto::master::{GetClusterInfoResponse, Member, SegmentUsage};
+use mooncake_proto::master::{DutyStatus, GetClusterInfoResponse, Member, SegmentUsage};
 use openraft::ServerState;
 
 use crate::rpc::convert;
@@ -79,5 +79,20 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
         crate::node::http::readiness(&m, Some(committed), shared.quorum_ack_max, shared.disk_alarm.reason())
             .err()
             .unwrap_or_default();
+    let now = crate::raft::proposer::now_ms();
+    info.duties = shared
+        .duties
+        .records()
+        .into_iter()
+        .map(|(name, r)| DutyStatus {
+            name: name.into(),
+            tick_ms: r.tick.as_millis() as u64,
+            runs: r.runs,
+            errors: r.errors,
+            last_success_ms_ago: r.last_success_unix_ms.map(|ms| now.saturating_sub(ms)),
+            last_error_ms_ago: r.last_error_unix_ms.map(|ms| now.saturating_sub(ms)),
+            last_error: r.last_error,
+        })
+        .collect();
     info
 }
