@@ -116,6 +116,12 @@ impl AdminService for AdminServiceImpl {
                 tracing::info!(?voters, log = %resp.log_id, "membership change: voters set");
                 answer(Status::ok(), format!("voters are now {voters:?} (log {})", resp.log_id))
             }
+            // A retry whose first attempt's answer was lost (a timeout) finds
+            // its own change in progress: its answer is that change's.
+            Err(e) if is_in_progress(&e) => match self.wait_for_voters(&voters).await {
+                true => answer(Status::ok(), format!("voters are now {voters:?}")),
+                false => answer(write_error_status(&e), ""),
+            },
             Err(e) => answer(write_error_status(&e), ""),
         }
     }
@@ -220,5 +226,42 @@ impl AdminService for AdminServiceImpl {
         let m = self.shared.raft.metrics().borrow().clone();
         let json = serde_json::to_string_pretty(&m).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
         Ok(Response::new(ClusterStatusResponse { status: Some(Status::ok()), metrics_json: json }))
+    }
+}
+
+/// How long a retried membership change waits for the change in progress
+/// to become the committed configuration.
+const MEMBERSHIP_RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The refusal of a membership change while another is in progress.
+fn is_in_progress(e: &openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, BasicNode>>) -> bool {
+    use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+    matches!(e, RaftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_))))
+}
+
+impl AdminServiceImpl {
+    /// Whether the configuration applied here becomes exactly `voters` (not a
+    /// joint one) within [`MEMBERSHIP_RETRY_WAIT`].
+    async fn wait_for_voters(&self, voters: &BTreeSet<u64>) -> bool {
+        let wanted = voters.clone();
+        self.shared
+            .raft
+            .wait(Some(MEMBERSHIP_RETRY_WAIT))
+            .metrics(
+                move |m| {
+                    let membership = m.membership_config.membership();
+                    // Applied here, so committed: not just appended.
+                    let applied = match (m.membership_config.log_id(), m.last_applied) {
+                        (Some(log), Some(applied)) => log.index <= applied.index,
+                        _ => false,
+                    };
+                    applied
+                        && membership.get_joint_config().len() == 1
+                        && membership.voter_ids().collect::<BTreeSet<_>>() == wanted
+                },
+                "the membership change in progress",
+            )
+            .await
+            .is_ok()
     }
 }
