@@ -17,7 +17,6 @@ pub use mooncake_raft_store::testing::{
 };
 use mooncake_raft_store::{
     Arena, Command, MetaError, MetaState, NewObject, ObjectVersion, Pin, PlacedReplica, Request, Response, SegmentSpec,
-    Tier,
 };
 use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
 
@@ -190,19 +189,6 @@ pub fn commit(s: &mut MetaState, new: NewObject) -> ObjectVersion {
 /// Returns an arena (must exist).
 pub fn return_arena(s: &mut MetaState, a: &Arena) {
     assert_eq!(apply(s, Command::ArenaReturn { arenas: vec![a.id] }), Response::Removed { count: 1 });
-}
-
-/// The segments a put of `size` bytes with `replicas` replicas goes to, as
-/// the master places it (and `put_complete` does): attached memory segments
-/// with room, the emptiest first (ties by id).
-pub fn placement(state: &MetaState, size: u64, replicas: u32) -> Vec<SegmentId> {
-    let mut room: Vec<(u64, SegmentId)> = state
-        .attached(Tier::Dram)
-        .filter(|g| g.free_bytes() >= aligned(size))
-        .map(|g| (g.free_bytes(), g.spec.id))
-        .collect();
-    room.sort_by_key(|(free, id)| (std::cmp::Reverse(*free), *id));
-    room.into_iter().take(replicas as usize).map(|(_, id)| id).collect()
 }
 
 /// `key` put the way the master puts it (`testing::put_object`): an arena
