@@ -42,9 +42,6 @@ pub struct DutyContext {
     pub client_ttl: Duration,
     pub discard_after: Duration,
     pub release_after: Duration,
-    /// Objects replaced by upserts are released this long after this leader
-    /// first saw them retired (no KV lease on them can be left).
-    pub kv_lease_ttl: Duration,
     /// `--dev-unsafe-arena-reuse`: other terms' arenas returned at once.
     pub unsafe_arena_reuse: bool,
     /// `--dev-unsafe-expire-after-stall`: a stall of the leader does not
@@ -197,6 +194,9 @@ async fn reclaim_puts(ctx: &DutyContext) {
     });
     let in_state: Vec<ArenaId> = held.arenas.iter().map(|(id, _)| *id).collect();
     let foreign_after = if ctx.unsafe_arena_reuse { Duration::ZERO } else { ctx.release_after };
+    // Objects replaced by upserts are released one KV lease TTL after this
+    // leader first saw them retired: no KV lease on them can be left.
+    let lease_ttl = ctx.shared.leader.kv_lease_ttl();
     let decided = ctx.shared.leader.with(|t| {
         let expired = t.puts.expire(now, ctx.discard_after, ctx.release_after);
         let (gone, foreign) = t.puts.sweep(&in_state, now, foreign_after);
@@ -210,7 +210,7 @@ async fn reclaim_puts(ctx: &DutyContext) {
             arenas.extend(foreign);
             Vec::new()
         };
-        let retired = decisions::retired_to_release(&held.retired, t, now, ctx.kv_lease_ttl);
+        let retired = decisions::retired_to_release(&held.retired, t, now, lease_ttl);
         let live: HashSet<ObjectVersion> = held.retired.iter().copied().collect();
         t.prune(now, &live);
         (expired.len(), (arenas, unfenced), retired)

@@ -310,7 +310,6 @@ fn background_tasks(
         client_ttl: Duration::from_secs(cfg.client_ttl_sec),
         discard_after: Duration::from_secs(cfg.put_start_discard_timeout_sec),
         release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
-        kv_lease_ttl: Duration::from_millis(cfg.default_kv_lease_ttl_ms),
         unsafe_arena_reuse: cfg.dev_unsafe_arena_reuse,
         unsafe_expire_after_stall: cfg.dev_unsafe_expire_after_stall,
     })));
