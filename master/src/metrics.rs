@@ -24,22 +24,8 @@ pub struct MasterMetrics {
     pub registry: Registry,
     pub rpc_requests: IntCounterVec,
     pub rpc_duration: HistogramVec,
-    pub fsync: Histogram,
-    /// Proposal handed to Raft → committed and applied on this leader.
-    pub commit: Histogram,
-    /// Raft RPCs this master sent, round trip, by kind.
-    pub raft_rpc: HistogramVec,
-    /// Raft RPCs this master received, time to handle, by kind.
-    pub raft_rpc_handled: HistogramVec,
-    /// Elections this master considered, by outcome (`started`, `refused_by_pre_vote`).
-    pub elections: IntCounterVec,
-    pub snapshot_build: Histogram,
-    pub snapshot_bytes: IntGauge,
-    pub data_dir_free_bytes: IntGauge,
-    pub nospace_alarm: IntGauge,
-    pub snapshot_install: Histogram,
-    pub batch_commands: Histogram,
-    pub read_batch: Histogram,
+    /// Raft and its storage: commits, fsyncs, snapshots, elections.
+    pub raft: RaftMetrics,
     pub leader_lease_reads: IntCounter,
     pub evicted_objects: IntCounter,
     pub arena_cut_bytes: IntCounter,
@@ -63,6 +49,28 @@ pub struct MasterMetrics {
     pub puts_under_replicated: IntCounter,
     /// Scrape-time gauges, set just before encoding.
     pub gauges: Gauges,
+}
+
+/// Raft and its storage.
+pub struct RaftMetrics {
+    pub fsync: Histogram,
+    /// Proposal handed to Raft → committed and applied on this leader.
+    pub commit: Histogram,
+    /// Raft RPCs this master sent, round trip, by kind.
+    pub rpc: HistogramVec,
+    /// Raft RPCs this master received, time to handle, by kind.
+    pub rpc_handled: HistogramVec,
+    /// Elections this master considered, by outcome (`started`, `refused_by_pre_vote`).
+    pub elections: IntCounterVec,
+    pub snapshot_build: Histogram,
+    pub snapshot_bytes: IntGauge,
+    pub snapshot_install: Histogram,
+    pub data_dir_free_bytes: IntGauge,
+    pub nospace_alarm: IntGauge,
+    /// Commands per log entry.
+    pub batch_commands: Histogram,
+    /// Reads per leadership confirmation.
+    pub read_batch: Histogram,
 }
 
 /// Gauges refreshed at scrape time.
@@ -106,6 +114,12 @@ fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheu
     let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
     r.register(Box::new(g.clone()))?;
     Ok(g)
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
 }
 
 fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
@@ -203,99 +217,88 @@ impl Gauges {
     }
 }
 
-impl MasterMetrics {
-    pub fn new() -> prometheus::Result<Self> {
-        let r = Registry::new();
-        let rpc_requests = IntCounterVec::new(
-            Opts::new("mooncake_rpc_requests_total", "Client API requests by method and answer code."),
-            &["method", "code"],
-        )?;
-        r.register(Box::new(rpc_requests.clone()))?;
-        let rpc_duration = HistogramVec::new(
-            HistogramOpts::new("mooncake_rpc_duration_seconds", "Client API latency by method.")
-                .buckets(LATENCY_BUCKETS.to_vec()),
-            &["method"],
-        )?;
-        r.register(Box::new(rpc_duration.clone()))?;
-        let elections = IntCounterVec::new(
-            Opts::new(
-                "mooncake_elections_total",
-                "Elections this master considered after losing its leader: started (pre-vote won) or \
-                 refused_by_pre_vote (the other voters still had a leader).",
-            ),
-            &["outcome"],
-        )?;
-        r.register(Box::new(elections.clone()))?;
+impl RaftMetrics {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
         let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0];
-        let copies = IntCounterVec::new(
-            Opts::new(
-                "mooncake_copies_total",
-                "Copies between tiers by purpose (offload: memory to disk, promote: disk to memory) and outcome \
-                 (issued, done, failed).",
-            ),
-            &["purpose", "outcome"],
-        )?;
-        r.register(Box::new(copies.clone()))?;
-        let port_refusals = IntCounterVec::new(
-            Opts::new(
-                "mooncake_port_refusals_total",
-                "Connections the gRPC or HTTP port could not take, by port and reason (a connection limit, or a \
-                 failed accept: out of file descriptors). Each restarts every client's TTL.",
-            ),
-            &["port", "reason"],
-        )?;
-        r.register(Box::new(port_refusals.clone()))?;
-        Ok(MasterMetrics {
-            elections,
-            port_refusals,
-            fsync: histogram(
-                &r,
-                "mooncake_fsync_duration_seconds",
-                "Flush + fdatasync of the store.",
-                LATENCY_BUCKETS,
-            )?,
-            snapshot_build: histogram(&r, "mooncake_snapshot_build_seconds", "Snapshot build time.", LATENCY_BUCKETS)?,
-            snapshot_bytes: gauge(&r, "mooncake_snapshot_bytes", "Size of the last snapshot built or installed.")?,
-            data_dir_free_bytes: gauge(
-                &r,
-                "mooncake_data_dir_free_bytes",
-                "Bytes free on the data dir's file system (read every 500 ms).",
-            )?,
-            nospace_alarm: gauge(
-                &r,
-                "mooncake_data_dir_nospace_alarm",
-                "1 while the data dir has less free space than this master needs: not ready, not leading.",
-            )?,
-            snapshot_install: histogram(
-                &r,
-                "mooncake_snapshot_install_seconds",
-                "Snapshot install time.",
-                LATENCY_BUCKETS,
-            )?,
-            batch_commands: histogram(&r, "mooncake_proposal_batch_commands", "Commands per log entry.", &batch)?,
+        Ok(RaftMetrics {
+            fsync: histogram(r, "mooncake_fsync_duration_seconds", "Flush + fdatasync of the store.", LATENCY_BUCKETS)?,
             commit: histogram(
-                &r,
+                r,
                 "mooncake_commit_seconds",
                 "A batch of proposals, from hand-over to Raft to committed and applied (leader).",
                 LATENCY_BUCKETS,
             )?,
-            raft_rpc: histogram_vec(
-                &r,
+            rpc: histogram_vec(
+                r,
                 "mooncake_raft_rpc_seconds",
                 "Raft RPCs sent to peers, round trip (append, vote, snapshot).",
                 &["rpc"],
             )?,
-            raft_rpc_handled: histogram_vec(
-                &r,
+            rpc_handled: histogram_vec(
+                r,
                 "mooncake_raft_rpc_handled_seconds",
                 "Raft RPCs received from peers, decode to reply (append, vote, snapshot).",
                 &["rpc"],
             )?,
+            elections: counter_vec(
+                r,
+                "mooncake_elections_total",
+                "Elections this master considered after losing its leader: started (pre-vote won) or \
+                 refused_by_pre_vote (the other voters still had a leader).",
+                &["outcome"],
+            )?,
+            snapshot_build: histogram(r, "mooncake_snapshot_build_seconds", "Snapshot build time.", LATENCY_BUCKETS)?,
+            snapshot_bytes: gauge(r, "mooncake_snapshot_bytes", "Size of the last snapshot built or installed.")?,
+            snapshot_install: histogram(
+                r,
+                "mooncake_snapshot_install_seconds",
+                "Snapshot install time.",
+                LATENCY_BUCKETS,
+            )?,
+            data_dir_free_bytes: gauge(
+                r,
+                "mooncake_data_dir_free_bytes",
+                "Bytes free on the data dir's file system (read every 500 ms).",
+            )?,
+            nospace_alarm: gauge(
+                r,
+                "mooncake_data_dir_nospace_alarm",
+                "1 while the data dir has less free space than this master needs: not ready, not leading.",
+            )?,
+            batch_commands: histogram(r, "mooncake_proposal_batch_commands", "Commands per log entry.", &batch)?,
             read_batch: histogram(
-                &r,
+                r,
                 "mooncake_read_barrier_batch",
                 "Reads served per leadership confirmation.",
                 &batch,
+            )?,
+        })
+    }
+}
+
+impl MasterMetrics {
+    pub fn new() -> prometheus::Result<Self> {
+        let r = Registry::new();
+        Ok(MasterMetrics {
+            rpc_requests: counter_vec(
+                &r,
+                "mooncake_rpc_requests_total",
+                "Client API requests by method and answer code.",
+                &["method", "code"],
+            )?,
+            rpc_duration: histogram_vec(
+                &r,
+                "mooncake_rpc_duration_seconds",
+                "Client API latency by method.",
+                &["method"],
+            )?,
+            raft: RaftMetrics::new(&r)?,
+            port_refusals: counter_vec(
+                &r,
+                "mooncake_port_refusals_total",
+                "Connections the gRPC or HTTP port could not take, by port and reason (a connection limit, or a \
+                 failed accept: out of file descriptors). Each restarts every client's TTL.",
+                &["port", "reason"],
             )?,
             leader_lease_reads: counter(
                 &r,
@@ -331,7 +334,13 @@ impl MasterMetrics {
                 "Puts whose reservation expired unfinished (discard timeout).",
             )?,
             leader_changes: counter(&r, "mooncake_leader_changes_total", "Leaders this master has seen.")?,
-            copies,
+            copies: counter_vec(
+                &r,
+                "mooncake_copies_total",
+                "Copies between tiers by purpose (offload: memory to disk, promote: disk to memory) and outcome \
+                 (issued, done, failed).",
+                &["purpose", "outcome"],
+            )?,
             copy_seconds: histogram_vec(
                 &r,
                 "mooncake_copy_seconds",
@@ -349,8 +358,6 @@ impl MasterMetrics {
                 "Puts placed with fewer replicas than asked: no other segment had room after eviction.",
             )?,
             gauges: Gauges::new(&r)?,
-            rpc_requests,
-            rpc_duration,
             registry: r,
         })
     }
@@ -389,14 +396,14 @@ pub struct MetricsObserver(pub Arc<MasterMetrics>);
 
 impl StoreObserver for MetricsObserver {
     fn synced(&self, took: Duration) {
-        self.0.fsync.observe(took.as_secs_f64());
+        self.0.raft.fsync.observe(took.as_secs_f64());
     }
     fn snapshot_built(&self, took: Duration, bytes: usize) {
-        self.0.snapshot_build.observe(took.as_secs_f64());
-        self.0.snapshot_bytes.set(bytes as i64);
+        self.0.raft.snapshot_build.observe(took.as_secs_f64());
+        self.0.raft.snapshot_bytes.set(bytes as i64);
     }
     fn snapshot_installed(&self, took: Duration, bytes: usize) {
-        self.0.snapshot_install.observe(took.as_secs_f64());
-        self.0.snapshot_bytes.set(bytes as i64);
+        self.0.raft.snapshot_install.observe(took.as_secs_f64());
+        self.0.raft.snapshot_bytes.set(bytes as i64);
     }
 }

@@ -1,8 +1,13 @@
 //! What every service of one master shares: the Raft handle, the applied
 //! state and the leader-local soft state, then one group per job — the read
 //! path ([`ReadPath`]), the write path ([`WritePath`]), the tier copies
-//! ([`Tiers`]) and who may do what ([`Auth`]); plus the leadership checks
-//! and linearizable reads the services use before they act.
+//! ([`Tiers`]) and who may do what ([`Auth`]); plus the leadership gate
+//! the services pass before they act: [`Shared::require_leader`] is the one
+//! answer to "am I leader" (soft state of this term and a fresh quorum
+//! acknowledgement), and every read that must be linearizable goes through
+//! [`Shared::read`] (or [`Shared::read_leased`], [`Shared::barrier`]), which
+//! asks it first. Other looks at Raft's metrics are views (status, `/leader`,
+//! the election driver), not gates.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +30,8 @@ use crate::rpc::errors::forward_status;
 /// leader's soft state, metrics); the groups hold what one path needs.
 ///
 /// **Lock order** (outer first), with the soft-state rule of `leader.rs`:
-/// the write path's async locks ([`WritePath::arena_grants`], the evictor's
-/// one round at a time) are held across proposals and never together; under
+/// the write path's async locks ([`WritePath::arena_grants`],
+/// [`WritePath::eviction_round`]) are held across proposals and never together; under
 /// them, the state is read (`reader`) and let go of before the leader's soft
 /// state (`leader`) is locked, never inside the read. The capability key
 /// cache ([`Auth::capabilities`]) and the ack clock ([`ReadPath::acks`])
@@ -60,7 +65,7 @@ pub struct Shared {
 /// What makes a read of the applied state linearizable and durable: the
 /// quorum round, the leader lease that may skip it, and the synced log the
 /// answer waits for. Touched only by [`Shared`]'s read methods
-/// ([`Shared::read`], [`Shared::linearizable`], [`Shared::read_durable`]);
+/// ([`Shared::read`], [`Shared::barrier`], [`Shared::read_durable`]);
 /// the transport (`network.rs`) feeds `acks` and `flushed` through its own
 /// handles.
 pub struct ReadPath {
@@ -83,8 +88,15 @@ pub struct ReadPath {
 pub struct WritePath {
     /// Batches commands into log entries and waits until they are applied.
     pub proposer: Proposer,
-    /// Eviction rounds (the duty's and those of puts that found no room).
-    pub evictor: Arc<crate::objects::eviction::Evictor>,
+    /// What eviction rounds free (`eviction.rs`: the duty's rounds and
+    /// those of puts that found no room).
+    pub eviction_policy: crate::leader::decisions::EvictionPolicy,
+    /// One eviction round at a time.
+    pub eviction_round: tokio::sync::Mutex<()>,
+    /// How long after its commit an object's bytes may be cut out of an
+    /// earlier term's arena (`arena_cuts.rs`): every WRITE grant over them
+    /// has expired, the clock skew between two leaders included.
+    pub cut_after: std::time::Duration,
     /// One arena grant at a time: concurrent puts that need an arena on the
     /// same segment share the first one's.
     pub arena_grants: tokio::sync::Mutex<()>,
@@ -141,7 +153,7 @@ impl Shared {
 
     /// Ok when this node holds leader soft state for its current term and a
     /// quorum acknowledged it within [`Shared::quorum_ack_max`]. Cheap; for
-    /// reads that must be linearizable use [`Shared::linearizable`].
+    /// reads that must be linearizable use [`Shared::read`].
     ///
     /// A leader cut off from its quorum (openraft 0.9 has no CheckQuorum: it
     /// stays leader until it meets a higher term) answers UNAVAILABLE, so
@@ -164,15 +176,25 @@ impl Shared {
         }
     }
 
-    /// Confirms leadership with a quorum and waits until everything committed
-    /// before the call is applied: a read after this sees every acknowledged write.
-    pub async fn linearizable(&self) -> Result<(), Status> {
+    /// [`Shared::require_leader`], then a quorum round that confirms the
+    /// leadership and waits until everything committed before the call is
+    /// applied: a read after this sees every acknowledged write (admin
+    /// exports; object reads use [`Shared::read`], which may skip the round
+    /// under the leader lease).
+    pub async fn barrier(&self) -> Result<(), Status> {
+        self.require_leader()?;
+        self.linearizable().await
+    }
+
+    /// The quorum round alone; callers go through [`Shared::read`] or
+    /// [`Shared::barrier`], which ask [`Shared::require_leader`] first.
+    async fn linearizable(&self) -> Result<(), Status> {
         self.read_path.barrier.wait().await
     }
 
     /// Runs `f` on the applied state as a linearizable read: under the
     /// leader lease when it holds at the moment after the state was read
-    /// ([`crate::raft::leader_lease`]), else after a quorum round ([`Shared::linearizable`]).
+    /// ([`crate::raft::leader_lease`]), else after a quorum round ([`Shared::barrier`]).
     /// `f` may run twice (once before and once after the round).
     pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Status> {
         if self.read_path.unsafe_stale_reads {

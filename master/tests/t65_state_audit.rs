@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use mooncake_proto::master::Segment;
-use mooncake_testkit::{Cluster, Role};
+use mooncake_testkit::{Cluster, Role, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake-master");
 /// Checkpoints every 8 entries, so a few dozen make several.
@@ -49,4 +49,41 @@ async fn a_master_whose_state_diverged_exits_and_the_others_serve() {
     // Phase 3: the two that agree keep serving (and neither exited).
     client.remount_segments(7, vec![seg]).await.expect("the others still commit");
     assert!(cluster.master_exit_status(1).is_none() && cluster.master_exit_status(2).is_none());
+}
+
+/// The audit's rounds show in the leader's duty records: successes while
+/// every peer answers, and, once a peer is gone, an error that names it (an
+/// audit that compares with nobody is no longer checking anything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_names_a_peer_that_gives_no_checkpoints_in_its_duty_record() {
+    let mut cluster =
+        Cluster::builder().masters(3).master_bin(BIN).arg(format!("--state-audit-every={EVERY}")).start();
+    let (leader, _) = cluster.wait_for_leader(Duration::from_secs(20)).await;
+    let client = cluster.client();
+    let seg =
+        Segment { id: 1, size: 1 << 20, endpoint: "127.0.0.1:1".into(), host_id: "h1".into(), ..Default::default() };
+    for _ in 0..(2 * EVERY) {
+        client.remount_segments(7, vec![seg.clone()]).await.expect("remount");
+    }
+    let ok = wait_until("an audit round with every peer answering", Duration::from_secs(20), || async {
+        duty(&cluster, leader, "state_audit").await.filter(|d| d.last_success_ms_ago.is_some())
+    })
+    .await;
+    assert_eq!((ok.tick_ms, ok.errors), (5_000, 0), "{ok:?}");
+    let disk = duty(&cluster, leader, "disk_watch").await.expect("the disk watch is a duty");
+    assert!(disk.runs >= 1 && disk.errors == 0 && disk.last_success_ms_ago.is_some(), "{disk:?}");
+    assert!(duty(&cluster, leader, "elections").await.is_some(), "the election driver is a duty");
+    let gone = if leader == 3 { 2 } else { 3 };
+    cluster.kill(gone);
+    let failed = wait_until("the audit to report the killed peer", Duration::from_secs(20), || async {
+        duty(&cluster, leader, "state_audit").await.filter(|d| d.errors > 0)
+    })
+    .await;
+    assert!(failed.last_error.contains(&format!("no state checkpoints from master {gone}")), "{failed:?}");
+    assert!(cluster.master_exit_status(leader).is_none(), "a missing peer is no divergence");
+}
+
+/// The record of the duty `name` on master `id`.
+async fn duty(cluster: &Cluster, id: u64, name: &str) -> Option<mooncake_proto::master::DutyStatus> {
+    cluster.info(id).await?.duties.into_iter().find(|d| d.name == name)
 }

@@ -262,33 +262,9 @@ fn range_in_arena(rng: &mut Rng, state: &MetaState, id: ArenaId, size: u64) -> O
 pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
     let objects: Vec<_> = state.objects().collect();
     let arenas: Vec<ArenaId> = state.arenas().map(|a| a.id).collect();
-    let on_tier = |tier: Tier| -> Vec<ArenaId> {
-        state.arenas().filter(|a| state.segment(a.segment).is_some_and(|s| s.tier() == tier)).map(|a| a.id).collect()
-    };
     let writer = ClientId(1 + rng.below(3));
-    let versioned = |rng: &mut Rng, stale: bool| -> Vec<VersionedKey> {
-        let mut victims = Vec::new();
-        for _ in 0..rng.below(4) {
-            if let Some(o) = rng.pick(&objects) {
-                let version = ObjectVersion(o.version.0 + u64::from(stale && rng.one_in(4)));
-                victims.push(VersionedKey { key: o.key.clone(), version });
-            }
-        }
-        victims
-    };
     match rng.below(100) {
-        0..=5 => {
-            let id = 1 + rng.below(SEGMENT_IDS);
-            let owner = if rng.one_in(8) { writer } else { owner_of(id) };
-            let size = if rng.one_in(6) { [16_384, 65_536][rng.below(2) as usize] } else { SEGMENT_BYTES };
-            let mut cmd = mount_cmd(owner, generated_segment(id, size));
-            if rng.one_in(10)
-                && let Command::MountSegment { credential, .. } = &mut cmd
-            {
-                *credential = credential_of(ClientId(999)); // an impostor
-            }
-            cmd
-        }
+        0..=5 => random_mount(rng, writer),
         6..=7 => {
             let id = 1 + rng.below(SEGMENT_IDS);
             let owner = if rng.one_in(6) { writer } else { owner_of(id) };
@@ -300,7 +276,7 @@ pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
             remount_cmd(node, ids.map(|id| generated_segment(id, SEGMENT_BYTES)).collect())
         }
         9..=11 => Command::RemoveObjects {
-            victims: versioned(rng, true),
+            victims: random_versions(rng, &objects, true),
             reason: if rng.one_in(2) { RemoveReason::Evict } else { RemoveReason::RemoveAll },
         },
         12 => Command::ExpireClient { client: ClientId(100 + rng.below(4)) },
@@ -341,93 +317,15 @@ pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
         37..=40 => {
             Command::ArenaReturn { arenas: (0..rng.below(3)).filter_map(|_| rng.pick(&arenas).copied()).collect() }
         }
-        41..=68 => {
-            let existing = rng.pick(&objects).map(|o| o.key.clone());
-            let key = match existing {
-                Some(k) if rng.one_in(4) => k,
-                _ => format!("k{}", rng.below(64)),
-            };
-            let largest = if rng.one_in(4) { 5000 } else { 2048 };
-            let size = 1 + rng.below(largest);
-            // Puts go to memory; one time in ten one is aimed at any arena
-            // (a disk one is refused). A few tries for free bytes.
-            let choices = if rng.one_in(10) { arenas.clone() } else { on_tier(Tier::Dram) };
-            let want = 1 + rng.below(2) as usize;
-            let mut replicas: Vec<PlacedReplica> = Vec::new();
-            let mut taken = None;
-            for _ in 0..4 {
-                let Some(arena) = rng.pick(&choices).copied() else { break };
-                let Some((segment, range)) = range_in_arena(rng, state, arena, size) else { continue };
-                if replicas.iter().any(|r| r.segment == segment) {
-                    continue;
-                }
-                let replica = PlacedReplica { segment, arena, range };
-                if state.segment(segment).is_some_and(|s| s.is_free(range)) {
-                    replicas.push(replica);
-                    if replicas.len() == want {
-                        break;
-                    }
-                } else {
-                    taken = Some(replica);
-                }
-            }
-            if replicas.is_empty() {
-                // On taken bytes, or in an arena that may not exist.
-                let range = Range::new(0, Tier::Dram.range_len(size).unwrap_or(size));
-                let stray = PlacedReplica { segment: SegmentId(1), arena: ArenaId(rng.below(4)), range };
-                replicas.push(taken.unwrap_or(stray));
-            }
-            Command::PutCommit(NewObject {
-                client: writer,
-                key,
-                size_bytes: size,
-                checksum: rng.below(3) as u32,
-                pin: [Pin::None, Pin::Soft, Pin::Hard, Pin::SoftFor { ttl_ms: 50 }][rng.below(4) as usize],
-                replicas,
-                upsert: rng.one_in(3),
-            })
-        }
+        41..=68 => random_put(rng, state, &objects, &arenas, writer),
         69..=71 => {
             let retired: Vec<ObjectVersion> = state.retired().map(|r| r.version).collect();
             Command::ReleaseRetired {
                 versions: (0..rng.below(3)).filter_map(|_| rng.pick(&retired).copied()).collect(),
             }
         }
-        72..=78 => {
-            let Some(o) = rng.pick(&objects) else {
-                let replica = PlacedReplica { segment: SegmentId(7), arena: ArenaId(0), range: Range::new(0, 4096) };
-                return Command::AddReplica { key: "nothing".into(), version: ObjectVersion(1), replica };
-            };
-            // A copy goes to a segment without one, mostly on disk (offload).
-            let free_of = |ids: Vec<ArenaId>| -> Vec<ArenaId> {
-                ids.into_iter()
-                    .filter(|id| state.arena(*id).is_some_and(|a| o.replicas.iter().all(|r| r.segment != a.segment)))
-                    .collect()
-            };
-            let mut choices = match rng.below(6) {
-                0 => arenas.clone(),
-                1 => free_of(on_tier(Tier::Dram)),
-                _ => free_of(on_tier(Tier::Ssd)),
-            };
-            if choices.is_empty() {
-                choices = free_of(arenas.clone());
-            }
-            let arena = rng.pick(&choices).copied().unwrap_or(ArenaId(0));
-            let version = ObjectVersion(o.version.0 + u64::from(rng.one_in(8)));
-            let (segment, range) =
-                range_in_arena(rng, state, arena, o.size_bytes).unwrap_or((SegmentId(7), Range::new(0, 4096)));
-            Command::AddReplica { key: o.key.clone(), version, replica: PlacedReplica { segment, arena, range } }
-        }
-        79..=82 => {
-            // Mostly objects with copies on both tiers, whose drop applies.
-            let on = |o: &ObjectMeta, tier| o.replicas.iter().any(|r| state.replica_tier(r) == Some(tier));
-            let both: Vec<_> = objects.iter().filter(|o| on(o, Tier::Dram) && on(o, Tier::Ssd)).collect();
-            let victims = match rng.pick(&both) {
-                Some(o) if !rng.one_in(4) => vec![VersionedKey { key: o.key.clone(), version: o.version }],
-                _ => versioned(rng, true),
-            };
-            Command::DropTierReplicas { victims, tier: if rng.one_in(2) { Tier::Dram } else { Tier::Ssd } }
-        }
+        72..=78 => random_add_replica(rng, state, &objects, &arenas),
+        79..=82 => random_drop_tier(rng, state, &objects),
         83..=84 => Command::ExpireClientKeepDisk { client: ClientId(100 + rng.below(4)) },
         85..=86 => {
             let detached: Vec<SegmentId> = state.segments().filter(|s| !s.is_attached()).map(|s| s.spec.id).collect();
@@ -454,4 +352,133 @@ pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
             Command::ArenaCut { arena, ranges }
         }
     }
+}
+
+/// Up to three versioned keys of `objects`; with `stale`, one in four a
+/// version ahead of the object's.
+fn random_versions(rng: &mut Rng, objects: &[&ObjectMeta], stale: bool) -> Vec<VersionedKey> {
+    let mut victims = Vec::new();
+    for _ in 0..rng.below(4) {
+        if let Some(o) = rng.pick(objects) {
+            let version = ObjectVersion(o.version.0 + u64::from(stale && rng.one_in(4)));
+            victims.push(VersionedKey { key: o.key.clone(), version });
+        }
+    }
+    victims
+}
+
+/// A random `DropTierReplicas`: mostly of an object with copies on both
+/// tiers (the drop applies), else of random, maybe stale, versions.
+fn random_drop_tier(rng: &mut Rng, state: &MetaState, objects: &[&ObjectMeta]) -> Command {
+    // Mostly objects with copies on both tiers, whose drop applies.
+    let on = |o: &ObjectMeta, tier| o.replicas.iter().any(|r| state.replica_tier(r) == Some(tier));
+    let both: Vec<_> = objects.iter().filter(|o| on(o, Tier::Dram) && on(o, Tier::Ssd)).collect();
+    let victims = match rng.pick(&both) {
+        Some(o) if !rng.one_in(4) => vec![VersionedKey { key: o.key.clone(), version: o.version }],
+        _ => random_versions(rng, objects, true),
+    };
+    Command::DropTierReplicas { victims, tier: if rng.one_in(2) { Tier::Dram } else { Tier::Ssd } }
+}
+
+/// A random `MountSegment`: mostly by the segment's owner, sometimes by
+/// another client or with an impostor's credential.
+fn random_mount(rng: &mut Rng, writer: ClientId) -> Command {
+    let id = 1 + rng.below(SEGMENT_IDS);
+    let owner = if rng.one_in(8) { writer } else { owner_of(id) };
+    let size = if rng.one_in(6) { [16_384, 65_536][rng.below(2) as usize] } else { SEGMENT_BYTES };
+    let mut cmd = mount_cmd(owner, generated_segment(id, size));
+    if rng.one_in(10)
+        && let Command::MountSegment { credential, .. } = &mut cmd
+    {
+        *credential = credential_of(ClientId(999)); // an impostor
+    }
+    cmd
+}
+
+/// A random `PutCommit` from `writer`: mostly on free bytes of memory
+/// arenas, sometimes on taken bytes, a disk arena or one that may not exist.
+fn random_put(
+    rng: &mut Rng,
+    state: &MetaState,
+    objects: &[&ObjectMeta],
+    arenas: &[ArenaId],
+    writer: ClientId,
+) -> Command {
+    let existing = rng.pick(objects).map(|o| o.key.clone());
+    let key = match existing {
+        Some(k) if rng.one_in(4) => k,
+        _ => format!("k{}", rng.below(64)),
+    };
+    let largest = if rng.one_in(4) { 5000 } else { 2048 };
+    let size = 1 + rng.below(largest);
+    // Puts go to memory; one time in ten one is aimed at any arena
+    // (a disk one is refused). A few tries for free bytes.
+    let choices = if rng.one_in(10) { arenas.to_vec() } else { arenas_on(state, Tier::Dram) };
+    let want = 1 + rng.below(2) as usize;
+    let mut replicas: Vec<PlacedReplica> = Vec::new();
+    let mut taken = None;
+    for _ in 0..4 {
+        let Some(arena) = rng.pick(&choices).copied() else { break };
+        let Some((segment, range)) = range_in_arena(rng, state, arena, size) else { continue };
+        if replicas.iter().any(|r| r.segment == segment) {
+            continue;
+        }
+        let replica = PlacedReplica { segment, arena, range };
+        if state.segment(segment).is_some_and(|s| s.is_free(range)) {
+            replicas.push(replica);
+            if replicas.len() == want {
+                break;
+            }
+        } else {
+            taken = Some(replica);
+        }
+    }
+    if replicas.is_empty() {
+        // On taken bytes, or in an arena that may not exist.
+        let range = Range::new(0, Tier::Dram.range_len(size).unwrap_or(size));
+        let stray = PlacedReplica { segment: SegmentId(1), arena: ArenaId(rng.below(4)), range };
+        replicas.push(taken.unwrap_or(stray));
+    }
+    Command::PutCommit(NewObject {
+        client: writer,
+        key,
+        size_bytes: size,
+        checksum: rng.below(3) as u32,
+        pin: [Pin::None, Pin::Soft, Pin::Hard, Pin::SoftFor { ttl_ms: 50 }][rng.below(4) as usize],
+        replicas,
+        upsert: rng.one_in(3),
+    })
+}
+
+/// A random `AddReplica`: a copy of an object to a segment without one,
+/// mostly on disk (offload), sometimes of a stale version.
+fn random_add_replica(rng: &mut Rng, state: &MetaState, objects: &[&ObjectMeta], arenas: &[ArenaId]) -> Command {
+    let Some(o) = rng.pick(objects) else {
+        let replica = PlacedReplica { segment: SegmentId(7), arena: ArenaId(0), range: Range::new(0, 4096) };
+        return Command::AddReplica { key: "nothing".into(), version: ObjectVersion(1), replica };
+    };
+    // A copy goes to a segment without one, mostly on disk (offload).
+    let free_of = |ids: Vec<ArenaId>| -> Vec<ArenaId> {
+        ids.into_iter()
+            .filter(|id| state.arena(*id).is_some_and(|a| o.replicas.iter().all(|r| r.segment != a.segment)))
+            .collect()
+    };
+    let mut choices = match rng.below(6) {
+        0 => arenas.to_vec(),
+        1 => free_of(arenas_on(state, Tier::Dram)),
+        _ => free_of(arenas_on(state, Tier::Ssd)),
+    };
+    if choices.is_empty() {
+        choices = free_of(arenas.to_vec());
+    }
+    let arena = rng.pick(&choices).copied().unwrap_or(ArenaId(0));
+    let version = ObjectVersion(o.version.0 + u64::from(rng.one_in(8)));
+    let (segment, range) =
+        range_in_arena(rng, state, arena, o.size_bytes).unwrap_or((SegmentId(7), Range::new(0, 4096)));
+    Command::AddReplica { key: o.key.clone(), version, replica: PlacedReplica { segment, arena, range } }
+}
+
+/// The arenas on segments of `tier`.
+fn arenas_on(state: &MetaState, tier: Tier) -> Vec<ArenaId> {
+    state.arenas().filter(|a| state.segment(a.segment).is_some_and(|s| s.tier() == tier)).map(|a| a.id).collect()
 }

@@ -1,4 +1,6 @@
-//! What each background duty of this master last did ([`DutyBook`]): its
+//! What each background duty of this master last did ([`DutyBook`]): the
+//! leader's duties (client expiry, eviction, reclaim, copies) and the
+//! watches every master runs (elections, the state audit, the disk). Its
 //! name and tick, how often it ran, when it last succeeded, and its last
 //! error (when, and what). One shape for every duty, read by `/metrics`
 //! (`mooncake_duty_*{duty}`) and by `mooncake status` (GetClusterInfo's
@@ -14,13 +16,23 @@ pub const CLIENT_EXPIRY: &str = "client_expiry";
 pub const EVICTION: &str = "eviction";
 pub const RECLAIM: &str = "reclaim";
 pub const COPIES: &str = "copies";
+/// The election driver (`raft/prevote.rs`): a round is one attempt, made
+/// only after no leader was heard for an election wait; it fails when the
+/// pre-vote is lost or this master may not elect.
+pub const ELECTIONS: &str = "elections";
+/// The comparison of state checkpoints with the peers' (`raft/state_audit.rs`):
+/// it fails while a peer does not answer (a divergence exits the process).
+pub const STATE_AUDIT: &str = "state_audit";
+/// The data dir's free-space watch (`raft/disk_space.rs`): it fails while
+/// the space cannot be read or the NOSPACE alarm is on.
+pub const DISK_WATCH: &str = "disk_watch";
 
 /// What one duty last did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DutyRecord {
     /// How often it runs.
     pub tick: Duration,
-    /// Rounds run (while this master led: the duties are the leader's).
+    /// Rounds run (the leader's duties: while this master led).
     pub runs: u64,
     /// Rounds that failed.
     pub errors: u64,

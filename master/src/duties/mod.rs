@@ -113,7 +113,7 @@ pub async fn leader_duties(ctx: DutyContext) {
         let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
         let book = &ctx.shared.duties;
         book.round(book::CLIENT_EXPIRY, expire_clients(&ctx, expire_all)).await;
-        book.round(book::EVICTION, ctx.shared.write_path.evictor.round(0)).await;
+        book.round(book::EVICTION, crate::objects::eviction::round(&ctx.shared, 0)).await;
         ctx.shared.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
             book.round(book::RECLAIM, reclaim_puts(&ctx)).await;

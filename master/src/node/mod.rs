@@ -28,7 +28,6 @@ use crate::leader::LeaderState;
 use crate::leader::decisions::EvictionPolicy;
 use crate::metrics::MasterMetrics;
 use crate::node::config::MasterConfig;
-use crate::objects::eviction::Evictor;
 use crate::raft::leader_lease::AckClock;
 use crate::raft::network::NetworkFactory;
 use crate::raft::prevote::{ElectionDriver, LeaderContact};
@@ -61,7 +60,7 @@ impl MasterNode {
         let network = NetworkFactory {
             cluster: identity.cluster.clone(),
             acks: acks.clone(),
-            rpc_seconds: metrics.raft_rpc.clone(),
+            rpc_seconds: metrics.raft.rpc.clone(),
             flushed: log.flushed(),
             heard: identity.heard.clone(),
             tls: tls.clone(),
@@ -81,7 +80,7 @@ impl MasterNode {
             Admission { cluster: identity.cluster.clone(), raft_key: identity.raft_key.clone() },
             contact.clone(),
             timing.quiet,
-            shared.metrics.raft_rpc_handled.clone(),
+            shared.metrics.raft.rpc_handled.clone(),
             identity.heard.clone(),
         )
         .with_checkpoints(sm.checkpoints());
@@ -97,6 +96,7 @@ impl MasterNode {
             }
             None => None,
         };
+        shared.duties.register(book::ELECTIONS, timing.timeout_min);
         let driver = ElectionDriver {
             id: cfg.id,
             raft: raft.clone(),
@@ -104,8 +104,9 @@ impl MasterNode {
             contact,
             network,
             timing,
-            elections: shared.metrics.elections.clone(),
+            elections: shared.metrics.raft.elections.clone(),
             disk_alarm: shared.disk_alarm.clone(),
+            duties: shared.duties.clone(),
         };
         tasks.push(tokio::spawn(driver.run(stop_rx.clone())));
         tasks.extend(background_tasks(&cfg, &shared, &sm, &identity, tls, stop_rx));
@@ -180,7 +181,7 @@ impl MasterNode {
 }
 
 /// The handles the services and duties share ([`Shared`]): the applied
-/// state, the leader-local soft state, the proposer and the evictor, the
+/// state, the leader-local soft state, the proposer and the eviction knobs, the
 /// read path's barrier and lease, the tier policy, and what the cluster
 /// secret grants.
 fn shared_handles(
@@ -199,8 +200,12 @@ fn shared_handles(
         false => LeaderState::new(kv_lease_ttl),
         true => LeaderState::new_unfenced(kv_lease_ttl),
     });
-    let proposer =
-        Proposer::start(raft.clone(), metrics.batch_commands.clone(), metrics.commit.clone(), flushed.clone());
+    let proposer = Proposer::start(
+        raft.clone(),
+        metrics.raft.batch_commands.clone(),
+        metrics.raft.commit.clone(),
+        flushed.clone(),
+    );
     let policy = EvictionPolicy {
         high_watermark_ratio: cfg.eviction_high_watermark_ratio,
         eviction_ratio: cfg.eviction_ratio,
@@ -213,29 +218,11 @@ fn shared_handles(
     let grants_live = cfg.capability_ttl() + skew + Duration::from_secs(1);
     // Measured from a commit on an earlier leader's clock: one more skew.
     let cut_after = grants_live + skew;
-    let cuts = Arc::new(crate::objects::arena_cuts::ArenaCuts {
-        reader: reader.clone(),
-        leader: leader.clone(),
-        proposer: proposer.clone(),
-        metrics: metrics.clone(),
-        cut_after,
-    });
     let duties = Arc::new(DutyBook::default());
     duties.register(book::CLIENT_EXPIRY, duties::DUTY_TICK);
     duties.register(book::EVICTION, duties::DUTY_TICK);
     duties.register(book::RECLAIM, duties::DUTY_TICK * duties::RECLAIM_EVERY_TICKS);
     duties.register(book::COPIES, crate::objects::copies::COPY_TICK);
-    let evictor = Arc::new(Evictor {
-        reader: reader.clone(),
-        leader: leader.clone(),
-        proposer: proposer.clone(),
-        policy,
-        tiers,
-        metrics: metrics.clone(),
-        cuts,
-        duties: duties.clone(),
-        round: Default::default(),
-    });
     Arc::new(Shared {
         id: cfg.id,
         raft: raft.clone(),
@@ -247,13 +234,19 @@ fn shared_handles(
         disk_alarm: Arc::new(crate::raft::disk_space::DiskAlarm::default()),
         duties,
         read_path: ReadPath {
-            barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.read_batch.clone()),
+            barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.raft.read_batch.clone()),
             acks,
             leader_lease: cfg.leader_lease(),
             flushed,
             unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
         },
-        write_path: WritePath { proposer, evictor, arena_grants: tokio::sync::Mutex::new(()) },
+        write_path: WritePath {
+            proposer,
+            eviction_policy: policy,
+            eviction_round: Default::default(),
+            cut_after,
+            arena_grants: Default::default(),
+        },
         tiers: Tiers {
             policy: tiers,
             copy_wake: tokio::sync::Notify::new(),
@@ -282,21 +275,25 @@ fn background_tasks(
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if cfg.state_audit_every > 0 {
-        tasks.push(tokio::spawn(crate::raft::state_audit::run(
-            cfg.id,
-            shared.raft.clone(),
-            sm.checkpoints(),
-            identity.raft_key.clone(),
+        shared.duties.register(book::STATE_AUDIT, crate::raft::state_audit::AUDIT_EVERY);
+        let audit = crate::raft::state_audit::StateAudit {
+            id: cfg.id,
+            raft: shared.raft.clone(),
+            checkpoints: sm.checkpoints(),
+            raft_key: identity.raft_key.clone(),
             tls,
-            stop_rx.clone(),
-        )));
+            duties: shared.duties.clone(),
+        };
+        tasks.push(tokio::spawn(crate::raft::state_audit::run(audit, stop_rx.clone())));
     }
+    shared.duties.register(book::DISK_WATCH, crate::raft::disk_space::CHECK_EVERY);
     tasks.push(tokio::spawn(crate::raft::disk_space::watch(
         cfg.data_dir.clone(),
         cfg.data_dir_min_free_mb.saturating_mul(1 << 20),
         shared.disk_alarm.clone(),
         shared.raft.clone(),
         shared.metrics.clone(),
+        shared.duties.clone(),
         stop_rx,
     )));
     tasks.push(tokio::spawn(duties::follow_leadership(

@@ -29,6 +29,7 @@ use crate::duties::book;
 use crate::leader::TermState;
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
 use crate::leader::tiering::{Copy, OffloadMode, Purpose};
+use crate::objects::eviction;
 use crate::objects::puts::{Grant, grant_arena};
 use crate::raft::proposer::now_ms;
 use crate::rpc::convert;
@@ -94,7 +95,7 @@ async fn copy_round(shared: &Shared, n: u32) {
         schedule(shared, Purpose::Promote, Scan::KeySpace).await;
     }
     end_detached(shared).await;
-    shared.write_path.evictor.round_on(Tier::Ssd, 0).await;
+    eviction::round_on(shared, Tier::Ssd, 0).await;
 }
 
 /// What eager offload planning looks at besides the objects just committed.
@@ -170,7 +171,7 @@ fn plan_offloads(
         return (Vec::new(), None);
     }
     if shared.tiers.policy.offload == OffloadMode::OnEvict {
-        let policy = &shared.write_path.evictor.policy;
+        let policy = &shared.write_path.eviction_policy;
         let start = (policy.high_watermark_ratio - policy.eviction_ratio).max(0.0);
         let capacity = s.tier_capacity_bytes(Tier::Dram) as f64;
         if scan == Scan::FreshOnly || (s.tier_used_bytes(Tier::Dram) as f64) < capacity * start {
@@ -217,7 +218,7 @@ fn plan_offloads(
 /// promoted one, and promote again). The others are kept hot for later.
 fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>, Vec<String>) {
     let ceiling =
-        (s.tier_capacity_bytes(Tier::Dram) as f64 * shared.write_path.evictor.policy.high_watermark_ratio) as u64;
+        (s.tier_capacity_bytes(Tier::Dram) as f64 * shared.write_path.eviction_policy.high_watermark_ratio) as u64;
     let mut used = s.tier_used_bytes(Tier::Dram);
     let mut plans = Vec::new();
     let mut deferred = Vec::new();

@@ -20,207 +20,195 @@
 //! (`arena_cuts.rs`); a put's round does not evict, for nothing, objects
 //! too young for that there.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use mooncake_raft_store::{ArenaId, Command, RemoveReason, Response, StateReader, Tier};
+use mooncake_raft_store::{ArenaId, Command, RemoveReason, Response, Tier};
 use mooncake_segment::SegmentId;
 
-use crate::objects::arena_cuts::{ArenaCuts, arenas_holding};
+use crate::objects::arena_cuts::{self, arenas_holding};
 
-use crate::duties::book::{self, DutyBook};
+use crate::duties::book;
 use crate::leader::FenceGuard;
-use crate::leader::LeaderState;
 use crate::leader::decisions::Candidate;
 use crate::leader::decisions::{self, EvictionPolicy};
 use crate::leader::kv_lease::KeyHash;
-use crate::leader::tiering::{OffloadMode, TierPolicy};
-use crate::metrics::MasterMetrics;
+use crate::leader::tiering::OffloadMode;
 use crate::objects::fenced::propose_fenced;
-use crate::raft::proposer::Proposer;
+use crate::shared::Shared;
 
 /// Most victims of one round (bounds one entry's size and apply time).
 pub const EVICTION_BATCH_MAX: usize = 1_024;
 
-/// Runs eviction rounds, one at a time.
-pub struct Evictor {
-    pub reader: StateReader,
-    pub leader: Arc<LeaderState>,
-    pub proposer: Proposer,
-    pub policy: EvictionPolicy,
-    pub tiers: TierPolicy,
-    pub metrics: Arc<MasterMetrics>,
-    /// Cuts what rounds free in earlier terms' arenas (removes use it too).
-    pub cuts: Arc<ArenaCuts>,
-    /// Where the duties' rounds note a failed proposal.
-    pub duties: Arc<DutyBook>,
-    /// One round at a time (`Default` when built).
-    pub round: tokio::sync::Mutex<()>,
+/// One round: frees what the high watermark asks and at least
+/// `need_bytes` (0 for the duty's rounds), from objects neither leased,
+/// hard-pinned nor being removed. Returns how many objects it evicted:
+/// 0 means nothing evictable was found (or this master does not lead).
+pub async fn round(shared: &Shared, need_bytes: u64) -> u64 {
+    round_on(shared, Tier::Dram, need_bytes).await
 }
 
-impl Evictor {
-    /// One round: frees what the high watermark asks and at least
-    /// `need_bytes` (0 for the duty's rounds), from objects neither leased,
-    /// hard-pinned nor being removed. Returns how many objects it evicted:
-    /// 0 means nothing evictable was found (or this master does not lead).
-    pub async fn round(&self, need_bytes: u64) -> u64 {
-        self.round_on(Tier::Dram, need_bytes).await
-    }
+/// One round on `tier` (memory: the high watermark; disk: the disk
+/// watermark). Returns how many objects it evicted from the tier.
+pub async fn round_on(shared: &Shared, tier: Tier, need_bytes: u64) -> u64 {
+    round_where(shared, tier, need_bytes, None).await
+}
 
-    /// One round on `tier` (memory: the high watermark; disk: the disk
-    /// watermark). Returns how many objects it evicted from the tier.
-    pub async fn round_on(&self, tier: Tier, need_bytes: u64) -> u64 {
-        self.round_where(tier, need_bytes, None).await
-    }
+/// A put's round: frees about `need_bytes` on `segment` (the memory
+/// segment the put could not place a replica on) and nothing for the
+/// watermark, which is the duty's job. Returns how many objects it
+/// evicted: 0 means nothing evictable holds bytes there.
+pub async fn round_for_put(shared: &Shared, segment: SegmentId, need_bytes: u64) -> u64 {
+    round_where(shared, Tier::Dram, need_bytes, Some(segment)).await
+}
 
-    /// A put's round: frees about `need_bytes` on `segment` (the memory
-    /// segment the put could not place a replica on) and nothing for the
-    /// watermark, which is the duty's job. Returns how many objects it
-    /// evicted: 0 means nothing evictable holds bytes there.
-    pub async fn round_for_put(&self, segment: SegmentId, need_bytes: u64) -> u64 {
-        self.round_where(Tier::Dram, need_bytes, Some(segment)).await
+async fn round_where(shared: &Shared, tier: Tier, need_bytes: u64, segment: Option<SegmentId>) -> u64 {
+    let _one_at_a_time = shared.write_path.eviction_round.lock().await;
+    let (used, capacity, disk_has_room) = shared.reader.read(|s| {
+        let disk_room = s.tier_capacity_bytes(Tier::Ssd) as f64 * shared.tiers.policy.disk_high_watermark_ratio;
+        (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier), (s.tier_used_bytes(Tier::Ssd) as f64) < disk_room)
+    });
+    let policy = match tier {
+        Tier::Dram => shared.write_path.eviction_policy,
+        Tier::Ssd => EvictionPolicy {
+            high_watermark_ratio: shared.tiers.policy.disk_high_watermark_ratio,
+            ..shared.write_path.eviction_policy
+        },
+    };
+    let target = match segment {
+        Some(_) => need_bytes,
+        None => decisions::eviction_target(used, capacity, &policy, need_bytes),
+    };
+    if target == 0 {
+        return 0;
     }
+    // The duty's memory rounds leave what is not on disk yet to the copy
+    // duty while offload is on and the disk has room.
+    let leave_to_offload =
+        tier == Tier::Dram && need_bytes == 0 && shared.tiers.policy.offload != OffloadMode::Off && disk_has_room;
+    let mut candidates = shared.reader.read(|s| decisions::eviction_candidates_on(s, tier, segment));
+    if leave_to_offload {
+        candidates.retain(|c| c.kept_elsewhere);
+    }
+    let wall_ms = crate::raft::proposer::now_ms();
+    let young_in = match segment {
+        Some(seg) => young_in(shared, &candidates, tier, seg, wall_ms),
+        None => Vec::new(),
+    };
+    let ttl = shared.write_path.eviction_policy.kv_lease_ttl;
+    let chosen = shared.leader.with(|t| {
+        let candidates: Vec<_> = candidates
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| young_in.get(*i).copied().flatten().is_none_or(|a| t.puts.owns(a)))
+            .map(|(_, c)| c)
+            .collect();
+        let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, target);
+        victims.truncate(EVICTION_BATCH_MAX);
+        for v in &victims {
+            t.kv.fence(v.hash);
+        }
+        (t.term, victims)
+    });
+    let Some((term, victims)) = chosen else { return 0 };
+    if victims.is_empty() {
+        return 0;
+    }
+    let guard = shared.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
+    let duty_round = need_bytes == 0 && segment.is_none();
+    remove_victims(shared, tier, need_bytes, victims, guard, duty_round).await
+}
 
-    async fn round_where(&self, tier: Tier, need_bytes: u64, segment: Option<SegmentId>) -> u64 {
-        let _one_at_a_time = self.round.lock().await;
-        let (used, capacity, disk_has_room) = self.reader.read(|s| {
-            let disk_room = s.tier_capacity_bytes(Tier::Ssd) as f64 * self.tiers.disk_high_watermark_ratio;
-            (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier), (s.tier_used_bytes(Tier::Ssd) as f64) < disk_room)
+/// For a put's round on `segment`: for each candidate too young to be
+/// cut, the arena its bytes there lie in (an earlier term's arena would
+/// free nothing the put could use).
+fn young_in(
+    shared: &Shared,
+    candidates: &[Candidate],
+    tier: Tier,
+    segment: SegmentId,
+    wall_ms: u64,
+) -> Vec<Option<ArenaId>> {
+    shared.reader.read(|s| {
+        candidates
+            .iter()
+            .map(|c| match arena_cuts::may_cut(shared, c.committed_ms, wall_ms) {
+                true => None,
+                false => arenas_holding(s, &c.object, Some(tier), Some(segment)).first().map(|(id, _)| *id),
+            })
+            .collect()
+    })
+}
+
+/// Removes the fenced `victims` from `tier` (their replicas there, or
+/// the objects with no other), cuts their bytes out of earlier terms'
+/// arenas, and returns how many were evicted.
+/// A failed proposal of a duty's round (`duty_round`) is noted in its
+/// record: memory rounds are the eviction duty's, disk rounds the copy
+/// duty's.
+async fn remove_victims(
+    shared: &Shared,
+    tier: Tier,
+    need_bytes: u64,
+    victims: Vec<Candidate>,
+    guard: FenceGuard,
+    duty_round: bool,
+) -> u64 {
+    let asked = victims.len();
+    if tier == Tier::Ssd {
+        // Not offloaded again: that would push another copy out, and back.
+        let keys: Vec<String> = victims.iter().map(|v| v.object.key.clone()).collect();
+        shared.leader.with(|t| t.copies.note_disk_evicted(keys));
+    }
+    // Read before they go: the victims' bytes that may be cut out of
+    // earlier terms' arenas once removed.
+    let objects: Vec<_> = victims.iter().map(|v| v.object.clone()).collect();
+    let cuts = arena_cuts::pieces(shared, &objects, Some(tier));
+    let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
+    let mut cmds = Vec::new();
+    if !kept.is_empty() {
+        cmds.push(Command::DropTierReplicas { victims: kept.into_iter().map(|v| v.object).collect(), tier });
+    }
+    if !lost.is_empty() {
+        cmds.push(Command::RemoveObjects {
+            victims: lost.into_iter().map(|v| v.object).collect(),
+            reason: RemoveReason::Evict,
         });
-        let policy = match tier {
-            Tier::Dram => self.policy,
-            Tier::Ssd => EvictionPolicy { high_watermark_ratio: self.tiers.disk_high_watermark_ratio, ..self.policy },
-        };
-        let target = match segment {
-            Some(_) => need_bytes,
-            None => decisions::eviction_target(used, capacity, &policy, need_bytes),
-        };
-        if target == 0 {
-            return 0;
-        }
-        // The duty's memory rounds leave what is not on disk yet to the copy
-        // duty while offload is on and the disk has room.
-        let leave_to_offload =
-            tier == Tier::Dram && need_bytes == 0 && self.tiers.offload != OffloadMode::Off && disk_has_room;
-        let mut candidates = self.reader.read(|s| decisions::eviction_candidates_on(s, tier, segment));
-        if leave_to_offload {
-            candidates.retain(|c| c.kept_elsewhere);
-        }
-        let wall_ms = crate::raft::proposer::now_ms();
-        let young_in = match segment {
-            Some(seg) => self.young_in(&candidates, tier, seg, wall_ms),
-            None => Vec::new(),
-        };
-        let ttl = self.policy.kv_lease_ttl;
-        let chosen = self.leader.with(|t| {
-            let candidates: Vec<_> = candidates
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| young_in.get(*i).copied().flatten().is_none_or(|a| t.puts.owns(a)))
-                .map(|(_, c)| c)
-                .collect();
-            let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, target);
-            victims.truncate(EVICTION_BATCH_MAX);
-            for v in &victims {
-                t.kv.fence(v.hash);
-            }
-            (t.term, victims)
-        });
-        let Some((term, victims)) = chosen else { return 0 };
-        if victims.is_empty() {
-            return 0;
-        }
-        let guard = self.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
-        let duty_round = need_bytes == 0 && segment.is_none();
-        self.remove_victims(tier, need_bytes, victims, guard, duty_round).await
     }
-
-    /// For a put's round on `segment`: for each candidate too young to be
-    /// cut, the arena its bytes there lie in (an earlier term's arena would
-    /// free nothing the put could use).
-    fn young_in(&self, candidates: &[Candidate], tier: Tier, segment: SegmentId, wall_ms: u64) -> Vec<Option<ArenaId>> {
-        self.reader.read(|s| {
-            candidates
+    match propose_fenced(&shared.write_path.proposer, cmds, guard, |_, _| true).await {
+        Ok(answers) => {
+            let count: u64 = answers
                 .iter()
-                .map(|c| match self.cuts.may_cut(c.committed_ms, wall_ms) {
-                    true => None,
-                    false => arenas_holding(s, &c.object, Some(tier), Some(segment)).first().map(|(id, _)| *id),
+                .map(|a| match a {
+                    Response::Removed { count } => *count,
+                    _ => 0,
                 })
-                .collect()
-        })
-    }
-
-    /// Removes the fenced `victims` from `tier` (their replicas there, or
-    /// the objects with no other), cuts their bytes out of earlier terms'
-    /// arenas, and returns how many were evicted.
-    /// A failed proposal of a duty's round (`duty_round`) is noted in its
-    /// record: memory rounds are the eviction duty's, disk rounds the copy
-    /// duty's.
-    async fn remove_victims(
-        &self,
-        tier: Tier,
-        need_bytes: u64,
-        victims: Vec<Candidate>,
-        guard: FenceGuard,
-        duty_round: bool,
-    ) -> u64 {
-        let asked = victims.len();
-        if tier == Tier::Ssd {
-            // Not offloaded again: that would push another copy out, and back.
-            let keys: Vec<String> = victims.iter().map(|v| v.object.key.clone()).collect();
-            self.leader.with(|t| t.copies.note_disk_evicted(keys));
+                .sum();
+            shared.metrics.eviction_rounds.inc();
+            shared.metrics.evicted_objects.inc_by(count);
+            let (used, capacity) = shared.reader.read(|s| (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier)));
+            tracing::info!(
+                tier = tier.name(),
+                asked,
+                evicted = count,
+                need_bytes,
+                used_bytes = used,
+                capacity_bytes = capacity,
+                "eviction round"
+            );
+            arena_cuts::cut(shared, cuts).await;
+            count
         }
-        // Read before they go: the victims' bytes that may be cut out of
-        // earlier terms' arenas once removed.
-        let objects: Vec<_> = victims.iter().map(|v| v.object.clone()).collect();
-        let cuts = self.cuts.pieces(&objects, Some(tier));
-        let (kept, lost): (Vec<_>, Vec<_>) = victims.into_iter().partition(|v| v.kept_elsewhere);
-        let mut cmds = Vec::new();
-        if !kept.is_empty() {
-            cmds.push(Command::DropTierReplicas { victims: kept.into_iter().map(|v| v.object).collect(), tier });
-        }
-        if !lost.is_empty() {
-            cmds.push(Command::RemoveObjects {
-                victims: lost.into_iter().map(|v| v.object).collect(),
-                reason: RemoveReason::Evict,
-            });
-        }
-        match propose_fenced(&self.proposer, cmds, guard, |_, _| true).await {
-            Ok(answers) => {
-                let count: u64 = answers
-                    .iter()
-                    .map(|a| match a {
-                        Response::Removed { count } => *count,
-                        _ => 0,
-                    })
-                    .sum();
-                self.metrics.eviction_rounds.inc();
-                self.metrics.evicted_objects.inc_by(count);
-                let (used, capacity) = self.reader.read(|s| (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier)));
-                tracing::info!(
-                    tier = tier.name(),
-                    asked,
-                    evicted = count,
-                    need_bytes,
-                    used_bytes = used,
-                    capacity_bytes = capacity,
-                    "eviction round"
-                );
-                self.cuts.cut(cuts).await;
-                count
+        Err(status) => {
+            tracing::warn!(code = ?status.error_code(), message = %status.message, "eviction proposal failed");
+            if duty_round {
+                let duty = match tier {
+                    Tier::Dram => book::EVICTION,
+                    Tier::Ssd => book::COPIES,
+                };
+                let why = format!("eviction proposal: {:?}: {}", status.error_code(), status.message);
+                shared.duties.failed(duty, crate::raft::proposer::now_ms(), why);
             }
-            Err(status) => {
-                tracing::warn!(code = ?status.error_code(), message = %status.message, "eviction proposal failed");
-                if duty_round {
-                    let duty = match tier {
-                        Tier::Dram => book::EVICTION,
-                        Tier::Ssd => book::COPIES,
-                    };
-                    let why = format!("eviction proposal: {:?}: {}", status.error_code(), status.message);
-                    self.duties.failed(duty, crate::raft::proposer::now_ms(), why);
-                }
-                0
-            }
+            0
         }
     }
 }

@@ -24,6 +24,7 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::leader::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
 use crate::leader::tiering::OffloadMode;
+use crate::objects::eviction;
 use crate::rpc::convert;
 use crate::rpc::errors::{internal, invalid, response_status};
 use crate::shared::Shared;
@@ -211,7 +212,7 @@ async fn make_room(shared: &Shared, ask: &PutAsk, look: &Look, round: &mut Round
     let mut evicted = 0;
     if evictions < EVICT_ROUNDS_MAX {
         for segment in full {
-            evicted += shared.write_path.evictor.round_for_put(segment, per_segment).await;
+            evicted += eviction::round_for_put(shared, segment, per_segment).await;
         }
     }
     if evicted == 0 {

@@ -10,6 +10,7 @@ use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
 
 use crate::leader::kv_lease::KeyHash;
+use crate::objects::arena_cuts;
 use crate::objects::fenced::propose_fenced;
 use crate::rpc::errors::{internal, meta_status, response_status};
 use crate::shared::Shared;
@@ -86,14 +87,14 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
             .collect();
         let victims: Vec<VersionedKey> =
             go.iter().map(|(i, version)| VersionedKey { key: keys[*i].clone(), version: *version }).collect();
-        let cuts = shared.write_path.evictor.cuts.pieces(&victims, None);
+        let cuts = arena_cuts::pieces(shared, &victims, None);
         let removed = |answers: &[Response], j: usize| answers.get(j).is_some_and(|a| a.err().is_none());
         match propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, removed).await {
             Ok(answers) => {
                 for ((i, _), a) in go.iter().zip(&answers) {
                     out[*i] = Some(response_status(a));
                 }
-                shared.write_path.evictor.cuts.cut(cuts).await;
+                arena_cuts::cut(shared, cuts).await;
             }
             Err(status) => {
                 for (i, _) in &go {
@@ -128,8 +129,8 @@ pub async fn remove_all(shared: &Shared, force: bool) -> Result<u64, Status> {
             reason: mooncake_raft_store::RemoveReason::RemoveAll,
         })
         .collect();
-    let cuts = shared.write_path.evictor.cuts.pieces(&go, None);
+    let cuts = arena_cuts::pieces(shared, &go, None);
     let answers = propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, |_, _| true).await?;
-    shared.write_path.evictor.cuts.cut(cuts).await;
+    arena_cuts::cut(shared, cuts).await;
     Ok(answers.iter().map(|a| if let Response::Removed { count } = a { *count } else { 0 }).sum())
 }

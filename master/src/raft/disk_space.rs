@@ -28,7 +28,9 @@ use std::time::Duration;
 use mooncake_raft_store::Raft;
 use tokio::sync::watch;
 
+use crate::duties::book::{self, DutyBook};
 use crate::metrics::MasterMetrics;
+use crate::raft::proposer::now_ms;
 
 /// How often the free space is read (one `statvfs`, a few microseconds).
 pub const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -93,6 +95,7 @@ pub async fn watch(
     alarm: Arc<DiskAlarm>,
     raft: Raft,
     metrics: Arc<MasterMetrics>,
+    duties: Arc<DutyBook>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(CHECK_EVERY);
@@ -106,17 +109,28 @@ pub async fn watch(
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot read the data dir's free space");
+                let why = format!("cannot read the free space of {}: {e}", dir.display());
+                duties.failed(book::DISK_WATCH, now_ms(), why);
+                duties.finished(book::DISK_WATCH, now_ms(), false);
                 continue;
             }
         };
-        let snapshot = u64::try_from(metrics.snapshot_bytes.get()).unwrap_or(0);
+        let snapshot = u64::try_from(metrics.raft.snapshot_bytes.get()).unwrap_or(0);
         let need = min_free_bytes.max(snapshot.saturating_mul(2));
-        metrics.data_dir_free_bytes.set(i64::try_from(free).unwrap_or(i64::MAX));
-        if !alarm.record(free, need) {
+        metrics.raft.data_dir_free_bytes.set(i64::try_from(free).unwrap_or(i64::MAX));
+        let changed = alarm.record(free, need);
+        match alarm.reason() {
+            Some(why) => {
+                duties.failed(book::DISK_WATCH, now_ms(), why);
+                duties.finished(book::DISK_WATCH, now_ms(), false);
+            }
+            None => duties.finished(book::DISK_WATCH, now_ms(), true),
+        }
+        if !changed {
             continue;
         }
         let on = alarm.is_on();
-        metrics.nospace_alarm.set(i64::from(on));
+        metrics.raft.nospace_alarm.set(i64::from(on));
         // A leader without heartbeats is replaced once it is idle; a master
         // with the alarm starts no election (prevote.rs).
         raft.runtime_config().heartbeat(!on);

@@ -39,6 +39,7 @@ use openraft::{BasicNode, ServerState};
 use rand::Rng;
 use tokio::sync::watch;
 
+use crate::duties::book::{self, DutyBook};
 use crate::raft::network::{NetworkFactory, PeerClient, PreVoteRequest, PreVoteResponse};
 
 /// When this master last heard from a leader (or granted a vote), and
@@ -153,6 +154,8 @@ pub struct ElectionDriver {
     /// While its data dir is nearly full a master starts no election
     /// (`disk_space.rs`).
     pub disk_alarm: Arc<crate::raft::disk_space::DiskAlarm>,
+    /// Where each attempt is recorded (the `elections` duty).
+    pub duties: Arc<DutyBook>,
 }
 
 impl ElectionDriver {
@@ -189,61 +192,97 @@ impl ElectionDriver {
                 continue;
             }
             last_attempt = Some(Instant::now());
-            if self.disk_alarm.is_on() {
-                tracing::info!("not starting an election: the data dir is nearly full (NOSPACE alarm)");
-                continue;
-            }
-            let last_log_id = match self.log.last_log_id() {
-                Ok(id) => id,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the log; not starting an election");
-                    continue;
-                }
-            };
-            let req = PreVoteRequest { candidate: self.id, last_log_id };
-            let others: BTreeSet<NodeId> = configs.iter().flatten().copied().filter(|id| *id != self.id).collect();
-            let mut clients = Vec::new();
-            for id in others {
-                let Some(node) = nodes.get(&id) else { continue };
-                let client = match peers.remove(&id) {
-                    Some((known, client)) if known == *node => client,
-                    _ => self.network.new_client(id, node).await,
-                };
-                clients.push((id, node.clone(), client));
-            }
-            let timeout = self.timing.timeout_min;
-            let calls = clients.into_iter().map(|(id, node, mut client)| {
-                let req = req.clone();
-                async move {
-                    let answer = client.pre_vote(&req, timeout).await;
-                    (id, node, client, answer)
-                }
-            });
-            let mut granted = BTreeSet::from([self.id]);
-            let mut why = Vec::new();
-            for (id, node, client, answer) in futures::future::join_all(calls).await {
-                match answer {
-                    Ok(r) if r.granted => {
-                        granted.insert(id);
-                    }
-                    Ok(r) => why.push(format!("{id}: {}", r.reason)),
-                    Err(e) => why.push(format!("{id}: {e}")),
-                }
-                peers.insert(id, (node, client));
-            }
-            if is_majority(&configs, &granted) {
-                tracing::info!(granted = ?granted, "pre-vote won: starting an election");
-                self.elections.with_label_values(&["started"]).inc();
-                if let Err(e) = self.raft.trigger().elect().await {
-                    tracing::error!(error = %e, "raft stopped; no election");
-                    return;
-                }
-            } else {
-                self.elections.with_label_values(&["refused_by_pre_vote"]).inc();
-                tracing::info!(granted = ?granted, refusals = ?why, "pre-vote lost: not starting an election");
+            let duties = self.duties.clone();
+            let outcome = duties.round(book::ELECTIONS, self.attempt(&configs, &nodes, &mut peers)).await;
+            match outcome {
+                Attempt::Elected | Attempt::Refused => {}
+                Attempt::RaftStopped => return,
             }
         }
     }
+
+    /// One attempt: the pre-vote round, then the election if it was won.
+    /// What keeps this master from electing is noted in its duty record
+    /// (the NOSPACE alarm, an unreadable log, the refusals of a lost
+    /// pre-vote).
+    async fn attempt(
+        &mut self,
+        configs: &[BTreeSet<NodeId>],
+        nodes: &BTreeMap<NodeId, BasicNode>,
+        peers: &mut BTreeMap<NodeId, (BasicNode, PeerClient)>,
+    ) -> Attempt {
+        let duties = self.duties.clone();
+        let refused = |why: String| {
+            duties.failed(book::ELECTIONS, crate::raft::proposer::now_ms(), why);
+            Attempt::Refused
+        };
+        if self.disk_alarm.is_on() {
+            tracing::info!("not starting an election: the data dir is nearly full (NOSPACE alarm)");
+            return refused("not electing: the data dir is nearly full (NOSPACE alarm)".into());
+        }
+        let last_log_id = match self.log.last_log_id() {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the log; not starting an election");
+                return refused(format!("not electing: cannot read the log: {e}"));
+            }
+        };
+        let req = PreVoteRequest { candidate: self.id, last_log_id };
+        let others: BTreeSet<NodeId> = configs.iter().flatten().copied().filter(|id| *id != self.id).collect();
+        let mut clients = Vec::new();
+        for id in others {
+            let Some(node) = nodes.get(&id) else { continue };
+            let client = match peers.remove(&id) {
+                Some((known, client)) if known == *node => client,
+                _ => self.network.new_client(id, node).await,
+            };
+            clients.push((id, node.clone(), client));
+        }
+        let timeout = self.timing.timeout_min;
+        let calls = clients.into_iter().map(|(id, node, mut client)| {
+            let req = req.clone();
+            async move {
+                let answer = client.pre_vote(&req, timeout).await;
+                (id, node, client, answer)
+            }
+        });
+        let mut granted = BTreeSet::from([self.id]);
+        let mut why = Vec::new();
+        for (id, node, client, answer) in futures::future::join_all(calls).await {
+            match answer {
+                Ok(r) if r.granted => {
+                    granted.insert(id);
+                }
+                Ok(r) => why.push(format!("{id}: {}", r.reason)),
+                Err(e) => why.push(format!("{id}: {e}")),
+            }
+            peers.insert(id, (node, client));
+        }
+        if !is_majority(configs, &granted) {
+            self.elections.with_label_values(&["refused_by_pre_vote"]).inc();
+            tracing::info!(granted = ?granted, refusals = ?why, "pre-vote lost: not starting an election");
+            return refused(format!("pre-vote lost: {}", why.join("; ")));
+        }
+        tracing::info!(granted = ?granted, "pre-vote won: starting an election");
+        self.elections.with_label_values(&["started"]).inc();
+        match self.raft.trigger().elect().await {
+            Ok(()) => Attempt::Elected,
+            Err(e) => {
+                tracing::error!(error = %e, "raft stopped; no election");
+                Attempt::RaftStopped
+            }
+        }
+    }
+}
+
+/// How one election attempt ended.
+enum Attempt {
+    /// The pre-vote was won and the real election started.
+    Elected,
+    /// Not started (noted in the duty record).
+    Refused,
+    /// Raft has stopped: the driver ends.
+    RaftStopped,
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ use mooncake_proto::raft::raft_service_client::RaftServiceClient;
 use mooncake_raft_store::{Checkpoints, NodeId, Raft};
 use tokio::sync::watch;
 
+use crate::duties::book::{self, DutyBook};
+
 /// How often a master compares its checkpoints with its peers'.
 pub const AUDIT_EVERY: Duration = Duration::from_secs(5);
 
@@ -60,15 +62,9 @@ pub fn find_divergence(ours: &[(u64, u64)], peers: &[Vec<(u64, u64)>], voters: u
 }
 
 /// Compares this master's checkpoints with its peers' every [`AUDIT_EVERY`]
-/// until `stop`; exits the process on a divergence.
-pub async fn run(
-    id: NodeId,
-    raft: Raft,
-    checkpoints: Arc<Checkpoints>,
-    raft_key: MacKey,
-    tls: Option<mooncake_tls::TlsConfig>,
-    mut stop: watch::Receiver<bool>,
-) {
+/// until `stop`; exits the process on a divergence. Each round is recorded
+/// in the `state_audit` duty record (a peer that gave no checkpoints fails it).
+pub async fn run(audit: StateAudit, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(AUDIT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -76,12 +72,30 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let ours = checkpoints.recent();
+        let ours = audit.checkpoints.recent();
         if ours.is_empty() {
             continue;
         }
+        audit.duties.round(book::STATE_AUDIT, audit.round(&ours)).await;
+    }
+}
+
+/// What the state audit of one master needs.
+pub struct StateAudit {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub checkpoints: Arc<Checkpoints>,
+    pub raft_key: MacKey,
+    pub tls: Option<mooncake_tls::TlsConfig>,
+    pub duties: Arc<DutyBook>,
+}
+
+impl StateAudit {
+    /// Asks every peer for its checkpoints and compares them with `ours`.
+    async fn round(&self, ours: &[(u64, u64)]) {
+        let id = self.id;
         let (voters, peers): (usize, Vec<(NodeId, String)>) = {
-            let m = raft.metrics();
+            let m = self.raft.metrics();
             let m = m.borrow();
             let membership = m.membership_config.membership();
             let voters = membership.voter_ids().count();
@@ -93,19 +107,23 @@ pub async fn run(
         for (peer, addr) in peers {
             let asked = async {
                 let mut c = RaftServiceClient::new(
-                    mooncake_tls::grpc::endpoint(&addr, tls.as_ref()).ok()?.connect().await.ok()?,
+                    mooncake_tls::grpc::endpoint(&addr, self.tls.as_ref()).ok()?.connect().await.ok()?,
                 );
-                let req = StateCheckpointsRequest { from: id, mac: checkpoints_mac(&raft_key, id) };
+                let req = StateCheckpointsRequest { from: id, mac: checkpoints_mac(&self.raft_key, id) };
                 c.state_checkpoints(req).await.ok().map(|r| r.into_inner())
             };
             match tokio::time::timeout(ASK_TIMEOUT, asked).await {
                 Ok(Some(answer)) => {
                     answers.push(answer.checkpoints.iter().map(|c| (c.applied_index, c.state_hash)).collect())
                 }
-                _ => tracing::debug!(peer, "no state checkpoints from a peer this round"),
+                _ => {
+                    tracing::debug!(peer, "no state checkpoints from a peer this round");
+                    let why = format!("no state checkpoints from master {peer} ({addr})");
+                    self.duties.failed(book::STATE_AUDIT, crate::raft::proposer::now_ms(), why);
+                }
             }
         }
-        if let Some(d) = find_divergence(&ours, &answers, voters) {
+        if let Some(d) = find_divergence(ours, &answers, voters) {
             mooncake_raft_store::fatal::invariant_broken(&format!(
                 "its state diverged from the other masters': at applied index {} its state hash is {:016x}, {} \
                  other masters (a majority of {voters}) hold {:016x} (it applied an entry the others did not, or its \

@@ -31,14 +31,9 @@ impl AdminServiceImpl {
 const SNAPSHOT_CHUNK_BYTES: usize = 4 << 20;
 
 impl AdminServiceImpl {
-    async fn barrier(&self) -> Result<(), Status> {
-        self.shared.require_leader()?;
-        self.shared.linearizable().await
-    }
-
     /// A consistent image from the leader, after a linearizable barrier, cut into chunks.
     async fn export(&self) -> Result<Vec<SnapshotChunk>, Status> {
-        self.barrier().await?;
+        self.shared.barrier().await?;
         let (data, applied_index, state_hash) =
             self.shared.sm.export().map_err(|e| crate::rpc::errors::internal(format!("exporting state: {e}")))?;
         let total_bytes = data.len() as u64;
@@ -176,7 +171,7 @@ impl AdminService for AdminServiceImpl {
     }
 
     async fn list_clients(&self, _req: Request<ListClientsRequest>) -> RpcResult<ListClientsResponse> {
-        if let Err(s) = self.barrier().await {
+        if let Err(s) = self.shared.barrier().await {
             return Ok(Response::new(ListClientsResponse { status: Some(s), clients: vec![] }));
         }
         let now = std::time::Instant::now();
