@@ -12,6 +12,7 @@ mod status;
 mod store;
 mod store_http;
 mod up;
+mod watch;
 
 use std::time::Duration;
 
@@ -111,6 +112,9 @@ enum Cmd {
     Ls(objects::LsArgs),
     /// Show an object's size, checksum and replicas.
     Stat(objects::StatArgs),
+    /// Print every object change (stored, removed, replicas moved) as it
+    /// commits, from any revision the masters still hold.
+    Watch(watch::WatchArgs),
     /// Run a local cluster (3 masters, 2 store nodes) until Ctrl-C.
     Up(up::UpArgs),
     /// Start a local cluster, run a KV-cache workload through a leader kill, print a summary.
@@ -175,6 +179,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Rm(a) => objects::rm(a).await,
         Cmd::Ls(a) => objects::ls(a).await,
         Cmd::Stat(a) => objects::stat(a).await,
+        Cmd::Watch(a) => watch::run(a).await,
         Cmd::Up(a) => up::run(a).await,
         Cmd::Demo(a) => demo::run(a).await,
         Cmd::Bench(a) => mooncake_benches::run(a).await,

@@ -16,6 +16,7 @@ mod master_client;
 mod remote;
 mod store_client;
 mod store_node;
+mod watch;
 
 pub use config::{ClientConfig, parse_size};
 pub use error::ClientError;
@@ -25,3 +26,4 @@ pub use mooncake_segment::checksum;
 pub use remote::remote;
 pub use store_client::{Client, ClientStats, GetSession, Pin, PutOptions, PutOutcome, PutSession, SessionReads};
 pub use store_node::{LocalSegment, StoreNode};
+pub use watch::{WatchError, WatchItem, Watcher};

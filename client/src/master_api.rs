@@ -193,8 +193,16 @@ impl MasterClient {
     }
 
     pub async fn list_objects(&self, prefix: &str, limit: u32) -> Result<Vec<ObjectInfo>, MasterError> {
+        Ok(self.list_objects_at(prefix, limit).await?.0)
+    }
+
+    /// [`list_objects`](Self::list_objects) with the revision it was read
+    /// at: a watcher that resyncs from the listing watches from the
+    /// revision after it ([`crate::Watcher`]).
+    pub async fn list_objects_at(&self, prefix: &str, limit: u32) -> Result<(Vec<ObjectInfo>, u64), MasterError> {
         let req = ListObjectsRequest { prefix: prefix.to_string(), limit };
-        Ok(self.ask(req, async |mut c, r| c.list_objects(r).await).await?.reply.objects)
+        let listed = self.ask(req, async |mut c, r| c.list_objects(r).await).await?.reply;
+        Ok((listed.objects, listed.revision))
     }
 
     /// PutStart of many objects in one RPC (and one log entry): the batch

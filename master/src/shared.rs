@@ -56,6 +56,10 @@ pub struct Shared {
     pub disk_alarm: Arc<crate::raft::disk_space::DiskAlarm>,
     /// What each background duty last did (`duties/book.rs`).
     pub duties: Arc<crate::duties::book::DutyBook>,
+    /// The object events this master applied recently, for `Watch`.
+    pub events: Arc<mooncake_raft_store::events::EventHistory>,
+    /// The open `Watch` streams, against `--max-watchers`.
+    pub watchers: Arc<crate::rpc::watch::Watchers>,
     pub read_path: ReadPath,
     pub write_path: WritePath,
     pub tiers: Tiers,

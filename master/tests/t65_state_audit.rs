@@ -56,8 +56,7 @@ async fn a_master_whose_state_diverged_exits_and_the_others_serve() {
 /// audit that compares with nobody is no longer checking anything).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_names_a_peer_that_gives_no_checkpoints_in_its_duty_record() {
-    let mut cluster =
-        Cluster::builder().masters(3).master_bin(BIN).arg(format!("--state-audit-every={EVERY}")).start();
+    let mut cluster = Cluster::builder().masters(3).master_bin(BIN).arg(format!("--state-audit-every={EVERY}")).start();
     let (leader, _) = cluster.wait_for_leader(Duration::from_secs(20)).await;
     let client = cluster.client();
     let seg =

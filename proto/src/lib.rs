@@ -69,6 +69,7 @@ macro_rules! impl_has_status {
 
 impl_has_status!(
     master::PingResponse,
+    master::WatchResponse,
     master::GetClusterInfoResponse,
     master::MountSegmentResponse,
     master::UnmountSegmentResponse,

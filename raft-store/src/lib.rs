@@ -23,6 +23,7 @@ pub mod codec;
 mod command;
 mod data_dir;
 mod error;
+pub mod events;
 pub mod fatal;
 mod log;
 mod observer;

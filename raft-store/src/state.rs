@@ -42,6 +42,7 @@ use crate::type_config::{LogId, NodeId};
 
 mod apply;
 mod arenas;
+mod event_journal;
 mod image;
 mod invariants;
 mod objects;
@@ -84,6 +85,9 @@ pub struct MetaState {
     arenas_by_offset: BTreeMap<(SegmentId, u64), ArenaId>,
     next_arena: u64,
     retired: BTreeMap<ObjectVersion, RetiredObject>,
+    /// Object events not taken yet (`event_journal.rs`). Local, not
+    /// replicated, not in the image.
+    events: event_journal::PendingEvents,
     /// Debug builds: records the full invariant scan may cover before it
     /// runs again (`invariants.rs`). Local bookkeeping, not replicated.
     #[cfg_attr(not(debug_assertions), allow(dead_code))]

@@ -27,6 +27,7 @@ use crate::codec;
 use crate::command::Response;
 use crate::data_dir::durable::DataSync;
 use crate::error::StoreError;
+use crate::events::EventHistory;
 use crate::fatal;
 use crate::log::flushed::FlushedLog;
 use crate::snapshot::raft_file::{SnapshotPath, StoredSnapshot};
@@ -117,6 +118,8 @@ pub struct StateMachineStore {
     flushed: Option<FlushedLog>,
     /// State hashes at fixed applied indices (`checkpoints.rs`).
     checkpoints: Arc<Checkpoints>,
+    /// The object events of the recent entries, for watchers (`events.rs`).
+    events: Arc<EventHistory>,
 }
 
 impl StateMachineStore {
@@ -129,6 +132,17 @@ impl StateMachineStore {
     /// This store's recent state checkpoints.
     pub fn checkpoints(&self) -> Arc<Checkpoints> {
         self.checkpoints.clone()
+    }
+
+    /// Keeps the events of the last `max_events` (about) for watchers.
+    pub fn with_event_history(mut self, max_events: usize) -> Self {
+        self.events = Arc::new(EventHistory::with_capacity(max_events));
+        self
+    }
+
+    /// The object events of the entries this store applied recently.
+    pub fn events(&self) -> Arc<EventHistory> {
+        self.events.clone()
     }
 
     /// Rebuilds the state from the last snapshot of the data dir `dir`.
@@ -156,6 +170,7 @@ impl StateMachineStore {
             last_snapshot_bytes: Arc::new(AtomicU64::new(0)),
             flushed,
             checkpoints: Arc::new(Checkpoints::default()),
+            events: Arc::new(EventHistory::default()),
         })
     }
 
@@ -366,11 +381,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // Each entry's commands are checked as they free and allocate, and
         // in debug builds the whole state after each entry (`MetaState::apply`).
         let mut state = self.write_state();
+        state.record_events(true);
         let checkpoints = &self.checkpoints;
         Ok(entries
             .into_iter()
             .map(|e| {
                 let answer = Self::apply_one(&mut state, &e);
+                self.events.applied(e.log_id.index, state.take_events());
                 if checkpoints.due(e.log_id.index) {
                     // An O(1) clone (shared indexes); hashed off this path.
                     checkpoints.take(e.log_id.index, state.clone());
@@ -400,6 +417,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.persist(&stored).await.map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         *self.write_state() = new_state;
+        // What came between the last entry applied here and the snapshot's
+        // is not known here: watchers behind it resync.
+        self.events.installed(meta.last_log_id.map_or(0, |l| l.index));
         // The snapshot is stored and synced: the state it holds is durable.
         if let (Some(last), Some(flushed)) = (meta.last_log_id, &self.flushed) {
             flushed.advance(last);

@@ -127,6 +127,15 @@ pub struct MasterConfig {
     /// smaller values cost CPU at scale. 0 turns it off.
     #[arg(long = "state-audit-every", default_value_t = DEFAULT_STATE_AUDIT_EVERY)]
     pub state_audit_every: u64,
+    /// Most `Watch` streams this master serves at once (docs/EVENTS.md);
+    /// one more is refused UNAVAILABLE, to watch through another master.
+    #[arg(long = "max-watchers", default_value_t = crate::rpc::watch::DEFAULT_MAX_WATCHERS)]
+    pub max_watchers: usize,
+    /// Object events each master keeps in memory for watchers that resume
+    /// (about 100-200 bytes each); a watcher further behind resyncs from a
+    /// listing (docs/EVENTS.md).
+    #[arg(long = "watch-history-events", default_value_t = mooncake_raft_store::events::HISTORY_EVENTS_MAX)]
+    pub watch_history_events: usize,
     /// KV lease in milliseconds: how long an object read (GetReplicaList,
     /// ExistKey) is protected from Remove, RemoveAll and eviction.
     #[arg(long = "default_kv_lease_ttl", default_value_t = DEFAULT_KV_LEASE_TTL_MS)]

@@ -233,6 +233,8 @@ fn shared_handles(
         quorum_ack_max: Duration::from_millis(cfg.election_timeout_max_ms),
         disk_alarm: Arc::new(crate::raft::disk_space::DiskAlarm::default()),
         duties,
+        events: sm.events(),
+        watchers: Arc::new(crate::rpc::watch::Watchers::new(cfg.max_watchers)),
         read_path: ReadPath {
             barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.raft.read_batch.clone()),
             acks,

@@ -105,7 +105,7 @@ pub(super) fn serve_grpc(
         .with_context(|| format!("binding gRPC address {addr} (in use? pick another --listen)"))?;
     let bound = listener.local_addr();
     let incoming = listener.into_stream();
-    let service = Instrumented::new(MasterServiceImpl::new(shared.clone()), shared.metrics.clone());
+    let service = Instrumented::new(MasterServiceImpl::new(shared.clone(), stop.clone()), shared.metrics.clone());
     let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);

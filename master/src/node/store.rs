@@ -19,6 +19,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
     store_opts.fsync = !cfg.dev_unsafe_no_fsync;
     store_opts.node_id = Some(cfg.id);
     store_opts.checkpoint_every = cfg.state_audit_every;
+    store_opts.event_history = cfg.watch_history_events;
     store_opts.dev_unsafe_tampered_checkpoints = cfg.dev_unsafe_diverge_node == Some(cfg.id);
     let unsafe_modes = [
         cfg.dev_unsafe_no_fsync,

@@ -35,6 +35,17 @@ macro_rules! instrument {
     ($($method:ident: $req:ty => $resp:ty, $name:literal;)*) => {
         #[tonic::async_trait]
         impl MasterService for Instrumented {
+            type WatchStream = crate::rpc::watch::WatchStream;
+
+            /// Counted when opened (the stream's life is not timed).
+            async fn watch(&self, req: Request<WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+                let start = Instant::now();
+                let out = self.inner.watch(req).await;
+                let code = if out.is_ok() { "OK" } else { "GRPC_ERROR" };
+                self.metrics.observe_rpc("Watch", code, start.elapsed());
+                out
+            }
+
             $(
                 async fn $method(&self, req: Request<$req>) -> Result<Response<$resp>, Status> {
                     let start = Instant::now();

@@ -11,3 +11,4 @@ pub(crate) mod instrumented;
 pub mod peer;
 pub(crate) mod raft_service;
 pub(crate) mod roles;
+pub mod watch;

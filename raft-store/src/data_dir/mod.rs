@@ -33,6 +33,8 @@ pub struct StoreOptions {
     /// DEVELOPMENT ONLY: alter this store's checkpoint hashes, so that the
     /// masters' audit must find it diverged.
     pub dev_unsafe_tampered_checkpoints: bool,
+    /// Object events kept in memory for watchers (`events.rs`).
+    pub event_history: usize,
 }
 
 impl StoreOptions {
@@ -44,6 +46,7 @@ impl StoreOptions {
             node_id: None,
             checkpoint_every: 0,
             dev_unsafe_tampered_checkpoints: false,
+            event_history: crate::events::HISTORY_EVENTS_MAX,
         }
     }
 
@@ -138,7 +141,8 @@ pub fn open_store(opts: &StoreOptions) -> Result<(LogStore, StateMachineStore), 
         log = log.with_own_id(id)?;
     }
     let sm = StateMachineStore::open(&db, &opts.dir, sync, opts.node_id.map(|_| log.flushed()))?
-        .with_checkpoints(Checkpoints::new(opts.checkpoint_every, opts.dev_unsafe_tampered_checkpoints));
+        .with_checkpoints(Checkpoints::new(opts.checkpoint_every, opts.dev_unsafe_tampered_checkpoints))
+        .with_event_history(opts.event_history);
     // Entries are purged only once a snapshot holds them: a snapshot older
     // than the purge point (deleted, or replaced by an older copy) cannot be
     // caught up from this log.

@@ -71,7 +71,17 @@ impl MetaState {
         Ok(response)
     }
 
+    /// Applies `cmd`, then notes the object events of a single command
+    /// (a batch's are noted one by one, as they apply).
     pub(super) fn apply_cmd(&mut self, cmd: &Command) -> Applied {
+        let applied = self.dispatch(cmd);
+        if !matches!(cmd, Command::Batch(_) | Command::Once { .. }) {
+            self.note_events(cmd);
+        }
+        applied
+    }
+
+    fn dispatch(&mut self, cmd: &Command) -> Applied {
         let result: Result<(), Stop> = match cmd {
             Command::MountSegment { client, credential, segment } => {
                 self.as_client(*client, credential, |s| s.mount(*client, segment, credential)).map_err(Stop::from)

@@ -179,6 +179,7 @@ impl MetaState {
             arenas_by_offset,
             next_arena: image.next_arena,
             scan_credit_records: 0,
+            events: Default::default(),
             retired: image.retired.into_iter().map(|r| (r.version, r)).collect(),
         })
     }

@@ -9,6 +9,9 @@
 //! nodes on its path. A snapshot copies the state under its lock and
 //! encodes the copy after letting go, so applies wait microseconds instead
 //! of the hundreds of ms a full copy of a million objects took.
+//!
+//! While recording is on ([`ObjectIndex::record`]), every change is noted
+//! ([`IndexChange`]): what apply turns into object events (`events.rs`).
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::ObjectMeta;
+use crate::command::ObjectVersion;
 
 /// An object ordered, compared and looked up by its key alone. Behind an
 /// `Arc`: a tree node holds 8 bytes per object rather than the 112-byte
@@ -63,6 +67,40 @@ impl Borrow<str> for ByKey {
 #[derive(Clone, Debug, Default)]
 pub struct ObjectIndex {
     set: OrdSet<ByKey>,
+    journal: Journal,
+}
+
+/// One change to the index.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexChange {
+    /// A new object (a put; an upsert removes the old version first).
+    Stored(Arc<ObjectMeta>),
+    /// The object is gone.
+    Removed { key: String, version: ObjectVersion },
+    /// The object's replicas changed: the object as it is now.
+    Replicas(Arc<ObjectMeta>),
+}
+
+/// The changes noted while recording is on. Not part of the state: a copy
+/// of the index (a snapshot's) records nothing and starts empty.
+#[derive(Debug, Default)]
+struct Journal {
+    on: bool,
+    changes: Vec<IndexChange>,
+}
+
+impl Clone for Journal {
+    fn clone(&self) -> Self {
+        Journal::default()
+    }
+}
+
+impl Journal {
+    fn note(&mut self, change: impl FnOnce() -> IndexChange) {
+        if self.on {
+            self.changes.push(change());
+        }
+    }
 }
 
 impl ObjectIndex {
@@ -95,34 +133,71 @@ impl ObjectIndex {
 
     /// Stores `object` under its key, returning the one it replaced.
     pub fn insert(&mut self, object: ObjectMeta) -> Option<ObjectMeta> {
-        self.set.insert(ByKey(Arc::new(object))).map(ByKey::into_inner)
+        let object = Arc::new(object);
+        let replaced = self.set.insert(ByKey(object.clone())).map(ByKey::into_inner);
+        if let Some(old) = &replaced {
+            self.journal.note(|| IndexChange::Removed { key: old.key.clone(), version: old.version });
+        }
+        self.journal.note(|| IndexChange::Stored(object));
+        replaced
     }
 
     pub fn remove(&mut self, key: &str) -> Option<ObjectMeta> {
-        self.set.remove(key).map(ByKey::into_inner)
+        let removed = self.set.remove(key).map(ByKey::into_inner);
+        if let Some(o) = &removed {
+            self.journal.note(|| IndexChange::Removed { key: o.key.clone(), version: o.version });
+        }
+        removed
     }
 
     /// Changes the object `key` in place (its key must stay); `None` when
     /// there is none.
     pub fn update<T>(&mut self, key: &str, f: impl FnOnce(&mut ObjectMeta) -> T) -> Option<T> {
         let mut object = self.set.remove(key)?;
+        let replicas_before = self.journal.on.then(|| object.0.replicas.clone());
         let out = f(Arc::make_mut(&mut object.0));
         debug_assert_eq!(object.0.key, key, "an update must not change the key");
+        if replicas_before.is_some_and(|before| before != object.0.replicas) {
+            self.journal.note(|| IndexChange::Replicas(object.0.clone()));
+        }
         self.set.insert(object);
         Some(out)
     }
 
-    /// Keeps the objects for which `f` (which may change them, not their
-    /// keys) returns true.
+    /// Keeps the objects for which `f` (which may drop their replicas, and
+    /// change nothing else) returns true.
     pub fn retain_mut(&mut self, mut f: impl FnMut(&mut ObjectMeta) -> bool) {
         let set = std::mem::take(&mut self.set);
-        self.set = set.into_iter().filter_map(|mut o| f(Arc::make_mut(&mut o.0)).then_some(o)).collect();
+        let journal = &mut self.journal;
+        self.set = set
+            .into_iter()
+            .filter_map(|mut o| {
+                let before = o.0.replicas.len();
+                let keep = f(Arc::make_mut(&mut o.0));
+                match keep {
+                    false => journal.note(|| IndexChange::Removed { key: o.0.key.clone(), version: o.0.version }),
+                    true if o.0.replicas.len() != before => journal.note(|| IndexChange::Replicas(o.0.clone())),
+                    true => {}
+                }
+                keep.then_some(o)
+            })
+            .collect();
+    }
+
+    /// Turns the noting of changes on or off.
+    pub fn record(&mut self, on: bool) {
+        self.journal.on = on;
+    }
+
+    /// The changes noted since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<IndexChange> {
+        std::mem::take(&mut self.journal.changes)
     }
 }
 
 impl FromIterator<ObjectMeta> for ObjectIndex {
     fn from_iter<I: IntoIterator<Item = ObjectMeta>>(iter: I) -> Self {
-        ObjectIndex { set: iter.into_iter().map(|o| ByKey(Arc::new(o))).collect() }
+        ObjectIndex { set: iter.into_iter().map(|o| ByKey(Arc::new(o))).collect(), journal: Journal::default() }
     }
 }
 

@@ -29,11 +29,13 @@ const LIST_MAX: usize = 100_000;
 
 pub struct MasterServiceImpl {
     shared: Arc<Shared>,
+    /// Turns true when the master stops: open watches end then.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl MasterServiceImpl {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        MasterServiceImpl { shared }
+    pub fn new(shared: Arc<Shared>, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        MasterServiceImpl { shared, stop }
     }
 }
 
@@ -50,6 +52,13 @@ use identity::*;
 
 #[tonic::async_trait]
 impl MasterService for MasterServiceImpl {
+    type WatchStream = crate::rpc::watch::WatchStream;
+
+    async fn watch(&self, req: Request<WatchRequest>) -> RpcResult<Self::WatchStream> {
+        let s = &self.shared;
+        ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, req.into_inner(), self.stop.clone()))
+    }
+
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
         let r = req.into_inner();
         let client = ClientId(r.client_id);
@@ -299,13 +308,16 @@ impl MasterService for MasterServiceImpl {
             0 => LIST_DEFAULT,
             n => n.min(LIST_MAX),
         };
-        let objects = self
+        let listed = self
             .shared
-            .read(|s| s.objects_with_prefix(&r.prefix).take(limit).map(|o| convert::object_pb(s, o)).collect())
+            .read(|s| {
+                let objects = s.objects_with_prefix(&r.prefix).take(limit).map(|o| convert::object_pb(s, o)).collect();
+                (objects, s.last_applied.map_or(0, |l| l.index))
+            })
             .await;
-        match objects {
-            Ok(objects) => ok(ListObjectsResponse { status: Some(Status::ok()), objects }),
-            Err(s) => ok(ListObjectsResponse { status: Some(s), objects: vec![] }),
+        match listed {
+            Ok((objects, revision)) => ok(ListObjectsResponse { status: Some(Status::ok()), objects, revision }),
+            Err(s) => ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
         }
     }
 
