@@ -5,16 +5,18 @@
 //! [`write_jsonl`], read by [`read_jsonl`]); [`check_linearizable`], a per-key
 //! Wing–Gong/Lowe linearizability checker returning a [`Verdict`]; the
 //! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`]; and
-//! [`check_kv_leases`] over the lease workload's [`LeaseRecord`]s.
+//! [`check_kv_leases`] over the lease workload's [`LeaseRecord`]s; and
+//! [`event_feed::check_event_feed`] over what a watcher saw.
 //!
 //! That core (`history`, `jsonl`, `model`, `wgl`, `memo`, `explain`,
-//! `linearizability`, `checkers`, `lease`) is pure: it starts no processes, touches no
+//! `linearizability`, `checkers`, `lease`, `event_feed`) is pure: it starts no processes, touches no
 //! network and uses no other mooncake crate. The orchestration modules that
 //! run masters in network namespaces, inject faults and record histories
 //! build on it, never the other way round.
 
 mod checkers;
 mod error;
+pub mod event_feed;
 mod explain;
 mod history;
 mod jsonl;
@@ -51,6 +53,7 @@ pub mod chaos_cluster;
 pub mod committed_bytes;
 pub mod disk_objects;
 pub mod disk_stores;
+pub mod event_watcher;
 pub mod follower_bursts;
 pub mod leader_stability;
 pub mod lease_workload;

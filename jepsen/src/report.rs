@@ -197,6 +197,23 @@ impl CheckerVerdict {
         }
     }
 
+    /// The `events` checker: what the run's watcher saw rebuilds the final
+    /// listing (`event_feed.rs`).
+    pub fn from_event_feed(v: &crate::event_feed::FeedVerdict) -> Self {
+        let mut problems = v.problems.clone();
+        let more = problems.len().saturating_sub(PROBLEMS_MAX);
+        problems.truncate(PROBLEMS_MAX);
+        if more > 0 {
+            problems.push(format!("... and {more} more"));
+        }
+        CheckerVerdict {
+            checker: "events".into(),
+            valid: v.problems.is_empty(),
+            checked: usize::try_from(v.counts.events).unwrap_or(usize::MAX),
+            problems,
+        }
+    }
+
     /// `verified` reads returned bytes some put wrote; `corrupt_reads` did not.
     pub fn data_integrity(corrupt_reads: u64, verified: u64) -> Self {
         let problems = if corrupt_reads == 0 {
@@ -240,6 +257,8 @@ pub struct RunReport {
     pub committed_bytes: CommittedBytesCounts,
     /// What the stall writers did (scenarios that run them).
     pub stall_writers: Option<StallCounts>,
+    /// What the run's watcher saw (the `events` checker).
+    pub event_feed: crate::event_feed::FeedCounts,
     /// The preloaded state (scenarios that preload).
     pub preload: Option<PreloadReport>,
     /// The series of follower SIGSTOP bursts, with what every master said
@@ -294,6 +313,7 @@ impl RunReport {
             kv_leases: LeaseReport::default(),
             committed_bytes: CommittedBytesCounts::default(),
             stall_writers: None,
+            event_feed: Default::default(),
             preload: None,
             follower_windows: Vec::new(),
             disk_stores: None,
@@ -341,6 +361,13 @@ impl RunReport {
         let l = &self.kv_leases;
         let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
         let _ = writeln!(s, "committed bytes: {}", self.committed_bytes);
+        let f = &self.event_feed;
+        let _ = writeln!(
+            s,
+            "event feed: {} events ({} stored, {} removed, {} replicas), through revision {} of {}, {} resyncs, {} \
+             outages",
+            f.events, f.stored, f.removed, f.replicas, f.through, f.final_revision, f.resyncs, f.outages
+        );
         if let Some(stall) = &self.stall_writers {
             let _ = writeln!(s, "stall writers: {stall}");
         }

@@ -23,6 +23,7 @@ use crate::chaos_cluster::{
 use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
 use crate::committed_bytes::{CommittedBytesVerdict, StallPutsVerdict, check_committed_bytes, check_stall_puts};
 use crate::disk_stores::{self, DiskStoresReport};
+use crate::event_watcher::EventWatcher;
 use crate::history::{History, ProcessId};
 use crate::leader_stability::{FollowerWindow, check_leader_stability};
 use crate::lease::{LeaseCheckConfig, check_kv_leases};
@@ -104,6 +105,8 @@ struct Extras {
     tier_reads: Vec<TierRead>,
     /// `quorum-pause`: the store nodes' registrations before the run.
     registrations_before: Option<BTreeMap<u64, u64>>,
+    /// The run's watcher, and the prefix it watches.
+    watcher: (EventWatcher, &'static str),
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -167,6 +170,9 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         true => Some(store_registrations(&cluster).await.context("listing the store nodes before the run")?),
         false => None,
     };
+    // Every key over a small state; the harness's own over a preloaded one.
+    let watched = if preload_objects.is_some() { "jepsen/" } else { "" };
+    let watcher = (EventWatcher::start(access.master(voters3.clone()), watched)?, watched);
     let preload = match preload_objects {
         Some(n) => {
             eprintln!("preloading at least {n} objects (metadata only, batch RPCs)");
@@ -280,8 +286,29 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         store_kills: std::mem::take(&mut nemesis.store_kills),
         tier_reads,
         registrations_before,
+        watcher,
     };
     finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
+}
+
+/// How long the watcher may take, after the run, to reach the final
+/// listing's revision (it hears progress at least every second).
+const FEED_CATCH_UP: Duration = Duration::from_secs(60);
+
+/// The `events` checker: lists the watched keys (at one revision), lets the
+/// watcher reach that revision, and replays what it saw against the
+/// listing. What the watcher saw is kept as `event-feed.json`.
+async fn check_feed(
+    access: &Access,
+    voter_addrs: &[String],
+    (watcher, prefix): (EventWatcher, &'static str),
+    dir: &std::path::Path,
+) -> anyhow::Result<crate::event_feed::FeedVerdict> {
+    let master = MasterClient::new(access.master(voter_addrs.to_vec()))?;
+    let (objects, revision) = master.list_objects_at(prefix, 100_000).await.context("the event feed's listing")?;
+    let log = watcher.finish(revision, FEED_CATCH_UP).await;
+    std::fs::write(dir.join("event-feed.json"), serde_json::to_string(&log)?)?;
+    Ok(crate::event_feed::check_event_feed(&log, &crate::event_watcher::listed(&objects), revision))
 }
 
 /// Store nodes (clients with a segment) and when each registered, as the
@@ -351,6 +378,7 @@ async fn finish(
         store_kills,
         tier_reads,
         registrations_before,
+        watcher,
     } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
@@ -377,6 +405,7 @@ async fn finish(
         }
         None => None,
     };
+    let feed = check_feed(access, &voter_addrs, watcher, dir).await?;
     let mut records = std::mem::take(&mut *shared.records.lock().await);
     // The lease workload's RemoveAlls, as ops of one more process.
     records.extend(shared.remove_all_records(ProcessId(opts.clients as u64)).await);
@@ -397,6 +426,7 @@ async fn finish(
         CheckerVerdict::data_integrity(corrupt, shared.verified_reads.load(Ordering::Relaxed)),
         CheckerVerdict::from_leases(&leases),
         CheckerVerdict::from_committed_bytes(&committed),
+        CheckerVerdict::from_event_feed(&feed),
     ];
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
@@ -439,6 +469,7 @@ async fn finish(
     report.kv_leases =
         LeaseReport { counts: leases.counts, evicted_objects: evicted, violations: leases.violations.len() };
     report.committed_bytes = committed.counts;
+    report.event_feed = feed.counts;
     report.tls = access.is_tls();
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);

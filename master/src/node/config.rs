@@ -226,6 +226,11 @@ pub struct MasterConfig {
     /// can prove it catches stale reads; never use it in production.
     #[arg(long = "dev-unsafe-stale-reads", hide_short_help = true)]
     pub dev_unsafe_stale_reads: bool,
+    /// DEVELOPMENT ONLY — BREAKS THE EVENT FEED. `Watch` streams leave out
+    /// the first event of every 7th revision. Exists so the chaos harness
+    /// can prove its events checker catches a gap; never use it in production.
+    #[arg(long = "dev-unsafe-skip-events", hide_short_help = true)]
+    pub dev_unsafe_skip_events: bool,
     /// DEVELOPMENT ONLY — LOSES ACKNOWLEDGED WRITES ON POWER LOSS. Acknowledge
     /// log writes without fsync. Exists so the chaos harness can prove it
     /// catches lost writes; never use it in production.

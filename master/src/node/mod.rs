@@ -234,7 +234,7 @@ fn shared_handles(
         disk_alarm: Arc::new(crate::raft::disk_space::DiskAlarm::default()),
         duties,
         events: sm.events(),
-        watchers: Arc::new(crate::rpc::watch::Watchers::new(cfg.max_watchers)),
+        watchers: Arc::new(crate::rpc::watch::Watchers::new(cfg.max_watchers, cfg.dev_unsafe_skip_events)),
         read_path: ReadPath {
             barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.raft.read_batch.clone()),
             acks,

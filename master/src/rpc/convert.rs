@@ -209,6 +209,7 @@ pub fn object_pb(state: &MetaState, o: &ObjectMeta) -> pb::ObjectInfo {
         replicas: o.replicas.iter().map(|r| replica_pb(state, r, ReplicaState::Complete)).collect(),
         pin,
         soft_pin_ttl_ms,
+        version: o.version.0,
     }
 }
 

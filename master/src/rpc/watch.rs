@@ -39,11 +39,14 @@ pub const DEFAULT_MAX_WATCHERS: usize = 256;
 pub struct Watchers {
     open: AtomicUsize,
     max: usize,
+    /// `--dev-unsafe-skip-events`: leave out the first event of every 7th
+    /// revision (the planted gap the chaos harness must catch).
+    skip_events: bool,
 }
 
 impl Watchers {
-    pub fn new(max: usize) -> Self {
-        Watchers { open: AtomicUsize::new(0), max }
+    pub fn new(max: usize, skip_events: bool) -> Self {
+        Watchers { open: AtomicUsize::new(0), max, skip_events }
     }
 
     /// Streams open now.
@@ -74,6 +77,7 @@ struct Cursor {
     stop: watch::Receiver<bool>,
     prefix: String,
     master_id: u64,
+    skip_events: bool,
     /// Everything up to here was looked at.
     after: u64,
     /// The `through_revision` of the last message sent.
@@ -119,6 +123,7 @@ pub fn open(
         stop,
         prefix: req.prefix,
         master_id,
+        skip_events: watchers.skip_events,
         after,
         sent_through: after,
         progress_at: Instant::now() + PROGRESS_EVERY,
@@ -163,7 +168,7 @@ impl Cursor {
                     let full = revisions.len() == REVISIONS_PER_MESSAGE;
                     self.after = through;
                     let matching: Vec<WatchRevision> =
-                        revisions.into_iter().filter_map(|r| revision_pb(r, &self.prefix)).collect();
+                        revisions.into_iter().filter_map(|r| revision_pb(r, &self.prefix, self.skip_events)).collect();
                     if !matching.is_empty() || self.greeting {
                         self.greeting = false;
                         return Some(self.sent(matching));
@@ -194,8 +199,11 @@ impl Cursor {
 }
 
 /// The events of `r` for keys under `prefix`; `None` when there are none.
-fn revision_pb(r: ev::Revision, prefix: &str) -> Option<WatchRevision> {
-    let events: Vec<ObjectEvent> = r.events.into_iter().filter(|e| e.key().starts_with(prefix)).map(event_pb).collect();
+/// With `skip_events` (planted bug), every 7th revision loses its first.
+fn revision_pb(r: ev::Revision, prefix: &str, skip_events: bool) -> Option<WatchRevision> {
+    let skip = usize::from(skip_events && r.revision.is_multiple_of(7));
+    let events: Vec<ObjectEvent> =
+        r.events.into_iter().skip(skip).filter(|e| e.key().starts_with(prefix)).map(event_pb).collect();
     (!events.is_empty()).then_some(WatchRevision { revision: r.revision, events })
 }
 
