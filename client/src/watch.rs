@@ -65,6 +65,20 @@ impl Watcher {
         }
     }
 
+    /// For a watch from "now" (revision 0): asks a master where now is, so
+    /// that every change after this call is seen, however long the caller
+    /// waits before its first [`next`](Self::next). Does nothing for a
+    /// watch from a given revision.
+    pub async fn pin_start(&mut self) -> Result<(), WatchError> {
+        while self.next_from == 0 {
+            if let WatchItem::Revision { revision, events } = self.next().await? {
+                self.pending.push_front(WatchItem::Revision { revision, events });
+                self.next_from = revision;
+            }
+        }
+        Ok(())
+    }
+
     /// The revision a watch resuming now would start at (0 before the
     /// first master answered a watch from "now").
     pub fn next_revision(&self) -> u64 {

@@ -11,6 +11,7 @@ from mooncake_rs._native import (
     ERROR_CODES,
     BufferHandle,
     Descriptor,
+    KVEventWatch,
     MemoryDescriptor,
     MooncakeDistributedStore,
     MooncakeHostMemAllocator,
@@ -18,12 +19,14 @@ from mooncake_rs._native import (
     ReplicaStatus,
     ReplicateConfig,
     SoftPinAction,
+    WatchCompactedError,
 )
 
 __all__ = [
     "ERROR_CODES",
     "BufferHandle",
     "Descriptor",
+    "KVEventWatch",
     "MemoryDescriptor",
     "MooncakeDistributedStore",
     "MooncakeHostMemAllocator",
@@ -31,4 +34,5 @@ __all__ = [
     "ReplicaStatus",
     "ReplicateConfig",
     "SoftPinAction",
+    "WatchCompactedError",
 ]

@@ -4,7 +4,7 @@
 //! [`session`] (setup, close, the runtime), [`objects`] and [`batches`] (the
 //! calls, in Mooncake's return codes), [`buffers`] (registered memory),
 //! [`pool`] (the local buffer), [`sessions`] (put and get sessions), [`setup`] (arguments), [`codes`] (the one
-//! error mapping). The PyO3 layer in `py` (feature `python`) only converts
+//! error mapping), [`events`] (`store.watch`). The PyO3 layer in `py` (feature `python`) only converts
 //! arguments and releases the GIL around each call.
 //!
 //! Depends on `client` (and the types it speaks); never on `master`.
@@ -12,6 +12,7 @@
 pub mod batches;
 pub mod buffers;
 pub mod codes;
+pub mod events;
 pub mod objects;
 pub mod pool;
 pub mod session;

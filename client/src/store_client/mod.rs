@@ -108,6 +108,11 @@ impl Client {
         &self.master
     }
 
+    /// The master client, shared (a [`crate::Watcher`] holds one).
+    pub fn master_handle(&self) -> Arc<MasterClient> {
+        self.master.clone()
+    }
+
     /// The store-node role of this process, if it serves segments.
     pub fn store_node(&self) -> Option<&StoreNode> {
         self.node.as_ref()

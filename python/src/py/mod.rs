@@ -7,6 +7,7 @@ mod handle;
 mod ranges;
 mod replica;
 mod store;
+mod watch;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replica::MemoryDescriptor>()?;
     m.add_class::<replica::BufferDescriptor>()?;
     m.add_class::<replica::ReplicaStatus>()?;
+    m.add_class::<watch::KVEventWatch>()?;
+    m.add("WatchCompactedError", m.py().get_type::<watch::WatchCompactedError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let close_all = wrap_pyfunction!(store::_close_all_stores, m)?;
     m.add_function(close_all.clone())?;

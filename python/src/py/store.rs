@@ -241,6 +241,16 @@ impl MooncakeDistributedStore {
         codes::OK
     }
 
+    /// The object events of the masters from `from_revision` (0: from now),
+    /// for keys under `prefix`: a `KVEventWatch` iterator (docs/EVENTS.md).
+    /// A `RuntimeError` before `setup` and after `close`.
+    #[pyo3(signature = (prefix=String::new(), from_revision=0))]
+    fn watch(&self, py: Python<'_>, prefix: String, from_revision: u64) -> PyResult<super::watch::KVEventWatch> {
+        let state = self.state.clone();
+        let stream = py.detach(move || crate::events::EventStream::open(state, &prefix, from_revision));
+        Ok(super::watch::KVEventWatch::new(stream.map_err(super::watch::stream_error)?))
+    }
+
     /// 0 healthy, 1 not set up or closed, 2 no master answers.
     fn health_check(&self, py: Python<'_>) -> PyResult<Code> {
         let s = session!(self, HEALTH_NOT_OPEN);
