@@ -6,6 +6,7 @@
 mod admin;
 mod certs;
 mod demo;
+mod events;
 mod members;
 mod objects;
 mod status;
@@ -115,6 +116,8 @@ enum Cmd {
     /// Print every object change (stored, removed, replicas moved) as it
     /// commits, from any revision the masters still hold.
     Watch(watch::WatchArgs),
+    /// Publish upstream Mooncake's KV-event feed (ZMQ PUB) from the watch.
+    Events(events::EventsArgs),
     /// Run a local cluster (3 masters, 2 store nodes) until Ctrl-C.
     Up(up::UpArgs),
     /// Start a local cluster, run a KV-cache workload through a leader kill, print a summary.
@@ -180,6 +183,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Ls(a) => objects::ls(a).await,
         Cmd::Stat(a) => objects::stat(a).await,
         Cmd::Watch(a) => watch::run(a).await,
+        Cmd::Events(a) => events::run(a).await,
         Cmd::Up(a) => up::run(a).await,
         Cmd::Demo(a) => demo::run(a).await,
         Cmd::Bench(a) => mooncake_benches::run(a).await,

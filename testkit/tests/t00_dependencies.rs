@@ -42,8 +42,10 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "mooncake-segment",
                 "mooncake-transfer",
                 "mooncake-tls",
+                "mooncake-zmq-events",
             ],
         ),
+        ("mooncake-zmq-events", &["mooncake-client", "mooncake-proto"]),
         ("mooncake-testkit", &["mooncake-client", "mooncake-local-cluster", "mooncake-proto", "mooncake-tls"]),
         (
             "mooncake-py",

@@ -1,0 +1,206 @@
+//! The bridge: a [`Watcher`] of the masters' object events, translated to
+//! upstream's per-medium events (`translate.rs`) and published on a ZMQ PUB
+//! socket in upstream's wire format (`format.rs`), one message per
+//! revision. Because the feed comes from the watch, it has no gap across
+//! master failovers, and a bridge restarted with `--from-revision` goes on
+//! where it stopped. A subscriber that stops reading holds the bridge back
+//! (ZMTP over TCP: the PUB socket waits); the watch absorbs that up to the
+//! masters' history, and past it the bridge resyncs: one message with a
+//! "cleared" event, then the listed objects as stored.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use mooncake_client::{MasterClient, WatchError, WatchItem, Watcher};
+use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+
+use crate::format::{FeedEvent, FeedOptions, encode_batch};
+use crate::translate::Translator;
+
+/// Most objects a resync lists.
+const RESYNC_LIST_MAX: u32 = 100_000;
+
+/// What the sequence frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sequence {
+    /// The revision (log index) of the entry the message is about: rises,
+    /// never repeats, survives a bridge restart and a master failover;
+    /// revisions without events for the feed are skipped.
+    Revision,
+    /// 1, 2, 3, ... per message of this bridge process (upstream's own
+    /// numbering, for subscribers that require `previous + 1`).
+    Contiguous,
+}
+
+/// Why the bridge stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    #[error("cannot bind the ZMQ endpoint {endpoint}: {source}")]
+    Bind { endpoint: String, source: zeromq::ZmqError },
+    #[error("publishing failed: {0}")]
+    Send(zeromq::ZmqError),
+}
+
+/// What the bridge did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub messages: u64,
+    pub events: u64,
+    pub resyncs: u64,
+    /// The revision to resume from.
+    pub next_revision: u64,
+}
+
+/// What to watch and how to publish.
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    pub endpoint: String,
+    pub prefix: String,
+    pub from_revision: u64,
+    pub sequence: Sequence,
+    pub options: FeedOptions,
+}
+
+struct Bridge {
+    socket: PubSocket,
+    cfg: BridgeConfig,
+    translator: Translator,
+    published: Published,
+    next_event_id: u64,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Bridge {
+    async fn publish(&mut self, revision: u64, events: &[FeedEvent]) -> Result<(), FeedError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let seq = match self.cfg.sequence {
+            Sequence::Revision => revision,
+            Sequence::Contiguous => self.published.messages + 1,
+        };
+        let payload = encode_batch(now_ms(), self.next_event_id, events, &self.cfg.options);
+        // Frames: the (empty) topic, the sequence, the payload.
+        let mut message = ZmqMessage::from(Bytes::new());
+        message.push_back(Bytes::copy_from_slice(&seq.to_be_bytes()));
+        message.push_back(Bytes::from(payload));
+        self.socket.send(message).await.map_err(FeedError::Send)?;
+        self.next_event_id += events.len() as u64;
+        self.published.messages += 1;
+        self.published.events += events.len() as u64;
+        Ok(())
+    }
+
+    /// The history is gone: "cleared", then every listed object as stored.
+    async fn resync(&mut self, master: &MasterClient) -> Option<u64> {
+        let (objects, revision) = match master.list_objects_at(&self.cfg.prefix, RESYNC_LIST_MAX).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(error = %e, "resync listing failed; trying again");
+                return None;
+            }
+        };
+        self.translator = Translator::default();
+        let mut events = vec![FeedEvent::cleared()];
+        for o in &objects {
+            let stored = mooncake_proto::master::ObjectEvent {
+                kind: mooncake_proto::master::object_event::Kind::Stored.into(),
+                key: o.key.clone(),
+                version: o.version,
+                size: o.size,
+                replicas: o
+                    .replicas
+                    .iter()
+                    .map(|r| mooncake_proto::master::EventReplica {
+                        segment_id: r.segment_id,
+                        tier: tier_name(r).into(),
+                        host: r.host_id.clone(),
+                    })
+                    .collect(),
+                cause: "put".into(),
+            };
+            events.extend(self.translator.translate(&stored));
+        }
+        if let Err(e) = self.publish(revision, &events).await {
+            tracing::warn!(error = %e, "publishing the resync failed");
+        }
+        self.published.resyncs += 1;
+        Some(revision)
+    }
+}
+
+/// The tier of a listed replica, as events name it.
+fn tier_name(r: &mooncake_proto::master::Replica) -> &'static str {
+    match mooncake_proto::master::Tier::try_from(r.tier) {
+        Ok(mooncake_proto::master::Tier::Ssd) => "disk",
+        _ => "memory",
+    }
+}
+
+/// Publishes until `stop` resolves; returns what it did.
+pub async fn run(
+    master: Arc<MasterClient>,
+    cfg: BridgeConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Published, FeedError> {
+    let mut socket = PubSocket::new();
+    socket.bind(&cfg.endpoint).await.map_err(|source| FeedError::Bind { endpoint: cfg.endpoint.clone(), source })?;
+    let mut watcher = Watcher::new(master.clone(), cfg.prefix.clone(), cfg.from_revision);
+    let mut bridge =
+        Bridge { socket, cfg, translator: Translator::default(), published: Published::default(), next_event_id: 1 };
+    tokio::pin!(stop);
+    loop {
+        let item = tokio::select! {
+            _ = &mut stop => break,
+            item = watcher.next() => item,
+        };
+        match item {
+            Ok(WatchItem::Revision { revision, events }) => {
+                let feed: Vec<FeedEvent> = events.iter().flat_map(|e| bridge.translator.translate(e)).collect();
+                bridge.publish(revision, &feed).await?;
+            }
+            Ok(WatchItem::Progress { .. }) => {}
+            Err(WatchError::Compacted { .. }) => {
+                if let Some(revision) = bridge.resync(&master).await {
+                    watcher = Watcher::new(master.clone(), bridge.cfg.prefix.clone(), revision + 1);
+                } else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            Err(e @ WatchError::Unavailable { .. }) => {
+                tracing::warn!(error = %e, "no master takes the watch; asking again");
+                let from = watcher.next_revision();
+                watcher = Watcher::new(master.clone(), bridge.cfg.prefix.clone(), from);
+            }
+        }
+    }
+    bridge.published.next_revision = watcher.next_revision();
+    Ok(bridge.published)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{EventType, Medium};
+
+    #[test]
+    fn a_stored_then_removed_object_publishes_per_medium() {
+        let mut t = Translator::default();
+        let stored = mooncake_proto::master::ObjectEvent {
+            kind: mooncake_proto::master::object_event::Kind::Stored.into(),
+            key: "k".into(),
+            replicas: vec![mooncake_proto::master::EventReplica {
+                segment_id: 1,
+                tier: "disk".into(),
+                host: "h".into(),
+            }],
+            ..Default::default()
+        };
+        let out = t.translate(&stored);
+        assert_eq!(out, [FeedEvent { event_type: EventType::Stored, medium: Medium::Disk, object_key: "k".into() }]);
+    }
+}
