@@ -9,6 +9,9 @@
 //!   does the same work.
 //! - `apply/put_commit_fresh_clone/N`: the same batch on a fresh clone of the state made
 //!   before timing (`iter_batched`): the same work with the state's memory out of cache.
+//! - `apply/put_commit_with_events/N`: `put_commit` with object events recorded and taken
+//!   after each apply, as the masters' state machine does (docs/EVENTS.md): what the event
+//!   feed costs apply.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -113,6 +116,13 @@ fn bench_apply(c: &mut Criterion) {
                 timed_with_undo(iters, &mut state, req)
             })
         });
+        g.bench_with_input(BenchmarkId::new("put_commit_with_events", n), &commits, |b, req| {
+            b.iter_custom(|iters| {
+                let mut state = base.clone();
+                state.record_events(true);
+                timed_with_undo(iters, &mut state, req)
+            })
+        });
         // Cold state: each iteration applies to a fresh clone built before timing (its memory is
         // out of cache, as after the master has done other work between entries). Clones and
         // results are dropped after timing.
@@ -137,10 +147,14 @@ fn timed_with_undo(iters: u64, state: &mut MetaState, req: &Request) -> Duration
     for _ in 0..iters {
         let t = Instant::now();
         let resp = state.apply(black_box(req));
+        // Empty unless the state records events (as the masters' does).
+        let events = state.take_events();
         total += t.elapsed();
+        drop(black_box(events));
         let undo = undo_of(&resp);
         drop(black_box(resp));
         assert!(matches!(state.apply(&undo), Response::Removed { .. }));
+        drop(state.take_events());
     }
     total
 }

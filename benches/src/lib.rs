@@ -57,6 +57,7 @@ pub mod scale;
 #[cfg(feature = "baselines")]
 pub mod small;
 pub mod stats;
+pub mod watch;
 
 use std::path::PathBuf;
 
@@ -73,6 +74,9 @@ pub enum Scenario {
     Failover,
     /// The SSD tier against raw `O_DIRECT` I/O on the same file system.
     Disk,
+    /// Object events: commit latency with 0, 1 and 16 watchers, delivery
+    /// latency and rate (docs/EVENTS.md).
+    Watch,
     /// Not part of `all`: minutes at its default size.
     Scale,
     All,
@@ -81,7 +85,14 @@ pub enum Scenario {
 impl Scenario {
     fn expand(self) -> Vec<Scenario> {
         match self {
-            Scenario::All => vec![Scenario::Data, Scenario::Meta, Scenario::Small, Scenario::Failover, Scenario::Disk],
+            Scenario::All => vec![
+                Scenario::Data,
+                Scenario::Meta,
+                Scenario::Small,
+                Scenario::Failover,
+                Scenario::Disk,
+                Scenario::Watch,
+            ],
             one => vec![one],
         }
     }
@@ -92,7 +103,7 @@ impl Scenario {
     fn needs_baselines(self) -> bool {
         match self {
             Scenario::Meta | Scenario::Small | Scenario::Failover | Scenario::All => true,
-            Scenario::Data | Scenario::Disk | Scenario::Scale => false,
+            Scenario::Data | Scenario::Disk | Scenario::Scale | Scenario::Watch => false,
         }
     }
 }
@@ -111,7 +122,7 @@ fn baselines_missing(scenario: Scenario) -> anyhow::Error {
     anyhow::anyhow!(
         "`mooncake bench {name}` measures against etcd or Redis, whose clients this build leaves out; \
          rebuild with the `baselines` feature (on by default: `cargo build --release -p mooncake-cli`, \
-         or add `--features baselines`); `bench data`, `bench disk` and `bench scale` run without it"
+         or add `--features baselines`); `bench data`, `bench disk`, `bench watch` and `bench scale` run without it"
     )
 }
 
@@ -192,6 +203,7 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
             #[cfg(not(feature = "baselines"))]
             Scenario::Meta | Scenario::Small | Scenario::Failover => vec![Err(baselines_missing(s))],
             Scenario::Disk => vec![disk::run(&mut ctx).await],
+            Scenario::Watch => vec![watch::run(&mut ctx).await],
             Scenario::Scale => scale_phases(&mut ctx, &args).await,
             Scenario::All => continue,
         };
@@ -307,7 +319,7 @@ mod tests {
 
     #[test]
     fn scenarios_against_etcd_or_redis_name_the_feature_they_need() {
-        for s in [Scenario::Data, Scenario::Disk, Scenario::Scale] {
+        for s in [Scenario::Data, Scenario::Disk, Scenario::Scale, Scenario::Watch] {
             assert!(check_baselines(s).is_ok(), "{s:?} needs no baseline feature");
         }
         for s in [Scenario::Meta, Scenario::Small, Scenario::Failover, Scenario::All] {

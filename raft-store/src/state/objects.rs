@@ -134,11 +134,14 @@ impl ObjectIndex {
     /// Stores `object` under its key, returning the one it replaced.
     pub fn insert(&mut self, object: ObjectMeta) -> Option<ObjectMeta> {
         let object = Arc::new(object);
-        let replaced = self.set.insert(ByKey(object.clone())).map(ByKey::into_inner);
+        let noted = self.journal.on.then(|| object.clone());
+        let replaced = self.set.insert(ByKey(object)).map(ByKey::into_inner);
         if let Some(old) = &replaced {
             self.journal.note(|| IndexChange::Removed { key: old.key.clone(), version: old.version });
         }
-        self.journal.note(|| IndexChange::Stored(object));
+        if let Some(object) = noted {
+            self.journal.note(|| IndexChange::Stored(object));
+        }
         replaced
     }
 
