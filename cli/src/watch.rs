@@ -43,7 +43,7 @@ fn line(revision: u64, e: &ObjectEvent, json: bool) -> String {
         let replicas: Vec<serde_json::Value> = e
             .replicas
             .iter()
-            .map(|r| serde_json::json!({ "segment_id": r.segment_id, "tier": r.tier, "host": r.host }))
+            .map(|r| serde_json::json!({ "segment_id": r.segment_id, "tier": r.tier, "host": r.host, "zone": r.zone }))
             .collect();
         return serde_json::json!({
             "revision": revision,

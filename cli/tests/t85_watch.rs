@@ -160,3 +160,45 @@ async fn a_master_serves_at_most_max_watchers_streams() {
     .await;
     assert!(opened.is_ok(), "the slot of a closed stream is given back");
 }
+
+/// `mooncake watch --json`, run beside puts and a removal, prints each
+/// change once, in order, one JSON object a line, and says where to resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mooncake_watch_prints_each_change_once_in_order() {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .arg("--default_kv_lease_ttl=1")
+        .binary(BIN)
+        .start();
+    cluster.wait_for_segments(1, T).await;
+    let master = MasterClient::new(MasterClientConfig::new(cluster.addrs())).unwrap();
+    let (_, now) = master.list_objects_at("", 1).await.unwrap();
+    let watch = std::process::Command::new(BIN)
+        .args(["watch", "--json", "--count", "3", "--prefix", "cli/"])
+        .args(["--masters", &cluster.addrs().join(","), "--from-revision", &(now + 1).to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let opts = PutOptions { replicas: 1, ..Default::default() };
+    client.put("cli/a", b"aaaa", &opts).await.unwrap();
+    client.put("other/x", b"not watched", &opts).await.unwrap();
+    client.put("cli/b", b"bb", &opts).await.unwrap();
+    client.remove("cli/a", false).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || watch.wait_with_output()).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let seen: Vec<(&str, &str)> =
+        lines.iter().map(|l| (l["kind"].as_str().unwrap(), l["key"].as_str().unwrap())).collect();
+    assert_eq!(seen, [("stored", "cli/a"), ("stored", "cli/b"), ("removed", "cli/a")]);
+    let revisions: Vec<u64> = lines.iter().map(|l| l["revision"].as_u64().unwrap()).collect();
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]) && revisions[0] > now, "{revisions:?}");
+    assert_eq!((lines[0]["size"].as_u64(), lines[2]["cause"].as_str()), (Some(4), Some("remove")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("resume with --from-revision {}", revisions[2] + 1)), "{stderr}");
+    client.close().await;
+}

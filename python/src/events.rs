@@ -23,8 +23,8 @@ pub struct Event {
     pub key: String,
     pub version: u64,
     pub size: u64,
-    /// (segment id, tier, host) of each replica.
-    pub replicas: Vec<(u64, String, String)>,
+    /// (segment id, tier, host, zone) of each replica.
+    pub replicas: Vec<(u64, String, String, String)>,
     pub cause: String,
 }
 
@@ -59,7 +59,7 @@ fn event(revision: u64, e: mooncake_proto::master::ObjectEvent) -> Event {
         key: e.key,
         version: e.version,
         size: e.size,
-        replicas: e.replicas.into_iter().map(|r| (r.segment_id, r.tier, r.host)).collect(),
+        replicas: e.replicas.into_iter().map(|r| (r.segment_id, r.tier, r.host, r.zone)).collect(),
         cause: e.cause,
     }
 }

@@ -68,6 +68,8 @@ pub struct EventReplica {
     pub tier: Tier,
     /// The host of the store node holding the segment.
     pub host: String,
+    /// Its failure domain (the segment's zone; "" when not set).
+    pub zone: String,
 }
 
 /// One change to one object.

@@ -119,6 +119,7 @@ impl Bridge {
                         segment_id: r.segment_id,
                         tier: tier_name(r).into(),
                         host: r.host_id.clone(),
+                        zone: r.zone.clone(),
                     })
                     .collect(),
                 cause: "put".into(),
@@ -197,6 +198,7 @@ mod tests {
                 segment_id: 1,
                 tier: "disk".into(),
                 host: "h".into(),
+                zone: String::new(),
             }],
             ..Default::default()
         };

@@ -71,7 +71,7 @@ mod tests {
             key: key.into(),
             replicas: tiers
                 .iter()
-                .map(|t| EventReplica { segment_id: 1, tier: (*t).into(), host: "h".into() })
+                .map(|t| EventReplica { segment_id: 1, tier: (*t).into(), host: "h".into(), zone: String::new() })
                 .collect(),
             ..Default::default()
         }

@@ -210,7 +210,7 @@ fn revision_pb(r: ev::Revision, prefix: &str, skip_events: bool) -> Option<Watch
 fn replicas_pb(replicas: Vec<ev::EventReplica>) -> Vec<EventReplica> {
     replicas
         .into_iter()
-        .map(|r| EventReplica { segment_id: r.segment.0, tier: r.tier.name().into(), host: r.host })
+        .map(|r| EventReplica { segment_id: r.segment.0, tier: r.tier.name().into(), host: r.host, zone: r.zone })
         .collect()
 }
 

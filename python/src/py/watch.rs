@@ -1,6 +1,6 @@
 //! `store.watch(prefix="", from_revision=0)`: a `KVEventWatch`, an iterator
 //! of object events as dicts (`revision`, `kind`, `key`, `version`, `size`,
-//! `replicas` as dicts of `segment_id`, `tier`, `host`, and `cause`), in
+//! `replicas` as dicts of `segment_id`, `tier`, `host`, `zone`, and `cause`), in
 //! commit order, following master failures. Iteration blocks until the next
 //! event (Ctrl-C interrupts it); `poll(timeout)` waits at most `timeout`
 //! seconds and returns `None` if none came. When the masters no longer hold
@@ -45,11 +45,12 @@ fn event_dict<'py>(py: Python<'py>, e: Event) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("version", e.version)?;
     d.set_item("size", e.size)?;
     let mut replicas = Vec::with_capacity(e.replicas.len());
-    for (segment_id, tier, host) in e.replicas {
+    for (segment_id, tier, host, zone) in e.replicas {
         let r = PyDict::new(py);
         r.set_item("segment_id", segment_id)?;
         r.set_item("tier", tier)?;
         r.set_item("host", host)?;
+        r.set_item("zone", zone)?;
         replicas.push(r);
     }
     d.set_item("replicas", replicas)?;

@@ -92,7 +92,12 @@ impl MetaState {
             .iter()
             .filter_map(|r| {
                 let seg = self.segments.get(&r.segment)?;
-                Some(EventReplica { segment: r.segment, tier: seg.tier(), host: seg.spec.host_id.clone() })
+                Some(EventReplica {
+                    segment: r.segment,
+                    tier: seg.tier(),
+                    host: seg.spec.host_id.clone(),
+                    zone: seg.spec.zone.clone(),
+                })
             })
             .collect()
     }
