@@ -202,3 +202,53 @@ async fn mooncake_watch_prints_each_change_once_in_order() {
     assert!(stderr.contains(&format!("resume with --from-revision {}", revisions[2] + 1)), "{stderr}");
     client.close().await;
 }
+
+/// A listing read a page at a time comes from one state (its first page's
+/// revision), however the objects change between its pages; a fresh
+/// listing sees the changes; a revision no longer kept is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_of_a_listing_are_read_at_its_first_pages_revision() {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .arg("--default_kv_lease_ttl=1")
+        .binary(BIN)
+        .start();
+    cluster.wait_for_segments(1, T).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let opts = PutOptions { replicas: 1, ..Default::default() };
+    for i in 0..10 {
+        client.put(&format!("p/{i}"), b"v", &opts).await.unwrap();
+    }
+    let mut rpc = MasterServiceClient::connect(format!("http://{}", cluster.addrs()[0])).await.unwrap();
+    let page = |start_after: &str, at_revision: u64| mooncake_proto::master::ListObjectsRequest {
+        prefix: "p/".into(),
+        limit: 4,
+        start_after: start_after.into(),
+        at_revision,
+    };
+    let first = rpc.list_objects(page("", 0)).await.unwrap().into_inner();
+    assert!(first.more && first.objects.len() == 4, "{first:?}");
+    // Between the pages: one new key inside the range still to read, one
+    // listed key removed.
+    client.put("p/5a", b"new", &opts).await.unwrap();
+    client.remove("p/7", false).await.unwrap();
+    let mut keys: Vec<String> = first.objects.iter().map(|o| o.key.clone()).collect();
+    let mut more = first.more;
+    while more {
+        let next = rpc.list_objects(page(keys.last().unwrap(), first.revision)).await.unwrap().into_inner();
+        assert_eq!((next.status.unwrap().code, next.revision), (0, first.revision));
+        keys.extend(next.objects.iter().map(|o| o.key.clone()));
+        more = next.more;
+    }
+    let original: Vec<String> = (0..10).map(|i| format!("p/{i}")).collect();
+    assert_eq!(keys, original, "every page at the first page's revision");
+    let (now, _) = client.master().list_all_at("p/", 3).await.unwrap();
+    let now: Vec<&str> = now.iter().map(|o| o.key.as_str()).collect();
+    assert!(now.contains(&"p/5a") && !now.contains(&"p/7") && now.len() == 10, "{now:?}");
+    let gone = rpc.list_objects(page("p/3", first.revision + 1_000)).await.unwrap().into_inner();
+    let refused = gone.status.unwrap();
+    assert!(refused.code != 0 && refused.message.contains("list again"), "{}", refused.message);
+    client.close().await;
+}

@@ -200,9 +200,38 @@ impl MasterClient {
     /// at: a watcher that resyncs from the listing watches from the
     /// revision after it ([`crate::Watcher`]).
     pub async fn list_objects_at(&self, prefix: &str, limit: u32) -> Result<(Vec<ObjectInfo>, u64), MasterError> {
-        let req = ListObjectsRequest { prefix: prefix.to_string(), limit };
+        let req = ListObjectsRequest { prefix: prefix.to_string(), limit, ..Default::default() };
         let listed = self.ask(req, async |mut c, r| c.list_objects(r).await).await?.reply;
         Ok((listed.objects, listed.revision))
+    }
+
+    /// Every object under `prefix` at one revision, read `page` at a time
+    /// (the later pages from the state the first page was read at), with
+    /// that revision. A listing whose pages a leader change interrupted is
+    /// read again from its first page (at most three times).
+    pub async fn list_all_at(&self, prefix: &str, page: u32) -> Result<(Vec<ObjectInfo>, u64), MasterError> {
+        let mut attempt = 0;
+        'listing: loop {
+            attempt += 1;
+            let mut objects = Vec::new();
+            let mut req = ListObjectsRequest { prefix: prefix.to_string(), limit: page, ..Default::default() };
+            loop {
+                let listed = match self.ask(req.clone(), async |mut c, r| c.list_objects(r).await).await {
+                    Ok(a) => a.reply,
+                    Err(e) if req.at_revision != 0 && attempt < 3 => {
+                        tracing::debug!(error = %e, "a listing's page was refused; listing again");
+                        continue 'listing;
+                    }
+                    Err(e) => return Err(e),
+                };
+                req.start_after = listed.objects.last().map(|o| o.key.clone()).unwrap_or_default();
+                req.at_revision = listed.revision;
+                objects.extend(listed.objects);
+                if !listed.more {
+                    return Ok((objects, listed.revision));
+                }
+            }
+        }
     }
 
     /// PutStart of many objects in one RPC (and one log entry): the batch

@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 
 use crate::event_feed::{EventKind, FeedEntry, FeedLog, Listed, SeenEvent};
 
-/// Most objects a resync lists (the harness's keys are far fewer).
-const LIST_MAX: u32 = 100_000;
+/// Objects per page of a resync's listing (read at one revision).
+const LIST_PAGE: u32 = 10_000;
 
 /// A running watcher.
 pub struct EventWatcher {
@@ -116,7 +116,7 @@ async fn run(
 }
 
 async fn list(master: &MasterClient, prefix: &str) -> Option<(Vec<ObjectInfo>, u64)> {
-    match master.list_objects_at(prefix, LIST_MAX).await {
+    match master.list_all_at(prefix, LIST_PAGE).await {
         Ok(listed) => Some(listed),
         Err(e) => {
             tracing::warn!(error = %e, "resync listing failed; trying again");

@@ -60,6 +60,8 @@ pub struct Shared {
     pub events: Arc<mooncake_raft_store::events::EventHistory>,
     /// The open `Watch` streams, against `--max-watchers`.
     pub watchers: Arc<crate::rpc::watch::Watchers>,
+    /// The states of paged listings, for their later pages.
+    pub listings: crate::rpc::listings::Listings,
     pub read_path: ReadPath,
     pub write_path: WritePath,
     pub tiers: Tiers,

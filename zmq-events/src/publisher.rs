@@ -18,8 +18,8 @@ use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 use crate::format::{FeedEvent, FeedOptions, encode_batch};
 use crate::translate::Translator;
 
-/// Most objects a resync lists.
-const RESYNC_LIST_MAX: u32 = 100_000;
+/// Objects per page of a resync's listing (read at one revision).
+const RESYNC_PAGE: u32 = 10_000;
 
 /// What the sequence frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Bridge {
 
     /// The history is gone: "cleared", then every listed object as stored.
     async fn resync(&mut self, master: &MasterClient) -> Option<u64> {
-        let (objects, revision) = match master.list_objects_at(&self.cfg.prefix, RESYNC_LIST_MAX).await {
+        let (objects, revision) = match master.list_all_at(&self.cfg.prefix, RESYNC_PAGE).await {
             Ok(listed) => listed,
             Err(e) => {
                 tracing::warn!(error = %e, "resync listing failed; trying again");

@@ -235,6 +235,7 @@ fn shared_handles(
         duties,
         events: sm.events(),
         watchers: Arc::new(crate::rpc::watch::Watchers::new(cfg.max_watchers, cfg.dev_unsafe_skip_events)),
+        listings: Default::default(),
         read_path: ReadPath {
             barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.raft.read_batch.clone()),
             acks,

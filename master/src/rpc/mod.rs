@@ -8,6 +8,7 @@ pub(crate) mod cluster_info;
 pub(crate) mod convert;
 pub(crate) mod errors;
 pub(crate) mod instrumented;
+pub mod listings;
 pub mod peer;
 pub(crate) mod raft_service;
 pub(crate) mod roles;

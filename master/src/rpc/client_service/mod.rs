@@ -308,15 +308,45 @@ impl MasterService for MasterServiceImpl {
             0 => LIST_DEFAULT,
             n => n.min(LIST_MAX),
         };
-        let listed = self
-            .shared
-            .read(|s| {
-                let objects = s.objects_with_prefix(&r.prefix).take(limit).map(|o| convert::object_pb(s, o)).collect();
-                (objects, s.last_applied.map_or(0, |l| l.index))
-            })
-            .await;
+        let read = |s: &mooncake_raft_store::MetaState| {
+            let (page, more) = crate::rpc::listings::page(s, &r.prefix, &r.start_after, limit);
+            let objects: Vec<ObjectInfo> = page.into_iter().map(|o| convert::object_pb(s, o)).collect();
+            (objects, more)
+        };
+        let now = std::time::Instant::now();
+        let listed = match r.at_revision {
+            0 => {
+                let first = self.shared.read(|s| {
+                    let (objects, more) = read(s);
+                    // More pages come from this state: kept (an O(1) clone).
+                    (objects, more, s.last_applied.map_or(0, |l| l.index), more.then(|| s.clone()))
+                });
+                first.await.map(|(objects, more, revision, state)| {
+                    if let Some(state) = state {
+                        self.shared.listings.keep(revision, state, now);
+                    }
+                    (objects, more, revision)
+                })
+            }
+            at => match self.shared.listings.at(at, now) {
+                Some(state) => {
+                    let (objects, more) = read(&state);
+                    Ok((objects, more, at))
+                }
+                None => Err(Status::with(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "the listing at revision {at} is no longer kept here (its pages are kept {} s on the master \
+                     that answered its first page): list again from the first page",
+                        crate::rpc::listings::LISTING_KEPT.as_secs()
+                    ),
+                )),
+            },
+        };
         match listed {
-            Ok((objects, revision)) => ok(ListObjectsResponse { status: Some(Status::ok()), objects, revision }),
+            Ok((objects, more, revision)) => {
+                ok(ListObjectsResponse { status: Some(Status::ok()), objects, revision, more })
+            }
             Err(s) => ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
         }
     }
