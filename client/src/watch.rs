@@ -3,7 +3,8 @@
 //! applied; when the one streaming goes (killed, stopped, cut off), the
 //! watcher asks the next one for the revision after the last it delivered,
 //! so the caller sees every revision once, in order, with no gap. When no
-//! master holds that revision any more, [`WatchError::Compacted`] says so:
+//! master holds that revision any more (each was asked: one restarted
+//! knows less than the others), [`WatchError::Compacted`] says so:
 //! the caller lists the keys (ListObjects gives its revision) and watches
 //! again from the listing's revision + 1.
 
@@ -49,6 +50,10 @@ pub struct Watcher {
     /// The master to try next, by position in the configured list.
     next_master: usize,
     pending: VecDeque<WatchItem>,
+    /// Masters (by position) that no longer hold `next_from`, and the
+    /// first revision each holds: the watch is compacted only once every
+    /// master says so (a restarted one knows less than the others).
+    compacted_on: std::collections::BTreeMap<usize, u64>,
 }
 
 impl Watcher {
@@ -62,6 +67,7 @@ impl Watcher {
             stream: None,
             next_master: 0,
             pending: VecDeque::new(),
+            compacted_on: std::collections::BTreeMap::new(),
         }
     }
 
@@ -91,6 +97,7 @@ impl Watcher {
         let mut outage: Option<(Instant, String)> = None;
         loop {
             if let Some(item) = self.pending.pop_front() {
+                self.compacted_on.clear();
                 self.next_from = match &item {
                     WatchItem::Revision { revision, .. } => revision + 1,
                     WatchItem::Progress { through } => through + 1,
@@ -99,10 +106,10 @@ impl Watcher {
             }
             let failed = match &mut self.stream {
                 None => self.connect().await.err(),
-                Some((_, stream)) => match stream.message().await {
-                    Ok(Some(message)) => self.take(message)?.err(),
-                    Ok(None) => Some("the master ended the watch (stopping)".to_string()),
-                    Err(status) => Some(format!("{}: {}", status.code(), status.message())),
+                Some((idx, stream)) => match (*idx, stream.message().await) {
+                    (idx, Ok(Some(message))) => self.take(message, idx)?.err(),
+                    (_, Ok(None)) => Some("the master ended the watch (stopping)".to_string()),
+                    (_, Err(status)) => Some(format!("{}: {}", status.code(), status.message())),
                 },
             };
             let Some(error) = failed else { continue };
@@ -141,12 +148,17 @@ impl Watcher {
     }
 
     /// Queues what `message` carries; `Ok(Err)` when the master refused.
-    fn take(&mut self, message: WatchResponse) -> Result<Result<(), String>, WatchError> {
+    fn take(&mut self, message: WatchResponse, idx: usize) -> Result<Result<(), String>, WatchError> {
         if let Some(status) = message.status.as_ref().filter(|s| s.code != 0) {
             return Ok(Err(format!("master {}: {}", message.master_id, status.message)));
         }
         if message.compacted {
-            return Err(WatchError::Compacted { from: self.next_from, first_known: message.first_known_revision });
+            self.compacted_on.insert(idx, message.first_known_revision);
+            if self.compacted_on.len() < self.master.config().masters.len() {
+                return Ok(Err(format!("master {} no longer holds revision {}", message.master_id, self.next_from)));
+            }
+            let first_known = self.compacted_on.values().copied().min().unwrap_or(message.first_known_revision);
+            return Err(WatchError::Compacted { from: self.next_from, first_known });
         }
         // Read only once the queue is empty: everything before `next_from`
         // was delivered.

@@ -114,7 +114,7 @@ pub enum Since {
     /// listed had no events).
     Events { revisions: Vec<Revision>, through: u64 },
     /// The history no longer holds (or never held, on this master) what
-    /// follows `from`: it holds everything after `known_from - 1` only.
+    /// follows `after`: it holds everything from `known_from` on only.
     /// The watcher lists the keys and watches from the listing's revision.
     Compacted { known_from: u64 },
 }
@@ -202,7 +202,12 @@ impl EventHistory {
     /// The revisions with events after `after` (exclusive), at most `max`.
     pub fn since(&self, after: u64, max: usize) -> Since {
         let ring = self.ring();
-        if ring.known_from == 0 || after + 1 < ring.known_from {
+        if ring.known_from == 0 {
+            // Nothing applied here yet (a master starting): what comes
+            // next is not known to be compacted; wait for it.
+            return Since::Events { revisions: Vec::new(), through: after };
+        }
+        if after + 1 < ring.known_from {
             return Since::Compacted { known_from: ring.known_from };
         }
         let start = ring.revisions.partition_point(|r| r.revision <= after);
@@ -231,7 +236,8 @@ mod tests {
     #[test]
     fn a_watcher_resumes_after_any_revision_the_history_holds() {
         let h = EventHistory::with_capacity(3);
-        assert_eq!(h.since(0, 10), Since::Compacted { known_from: 0 }, "nothing applied yet");
+        let waiting = Since::Events { revisions: vec![], through: 4 };
+        assert_eq!(h.since(4, 10), waiting, "nothing applied yet: wait, nothing is known compacted");
         h.applied(5, vec![stored("a")]);
         h.applied(6, vec![]);
         h.applied(7, vec![stored("b"), stored("c")]);
