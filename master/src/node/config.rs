@@ -132,7 +132,7 @@ pub struct MasterConfig {
     #[arg(long = "max-watchers", default_value_t = crate::rpc::watch::DEFAULT_MAX_WATCHERS)]
     pub max_watchers: usize,
     /// Object events each master keeps in memory for watchers that resume
-    /// (about 100-200 bytes each); a watcher further behind resyncs from a
+    /// (about 450 bytes each); a watcher further behind resyncs from a
     /// listing (docs/EVENTS.md).
     #[arg(long = "watch-history-events", default_value_t = mooncake_raft_store::events::HISTORY_EVENTS_MAX)]
     pub watch_history_events: usize,
