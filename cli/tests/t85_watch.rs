@@ -20,6 +20,14 @@ use mooncake_testkit::Cluster;
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
 const T: Duration = Duration::from_secs(30);
 
+/// One master with `arg` and one store node, and a client of it.
+async fn one_master(arg: &str) -> (Cluster, Client) {
+    let cluster = Cluster::builder().masters(1).stores(1).segment_size("64MiB").arg(arg).binary(BIN).start();
+    cluster.wait_for_segments(1, T).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    (cluster, client)
+}
+
 /// (revision, kind, key, version) of each event, until `n` were seen.
 async fn collect(mut w: Watcher, n: usize) -> Vec<(u64, Kind, String, u64)> {
     let mut seen = Vec::new();
@@ -103,15 +111,7 @@ async fn a_watcher_sees_every_change_once_in_order_across_a_kill_of_its_master()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_too_far_behind_resyncs_from_a_listing() {
-    let cluster = Cluster::builder()
-        .masters(1)
-        .stores(1)
-        .segment_size("64MiB")
-        .arg("--watch-history-events=4")
-        .binary(BIN)
-        .start();
-    cluster.wait_for_segments(1, T).await;
-    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let (cluster, client) = one_master("--watch-history-events=4").await;
     let opts = PutOptions { replicas: 1, ..Default::default() };
     for i in 0..10 {
         client.put(&format!("r/{i}"), b"v", &opts).await.expect("put");
@@ -165,14 +165,7 @@ async fn a_master_serves_at_most_max_watchers_streams() {
 /// change once, in order, one JSON object a line, and says where to resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mooncake_watch_prints_each_change_once_in_order() {
-    let cluster = Cluster::builder()
-        .masters(1)
-        .stores(1)
-        .segment_size("64MiB")
-        .arg("--default_kv_lease_ttl=1")
-        .binary(BIN)
-        .start();
-    cluster.wait_for_segments(1, T).await;
+    let (cluster, client) = one_master("--default_kv_lease_ttl=1").await;
     let master = MasterClient::new(MasterClientConfig::new(cluster.addrs())).unwrap();
     let (_, now) = master.list_objects_at("", 1).await.unwrap();
     let watch = std::process::Command::new(BIN)
@@ -182,7 +175,6 @@ async fn mooncake_watch_prints_each_change_once_in_order() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
     let opts = PutOptions { replicas: 1, ..Default::default() };
     client.put("cli/a", b"aaaa", &opts).await.unwrap();
     client.put("other/x", b"not watched", &opts).await.unwrap();
@@ -208,15 +200,7 @@ async fn mooncake_watch_prints_each_change_once_in_order() {
 /// listing sees the changes; a revision no longer kept is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pages_of_a_listing_are_read_at_its_first_pages_revision() {
-    let cluster = Cluster::builder()
-        .masters(1)
-        .stores(1)
-        .segment_size("64MiB")
-        .arg("--default_kv_lease_ttl=1")
-        .binary(BIN)
-        .start();
-    cluster.wait_for_segments(1, T).await;
-    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let (cluster, client) = one_master("--default_kv_lease_ttl=1").await;
     let opts = PutOptions { replicas: 1, ..Default::default() };
     for i in 0..10 {
         client.put(&format!("p/{i}"), b"v", &opts).await.unwrap();

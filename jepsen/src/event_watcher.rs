@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::event_feed::{EventKind, FeedEntry, FeedLog, Listed, SeenEvent};
 
 /// Objects per page of a resync's listing (read at one revision).
-const LIST_PAGE: u32 = 10_000;
+pub const LIST_PAGE: u32 = 10_000;
 
 /// A running watcher.
 pub struct EventWatcher {

@@ -305,7 +305,8 @@ async fn check_feed(
     dir: &std::path::Path,
 ) -> anyhow::Result<crate::event_feed::FeedVerdict> {
     let master = MasterClient::new(access.master(voter_addrs.to_vec()))?;
-    let (objects, revision) = master.list_all_at(prefix, 10_000).await.context("the event feed's listing")?;
+    let (objects, revision) =
+        master.list_all_at(prefix, crate::event_watcher::LIST_PAGE).await.context("the event feed's listing")?;
     let log = watcher.finish(revision, FEED_CATCH_UP).await;
     std::fs::write(dir.join("event-feed.json"), serde_json::to_string(&log)?)?;
     Ok(crate::event_feed::check_event_feed(&log, &crate::event_watcher::listed(&objects), revision))

@@ -113,7 +113,7 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 fn write_opt_str(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         Some(s) => write_str(out, s),
-        None => encode::write_nil(out).unwrap_or(()),
+        None => write_nil(out),
     }
 }
 

@@ -182,27 +182,3 @@ pub async fn run(
     bridge.published.next_revision = watcher.next_revision();
     Ok(bridge.published)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::format::{EventType, Medium};
-
-    #[test]
-    fn a_stored_then_removed_object_publishes_per_medium() {
-        let mut t = Translator::default();
-        let stored = mooncake_proto::master::ObjectEvent {
-            kind: mooncake_proto::master::object_event::Kind::Stored.into(),
-            key: "k".into(),
-            replicas: vec![mooncake_proto::master::EventReplica {
-                segment_id: 1,
-                tier: "disk".into(),
-                host: "h".into(),
-                zone: String::new(),
-            }],
-            ..Default::default()
-        };
-        let out = t.translate(&stored);
-        assert_eq!(out, [FeedEvent { event_type: EventType::Stored, medium: Medium::Disk, object_key: "k".into() }]);
-    }
-}
