@@ -868,3 +868,77 @@ async fn write_grant_story(story: &mut Story) {
     );
     assert_get(&victim, &key, &data).await;
 }
+
+/// Why: a prefill node puts thousands of small KV blocks a second; each
+/// should cost one master round trip (its PutEnd), and still land whole on
+/// every replica, while large puts and puts naming segments go the usual
+/// way. A client closed gives its chunks back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_puts_take_one_master_round_trip_through_writer_chunks() {
+    let mut story = Story::start(2, &[]);
+    within("writer chunk story", writer_chunk_story(&mut story)).await;
+}
+
+async fn writer_chunk_story(story: &mut Story) {
+    let info = story.ready(2).await;
+    let (leader, _) = story.cluster.wait_for_leader(WAIT).await;
+    let calls = |story: &Story, method: &str| {
+        let samples = story.cluster.metrics(leader);
+        mooncake_testkit::sample_value(&samples, "mooncake_rpc_requests_total", &[("method", method), ("code", "OK")])
+            .unwrap_or(0.0)
+    };
+    let writer = story.client().await;
+    let starts = calls(story, "PutStart");
+    let mut stored = Vec::new();
+    for i in 0..150u64 {
+        let (len, n) = if i % 10 == 0 { (64 << 10, 1) } else { (4096 + i as usize, 2) };
+        let (key, data) = (format!("t40-chunks/{i}"), payload(3000 + i, len));
+        put(&writer, &key, &data, &replicas(n, &[])).await;
+        stored.push((key, data, n));
+    }
+    assert_eq!(calls(story, "PutStart"), starts, "a small put sent a PutStart");
+    assert_eq!(writer.stats().puts_in_chunks.load(std::sync::atomic::Ordering::Relaxed), 150);
+    // Both replicas of a two-replica put were written: read each directly.
+    for (key, data, n) in &stored {
+        let list = replica_list(&writer, key).await;
+        assert_eq!(list.len(), *n as usize, "{key}");
+        for r in &list {
+            let mut buf = vec![0u8; data.len()];
+            writer.engine().read(&remote(r), r.offset, &mut buf).await.expect("read one replica");
+            assert!(&buf == data, "{key}: replica on segment {} differs", r.segment_id);
+        }
+        assert_get(&writer, key, data).await;
+    }
+    // A key that exists is kept, its bytes untouched.
+    let (key, data, _) = &stored[3];
+    let kept = writer.put(key, &payload(9, data.len()), &replicas(2, &[])).await.expect("put again");
+    assert_eq!(kept, PutOutcome::KeptExisting);
+    assert_get(&writer, key, data).await;
+
+    // Large puts and puts naming a segment go the usual way.
+    let big = payload(3500, 1 << 20);
+    put(&writer, "t40-chunks/big", &big, &replicas(1, &[])).await;
+    let named = segment_of(story, &info, 1);
+    put(&writer, "t40-chunks/named", &payload(3501, 4096), &replicas(1, &[&named])).await;
+    assert_eq!(calls(story, "PutStart"), starts + 2.0);
+    assert_eq!(segment_ids(&replica_list(&writer, "t40-chunks/named").await), vec![named.id]);
+    assert_get(&writer, "t40-chunks/big", &big).await;
+
+    // A client configured without chunks never asks for one.
+    let mut cfg = ClientConfig::new(story.cluster.addrs());
+    cfg.protocol = Protocol::Tcp;
+    cfg.put_chunk_bytes = 0;
+    let plain = Client::connect(cfg).await.expect("connect");
+    put(&plain, "t40-chunks/plain", &payload(3502, 4096), &replicas(1, &[])).await;
+    assert_eq!(calls(story, "PutStart"), starts + 3.0);
+    assert_eq!(plain.stats().puts_in_chunks.load(std::sync::atomic::Ordering::Relaxed), 0);
+    plain.close().await;
+
+    // Closed, the writer gives its chunks back.
+    assert!(story.cluster.metric(leader, "mooncake_writer_chunks") >= 2.0, "one chunk per replica count");
+    writer.close().await;
+    wait_until("the closed writer's chunks to be returned", WAIT, || async {
+        (story.cluster.metric(leader, "mooncake_writer_chunks") == 0.0).then_some(())
+    })
+    .await;
+}

@@ -59,8 +59,8 @@ async fn metrics_are_prometheus_text_and_move_with_operations() {
         assert_eq!(code, 200);
         parse_prometheus(&body).unwrap_or_else(|e| panic!("malformed metrics: {e}\n{body}"))
     };
-    let put_ok = |s: &[mooncake_testkit::Sample]| {
-        sample_value(s, "mooncake_rpc_requests_total", &[("method", "PutStart"), ("code", "OK")]).unwrap_or(0.0)
+    let ok_calls = |s: &[mooncake_testkit::Sample], method: &str| {
+        sample_value(s, "mooncake_rpc_requests_total", &[("method", method), ("code", "OK")]).unwrap_or(0.0)
     };
     let before = scrape();
     let fsyncs_before = sample_value(&before, "mooncake_fsync_duration_seconds_count", &[]).expect("fsync count");
@@ -74,7 +74,10 @@ async fn metrics_are_prometheus_text_and_move_with_operations() {
     assert!(missing.is_err());
 
     let after = scrape();
-    assert_eq!(put_ok(&after) - put_ok(&before), 5.0, "PutStart OK counter");
+    // Small puts are placed in one writer chunk: a PutEnd each, no PutStart.
+    let calls = |method: &str| ok_calls(&after, method) - ok_calls(&before, method);
+    assert_eq!(calls("PutEnd"), 5.0, "PutEnd OK counter");
+    assert_eq!((calls("PutStart"), calls("ReserveChunk")), (0.0, 1.0), "small puts started without a PutStart");
     let not_found = sample_value(
         &after,
         "mooncake_rpc_requests_total",

@@ -11,6 +11,11 @@ use mooncake_transfer::{Protocol, TcpConfig};
 /// two lost pings never expire a live client.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_000);
 
+/// Writer chunks of 4 MiB per replica: puts of up to 256 KiB take one
+/// master round trip. A client holds one chunk per replica count it puts
+/// with, so this much of the pool per writer is set aside at a time.
+pub const DEFAULT_PUT_CHUNK_BYTES: u64 = 4 << 20;
+
 /// How one client process joins the store.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -46,6 +51,11 @@ pub struct ClientConfig {
     pub heartbeat_interval: Duration,
     /// Replicas per put unless the call says otherwise.
     pub default_replicas: u32,
+    /// Bytes per replica of the writer chunks small puts are placed in by
+    /// this client itself, so each needs one master round trip (its PutEnd)
+    /// instead of two; puts of at most a sixteenth of this use them. 0 =
+    /// never: every put starts with a PutStart (docs/CLIENT.md).
+    pub put_chunk_bytes: u64,
     /// Act as admin (forced RemoveAll, membership, eviction, snapshots).
     pub admin_token: Option<mooncake_auth::admin::AdminToken>,
     /// Proof that this process is `client_id`: sent with every mount,
@@ -94,6 +104,7 @@ impl ClientConfig {
             tls: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             default_replicas: 1,
+            put_chunk_bytes: DEFAULT_PUT_CHUNK_BYTES,
             admin_token: None,
             credential: None,
             disk_segment: None,
@@ -136,6 +147,12 @@ impl ClientConfig {
                     self.disk_size
                 ));
             }
+        }
+        if self.put_chunk_bytes != 0 && !(1 << 16..=64 << 20).contains(&self.put_chunk_bytes) {
+            return Err(format!(
+                "put_chunk_bytes {} must be 0 (no writer chunks) or in 64KiB..=64MiB",
+                self.put_chunk_bytes
+            ));
         }
         if self.default_replicas == 0 {
             return Err("default_replicas must be at least 1".into());

@@ -161,6 +161,25 @@ impl MasterClient {
         self.ask(req, async |mut c, r| c.put_end(r).await).await.map(drop)
     }
 
+    /// Asks the leader for a writer chunk of `len` bytes (at least
+    /// `min_len`) per replica.
+    pub async fn reserve_chunk(
+        &self,
+        client_id: u64,
+        replica_num: u32,
+        len: u64,
+        min_len: u64,
+    ) -> Result<ReserveChunkResponse, MasterError> {
+        let req = ReserveChunkRequest { client_id, replica_num, len, min_len };
+        Ok(self.ask(req, async |mut c, r| c.reserve_chunk(r).await).await?.reply)
+    }
+
+    /// Gives a writer chunk back to the leader.
+    pub async fn return_chunk(&self, client_id: u64, chunk_id: u64) -> Result<(), MasterError> {
+        let req = ReturnChunkRequest { client_id, chunk_id };
+        self.ask(req, async |mut c, r| c.return_chunk(r).await).await.map(drop)
+    }
+
     pub async fn put_revoke(&self, client_id: u64, key: &str) -> Result<(), MasterError> {
         let req = PutRevokeRequest { client_id, key: key.to_string() };
         self.ask(req, async |mut c, r| c.put_revoke(r).await).await.map(drop)

@@ -114,6 +114,8 @@ scripted_methods! {
     put_start: PutStartRequest => PutStartResponse,
     put_end: PutEndRequest => PutEndResponse,
     put_revoke: PutRevokeRequest => PutRevokeResponse,
+    reserve_chunk: ReserveChunkRequest => ReserveChunkResponse,
+    return_chunk: ReturnChunkRequest => ReturnChunkResponse,
     get_replica_list: GetReplicaListRequest => GetReplicaListResponse,
     exist_key: ExistKeyRequest => ExistKeyResponse,
     get_size: GetSizeRequest => GetSizeResponse,

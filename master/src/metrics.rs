@@ -47,6 +47,8 @@ pub struct MasterMetrics {
     /// Puts placed with fewer replicas than asked (no other segment had
     /// room after eviction; at least their `min_replicas`).
     pub puts_under_replicated: IntCounter,
+    /// Writer chunks granted (`objects/chunks.rs`).
+    pub writer_chunks: IntCounter,
     /// Scrape-time gauges, set just before encoding.
     pub gauges: Gauges,
 }
@@ -89,6 +91,7 @@ pub struct Gauges {
     pub used_bytes: IntGauge,
     pub objects: IntGauge,
     pub objects_processing: IntGauge,
+    pub writer_chunks: IntGauge,
     pub arenas: IntGauge,
     pub arena_bytes: IntGauge,
     pub clients: IntGauge,
@@ -166,6 +169,11 @@ impl Gauges {
                 r,
                 "mooncake_objects_processing",
                 "Puts in flight on this leader (reserved, not yet committed).",
+            )?,
+            writer_chunks: gauge(
+                r,
+                "mooncake_writer_chunks",
+                "Writer chunks this leader holds for writers (not returned, not expired).",
             )?,
             arenas: gauge(r, "mooncake_arenas", "Allocation arenas in the applied state (every leader term's).")?,
             arena_bytes: gauge(r, "mooncake_arena_bytes", "Bytes covered by allocation arenas.")?,
@@ -356,6 +364,11 @@ impl MasterMetrics {
                 &r,
                 "mooncake_puts_under_replicated_total",
                 "Puts placed with fewer replicas than asked: no other segment had room after eviction.",
+            )?,
+            writer_chunks: counter(
+                &r,
+                "mooncake_writer_chunks_total",
+                "Writer chunks granted: ranges a writer places small puts in itself, one PutEnd per put.",
             )?,
             gauges: Gauges::new(&r)?,
             registry: r,

@@ -106,6 +106,10 @@ pub struct WritePath {
     /// One arena grant at a time: concurrent puts that need an arena on the
     /// same segment share the first one's.
     pub arena_grants: tokio::sync::Mutex<()>,
+    /// How long a writer may place objects in a writer chunk after it was
+    /// granted (`chunks.rs`): half the shorter of the discard timeout and
+    /// the capability TTL, so its PutEnds and writes arrive in time.
+    pub chunk_valid: std::time::Duration,
 }
 
 /// Copies between tiers (`copies.rs`, `tiering.rs`): the knobs and the

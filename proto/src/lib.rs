@@ -77,6 +77,8 @@ impl_has_status!(
     master::PutStartResponse,
     master::PutEndResponse,
     master::PutRevokeResponse,
+    master::ReserveChunkResponse,
+    master::ReturnChunkResponse,
     master::GetReplicaListResponse,
     master::ExistKeyResponse,
     master::GetSizeResponse,

@@ -1,6 +1,7 @@
 //! `Client`: the store client library. Puts run PutStart → parallel writes
 //! to every replica → PutEnd with a crc32c checksum (PutRevoke on any
-//! failure); gets choose the nearest replica (same host, then same zone),
+//! failure); small ones skip the PutStart, placed in a writer chunk
+//! (`chunks`); gets choose the nearest replica (same host, then same zone),
 //! verify the checksum and fall back to the next replica. A client that
 //! contributes memory also serves its segment (the store-node role,
 //! `store_node`) and keeps it registered through heartbeats.
@@ -25,6 +26,7 @@ use crate::master_client::{MasterClient, MasterClientConfig, MasterError};
 use crate::store_node::{LocalSegment, StoreNode, heartbeat};
 
 mod batch;
+mod chunks;
 mod get;
 mod options;
 mod put;
@@ -46,6 +48,8 @@ pub struct Client {
     stop: watch::Sender<bool>,
     heartbeat: Option<JoinHandle<()>>,
     stats: ClientStats,
+    /// The writer chunks small puts are placed in (`chunks.rs`).
+    chunks: chunks::WriterChunks,
 }
 
 impl Client {
@@ -87,7 +91,8 @@ impl Client {
             stop_rx,
         )));
         tracing::info!(client = format!("{client_id:016x}"), segment = ?node.as_ref().map(|n| n.segment().spec().id), "client connected");
-        Ok(Client { cfg, client_id, master, engine, node, stop, heartbeat, stats: ClientStats::default() })
+        let chunks = chunks::WriterChunks::new(cfg.put_chunk_bytes);
+        Ok(Client { cfg, client_id, master, engine, node, stop, heartbeat, stats: ClientStats::default(), chunks })
     }
 
     /// Hit/miss and outcome counters of this client.
@@ -129,6 +134,7 @@ impl Client {
     /// node restarted with the same identity serves its objects again
     /// (docs/TIERS.md).
     pub async fn close(mut self) {
+        self.chunks.retire_all(&self.master, self.client_id);
         let _ = self.stop.send(true);
         if let Some(h) = self.heartbeat.take() {
             h.abort();

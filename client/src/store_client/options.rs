@@ -103,4 +103,6 @@ pub struct ClientStats {
     pub puts_failed: AtomicU64,
     /// Puts of a key that existed: nothing written, the object kept.
     pub puts_kept_existing: AtomicU64,
+    /// Puts placed in a writer chunk: one master round trip (their PutEnd).
+    pub puts_in_chunks: AtomicU64,
 }

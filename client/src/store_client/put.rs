@@ -1,6 +1,7 @@
 //! Putting one object: PutStart, the writes to every replica, PutEnd with
 //! the object's checksum (PutRevoke on a failure), once more when the
-//! reservation expired on the way (a leader change).
+//! reservation expired on the way (a leader change). A small object skips
+//! the PutStart: it is placed in a writer chunk (`chunks.rs`).
 
 use std::sync::atomic::Ordering;
 
@@ -13,7 +14,7 @@ use crate::master_client::MasterError;
 use crate::remote::remote;
 
 use super::options::wire_segments;
-use super::{Client, PutOptions, PutOutcome, combined_crc32c};
+use super::{Client, PutOptions, PutOutcome, chunks, combined_crc32c};
 
 impl Client {
     /// Stores `data` under `key`; a key that exists is kept as it is
@@ -59,6 +60,16 @@ impl Client {
         opts: &PutOptions,
         upsert: bool,
     ) -> Result<PutOutcome, ClientError> {
+        if let Some(outcome) = self.put_in_chunk(key, data, opts, upsert).await {
+            let counter = match &outcome {
+                Ok(PutOutcome::Stored) => &self.stats.puts_ok,
+                Ok(PutOutcome::KeptExisting) => &self.stats.puts_kept_existing,
+                Err(_) => &self.stats.puts_failed,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            self.stats.puts_in_chunks.fetch_add(u64::from(outcome.is_ok()), Ordering::Relaxed);
+            return outcome;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -78,6 +89,80 @@ impl Client {
                     counter.fetch_add(1, Ordering::Relaxed);
                     return Ok(outcome);
                 }
+            }
+        }
+    }
+
+    /// A small put placed in a writer chunk: the writes, then its PutEnd,
+    /// one master round trip. `None` when the put goes the usual way: it
+    /// does not suit a chunk (large, or preferred segments named), no
+    /// chunk could be had, or this one failed before anything could have
+    /// been recorded (a write failed, or the leader no longer knows the
+    /// chunk).
+    async fn put_in_chunk(
+        &self,
+        key: &str,
+        data: &[&[u8]],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Option<Result<PutOutcome, ClientError>> {
+        let size = parts_len(data);
+        if !opts.preferred_segments.is_empty() || !self.chunks.suits(size) {
+            return None;
+        }
+        let replicas = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
+        let placed = self.place_in_chunk(replicas, size).await?;
+        let checksum = parts_crc32c(data);
+        if let Err(e) = self.write_replicas(&placed.replicas, data).await {
+            tracing::debug!(key, error = %e, "a write into a writer chunk failed; putting the usual way");
+            self.chunks.drop_chunk(&placed.chunk, &self.master, self.client_id);
+            self.chunks.done(&placed, &self.master, self.client_id);
+            return None;
+        }
+        let mut end = self.put_end_request(key, size, checksum, &placed.replicas, opts, upsert);
+        end.chunk_id = placed.chunk.id;
+        let result = self.master.put_end_with(end).await.map_err(ClientError::from);
+        self.chunks.done(&placed, &self.master, self.client_id);
+        match result {
+            Ok(()) => Some(Ok(PutOutcome::Stored)),
+            Err(e) if !upsert && is_already_exists(&e) => Some(Ok(PutOutcome::KeptExisting)),
+            // Nothing was recorded: the chunk expired, or its leader's
+            // arenas were reclaimed. The usual way places it afresh.
+            Err(e) if is_put_expired(&e) => {
+                tracing::debug!(key, error = %e, "a writer chunk expired; putting the usual way");
+                self.chunks.drop_chunk(&placed.chunk, &self.master, self.client_id);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// A place for `size` bytes in this client's chunk of `replicas`,
+    /// reserving a new chunk when it has no room or time left.
+    async fn place_in_chunk(&self, replicas: u32, size: u64) -> Option<chunks::Placed> {
+        if let Some(p) = self.chunks.place(replicas, size, &self.master, self.client_id) {
+            return Some(p);
+        }
+        let _one = self.chunks.refilling().await;
+        // Another put may have reserved one while this one waited.
+        if let Some(p) = self.chunks.place(replicas, size, &self.master, self.client_id) {
+            return Some(p);
+        }
+        let len = self.chunks.chunk_bytes();
+        match self.master.reserve_chunk(self.client_id, replicas, len, size).await {
+            Ok(r) if r.replicas.len() != replicas as usize || r.replicas.iter().any(|c| c.len < size) => {
+                tracing::debug!(chunk = r.chunk_id, "a writer chunk of another shape than asked; not used");
+                self.chunks.refused();
+                None
+            }
+            Ok(r) => {
+                self.chunks.adopt(replicas, r.chunk_id, r.replicas, r.valid_ms, &self.master, self.client_id);
+                self.chunks.place(replicas, size, &self.master, self.client_id)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "no writer chunk; small puts go the usual way for a while");
+                self.chunks.refused();
+                None
             }
         }
     }
@@ -158,6 +243,7 @@ impl Client {
             upsert,
             // One id per put attempt: retries of this PutEnd share it.
             request_id: rand::random::<u64>() | 1,
+            chunk_id: 0,
         }
     }
 

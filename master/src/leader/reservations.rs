@@ -126,6 +126,36 @@ pub enum Reserve {
     NoRoom { missing: usize },
 }
 
+/// What [`PutTable::place`] places: `replicas` ranges of `len` bytes.
+struct Need {
+    len: u64,
+    replicas: usize,
+    min_replicas: usize,
+}
+
+/// A writer chunk: ranges (one per replica, distinct segments, same
+/// length) one writer places small objects in by itself, so each of its
+/// puts needs only a PutEnd. Counted as one reservation in each arena until
+/// returned (then held for the revoke quarantine) or expired (then held
+/// until the release timeout after it was reserved), as a put's ranges are.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    pub client: ClientId,
+    pub replicas: Vec<PlacedReplica>,
+    pub started: Instant,
+}
+
+/// Whether a PutEnd's ranges lie in the writer chunk it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChunkCover {
+    Inside,
+    /// This leader holds no such chunk (it expired, was returned, or
+    /// another leader reserved it).
+    Unknown,
+    /// The chunk is this leader's, the ranges are not in it: why.
+    Outside(String),
+}
+
 /// One of this term's arenas. Ranges are handed out from its extents in
 /// order: a cursor (extent, bytes used in it) only moves forward.
 #[derive(Clone, Debug)]
@@ -179,13 +209,16 @@ pub struct PutTable {
     held: Vec<(Vec<ArenaId>, Instant)>,
     /// Arenas not this term's, and when this leader first saw each.
     foreign_seen: HashMap<ArenaId, Instant>,
+    /// Writer chunks by id (ids count up within the term).
+    chunks: HashMap<u64, Chunk>,
+    next_chunk: u64,
 }
 
 /// The largest arena on a segment of `capacity` bytes: 1/64 of it, at most
 /// [`ARENA_MAX_BYTES`]. A leader change holds the old leader's open arena on
 /// every segment for the release timeout, so a small share keeps many
 /// failovers in a row from filling a segment (8 in 10 minutes hold 1/8).
-fn arena_cap(capacity: u64) -> u64 {
+pub fn arena_cap(capacity: u64) -> u64 {
     ARENA_MAX_BYTES.min(aligned(capacity / ARENA_SHARE_DIVISOR).max(ALLOC_ALIGN_BYTES))
 }
 
@@ -248,6 +281,28 @@ impl PutTable {
                 Reserve::Taken
             };
         }
+        let need = Need { len: aligned(ask.size_bytes), replicas: ask.replica_num, min_replicas: ask.min_replicas };
+        let replicas = match self.place(&need, candidates, round) {
+            Ok(replicas) => replicas,
+            Err(not_yet) => return not_yet,
+        };
+        let r = Reservation {
+            client: ask.client,
+            size_bytes: ask.size_bytes,
+            pin: ask.pin,
+            upsert: ask.upsert,
+            replicas: replicas.clone(),
+            started: now,
+            ending: 0,
+        };
+        self.active.insert(ask.key.clone(), r);
+        Reserve::Placed(replicas)
+    }
+
+    /// Places `need` on its candidates (see [`reserve`](Self::reserve)):
+    /// the ranges handed out, or what must happen first
+    /// ([`Reserve::NeedArenas`] or [`Reserve::NoRoom`]).
+    fn place(&mut self, need: &Need, candidates: &[Candidate], round: &Round) -> Result<Vec<PlacedReplica>, Reserve> {
         // The caller's preferred segments first, in its order; then the
         // others: the emptier (in sixteenths of the segment) first, where
         // empty is the free bytes plus what is left in this leader's open
@@ -259,7 +314,7 @@ impl PutTable {
         // segments. A segment an arena was just granted on for this very put
         // comes first while that arena has room: otherwise concurrent puts,
         // rotating, could take turns making every grant of a put useless.
-        let len = aligned(ask.size_bytes);
+        let len = need.len;
         let mut ranked: Vec<&Candidate> = candidates.iter().collect();
         ranked.sort_by_key(|c| {
             if c.preferred {
@@ -272,7 +327,7 @@ impl PutTable {
             let sixteenths = empty.saturating_mul(EMPTINESS_STEPS) / c.capacity_bytes.max(1);
             (2, EMPTINESS_STEPS - sixteenths, self.taken.get(&c.segment).copied().unwrap_or(0), c.segment)
         });
-        let wanted = ask.replica_num.min(candidates.len());
+        let wanted = need.replicas.min(candidates.len());
         let mut chosen: Vec<SegmentId> = Vec::new();
         let mut needs: Vec<&Candidate> = Vec::new();
         let mut hosts: Vec<&str> = Vec::new();
@@ -292,26 +347,83 @@ impl PutTable {
             }
         }
         if !needs.is_empty() {
-            return Reserve::NeedArenas(
+            return Err(Reserve::NeedArenas(
                 needs.into_iter().map(|c| (c.segment, self.arena_len(c.segment, len, c.capacity_bytes))).collect(),
-            );
+            ));
         }
-        let fewest = if round.allow_fewer { ask.min_replicas.max(1) } else { wanted.max(ask.min_replicas) };
+        let fewest = if round.allow_fewer { need.min_replicas.max(1) } else { wanted.max(need.min_replicas) };
         if chosen.len() < fewest {
-            return Reserve::NoRoom { missing: fewest - chosen.len() };
+            return Err(Reserve::NoRoom { missing: fewest - chosen.len() });
         }
-        let replicas: Vec<PlacedReplica> = chosen.iter().map(|s| self.take(*s, len)).collect();
-        let r = Reservation {
-            client: ask.client,
-            size_bytes: ask.size_bytes,
-            pin: ask.pin,
-            upsert: ask.upsert,
-            replicas: replicas.clone(),
-            started: now,
-            ending: 0,
-        };
-        self.active.insert(ask.key.clone(), r);
-        Reserve::Placed(replicas)
+        Ok(chosen.iter().map(|s| self.take(*s, len)).collect())
+    }
+
+    /// Reserves a writer chunk of `len` bytes (aligned) for `client` on
+    /// `replicas` segments of `candidates`, placed as a put of that size
+    /// that accepts no fewer replicas: its id and ranges, or what must
+    /// happen first. A chunk is one reservation in each of its arenas
+    /// until it is returned or expires.
+    pub fn reserve_chunk(
+        &mut self,
+        client: ClientId,
+        replicas: usize,
+        len: u64,
+        candidates: &[Candidate],
+        round: &Round,
+        now: Instant,
+    ) -> Result<(u64, Vec<PlacedReplica>), Reserve> {
+        let need = Need { len: aligned(len), replicas, min_replicas: replicas };
+        let placed = self.place(&need, candidates, round)?;
+        self.next_chunk += 1;
+        let id = self.next_chunk;
+        self.chunks.insert(id, Chunk { client, replicas: placed.clone(), started: now });
+        Ok((id, placed))
+    }
+
+    /// Whether `echoed` (a PutEnd's replicas) lies in `client`'s chunk `id`:
+    /// one range per chunk range, in its order, on the same segment and
+    /// arena and inside it.
+    pub fn chunk_covers(&self, client: ClientId, id: u64, echoed: &[PlacedReplica]) -> ChunkCover {
+        let Some(chunk) = self.chunks.get(&id) else { return ChunkCover::Unknown };
+        if chunk.client != client {
+            return ChunkCover::Outside(format!("chunk {id} is not {client}'s"));
+        }
+        if echoed.len() != chunk.replicas.len() {
+            return ChunkCover::Outside(format!(
+                "chunk {id} has {} replicas, the PutEnd names {}",
+                chunk.replicas.len(),
+                echoed.len()
+            ));
+        }
+        for (i, (e, c)) in echoed.iter().zip(&chunk.replicas).enumerate() {
+            let inside = e.range.offset >= c.range.offset
+                && e.range.offset.checked_add(e.range.len).is_some_and(|end| end <= c.range.offset + c.range.len);
+            if e.segment != c.segment || e.arena != c.arena || !inside {
+                return ChunkCover::Outside(format!(
+                    "replicas[{i}] ({} {} [{}, +{})) is not inside chunk {id}'s range there",
+                    e.segment, e.arena, e.range.offset, e.range.len
+                ));
+            }
+        }
+        ChunkCover::Inside
+    }
+
+    /// The writer is done with chunk `id`: its ranges are held for the
+    /// revoke quarantine (a write it gave up on may still be in a socket
+    /// buffer). False when `client` holds no such chunk here.
+    pub fn return_chunk(&mut self, client: ClientId, id: u64, now: Instant) -> bool {
+        if self.chunks.get(&id).is_none_or(|c| c.client != client) {
+            return false;
+        }
+        if let Some(c) = self.chunks.remove(&id) {
+            self.held.push((c.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
+        }
+        true
+    }
+
+    /// Writer chunks held now.
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
     }
 
     /// Hands out `len` bytes of `segment`'s open arena (which has room).
@@ -425,6 +537,19 @@ impl PutTable {
                 self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
             }
         }
+        // Writer chunks live as long as a put may: a PutEnd into one later
+        // than this is refused (PUT_EXPIRED), its ranges held the same way.
+        let stale: Vec<u64> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| now.saturating_duration_since(c.started) > discard_after)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Some(c) = self.chunks.remove(&id) {
+                self.held.push((c.replicas.iter().map(|p| p.arena).collect(), c.started + release_after));
+            }
+        }
         let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held).into_iter().partition(|(_, t)| *t <= now);
         self.held = keep;
         for (arenas, _) in due {
@@ -442,6 +567,12 @@ impl PutTable {
         for key in keys {
             if let Some(r) = self.active.remove(&key) {
                 self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
+            }
+        }
+        let chunks: Vec<u64> = self.chunks.iter().filter(|(_, c)| c.client == client).map(|(id, _)| *id).collect();
+        for id in chunks {
+            if let Some(c) = self.chunks.remove(&id) {
+                self.held.push((c.replicas.iter().map(|p| p.arena).collect(), c.started + release_after));
             }
         }
     }

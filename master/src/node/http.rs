@@ -196,6 +196,7 @@ async fn refresh_gauges(s: &Shared) {
     g.kv_leases.set(s.leader.with(|t| t.kv.lease_count(now)).unwrap_or(0) as i64);
     g.kv_fences.set(s.leader.with(|t| t.kv.fence_count()).unwrap_or(0) as i64);
     g.objects_processing.set(s.leader.with(|t| t.puts.active_count()).unwrap_or(0) as i64);
+    g.writer_chunks.set(s.leader.with(|t| t.puts.chunk_count()).unwrap_or(0) as i64);
     for (duty, r) in s.duties.records() {
         let secs = |ms: Option<u64>| ms.map_or(0, |ms| (ms / 1000) as i64);
         g.duty_runs.with_label_values(&[duty]).set(r.runs as i64);

@@ -249,6 +249,7 @@ fn shared_handles(
             eviction_round: Default::default(),
             cut_after,
             arena_grants: Default::default(),
+            chunk_valid: Duration::from_secs(cfg.put_start_discard_timeout_sec).min(cfg.capability_ttl()) / 2,
         },
         tiers: Tiers {
             policy: tiers,

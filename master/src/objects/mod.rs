@@ -1,11 +1,12 @@
 //! What the leader does to objects and their bytes: puts (reservations
-//! answered, commits), removals (proposed under their fences), eviction and
+//! answered, commits, writer chunks), removals (proposed under their fences), eviction and
 //! the arena cuts it needs, arenas taken back and returned, the copies
 //! between tiers, and the capabilities that grant the data path.
 
 pub mod arena_cuts;
 pub(crate) mod arenas;
 pub(crate) mod capabilities;
+pub(crate) mod chunks;
 pub(crate) mod copies;
 pub mod eviction;
 pub(crate) mod fenced;

@@ -22,7 +22,7 @@ use mooncake_raft_store::{
 };
 use mooncake_segment::{ClientId, Range, SegmentId};
 
-use crate::leader::reservations::{Candidate, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
+use crate::leader::reservations::{Candidate, ChunkCover, PutAsk, Reservation, Reserve, Revoke, Round, aligned};
 use crate::leader::tiering::OffloadMode;
 use crate::objects::eviction;
 use crate::rpc::convert;
@@ -45,18 +45,26 @@ struct Look {
     candidates: Vec<Candidate>,
 }
 
+/// The placement candidates of a put of `key` and whether the key exists.
+fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
+    let candidates = candidates(s, size, preferred).map_err(|e| match e {
+        MetaError::InvalidParams(why) => MetaError::InvalidParams(format!("object {key:?}: {why}")),
+        other => other,
+    })?;
+    Ok(Look { exists: s.object(key).is_some(), candidates })
+}
+
 /// Preferred segments first (in the caller's order; those not mounted, or
 /// not memory, passed over), then the others, the emptiest first; only
-/// attached memory segments the object fits in (disk segments receive
+/// attached memory segments `size` bytes fit in (disk segments receive
 /// copies only, docs/TIERS.md).
-fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
-    let exists = s.object(key).is_some();
+pub(crate) fn candidates(s: &MetaState, size: u64, preferred: &[SegmentId]) -> Result<Vec<Candidate>, MetaError> {
     let largest = s.attached(Tier::Dram).map(|g| g.capacity_bytes()).max();
     match largest {
         None => return Err(MetaError::NoAvailableHandle("no memory segment is mounted".into())),
         Some(cap) if aligned(size) > cap => {
             return Err(MetaError::InvalidParams(format!(
-                "object {key:?} of {size} bytes is larger than the largest segment ({cap} bytes)"
+                "{size} bytes is larger than the largest segment ({cap} bytes)"
             )));
         }
         Some(_) => {}
@@ -82,7 +90,7 @@ fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<
         .collect();
     rest.sort_by_key(|g| (std::cmp::Reverse(g.free_bytes()), g.spec.id));
     candidates.extend(rest.into_iter().map(|g| Candidate::of(g, false)));
-    Ok(Look { exists, candidates })
+    Ok(candidates)
 }
 
 /// PutStart: reserve ranges for the object, granting arenas and evicting
@@ -350,13 +358,13 @@ async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
 }
 
 /// A placed replica with everything the writer needs to reach it.
-fn replica_pb(s: &MetaState, r: &PlacedReplica) -> Replica {
+pub(crate) fn replica_pb(s: &MetaState, r: &PlacedReplica) -> Replica {
     let placement = ReplicaPlacement { segment: r.segment, range: r.range };
     Replica { arena_id: r.arena.0, ..convert::replica_pb(s, &placement, convert::ReplicaState::Processing) }
 }
 
 /// The replicas a writer echoed back in its PutEnd.
-fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
+pub(crate) fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
     req.replicas
         .iter()
         .map(|r| PlacedReplica {
@@ -367,8 +375,17 @@ fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
         .collect()
 }
 
+/// What the leader's table knows of one PutEnd.
+enum Known {
+    /// A PutStart's put: its reservation, if this leader holds one.
+    Reserved(Option<Reservation>),
+    /// A put placed in a writer chunk: the put of its key in flight (any
+    /// writer's), and whether the chunk covers its ranges.
+    Chunk { in_flight: Option<Reservation>, cover: ChunkCover },
+}
+
 /// What to do with one PutEnd.
-enum EndPlan {
+pub(crate) enum EndPlan {
     Propose(NewObject, u64),
     Answer(Status),
 }
@@ -390,9 +407,22 @@ impl EndPlan {
 pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let Some((owned, known)) = shared.leader.with(|t| {
         // Marked as ending: a revoke racing this PutEnd's commit must not
-        // answer that the put had no effect.
-        let known: Vec<Option<Reservation>> =
-            reqs.iter().map(|r| t.puts.begin_end(&r.key, ClientId(r.client_id))).collect();
+        // answer that the put had no effect. A put placed in a writer chunk
+        // has no reservation of its own: it only looks (another writer's
+        // put of the key may be in flight) and whether its chunk covers it.
+        let known: Vec<Known> = reqs
+            .iter()
+            .map(|r| {
+                let client = ClientId(r.client_id);
+                match r.chunk_id {
+                    0 => Known::Reserved(t.puts.begin_end(&r.key, client)),
+                    id => Known::Chunk {
+                        in_flight: t.puts.find(&r.key).cloned(),
+                        cover: t.puts.chunk_covers(client, id, &placed_from(r)),
+                    },
+                }
+            })
+            .collect();
         // The arenas named that this leader granted (it knows their ranges).
         let owned: Vec<ArenaId> = reqs
             .iter()
@@ -406,8 +436,19 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     };
     // Plans answered from the state (a retry's first answer) must rest on
     // synced state.
-    let plans: Vec<EndPlan> =
-        shared.read_durable(|s| reqs.iter().zip(known).map(|(req, res)| plan_end(s, req, res, &owned)).collect()).await;
+    let plans: Vec<EndPlan> = shared
+        .read_durable(|s| {
+            reqs.iter()
+                .zip(known)
+                .map(|(req, known)| match known {
+                    Known::Reserved(res) => plan_end(s, req, res, &owned),
+                    Known::Chunk { in_flight, cover } => {
+                        crate::objects::chunks::plan_end(s, req, in_flight, cover, &owned)
+                    }
+                })
+                .collect()
+        })
+        .await;
     let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
     let answers = shared.write_path.proposer.propose_many(cmds).await;
     let mut answers = match answers {
@@ -436,7 +477,9 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let fresh = shared.leader.with(|t| {
         let mut fresh = false;
         for (req, status) in reqs.iter().zip(&out) {
-            t.puts.finish(&req.key, ClientId(req.client_id));
+            if req.chunk_id == 0 {
+                t.puts.finish(&req.key, ClientId(req.client_id));
+            }
             if eager && status.error_code() == ErrorCode::Ok {
                 t.copies.note_fresh(&req.key);
                 fresh = true;
@@ -500,7 +543,12 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
 /// this leader did not grant: their granter handed each range out once, so
 /// only this writer can have been given them. In its own arenas this leader
 /// knows every reservation, so an unknown one there has expired.
-fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, owned: &[ArenaId]) -> EndPlan {
+pub(crate) fn plan_unknown_end(
+    s: &MetaState,
+    req: &PutEndRequest,
+    echoed: Vec<PlacedReplica>,
+    owned: &[ArenaId],
+) -> EndPlan {
     let client = ClientId(req.client_id);
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();

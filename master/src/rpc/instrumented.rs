@@ -67,6 +67,8 @@ instrument! {
     put_start: PutStartRequest => PutStartResponse, "PutStart";
     put_end: PutEndRequest => PutEndResponse, "PutEnd";
     put_revoke: PutRevokeRequest => PutRevokeResponse, "PutRevoke";
+    reserve_chunk: ReserveChunkRequest => ReserveChunkResponse, "ReserveChunk";
+    return_chunk: ReturnChunkRequest => ReturnChunkResponse, "ReturnChunk";
     get_replica_list: GetReplicaListRequest => GetReplicaListResponse, "GetReplicaList";
     exist_key: ExistKeyRequest => ExistKeyResponse, "ExistKey";
     get_size: GetSizeRequest => GetSizeResponse, "GetSize";

@@ -229,6 +229,20 @@ impl MasterService for MasterServiceImpl {
         ok(PutEndResponse { status: statuses.pop() })
     }
 
+    async fn reserve_chunk(&self, req: Request<ReserveChunkRequest>) -> RpcResult<ReserveChunkResponse> {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
+            return ok(ReserveChunkResponse { status: Some(s), ..Default::default() });
+        }
+        ok(crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner()).await)
+    }
+
+    async fn return_chunk(&self, req: Request<ReturnChunkRequest>) -> RpcResult<ReturnChunkResponse> {
+        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
+            return ok(ReturnChunkResponse { status: Some(s) });
+        }
+        ok(ReturnChunkResponse { status: Some(crate::objects::chunks::return_chunk(&self.shared, &req.into_inner())) })
+    }
+
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
         if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(PutRevokeResponse { status: Some(s) });

@@ -1,0 +1,184 @@
+//! Writer chunks: one master round trip per small put.
+//!
+//! A writer asks the leader once (ReserveChunk) for a chunk: one range per
+//! replica, on distinct segments, inside this leader's own arenas, with a
+//! WRITE capability for each whole range. It then places small objects in
+//! the chunk by itself (the same offset in every range, bumped, never
+//! reused), writes their bytes, and sends only their PutEnds. The leader
+//! records such a put if its ranges lie in the chunk it names and the key
+//! is free (apply checks again that they are free and in a live arena).
+//!
+//! Why nothing another writer was promised can be overwritten: a chunk is
+//! a reservation like a PutStart's, held by one writer, counted in each of
+//! its arenas until returned (then held for the revoke quarantine) or
+//! expired (held until the release timeout after it was reserved), and
+//! ranges are handed out once in an arena's life (`reservations.rs`). A new
+//! leader knows nothing of its predecessor's chunks: a PutEnd into one is
+//! recorded as any PutEnd of a deposed leader's reservation
+//! (`puts::plan_unknown_end`), and that leader's arenas are returned only
+//! after the release timeout, fenced on the store nodes.
+
+use std::time::Instant;
+
+use mooncake_auth::capability::Access;
+use mooncake_proto::Status;
+use mooncake_proto::master::{PutEndRequest, Replica, ReserveChunkRequest, ReserveChunkResponse, ReturnChunkRequest};
+use mooncake_raft_store::state::REPLICA_NUM_MAX;
+use mooncake_raft_store::{ArenaId, MetaError, MetaState, NewObject, PlacedReplica};
+use mooncake_segment::ClientId;
+
+use crate::leader::reservations::{ChunkCover, Reservation, Reserve, Round, aligned, arena_cap};
+use crate::objects::puts::{EndPlan, Grant, candidates, grant_arena, placed_from, plan_unknown_end, replica_pb};
+use crate::rpc::convert;
+use crate::rpc::errors::{invalid, response_status};
+use crate::shared::Shared;
+
+/// Rounds of arena grants one ReserveChunk may go through.
+const CHUNK_ROUNDS_MAX: usize = 4;
+
+/// The largest chunk a writer may ask for.
+pub const CHUNK_MAX_BYTES: u64 = 64 << 20;
+
+/// ReserveChunk: a chunk for the writer, granting arenas as needed but
+/// never evicting (a writer refused puts the usual way, which evicts).
+pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> ReserveChunkResponse {
+    let refuse = |s: Status| ReserveChunkResponse { status: Some(s), ..Default::default() };
+    let no_room = |why: String| {
+        refuse(invalid(MetaError::NoAvailableHandle(format!("no writer chunk: {why}; put the usual way (PutStart)"))))
+    };
+    let replicas = req.replica_num.max(1);
+    if replicas > REPLICA_NUM_MAX {
+        return refuse(invalid(MetaError::InvalidParams(format!(
+            "replica_num {replicas} of a writer chunk: give 1..={REPLICA_NUM_MAX}"
+        ))));
+    }
+    if req.min_len == 0 || req.min_len > req.len || req.len > CHUNK_MAX_BYTES {
+        return refuse(invalid(MetaError::InvalidParams(format!(
+            "a writer chunk of len {} and min_len {}: give 1 <= min_len <= len <= {CHUNK_MAX_BYTES}",
+            req.len, req.min_len
+        ))));
+    }
+    let client = ClientId(req.client_id);
+    let mut round = Round::default();
+    for _ in 0..CHUNK_ROUNDS_MAX {
+        let found = shared.reader.read(|s| candidates(s, req.min_len, &[]));
+        let cands = match found {
+            Ok(c) => c,
+            Err(e @ MetaError::NoAvailableHandle(_)) => return refuse(invalid(e)),
+            Err(e) => return no_room(e.to_string()),
+        };
+        if cands.len() < replicas as usize {
+            return no_room(format!("{replicas} replicas, {} memory segments", cands.len()));
+        }
+        // A chunk fits in one arena of the smallest segment it may go to.
+        let cap = cands.iter().map(|c| arena_cap(c.capacity_bytes)).min().unwrap_or(0);
+        let len = aligned(req.len).min(cap);
+        if len < aligned(req.min_len) {
+            return no_room(format!("at most {len} bytes fit one arena, {} asked at least", req.min_len));
+        }
+        let now = Instant::now();
+        let reserved =
+            shared.leader.with(|t| t.puts.reserve_chunk(client, replicas as usize, len, &cands, &round, now));
+        match reserved {
+            None => return refuse(shared.not_leader()),
+            Some(Ok((id, placed))) => return granted(shared, id, &placed),
+            Some(Err(Reserve::NeedArenas(wanted))) => {
+                for (segment, arena_len) in wanted {
+                    match grant_arena(shared, segment, arena_len, len).await {
+                        Grant::Room => round.granted.push(segment),
+                        Grant::NoRoom => round.excluded.push(segment),
+                        Grant::NotLeading => return refuse(shared.not_leader()),
+                    }
+                }
+            }
+            Some(Err(_)) => return no_room(format!("fewer than {replicas} segments have {len} bytes free")),
+        }
+    }
+    no_room(format!("no room made in {CHUNK_ROUNDS_MAX} rounds of arena grants"))
+}
+
+/// The answer of a granted chunk: each range with its WRITE capability.
+fn granted(shared: &Shared, id: u64, placed: &[PlacedReplica]) -> ReserveChunkResponse {
+    shared.metrics.writer_chunks.inc();
+    let replicas = shared.reader.read(|s| {
+        let mut replicas: Vec<Replica> = placed.iter().map(|r| replica_pb(s, r)).collect();
+        shared.auth.capabilities.grant(s, &mut replicas, Access::Write);
+        replicas
+    });
+    let valid_ms = u64::try_from(shared.write_path.chunk_valid.as_millis()).unwrap_or(u64::MAX);
+    ReserveChunkResponse { status: Some(Status::ok()), chunk_id: id, replicas, valid_ms }
+}
+
+/// ReturnChunk: the writer is done with its chunk.
+pub fn return_chunk(shared: &Shared, req: &ReturnChunkRequest) -> Status {
+    let client = ClientId(req.client_id);
+    match shared.leader.with(|t| t.puts.return_chunk(client, req.chunk_id, Instant::now())) {
+        None => shared.not_leader(),
+        Some(true) => Status::ok(),
+        Some(false) => invalid(MetaError::InvalidParams(format!(
+            "this leader holds no writer chunk {} of {client} (it expired, or another leader reserved it)",
+            req.chunk_id
+        ))),
+    }
+}
+
+/// Decides the PutEnd of a put placed in a writer chunk, against the
+/// applied state: `in_flight` is the put of its key this leader has in
+/// flight (any writer's), `cover` whether the chunk named covers its ranges,
+/// `owned` the arenas this leader granted.
+pub(crate) fn plan_end(
+    s: &MetaState,
+    req: &PutEndRequest,
+    in_flight: Option<Reservation>,
+    cover: ChunkCover,
+    owned: &[ArenaId],
+) -> EndPlan {
+    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
+        return EndPlan::Answer(invalid(e));
+    }
+    // A retry of a PutEnd that was applied gets its first answer.
+    if req.request_id != 0
+        && let Some(first) = s.request_answer(req.request_id)
+    {
+        return EndPlan::Answer(response_status(&first));
+    }
+    let client = ClientId(req.client_id);
+    let echoed = placed_from(req);
+    // A key that exists is kept (upstream's answer), without a commit: the
+    // writer's bytes stay garbage in its chunk.
+    if !req.upsert
+        && let Some(o) = s.object(&req.key)
+    {
+        let same = o.writer == client
+            && o.checksum == req.checksum
+            && o.replicas.iter().map(|r| (r.segment, r.range)).eq(echoed.iter().map(|r| (r.segment, r.range)));
+        return EndPlan::Answer(match same {
+            true => Status::ok(),
+            false => invalid(MetaError::ObjectAlreadyExists(req.key.clone())),
+        });
+    }
+    // Another writer's PutStart of the key came first: it wins.
+    if in_flight.is_some_and(|r| r.client != client) {
+        return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
+    }
+    match cover {
+        ChunkCover::Inside => {
+            let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
+                Ok(pin) => pin,
+                Err(e) => return EndPlan::Answer(invalid(e)),
+            };
+            let new = NewObject {
+                client,
+                key: req.key.clone(),
+                size_bytes: req.size,
+                checksum: req.checksum,
+                pin,
+                replicas: echoed,
+                upsert: req.upsert,
+            };
+            EndPlan::Propose(new, req.request_id)
+        }
+        ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
+        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned),
+    }
+}
