@@ -88,13 +88,24 @@ impl Cluster {
 
     /// A connected workload client (contributes no memory).
     pub async fn client(&self, protocol: Protocol, tcp: &TcpConfig) -> anyhow::Result<Client> {
+        Client::connect(self.client_config_for(protocol, tcp)?).await.context("connecting a workload client")
+    }
+
+    /// As [`client`](Self::client), without writer chunks: every put
+    /// starts with a PutStart.
+    pub async fn client_without_chunks(&self, protocol: Protocol, tcp: &TcpConfig) -> anyhow::Result<Client> {
+        let cfg = ClientConfig { put_chunk_bytes: 0, ..self.client_config_for(protocol, tcp)? };
+        Client::connect(cfg).await.context("connecting a workload client without writer chunks")
+    }
+
+    fn client_config_for(&self, protocol: Protocol, tcp: &TcpConfig) -> anyhow::Result<ClientConfig> {
         let mut cfg = ClientConfig::new(self.master_addrs());
         // The bench clears its objects between cells (forced RemoveAll).
         cfg.admin_token = Some(self.admin_token().clone());
         cfg.protocol = protocol;
         cfg.tcp = tcp.clone();
         cfg.tls = self.inner.tls_config(mooncake_tls::Role::Client).map_err(anyhow::Error::msg)?;
-        Client::connect(cfg).await.context("connecting a workload client")
+        Ok(cfg)
     }
 }
 

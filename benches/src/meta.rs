@@ -7,11 +7,13 @@
 //!
 //! | op | Mooncake | etcd | upstream Mooncake |
 //! |---|---|---|---|
-//! | put | PutStart + PutEnd (one commit) | Put (one commit) | put session start + end |
+//! | put | PutEnd into a writer chunk (one commit; a ReserveChunk per 4 MiB of objects) | Put (one commit) | put session start + end |
+//! | put_2rt (1 client) | PutStart + PutEnd (one commit), the path without writer chunks | Put | put session start + end |
 //! | get | GetReplicaList (linearizable) | Range (linearizable) | get_replica_desc |
 //! | exist | ExistKey (linearizable) | Range `count_only` (linearizable) | is_exist |
 //! | remove | Remove (forced: reads leave leases) | DeleteRange | remove (forced) |
 //! | put_4KiB (1 client) | a whole put of 4 KiB | Put of a 4 KiB value | put_from of 4 KiB |
+//! | put_4KiB_2rt (1 client) | the same by a client without writer chunks | Put of a 4 KiB value | put_from of 4 KiB |
 //!
 //! Concurrency is in-flight requests: that many tasks, each doing one
 //! request at a time, over `min(concurrency, 16)` connections (HTTP/2
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mooncake_client::{Client, MasterClient, PutOptions, PutOutcome};
-use mooncake_proto::master::PutStartRequest;
+use mooncake_proto::master::{PutEndRequest, PutStartRequest, Replica};
 use tokio::task::JoinHandle;
 
 use crate::baseline::etcd::{self, EtcdCluster, EtcdKv};
@@ -66,12 +68,22 @@ enum Op {
     Exist,
     Remove,
     Put4k,
+    /// A metadata put without writer chunks: PutStart + PutEnd.
+    PutTwoTrips,
+    /// A whole 4 KiB put by a client without writer chunks.
+    Put4kTwoTrips,
 }
 
 /// The metadata-only phases, in order (each reads what the first put).
 const OPS: [Op; 4] = [Op::Put, Op::Get, Op::Exist, Op::Remove];
-/// Every row of the table, in order (`Put4k` runs at 1 client only).
-const ROWS: [Op; 5] = [Op::Put, Op::Get, Op::Exist, Op::Remove, Op::Put4k];
+/// The phases every system runs at 1 client only.
+const ONE_CLIENT: [Op; 1] = [Op::Put4k];
+/// Ours only, at 1 client: the put paths without writer chunks.
+const OURS_ONE_CLIENT: [Op; 2] = [Op::PutTwoTrips, Op::Put4kTwoTrips];
+/// Every row of the table, in order.
+const ROWS: [Op; 7] = [Op::Put, Op::PutTwoTrips, Op::Get, Op::Exist, Op::Remove, Op::Put4k, Op::Put4kTwoTrips];
+/// Bytes per writer chunk of the metadata puts (the client library's default).
+const META_CHUNK_BYTES: u64 = mooncake_client::DEFAULT_PUT_CHUNK_BYTES;
 
 impl Op {
     fn name(self) -> &'static str {
@@ -81,12 +93,33 @@ impl Op {
             Op::Exist => "exist",
             Op::Remove => "remove",
             Op::Put4k => "put_4KiB",
+            Op::PutTwoTrips => "put_2rt",
+            Op::Put4kTwoTrips => "put_4KiB_2rt",
         }
+    }
+
+    /// The op whose baselines (etcd, upstream) this row is compared with.
+    fn baseline(self) -> Op {
+        match self {
+            Op::PutTwoTrips => Op::Put,
+            Op::Put4kTwoTrips => Op::Put4k,
+            other => other,
+        }
+    }
+
+    /// A put: its keys are new, numbered by the task.
+    fn is_put(self) -> bool {
+        matches!(self, Op::Put | Op::Put4k | Op::PutTwoTrips | Op::Put4kTwoTrips)
     }
 
     /// Part of the key: the whole puts get keys of their own.
     fn key_tag(self) -> &'static str {
-        if self == Op::Put4k { "4k" } else { "m" }
+        match self {
+            Op::Put4k => "4k",
+            Op::Put4kTwoTrips => "4k2",
+            Op::PutTwoTrips => "m2",
+            _ => "m",
+        }
     }
 
     /// What upstream does for it (see the module doc).
@@ -96,7 +129,8 @@ impl Op {
             Op::Get => (upstream::Op::ReplicaDesc, OBJECT_BYTES as usize),
             Op::Exist => (upstream::Op::Exist, OBJECT_BYTES as usize),
             Op::Remove => (upstream::Op::Remove, OBJECT_BYTES as usize),
-            Op::Put4k => (upstream::Op::Put, PUT_VALUE_BYTES),
+            Op::Put4k | Op::Put4kTwoTrips => (upstream::Op::Put, PUT_VALUE_BYTES),
+            Op::PutTwoTrips => (upstream::Op::PutMeta, OBJECT_BYTES as usize),
         }
     }
 }
@@ -108,7 +142,11 @@ enum System {
     Mooncake {
         conns: Vec<MasterClient>,
         client: Arc<Client>,
+        /// A client without writer chunks (`put_4KiB_2rt`).
+        plain: Arc<Client>,
         value: Vec<u8>,
+        /// Each connection's writer chunk for the metadata puts.
+        chunks: Vec<tokio::sync::Mutex<Option<MetaChunk>>>,
     },
     Etcd {
         conns: Vec<EtcdKv>,
@@ -126,8 +164,10 @@ impl System {
     /// One operation on `key` over connection `conn`.
     async fn op(&self, conn: usize, op: Op, key: &str) -> anyhow::Result<()> {
         match self {
-            System::Mooncake { conns, client, value } => {
-                mooncake_op(&conns[conn % conns.len()], client, value, op, key).await
+            System::Mooncake { conns, client, plain, value, chunks } => {
+                let i = conn % conns.len();
+                let ours = Ours { mc: &conns[i], client, plain, value, chunk: &chunks[i] };
+                mooncake_op(&ours, op, key).await
             }
             System::Etcd { conns } => etcd_op(&conns[conn % conns.len()], op, key).await,
         }
@@ -142,10 +182,61 @@ impl System {
     }
 }
 
-async fn mooncake_op(mc: &MasterClient, client: &Client, value: &[u8], op: Op, key: &str) -> anyhow::Result<()> {
-    let client_id = client.client_id();
+/// A writer chunk of one connection: its id, ranges and next free offset.
+struct MetaChunk {
+    id: u64,
+    ranges: Vec<Replica>,
+    next: u64,
+}
+
+/// What one of our operations runs with.
+struct Ours<'a> {
+    mc: &'a MasterClient,
+    client: &'a Client,
+    plain: &'a Client,
+    value: &'a [u8],
+    chunk: &'a tokio::sync::Mutex<Option<MetaChunk>>,
+}
+
+/// A metadata-only put as the client library makes a small one: placed in
+/// the connection's writer chunk (a new one when it is full), then PutEnd.
+async fn chunk_put(o: &Ours<'_>, key: &str) -> anyhow::Result<()> {
+    let client_id = o.client.client_id();
+    let len = OBJECT_BYTES.next_multiple_of(mooncake_segment::ALLOC_ALIGN_BYTES);
+    let mut held = o.chunk.lock().await;
+    if held.as_ref().is_none_or(|c| c.ranges.iter().any(|r| c.next + len > r.len)) {
+        let r = o.mc.reserve_chunk(client_id, 1, META_CHUNK_BYTES, OBJECT_BYTES).await?;
+        if let Some(old) = held.replace(MetaChunk { id: r.chunk_id, ranges: r.replicas, next: 0 }) {
+            o.mc.return_chunk(client_id, old.id).await?;
+        }
+    }
+    let c = held.as_mut().context("a chunk")?;
+    let replicas: Vec<Replica> =
+        c.ranges.iter().map(|r| Replica { offset: r.offset + c.next, len, ..r.clone() }).collect();
+    c.next += len;
+    let id = c.id;
+    drop(held);
+    let end = PutEndRequest {
+        client_id,
+        key: key.to_string(),
+        size: OBJECT_BYTES,
+        replicas,
+        chunk_id: id,
+        // Keys are unique per put: so is this id (a retry shares it).
+        request_id: key
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+            | 1,
+        ..Default::default()
+    };
+    Ok(o.mc.put_end_with(end).await?)
+}
+
+async fn mooncake_op(o: &Ours<'_>, op: Op, key: &str) -> anyhow::Result<()> {
+    let (mc, client_id) = (o.mc, o.client.client_id());
     match op {
-        Op::Put => {
+        Op::Put => chunk_put(o, key).await?,
+        Op::PutTwoTrips => {
             let req = PutStartRequest {
                 client_id,
                 key: key.to_string(),
@@ -162,21 +253,24 @@ async fn mooncake_op(mc: &MasterClient, client: &Client, value: &[u8], op: Op, k
         }
         Op::Exist => anyhow::ensure!(mc.exist_key(key).await?, "{key} does not exist"),
         Op::Remove => mc.remove(key, true).await?,
-        Op::Put4k => match client.put(key, value, &PutOptions { replicas: 1, ..Default::default() }).await? {
-            PutOutcome::Stored => {}
-            PutOutcome::KeptExisting => anyhow::bail!("{key} already existed"),
-        },
+        Op::Put4k | Op::Put4kTwoTrips => {
+            let client = if op == Op::Put4k { o.client } else { o.plain };
+            match client.put(key, o.value, &PutOptions { replicas: 1, ..Default::default() }).await? {
+                PutOutcome::Stored => {}
+                PutOutcome::KeptExisting => anyhow::bail!("{key} already existed"),
+            }
+        }
     }
     Ok(())
 }
 
 async fn etcd_op(kv: &EtcdKv, op: Op, key: &str) -> anyhow::Result<()> {
     match op {
-        Op::Put => kv.put(key, &[0x6d; ETCD_VALUE_BYTES]).await?,
+        Op::Put | Op::PutTwoTrips => kv.put(key, &[0x6d; ETCD_VALUE_BYTES]).await?,
         Op::Get => anyhow::ensure!(kv.get(key).await? == ETCD_VALUE_BYTES, "{key} has no value"),
         Op::Exist => anyhow::ensure!(kv.exists(key).await?, "{key} does not exist"),
         Op::Remove => kv.delete(key).await?,
-        Op::Put4k => kv.put(key, &[0x6d; PUT_VALUE_BYTES]).await?,
+        Op::Put4k | Op::Put4kTwoTrips => kv.put(key, &[0x6d; PUT_VALUE_BYTES]).await?,
     }
     Ok(())
 }
@@ -194,13 +288,14 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     .await?;
     // A registered client: PutStart needs a known writer (its heartbeats keep it alive).
     let registered = Arc::new(cluster.client(mooncake_transfer::Protocol::Tcp, &ctx.tcp).await?);
+    let plain = Arc::new(cluster.client_without_chunks(mooncake_transfer::Protocol::Tcp, &ctx.tcp).await?);
     let etcd = start_etcd(ctx, &mut section).await;
     let mut up = upstream::start_for(ctx, &mut section, UPSTREAM_SEGMENT_BYTES, 0).await;
     let up_time = if ctx.quick { UPSTREAM_QUICK_PHASE_TIME } else { time };
     let up_budget = Budget { ops_min: 1, ops_max: TASK_OPS_MAX, time: up_time };
     let mut table = results_table();
     for &conc in levels {
-        let mooncake = mooncake_system(&cluster, &registered, conc)?;
+        let mooncake = mooncake_system(&cluster, &registered, &plain, conc)?;
         let mc = measure_system(ctx, &mooncake, "mooncake", conc, time).await?;
         for s in mc.values() {
             section.failed_ops += s.errors;
@@ -220,14 +315,18 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
         };
         add_rows(&mut table, conc, &mc, et.as_ref(), upm.as_ref());
     }
-    if let Ok(c) = Arc::try_unwrap(registered) {
-        c.close().await;
+    for c in [registered, plain] {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            c.close().await;
+        }
     }
     section.tables.push(targets(&table));
     section.tables.push(table);
     section.note(
-        "put = PutStart+PutEnd (1 commit) for Mooncake, Put (1 commit) for etcd, both fsync every commit; \
-         put session start+end for upstream (its master keeps metadata in memory only)",
+        "put = PutEnd into a writer chunk (1 commit; one ReserveChunk per 4 MiB of objects) for Mooncake, \
+         put_2rt = PutStart+PutEnd (1 commit, no writer chunks), Put (1 commit) for etcd, both fsync every commit; \
+         put session start+end for upstream (its master keeps metadata in memory only); \
+         put_4KiB_2rt = put_4KiB by a client without writer chunks",
     );
     section.note(format!(
         "up = upstream Mooncake at up to {} clients (one process each): get = get_replica_desc, \
@@ -259,12 +358,18 @@ async fn start_etcd(ctx: &mut Ctx, section: &mut Section) -> Option<EtcdCluster>
     }
 }
 
-fn mooncake_system(cluster: &Cluster, registered: &Arc<Client>, conc: usize) -> anyhow::Result<Arc<System>> {
+fn mooncake_system(
+    cluster: &Cluster,
+    registered: &Arc<Client>,
+    plain: &Arc<Client>,
+    conc: usize,
+) -> anyhow::Result<Arc<System>> {
     let conns = (0..conc.min(CONNECTIONS_MAX))
         .map(|_| MasterClient::new(cluster.client_config()))
         .collect::<Result<Vec<_>, _>>()?;
     let value = crate::data::pattern(PUT_VALUE_BYTES, 4);
-    Ok(Arc::new(System::Mooncake { conns, client: registered.clone(), value }))
+    let chunks = conns.iter().map(|_| tokio::sync::Mutex::new(None)).collect();
+    Ok(Arc::new(System::Mooncake { conns, client: registered.clone(), plain: plain.clone(), value, chunks }))
 }
 
 async fn etcd_system(cluster: &EtcdCluster, conc: usize) -> anyhow::Result<Arc<System>> {
@@ -333,9 +438,13 @@ async fn measure_system(
         out.insert(op.name(), s);
     }
     if conc == 1 {
-        ctx.progress.step(&format!("meta: {name} put_4KiB x{conc}"));
-        let (s, _) = phase(sys, Op::Put4k, conc, &stored, budget).await?;
-        out.insert(Op::Put4k.name(), s);
+        let ours = matches!(**sys, System::Mooncake { .. });
+        let extra = ONE_CLIENT.iter().chain(OURS_ONE_CLIENT.iter().filter(|_| ours));
+        for &op in extra {
+            ctx.progress.step(&format!("meta: {name} {} x{conc}", op.name()));
+            let (s, _) = phase(sys, op, conc, &stored, budget).await?;
+            out.insert(op.name(), s);
+        }
     }
     if let Err(e) = sys.clear().await {
         ctx.progress.say(&format!("meta: clearing {name}: {e:#}"));
@@ -382,7 +491,7 @@ struct Work {
 async fn task(sys: Arc<System>, w: Work, budget: Budget) -> (Samples, Vec<u64>) {
     let mut s = Samples::default();
     let mut ok_keys = Vec::new();
-    if !matches!(w.op, Op::Put | Op::Put4k) && w.keys.is_empty() {
+    if !w.op.is_put() && w.keys.is_empty() {
         return (s, ok_keys);
     }
     let bound = match w.op {
@@ -392,7 +501,7 @@ async fn task(sys: Arc<System>, w: Work, budget: Budget) -> (Samples, Vec<u64>) 
     .start();
     let mut i = 0u64;
     while bound.go_on(i) {
-        let n = if matches!(w.op, Op::Put | Op::Put4k) { i } else { w.keys[i as usize % w.keys.len()] };
+        let n = if w.op.is_put() { i } else { w.keys[i as usize % w.keys.len()] };
         let key = format!("{KEY_PREFIX}{}/{}/{}/{n}", w.conc, w.op.key_tag(), w.task);
         let t = Instant::now();
         match sys.op(w.task, w.op, &key).await {
@@ -435,8 +544,8 @@ fn results_table() -> Table {
 fn add_rows(t: &mut Table, conc: usize, mc: &BySystemOp, et: Option<&BySystemOp>, up: Option<&BySystemOp>) {
     for op in ROWS {
         let Some(m) = mc.get(op.name()) else { continue };
-        let e = et.and_then(|et| et.get(op.name()));
-        let u = up.and_then(|up| up.get(op.name()));
+        let e = et.and_then(|et| et.get(op.baseline().name()));
+        let u = up.and_then(|up| up.get(op.baseline().name()));
         let mut row = vec![
             Cell::Int(conc as u64),
             Cell::text(op.name()),
@@ -460,8 +569,8 @@ fn add_rows(t: &mut Table, conc: usize, mc: &BySystemOp, et: Option<&BySystemOp>
 async fn measure_upstream(u: &mut Upstream, conc: usize, budget: Budget) -> anyhow::Result<BySystemOp> {
     let mut out = BTreeMap::new();
     let mut stored = Vec::new();
-    let phases: &[Op] = if conc == 1 { &ROWS } else { &OPS };
-    for &op in phases {
+    let one_client = if conc == 1 { &ONE_CLIENT[..] } else { &[] };
+    for &op in OPS.iter().chain(one_client) {
         let (uop, size) = op.upstream();
         let load = Load { prefix: format!("{KEY_PREFIX}{conc}/{}", op.key_tag()), size, batch: 1, budget };
         let (s, done) = u.phase(uop, conc, &load, &stored).await?;

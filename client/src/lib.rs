@@ -18,7 +18,7 @@ mod store_client;
 mod store_node;
 mod watch;
 
-pub use config::{ClientConfig, parse_size};
+pub use config::{ClientConfig, DEFAULT_PUT_CHUNK_BYTES, parse_size};
 pub use error::ClientError;
 pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
 /// The object checksum (CRC-32C) a client computes at put and verifies at get.

@@ -38,7 +38,7 @@ struct Common {
     bin: Option<PathBuf>,
     /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to every master
     /// (`--dev-unsafe-stale-reads`, `--dev-unsafe-no-fsync`,
-    /// `--dev-unsafe-unfenced-removals`, `--dev-unsafe-arena-reuse` or `--dev-unsafe-expire-after-stall`) to
+    /// `--dev-unsafe-unfenced-removals`, `--dev-unsafe-arena-reuse`, `--dev-unsafe-chunk-reuse` or `--dev-unsafe-expire-after-stall`) to
     /// show the checkers catch the bug. Never part of a real run.
     #[arg(long = "master-flag")]
     master_flags: Vec<String>,

@@ -110,6 +110,9 @@ pub struct WritePath {
     /// granted (`chunks.rs`): half the shorter of the discard timeout and
     /// the capability TTL, so its PutEnds and writes arrive in time.
     pub chunk_valid: std::time::Duration,
+    /// `--dev-unsafe-chunk-reuse`: a chunk's space is reclaimed as soon as
+    /// it is granted (the planted bug of `jepsen/tests/t95`).
+    pub unsafe_chunk_reuse: bool,
 }
 
 /// Copies between tiers (`copies.rs`, `tiering.rs`): the knobs and the

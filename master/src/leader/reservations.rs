@@ -421,6 +421,22 @@ impl PutTable {
         true
     }
 
+    /// The planted bug of `--dev-unsafe-chunk-reuse`: chunk `id`'s space
+    /// goes back to its arenas at once (the bump pointer rewound over it:
+    /// the next put or chunk there is handed the same bytes) while its
+    /// writer keeps placing objects in it.
+    pub fn dev_unsafe_reclaim_chunk(&mut self, id: u64) {
+        let Some(chunk) = self.chunks.get(&id) else { return };
+        for r in &chunk.replicas {
+            if let Some(a) = self.arenas.get_mut(&r.arena) {
+                let start = a.arena.extents.get(a.extent).map_or(0, |e| e.offset);
+                if start + a.used_in_extent == r.range.offset + r.range.len {
+                    a.used_in_extent -= r.range.len;
+                }
+            }
+        }
+    }
+
     /// Writer chunks held now.
     pub fn chunk_count(&self) -> usize {
         self.chunks.len()
@@ -940,6 +956,77 @@ mod tests {
         t.expire(t0 + REVOKE_QUARANTINE, discard, release);
         assert!(t.returnable().is_empty(), "the stalled writer may still be writing");
         t.expire(t0 + release, discard, release);
+        assert_eq!(t.returnable(), vec![ArenaId(101)]);
+    }
+
+    /// A chunk reserved on the given segments.
+    fn chunk(t: &mut PutTable, client: u64, len: u64, cands: &[Candidate], now: Instant) -> (u64, Vec<PlacedReplica>) {
+        t.reserve_chunk(ClientId(client), cands.len(), len, cands, &fewer(), now).expect("a chunk")
+    }
+
+    #[test]
+    fn a_chunk_is_handed_out_once_beside_puts_and_covers_only_its_own_ranges() {
+        let t0 = Instant::now();
+        let mut t = table(2, 4 * MB);
+        let cands = [cand(1, "h1"), cand(2, "h2")];
+        let a = placed(t.reserve(&ask("a", 1, 1000, 2), &cands, &fewer(), t0));
+        let (id, c) = chunk(&mut t, 7, MB, &cands, t0);
+        let b = placed(t.reserve(&ask("b", 1, 1000, 2), &cands, &fewer(), t0));
+        for (seg, r) in c.iter().enumerate() {
+            assert_eq!(r.range, Range::new(aligned(1000), MB), "replica {seg}: after a, before b");
+            assert_eq!(b[seg].range.offset, aligned(1000) + MB);
+            assert_eq!(a[seg].range.offset, 0);
+        }
+        assert_eq!(t.chunk_count(), 1);
+        let inside = |off: u64, len: u64| -> Vec<PlacedReplica> {
+            c.iter().map(|r| PlacedReplica { range: Range::new(r.range.offset + off, len), ..r.clone() }).collect()
+        };
+        assert_eq!(t.chunk_covers(ClientId(7), id, &inside(0, 4096)), ChunkCover::Inside);
+        assert_eq!(t.chunk_covers(ClientId(7), id, &inside(MB - 4096, 4096)), ChunkCover::Inside);
+        let outside = |cover: ChunkCover| matches!(cover, ChunkCover::Outside(_));
+        assert!(outside(t.chunk_covers(ClientId(7), id, &inside(MB - 4096, 4160))), "past its end");
+        assert!(outside(t.chunk_covers(ClientId(8), id, &inside(0, 4096))), "another writer");
+        assert!(outside(t.chunk_covers(ClientId(7), id, &inside(0, 4096)[..1])), "one replica of two");
+        let swapped: Vec<PlacedReplica> = inside(0, 4096).into_iter().rev().collect();
+        assert!(outside(t.chunk_covers(ClientId(7), id, &swapped)), "replicas in another order");
+        assert_eq!(t.chunk_covers(ClientId(7), id + 1, &inside(0, 4096)), ChunkCover::Unknown);
+        // Overflowing ranges are outside, not a panic.
+        let huge = vec![PlacedReplica { range: Range::new(u64::MAX - 10, 100), ..c[0].clone() }; 2];
+        assert!(outside(t.chunk_covers(ClientId(7), id, &huge)));
+    }
+
+    #[test]
+    fn a_chunk_holds_its_arena_until_returned_and_quarantined_or_expired_and_released() {
+        let t0 = Instant::now();
+        let (discard, release) = (Duration::from_secs(30), Duration::from_secs(600));
+        let mut t = table(1, 4 * MB);
+        let cands = [cand(1, "h1")];
+        let (returned, _) = chunk(&mut t, 7, MB, &cands, t0);
+        let (stalled, _) = chunk(&mut t, 8, MB, &cands, t0);
+        t.relieve(SegmentId(1));
+        assert!(!t.return_chunk(ClientId(8), returned, t0), "only its writer returns a chunk");
+        assert!(t.return_chunk(ClientId(7), returned, t0));
+        assert!(!t.return_chunk(ClientId(7), returned, t0), "returned once");
+        assert_eq!(t.chunk_covers(ClientId(7), returned, &[]), ChunkCover::Unknown);
+        t.expire(t0 + discard + Duration::from_millis(1), discard, release);
+        assert_eq!(t.chunk_count(), 0, "the stalled writer's chunk expired");
+        t.expire(t0 + REVOKE_QUARANTINE, discard, release);
+        assert!(t.returnable().is_empty(), "the stalled writer may still be writing into its chunk");
+        t.expire(t0 + release, discard, release);
+        assert_eq!(t.returnable(), vec![ArenaId(101)]);
+    }
+
+    #[test]
+    fn an_expired_clients_chunks_hold_their_ranges_until_the_release_timeout() {
+        let t0 = Instant::now();
+        let mut t = table(1, 4 * MB);
+        let (id, _) = chunk(&mut t, 9, MB, &[cand(1, "h1")], t0);
+        t.expire_client(ClientId(9), Duration::from_secs(60));
+        assert_eq!(t.chunk_covers(ClientId(9), id, &[]), ChunkCover::Unknown);
+        t.relieve(SegmentId(1));
+        t.expire(t0 + Duration::from_secs(59), Duration::from_secs(30), Duration::from_secs(60));
+        assert!(t.returnable().is_empty());
+        t.expire(t0 + Duration::from_secs(60), Duration::from_secs(30), Duration::from_secs(60));
         assert_eq!(t.returnable(), vec![ArenaId(101)]);
     }
 

@@ -250,6 +250,13 @@ pub struct MasterConfig {
     /// harness can prove it catches that; never use it in production.
     #[arg(long = "dev-unsafe-arena-reuse", hide_short_help = true)]
     pub dev_unsafe_arena_reuse: bool,
+    /// DEVELOPMENT ONLY — CORRUPTS OBJECTS. A writer chunk's space is
+    /// reclaimed the moment it is granted (handed out again to the next
+    /// put or chunk in its arena) while its writer still places objects in
+    /// it. Exists so the chaos harness can prove it catches a writer arena
+    /// reclaimed too early; never use it in production.
+    #[arg(long = "dev-unsafe-chunk-reuse", hide_short_help = true)]
+    pub dev_unsafe_chunk_reuse: bool,
     /// DEVELOPMENT ONLY — LOSES OBJECTS. A leader that was paused or stalled
     /// expires the clients it could not hear meanwhile, at once, instead of
     /// restarting their TTLs. Exists so the chaos harness can prove it

@@ -250,6 +250,7 @@ fn shared_handles(
             cut_after,
             arena_grants: Default::default(),
             chunk_valid: Duration::from_secs(cfg.put_start_discard_timeout_sec).min(cfg.capability_ttl()) / 2,
+            unsafe_chunk_reuse: cfg.dev_unsafe_chunk_reuse,
         },
         tiers: Tiers {
             policy: tiers,

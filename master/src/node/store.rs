@@ -26,6 +26,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
         cfg.dev_unsafe_stale_reads,
         cfg.dev_unsafe_unfenced_removals,
         cfg.dev_unsafe_arena_reuse,
+        cfg.dev_unsafe_chunk_reuse,
         cfg.dev_unsafe_expire_after_stall,
         store_opts.dev_unsafe_tampered_checkpoints,
     ];
@@ -35,6 +36,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
             stale_reads = cfg.dev_unsafe_stale_reads,
             unfenced_removals = cfg.dev_unsafe_unfenced_removals,
             arena_reuse = cfg.dev_unsafe_arena_reuse,
+            chunk_reuse = cfg.dev_unsafe_chunk_reuse,
             expire_after_stall = cfg.dev_unsafe_expire_after_stall,
             "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
         );

@@ -77,8 +77,14 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
             return no_room(format!("at most {len} bytes fit one arena, {} asked at least", req.min_len));
         }
         let now = Instant::now();
-        let reserved =
-            shared.leader.with(|t| t.puts.reserve_chunk(client, replicas as usize, len, &cands, &round, now));
+        let unsafe_reuse = shared.write_path.unsafe_chunk_reuse;
+        let reserved = shared.leader.with(|t| {
+            let reserved = t.puts.reserve_chunk(client, replicas as usize, len, &cands, &round, now);
+            if let (true, Ok((id, _))) = (unsafe_reuse, &reserved) {
+                t.puts.dev_unsafe_reclaim_chunk(*id);
+            }
+            reserved
+        });
         match reserved {
             None => return refuse(shared.not_leader()),
             Some(Ok((id, placed))) => return granted(shared, id, &placed),
