@@ -1008,6 +1008,12 @@ mod tests {
         assert!(t.return_chunk(ClientId(7), returned, t0));
         assert!(!t.return_chunk(ClientId(7), returned, t0), "returned once");
         assert_eq!(t.chunk_covers(ClientId(7), returned, &[]), ChunkCover::Unknown);
+        t.expire(t0 + discard, discard, release);
+        assert_eq!(
+            t.chunk_covers(ClientId(8), stalled, &[]),
+            ChunkCover::Outside("chunk 2 has 1 replicas, the PutEnd names 0".into()),
+            "exactly the timeout is not past it"
+        );
         t.expire(t0 + discard + Duration::from_millis(1), discard, release);
         assert_eq!(t.chunk_count(), 0, "the stalled writer's chunk expired");
         t.expire(t0 + REVOKE_QUARANTINE, discard, release);
