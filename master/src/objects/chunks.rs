@@ -22,15 +22,14 @@ use std::time::Instant;
 
 use mooncake_auth::capability::Access;
 use mooncake_proto::Status;
-use mooncake_proto::master::{PutEndRequest, Replica, ReserveChunkRequest, ReserveChunkResponse, ReturnChunkRequest};
+use mooncake_proto::master::{Replica, ReserveChunkRequest, ReserveChunkResponse, ReturnChunkRequest};
 use mooncake_raft_store::state::REPLICA_NUM_MAX;
-use mooncake_raft_store::{ArenaId, MetaError, MetaState, NewObject, PlacedReplica};
+use mooncake_raft_store::{MetaError, PlacedReplica};
 use mooncake_segment::ClientId;
 
-use crate::leader::reservations::{ChunkCover, Reservation, Reserve, Round, aligned, arena_cap};
-use crate::objects::puts::{EndPlan, Grant, candidates, grant_arena, placed_from, plan_unknown_end, replica_pb};
-use crate::rpc::convert;
-use crate::rpc::errors::{invalid, response_status};
+use crate::leader::reservations::{Reserve, Round, aligned, arena_cap};
+use crate::objects::puts::{Grant, candidates, grant_arena, replica_pb};
+use crate::rpc::errors::invalid;
 use crate::shared::Shared;
 
 /// Rounds of arena grants one ReserveChunk may go through.
@@ -125,66 +124,5 @@ pub fn return_chunk(shared: &Shared, req: &ReturnChunkRequest) -> Status {
             "this leader holds no writer chunk {} of {client} (it expired, or another leader reserved it)",
             req.chunk_id
         ))),
-    }
-}
-
-/// Decides the PutEnd of a put placed in a writer chunk, against the
-/// applied state: `in_flight` is the put of its key this leader has in
-/// flight (any writer's), `cover` whether the chunk named covers its ranges,
-/// `owned` the arenas this leader granted.
-pub(crate) fn plan_end(
-    s: &MetaState,
-    req: &PutEndRequest,
-    in_flight: Option<Reservation>,
-    cover: ChunkCover,
-    owned: &[ArenaId],
-) -> EndPlan {
-    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
-        return EndPlan::Answer(invalid(e));
-    }
-    // A retry of a PutEnd that was applied gets its first answer.
-    if req.request_id != 0
-        && let Some(first) = s.request_answer(req.request_id)
-    {
-        return EndPlan::Answer(response_status(&first));
-    }
-    let client = ClientId(req.client_id);
-    let echoed = placed_from(req);
-    // A key that exists is kept (upstream's answer), without a commit: the
-    // writer's bytes stay garbage in its chunk.
-    if !req.upsert
-        && let Some(o) = s.object(&req.key)
-    {
-        let same = o.writer == client
-            && o.checksum == req.checksum
-            && o.replicas.iter().map(|r| (r.segment, r.range)).eq(echoed.iter().map(|r| (r.segment, r.range)));
-        return EndPlan::Answer(match same {
-            true => Status::ok(),
-            false => invalid(MetaError::ObjectAlreadyExists(req.key.clone())),
-        });
-    }
-    // Another writer's PutStart of the key came first: it wins.
-    if in_flight.is_some_and(|r| r.client != client) {
-        return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
-    }
-    match cover {
-        ChunkCover::Inside => {
-            let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
-                Ok(pin) => pin,
-                Err(e) => return EndPlan::Answer(invalid(e)),
-            };
-            let new = NewObject {
-                client,
-                key: req.key.clone(),
-                size_bytes: req.size,
-                checksum: req.checksum,
-                pin,
-                replicas: echoed,
-                upsert: req.upsert,
-            };
-            EndPlan::Propose(new, req.request_id)
-        }
-        ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
-        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned),
     }
 }

@@ -364,7 +364,7 @@ pub(crate) fn replica_pb(s: &MetaState, r: &PlacedReplica) -> Replica {
 }
 
 /// The replicas a writer echoed back in its PutEnd.
-pub(crate) fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
+fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
     req.replicas
         .iter()
         .map(|r| PlacedReplica {
@@ -385,7 +385,7 @@ enum Known {
 }
 
 /// What to do with one PutEnd.
-pub(crate) enum EndPlan {
+enum EndPlan {
     Propose(NewObject, u64),
     Answer(Status),
 }
@@ -442,9 +442,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
                 .zip(known)
                 .map(|(req, known)| match known {
                     Known::Reserved(res) => plan_end(s, req, res, &owned),
-                    Known::Chunk { in_flight, cover } => {
-                        crate::objects::chunks::plan_end(s, req, in_flight, cover, &owned)
-                    }
+                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, req, in_flight, cover, &owned),
                 })
                 .collect()
         })
@@ -537,18 +535,74 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
     }
 }
 
+/// Decides the PutEnd of a put placed in a writer chunk, against the
+/// applied state: `in_flight` is the put of its key this leader has in
+/// flight (any writer's), `cover` whether the chunk named covers its ranges,
+/// `owned` the arenas this leader granted.
+fn plan_chunk_end(
+    s: &MetaState,
+    req: &PutEndRequest,
+    in_flight: Option<Reservation>,
+    cover: ChunkCover,
+    owned: &[ArenaId],
+) -> EndPlan {
+    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
+        return EndPlan::Answer(invalid(e));
+    }
+    // A retry of a PutEnd that was applied gets its first answer.
+    if req.request_id != 0
+        && let Some(first) = s.request_answer(req.request_id)
+    {
+        return EndPlan::Answer(response_status(&first));
+    }
+    let client = ClientId(req.client_id);
+    let echoed = placed_from(req);
+    // A key that exists is kept (upstream's answer), without a commit: the
+    // writer's bytes stay garbage in its chunk.
+    if !req.upsert
+        && let Some(o) = s.object(&req.key)
+    {
+        let same = o.writer == client
+            && o.checksum == req.checksum
+            && o.replicas.iter().map(|r| (r.segment, r.range)).eq(echoed.iter().map(|r| (r.segment, r.range)));
+        return EndPlan::Answer(match same {
+            true => Status::ok(),
+            false => invalid(MetaError::ObjectAlreadyExists(req.key.clone())),
+        });
+    }
+    // Another writer's PutStart of the key came first: it wins.
+    if in_flight.is_some_and(|r| r.client != client) {
+        return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
+    }
+    match cover {
+        ChunkCover::Inside => {
+            let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
+                Ok(pin) => pin,
+                Err(e) => return EndPlan::Answer(invalid(e)),
+            };
+            let new = NewObject {
+                client,
+                key: req.key.clone(),
+                size_bytes: req.size,
+                checksum: req.checksum,
+                pin,
+                replicas: echoed,
+                upsert: req.upsert,
+            };
+            EndPlan::Propose(new, req.request_id)
+        }
+        ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
+        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned),
+    }
+}
+
 /// A PutEnd this leader holds no reservation for: a retry of one it
 /// committed, or a put an earlier leader (or this master before a restart)
 /// reserved. The latter is recorded if its ranges are free in live arenas
 /// this leader did not grant: their granter handed each range out once, so
 /// only this writer can have been given them. In its own arenas this leader
 /// knows every reservation, so an unknown one there has expired.
-pub(crate) fn plan_unknown_end(
-    s: &MetaState,
-    req: &PutEndRequest,
-    echoed: Vec<PlacedReplica>,
-    owned: &[ArenaId],
-) -> EndPlan {
+fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, owned: &[ArenaId]) -> EndPlan {
     let client = ClientId(req.client_id);
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
