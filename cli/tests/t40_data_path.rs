@@ -897,7 +897,8 @@ async fn writer_chunk_story(story: &mut Story) {
         stored.push((key, data, n));
     }
     assert_eq!(calls(story, "PutStart"), starts, "a small put sent a PutStart");
-    assert_eq!(writer.stats().puts_in_chunks.load(std::sync::atomic::Ordering::Relaxed), 150);
+    let in_chunks = || writer.stats().puts_in_chunks.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(in_chunks(), 150);
     // Both replicas of a two-replica put were written: read each directly.
     for (key, data, n) in &stored {
         let list = replica_list(&writer, key).await;
@@ -914,6 +915,20 @@ async fn writer_chunk_story(story: &mut Story) {
     let kept = writer.put(key, &payload(9, data.len()), &replicas(2, &[])).await.expect("put again");
     assert_eq!(kept, PutOutcome::KeptExisting);
     assert_get(&writer, key, data).await;
+
+    // A batch of small puts: its writes, then one BatchPutEnd.
+    let batch: Vec<(String, Vec<u8>)> =
+        (0..40u64).map(|i| (format!("t40-chunks/batch-{i}"), payload(3600 + i, 2048))).collect();
+    let items: Vec<(&str, &[u8])> = batch.iter().map(|(k, d)| (k.as_str(), d.as_slice())).collect();
+    let (batch_starts, batch_ends) = (calls(story, "BatchPutStart"), calls(story, "BatchPutEnd"));
+    for r in writer.put_batch(&items, &replicas(2, &[])).await {
+        assert_eq!(r.expect("batch item"), PutOutcome::Stored);
+    }
+    assert_eq!(calls(story, "BatchPutStart"), batch_starts, "a batch of small puts sent a BatchPutStart");
+    assert_eq!(calls(story, "BatchPutEnd"), batch_ends + 1.0);
+    for (key, data) in &batch {
+        assert_get(&writer, key, data).await;
+    }
 
     // Large puts and puts naming a segment go the usual way.
     let big = payload(3500, 1 << 20);

@@ -26,6 +26,10 @@ pub const SEGMENT_ALIGN_BYTES: u64 = 4096;
 /// (`1`/`true`/`yes`): no put into it page-faults later, at the cost of a
 /// slower setup and the whole segment resident from the start.
 pub const PREFAULT_ENV: &str = "MOONCAKE_PREFAULT";
+/// Bytes per replica of the writer chunks small puts are placed in
+/// (`ClientConfig::put_chunk_bytes`, docs/CLIENT.md): a size such as `4MiB`,
+/// or `0` to start every put with a PutStart.
+pub const PUT_CHUNK_BYTES_ENV: &str = "MOONCAKE_PUT_CHUNK_BYTES";
 /// A file holding the cluster's admin token (as for the `mooncake` CLI).
 pub const ADMIN_TOKEN_FILE_ENV: &str = "MOONCAKE_ADMIN_TOKEN_FILE";
 /// The JSON settings file frameworks read (`admin_token_file` is ours).
@@ -280,6 +284,10 @@ impl SetupArgs {
         if cfg.global_segment_size > 0 {
             cfg.transfer_listen = host.listen_addr(port)?;
             cfg.prefault = prefault_wanted(std::env::var(PREFAULT_ENV).ok().as_deref());
+        }
+        if let Some(v) = std::env::var(PUT_CHUNK_BYTES_ENV).ok().filter(|v| !v.trim().is_empty()) {
+            cfg.put_chunk_bytes = mooncake_client::parse_size(v.trim())
+                .map_err(|e| format!("{PUT_CHUNK_BYTES_ENV}={v:?}: {e}; give a size such as 4MiB, or 0"))?;
         }
         cfg.validate()?;
         Ok((cfg, host.endpoint(port)))

@@ -100,6 +100,20 @@ def test_bad_setups_return_codes_and_leave_the_store_unset(cluster):
     assert s.health_check() == 1 and s.get_hostname() == ""
 
 
+def test_writer_chunks_are_configured_by_the_environment(cluster, monkeypatch):
+    # Why: an operator who wants every put to start with a PutStart (or
+    # other chunk sizes) sets one variable; a bad value is an error code.
+    for bad in ("lots", "1KiB", "1GiB"):
+        monkeypatch.setenv("MOONCAKE_PUT_CHUNK_BYTES", bad)
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "", 0, 0, "tcp", "", cluster.masters) == INVALID_PARAMS, bad
+    for ok in ("0", "8MiB"):
+        monkeypatch.setenv("MOONCAKE_PUT_CHUNK_BYTES", ok)
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "", 0, 0, "tcp", "", cluster.masters) == 0, ok
+        s.close()
+
+
 def test_health_and_close(stores):
     # Why: close unmounts the segment; every call after it is refused.
     s = stores.open()

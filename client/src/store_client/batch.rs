@@ -52,18 +52,23 @@ impl Client {
         upsert: bool,
     ) -> Vec<Result<PutOutcome, ClientError>> {
         let mut out = Vec::with_capacity(items.len());
-        for chunk in items.chunks(BATCH_ITEMS_MAX) {
-            out.extend(self.put_chunk(chunk, opts, upsert).await);
+        for slice in items.chunks(BATCH_ITEMS_MAX) {
+            out.extend(self.put_slice(slice, opts, upsert).await);
         }
         out
     }
 
-    pub(super) async fn put_chunk(
+    /// One slice of a batch: placed in this client's writer chunk when
+    /// every item is small, else the usual way.
+    pub(super) async fn put_slice(
         &self,
         items: &[(&str, &[&[u8]])],
         opts: &PutOptions,
         upsert: bool,
     ) -> Vec<Result<PutOutcome, ClientError>> {
+        if let Some(results) = self.put_slice_in_chunk(items, opts, upsert).await {
+            return results;
+        }
         let reqs = items.iter().map(|(key, data)| self.put_start_request(key, parts_len(data), opts, upsert)).collect();
         let started = match self.master.batch_put_start(reqs).await {
             Ok(r) => r,
@@ -77,7 +82,7 @@ impl Client {
         // Items whose key existed wrote nothing and end nothing: they are kept.
         let kept: Vec<bool> = written.iter().map(|w| w.as_ref().err().is_some_and(is_already_exists)).collect();
         let placements: Vec<&[Replica]> = started.reply.iter().map(|r| r.replicas.as_slice()).collect();
-        let ended = self.end_chunk(items, written, &placements, opts, upsert).await;
+        let ended = self.end_slice(items, written, &placements, opts, upsert).await;
         let mut results: Vec<Result<PutOutcome, ClientError>> = ended
             .into_iter()
             .zip(kept)
@@ -108,8 +113,91 @@ impl Client {
         results
     }
 
+    /// A slice of small puts placed in this client's writer chunk: every
+    /// write at once, then one batch PutEnd: one master round trip. `None`
+    /// when the slice goes the usual way (an item does not suit a chunk, or
+    /// no chunk could be had; nothing was written). An item whose write
+    /// failed or whose chunk expired is put again on its own.
+    async fn put_slice_in_chunk(
+        &self,
+        items: &[(&str, &[&[u8]])],
+        opts: &PutOptions,
+        upsert: bool,
+    ) -> Option<Vec<Result<PutOutcome, ClientError>>> {
+        let sizes: Vec<u64> = items.iter().map(|(_, data)| parts_len(data)).collect();
+        if !opts.preferred_segments.is_empty() || !sizes.iter().all(|s| self.chunks.suits(*s)) {
+            return None;
+        }
+        let replicas = if opts.replicas == 0 { self.cfg.default_replicas } else { opts.replicas };
+        let mut placed = Vec::with_capacity(items.len());
+        for size in &sizes {
+            match self.place_in_chunk(replicas, *size).await {
+                Some(p) => placed.push(p),
+                None => {
+                    // The slices taken stay unused: a slice is never handed out twice.
+                    for p in &placed {
+                        self.chunks.done(p, &self.master, self.client_id);
+                    }
+                    return None;
+                }
+            }
+        }
+        let writes = items.iter().zip(&placed).map(|((_, data), p)| self.write_replicas(&p.replicas, data));
+        let written: Vec<Result<(), ClientError>> = join_all(writes).await;
+        let ends: Vec<PutEndRequest> = items
+            .iter()
+            .zip(&placed)
+            .zip(&written)
+            .filter(|(_, w)| w.is_ok())
+            .map(|(((key, data), p), _)| {
+                let size = parts_len(data);
+                let end = self.put_end_request(key, size, parts_crc32c(data), &p.replicas, opts, upsert);
+                PutEndRequest { chunk_id: p.chunk.id, ..end }
+            })
+            .collect();
+        let ended: Vec<Result<(), ClientError>> = match ends.is_empty() {
+            true => Vec::new(),
+            false => match self.master.batch_put_end(ends).await {
+                Ok(r) => r.reply.iter().map(|e| item_status(e.status.as_ref(), r.attempts)).collect(),
+                Err(e) => written.iter().filter(|w| w.is_ok()).map(|_| Err(ClientError::Master(e.clone()))).collect(),
+            },
+        };
+        for p in &placed {
+            self.chunks.done(p, &self.master, self.client_id);
+        }
+        let mut ended = ended.into_iter();
+        let mut results = Vec::with_capacity(items.len());
+        for (((key, data), p), w) in items.iter().zip(&placed).zip(written) {
+            // Put again on its own when nothing was recorded: its write
+            // failed, or its chunk expired.
+            let again = match w {
+                Err(e) => Some(e),
+                Ok(()) => match ended.next() {
+                    Some(Err(e)) if is_put_expired(&e) => Some(e),
+                    answer => {
+                        let answer = answer.unwrap_or_else(|| Err(ClientError::Config("missing PutEnd answer".into())));
+                        let outcome = match answer {
+                            Ok(()) => Ok(PutOutcome::Stored),
+                            Err(e) if !upsert && is_already_exists(&e) => Ok(PutOutcome::KeptExisting),
+                            Err(e) => Err(e),
+                        };
+                        self.count_chunk_put(&outcome);
+                        results.push(outcome);
+                        None
+                    }
+                },
+            };
+            if let Some(e) = again {
+                tracing::debug!(key, error = %e, "a batch item in a writer chunk is put again on its own");
+                self.chunks.drop_chunk(&p.chunk, &self.master, self.client_id);
+                results.push(self.put_object(key, data, opts, upsert).await);
+            }
+        }
+        Some(results)
+    }
+
     /// PutEnd of the written items, PutRevoke of the others.
-    pub(super) async fn end_chunk(
+    pub(super) async fn end_slice(
         &self,
         items: &[(&str, &[&[u8]])],
         written: Vec<Result<(), ClientError>>,

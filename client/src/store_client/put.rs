@@ -61,13 +61,7 @@ impl Client {
         upsert: bool,
     ) -> Result<PutOutcome, ClientError> {
         if let Some(outcome) = self.put_in_chunk(key, data, opts, upsert).await {
-            let counter = match &outcome {
-                Ok(PutOutcome::Stored) => &self.stats.puts_ok,
-                Ok(PutOutcome::KeptExisting) => &self.stats.puts_kept_existing,
-                Err(_) => &self.stats.puts_failed,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            self.stats.puts_in_chunks.fetch_add(u64::from(outcome.is_ok()), Ordering::Relaxed);
+            self.count_chunk_put(&outcome);
             return outcome;
         }
         let mut attempt = 0;
@@ -137,9 +131,20 @@ impl Client {
         }
     }
 
+    /// Counts the outcome of a put placed in a writer chunk.
+    pub(super) fn count_chunk_put(&self, outcome: &Result<PutOutcome, ClientError>) {
+        let c = match outcome {
+            Ok(PutOutcome::Stored) => &self.stats.puts_ok,
+            Ok(PutOutcome::KeptExisting) => &self.stats.puts_kept_existing,
+            Err(_) => &self.stats.puts_failed,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        self.stats.puts_in_chunks.fetch_add(u64::from(outcome.is_ok()), Ordering::Relaxed);
+    }
+
     /// A place for `size` bytes in this client's chunk of `replicas`,
     /// reserving a new chunk when it has no room or time left.
-    async fn place_in_chunk(&self, replicas: u32, size: u64) -> Option<chunks::Placed> {
+    pub(super) async fn place_in_chunk(&self, replicas: u32, size: u64) -> Option<chunks::Placed> {
         if let Some(p) = self.chunks.place(replicas, size, &self.master, self.client_id) {
             return Some(p);
         }
