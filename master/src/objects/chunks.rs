@@ -15,7 +15,7 @@
 //! ranges are handed out once in an arena's life (`reservations.rs`). A new
 //! leader knows nothing of its predecessor's chunks: a PutEnd into one is
 //! recorded as any PutEnd of a deposed leader's reservation
-//! (`puts::plan_unknown_end`), and that leader's arenas are returned only
+//! (`put_end::plan_unknown_end`), and that leader's arenas are returned only
 //! after the release timeout, fenced on the store nodes.
 
 use std::time::Instant;

@@ -10,5 +10,6 @@ pub(crate) mod chunks;
 pub(crate) mod copies;
 pub mod eviction;
 pub(crate) mod fenced;
+pub(crate) mod put_end;
 pub(crate) mod puts;
 pub mod removal;

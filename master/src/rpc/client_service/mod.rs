@@ -225,7 +225,7 @@ impl MasterService for MasterServiceImpl {
         if let Err(e) = convert::check_put_end(&r) {
             return ok(PutEndResponse { status: Some(invalid(e)) });
         }
-        let mut statuses = crate::objects::puts::put_end(&self.shared, std::slice::from_ref(&r)).await;
+        let mut statuses = crate::objects::put_end::put_end(&self.shared, std::slice::from_ref(&r)).await;
         ok(PutEndResponse { status: statuses.pop() })
     }
 
@@ -392,10 +392,10 @@ impl MasterService for MasterServiceImpl {
             let statuses = answer_valid(&reqs.requests, refusal, async |valid| {
                 // Copied only when some are refused (never, from our client).
                 if valid.len() == reqs.requests.len() {
-                    return crate::objects::puts::put_end(&self.shared, &reqs.requests).await;
+                    return crate::objects::put_end::put_end(&self.shared, &reqs.requests).await;
                 }
                 let valid: Vec<PutEndRequest> = valid.iter().map(|i| reqs.requests[*i].clone()).collect();
-                crate::objects::puts::put_end(&self.shared, &valid).await
+                crate::objects::put_end::put_end(&self.shared, &valid).await
             })
             .await;
             if let Some(s) = statuses.iter().find(|s| is_leadership(s)) {

@@ -1,0 +1,296 @@
+//! PutEnd on the leader: the one replicated command of an object
+//! (`PutCommit`, many per log entry under load), planned against the
+//! applied state and the leader's table of puts in flight.
+//!
+//! A PutEnd the leader has no reservation for (it was elected, or restarted,
+//! after the PutStart) is recorded from the ranges the writer echoes back —
+//! if every one lies on free bytes in a live arena this leader did not grant:
+//! nobody but that writer can have been given them. Anything else is "put
+//! expired", and the client library puts again. A PutEnd naming a writer
+//! chunk (`chunks.rs`) is recorded if its ranges lie in that chunk.
+
+use mooncake_proto::master::PutEndRequest;
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement};
+use mooncake_segment::{ClientId, Range, SegmentId};
+
+use crate::leader::reservations::{ChunkCover, Reservation};
+use crate::leader::tiering::OffloadMode;
+use crate::rpc::convert;
+use crate::rpc::errors::{internal, invalid, response_status};
+use crate::shared::Shared;
+
+/// The replicas a writer echoed back in its PutEnd.
+fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
+    req.replicas
+        .iter()
+        .map(|r| PlacedReplica {
+            segment: SegmentId(r.segment_id),
+            arena: ArenaId(r.arena_id),
+            range: Range::new(r.offset, r.len),
+        })
+        .collect()
+}
+
+/// What the leader's table knows of one PutEnd.
+enum Known {
+    /// A PutStart's put: its reservation, if this leader holds one.
+    Reserved(Option<Reservation>),
+    /// A put placed in a writer chunk: the put of its key in flight (any
+    /// writer's), and whether the chunk covers its ranges.
+    Chunk { in_flight: Option<Reservation>, cover: ChunkCover },
+}
+
+/// What to do with one PutEnd.
+enum EndPlan {
+    Propose(NewObject, u64),
+    Answer(Status),
+}
+
+impl EndPlan {
+    /// The command to propose: `PutCommit`, applied at most once per request id.
+    fn command(&self) -> Option<Command> {
+        match self {
+            EndPlan::Propose(new, 0) => Some(Command::PutCommit(new.clone())),
+            EndPlan::Propose(new, id) => {
+                Some(Command::Once { request_id: *id, cmd: Box::new(Command::PutCommit(new.clone())) })
+            }
+            EndPlan::Answer(_) => None,
+        }
+    }
+}
+
+/// PutEnd of many objects: one proposal for all of them.
+pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
+    let Some((owned, known)) = shared.leader.with(|t| {
+        // Marked as ending: a revoke racing this PutEnd's commit must not
+        // answer that the put had no effect. A put placed in a writer chunk
+        // has no reservation of its own: it only looks (another writer's
+        // put of the key may be in flight) and whether its chunk covers it.
+        let known: Vec<Known> = reqs
+            .iter()
+            .map(|r| {
+                let client = ClientId(r.client_id);
+                match r.chunk_id {
+                    0 => Known::Reserved(t.puts.begin_end(&r.key, client)),
+                    id => Known::Chunk {
+                        in_flight: t.puts.find(&r.key).cloned(),
+                        cover: t.puts.chunk_covers(client, id, &placed_from(r)),
+                    },
+                }
+            })
+            .collect();
+        // The arenas named that this leader granted (it knows their ranges).
+        let owned: Vec<ArenaId> = reqs
+            .iter()
+            .flat_map(|r| r.replicas.iter())
+            .map(|r| ArenaId(r.arena_id))
+            .filter(|a| t.puts.owns(*a))
+            .collect();
+        (owned, known)
+    }) else {
+        return vec![shared.not_leader(); reqs.len()];
+    };
+    // Plans answered from the state (a retry's first answer) must rest on
+    // synced state.
+    let plans: Vec<EndPlan> = shared
+        .read_durable(|s| {
+            reqs.iter()
+                .zip(known)
+                .map(|(req, known)| match known {
+                    Known::Reserved(res) => plan_end(s, req, res, &owned),
+                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, req, in_flight, cover, &owned),
+                })
+                .collect()
+        })
+        .await;
+    let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
+    let answers = shared.write_path.proposer.propose_many(cmds).await;
+    let mut answers = match answers {
+        Ok(a) => a.into_iter().map(|r| response_status(&r)).collect::<Vec<_>>().into_iter(),
+        Err(s) => {
+            return plans
+                .into_iter()
+                .map(|p| match p {
+                    EndPlan::Answer(a) => a,
+                    EndPlan::Propose(..) => s.clone(),
+                })
+                .collect();
+        }
+    };
+    let out: Vec<Status> = plans
+        .into_iter()
+        .map(|p| match p {
+            EndPlan::Answer(a) => a,
+            EndPlan::Propose(..) => answers.next().unwrap_or_else(|| internal("missing PutCommit answer")),
+        })
+        .collect();
+    // The commits are applied (or refused): those ranges are not being
+    // written any more. With eager offload, the new objects are copied to
+    // disk first, and the copy duty is woken for them.
+    let eager = shared.tiers.policy.offload == OffloadMode::Eager;
+    let fresh = shared.leader.with(|t| {
+        let mut fresh = false;
+        for (req, status) in reqs.iter().zip(&out) {
+            if req.chunk_id == 0 {
+                t.puts.finish(&req.key, ClientId(req.client_id));
+            }
+            if eager && status.error_code() == ErrorCode::Ok {
+                t.copies.note_fresh(&req.key);
+                fresh = true;
+            }
+        }
+        fresh
+    });
+    if fresh == Some(true) {
+        shared.tiers.copy_wake.notify_one();
+    }
+    out
+}
+
+/// Decides one PutEnd against the applied state (`owned`: arenas this
+/// leader granted).
+fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, owned: &[ArenaId]) -> EndPlan {
+    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
+        return EndPlan::Answer(invalid(e));
+    }
+    // A retry of a PutEnd that was applied gets its first answer, whatever
+    // happened to the object since (a remove must not be undone by a retry).
+    if req.request_id != 0
+        && let Some(first) = s.request_answer(req.request_id)
+    {
+        return EndPlan::Answer(response_status(&first));
+    }
+    let client = ClientId(req.client_id);
+    let echoed = placed_from(req);
+    match reservation {
+        Some(r) if r.client == client => {
+            if !echoed.is_empty() && echoed != r.replicas {
+                return EndPlan::Answer(invalid(MetaError::InvalidParams(format!(
+                    "the replicas of {:?} differ from those PutStart reserved",
+                    req.key
+                ))));
+            }
+            let new = NewObject {
+                client,
+                key: req.key.clone(),
+                size_bytes: r.size_bytes,
+                checksum: req.checksum,
+                pin: r.pin,
+                replicas: r.replicas,
+                upsert: r.upsert,
+            };
+            EndPlan::Propose(new, req.request_id)
+        }
+        // This writer's put expired and another writer's put of the key is
+        // in flight (the first writer wins).
+        Some(_) => EndPlan::Answer(invalid(MetaError::PutExpired(format!(
+            "{:?}: this put expired and another put of the key is in flight",
+            req.key
+        )))),
+        None => plan_unknown_end(s, req, echoed, owned),
+    }
+}
+
+/// Decides the PutEnd of a put placed in a writer chunk, against the
+/// applied state: `in_flight` is the put of its key this leader has in
+/// flight (any writer's), `cover` whether the chunk named covers its ranges,
+/// `owned` the arenas this leader granted.
+fn plan_chunk_end(
+    s: &MetaState,
+    req: &PutEndRequest,
+    in_flight: Option<Reservation>,
+    cover: ChunkCover,
+    owned: &[ArenaId],
+) -> EndPlan {
+    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
+        return EndPlan::Answer(invalid(e));
+    }
+    // A retry of a PutEnd that was applied gets its first answer.
+    if req.request_id != 0
+        && let Some(first) = s.request_answer(req.request_id)
+    {
+        return EndPlan::Answer(response_status(&first));
+    }
+    let client = ClientId(req.client_id);
+    let echoed = placed_from(req);
+    // A key that exists is kept (upstream's answer), without a commit: the
+    // writer's bytes stay garbage in its chunk.
+    if !req.upsert
+        && let Some(o) = s.object(&req.key)
+    {
+        let same = o.writer == client
+            && o.checksum == req.checksum
+            && o.replicas.iter().map(|r| (r.segment, r.range)).eq(echoed.iter().map(|r| (r.segment, r.range)));
+        return EndPlan::Answer(match same {
+            true => Status::ok(),
+            false => invalid(MetaError::ObjectAlreadyExists(req.key.clone())),
+        });
+    }
+    // Another writer's PutStart of the key came first: it wins.
+    if in_flight.is_some_and(|r| r.client != client) {
+        return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
+    }
+    match cover {
+        ChunkCover::Inside => {
+            let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
+                Ok(pin) => pin,
+                Err(e) => return EndPlan::Answer(invalid(e)),
+            };
+            let new = NewObject {
+                client,
+                key: req.key.clone(),
+                size_bytes: req.size,
+                checksum: req.checksum,
+                pin,
+                replicas: echoed,
+                upsert: req.upsert,
+            };
+            EndPlan::Propose(new, req.request_id)
+        }
+        ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
+        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned),
+    }
+}
+
+/// A PutEnd this leader holds no reservation for: a retry of one it
+/// committed, or a put an earlier leader (or this master before a restart)
+/// reserved. The latter is recorded if its ranges are free in live arenas
+/// this leader did not grant: their granter handed each range out once, so
+/// only this writer can have been given them. In its own arenas this leader
+/// knows every reservation, so an unknown one there has expired.
+fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, owned: &[ArenaId]) -> EndPlan {
+    let client = ClientId(req.client_id);
+    let placements: Vec<ReplicaPlacement> =
+        echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
+    if let Some(o) = s.object(&req.key)
+        && o.writer == client
+        && o.checksum == req.checksum
+        && (placements.is_empty() || o.replicas == placements)
+    {
+        return EndPlan::Answer(Status::ok()); // a retry of a commit that was applied
+    }
+    let granted_elsewhere =
+        !echoed.is_empty() && echoed.iter().all(|r| s.arena(r.arena).is_some() && !owned.contains(&r.arena));
+    if !granted_elsewhere {
+        return EndPlan::Answer(invalid(MetaError::PutExpired(format!(
+            "{:?}: this master holds no reservation for it (it expired, or was made before a leader change \
+             and its space was reclaimed); put it again",
+            req.key
+        ))));
+    }
+    let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
+        Ok(pin) => pin,
+        Err(e) => return EndPlan::Answer(invalid(e)),
+    };
+    let new = NewObject {
+        client,
+        key: req.key.clone(),
+        size_bytes: req.size,
+        checksum: req.checksum,
+        pin,
+        replicas: echoed,
+        upsert: req.upsert,
+    };
+    EndPlan::Propose(new, req.request_id)
+}
