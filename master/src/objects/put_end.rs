@@ -232,22 +232,7 @@ fn plan_chunk_end(
         return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
     }
     match cover {
-        ChunkCover::Inside => {
-            let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
-                Ok(pin) => pin,
-                Err(e) => return EndPlan::Answer(invalid(e)),
-            };
-            let new = NewObject {
-                client,
-                key: req.key.clone(),
-                size_bytes: req.size,
-                checksum: req.checksum,
-                pin,
-                replicas: echoed,
-                upsert: req.upsert,
-            };
-            EndPlan::Propose(new, req.request_id)
-        }
+        ChunkCover::Inside => commit_echoed(req, echoed),
         ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
         ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned),
     }
@@ -279,12 +264,18 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
             req.key
         ))));
     }
+    commit_echoed(req, echoed)
+}
+
+/// The commit of a put recorded from what its writer sent: its ranges,
+/// size, checksum, pin and upsert (or the refusal of a malformed pin).
+fn commit_echoed(req: &PutEndRequest, echoed: Vec<PlacedReplica>) -> EndPlan {
     let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
         Ok(pin) => pin,
         Err(e) => return EndPlan::Answer(invalid(e)),
     };
     let new = NewObject {
-        client,
+        client: ClientId(req.client_id),
         key: req.key.clone(),
         size_bytes: req.size,
         checksum: req.checksum,
