@@ -148,18 +148,27 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     out
 }
 
-/// Decides one PutEnd against the applied state (`owned`: arenas this
-/// leader granted).
-fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, owned: &[ArenaId]) -> EndPlan {
+/// The answer of a PutEnd decided before its put is looked at: a malformed
+/// key, or a retry of a PutEnd that was applied, which gets its first
+/// answer whatever happened to the object since (a remove must not be
+/// undone by a retry).
+fn answered_already(s: &MetaState, req: &PutEndRequest) -> Option<EndPlan> {
     if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
-        return EndPlan::Answer(invalid(e));
+        return Some(EndPlan::Answer(invalid(e)));
     }
-    // A retry of a PutEnd that was applied gets its first answer, whatever
-    // happened to the object since (a remove must not be undone by a retry).
     if req.request_id != 0
         && let Some(first) = s.request_answer(req.request_id)
     {
-        return EndPlan::Answer(response_status(&first));
+        return Some(EndPlan::Answer(response_status(&first)));
+    }
+    None
+}
+
+/// Decides one PutEnd against the applied state (`owned`: arenas this
+/// leader granted).
+fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, owned: &[ArenaId]) -> EndPlan {
+    if let Some(answer) = answered_already(s, req) {
+        return answer;
     }
     let client = ClientId(req.client_id);
     let echoed = placed_from(req);
@@ -203,14 +212,8 @@ fn plan_chunk_end(
     cover: ChunkCover,
     owned: &[ArenaId],
 ) -> EndPlan {
-    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
-        return EndPlan::Answer(invalid(e));
-    }
-    // A retry of a PutEnd that was applied gets its first answer.
-    if req.request_id != 0
-        && let Some(first) = s.request_answer(req.request_id)
-    {
-        return EndPlan::Answer(response_status(&first));
+    if let Some(answer) = answered_already(s, req) {
+        return answer;
     }
     let client = ClientId(req.client_id);
     let echoed = placed_from(req);
