@@ -177,13 +177,17 @@ fn retire(chunk: &Arc<HeldChunk>, master: &Arc<MasterClient>, client_id: u64) {
     }
 }
 
-/// Sends `chunk`'s ReturnChunk, once, in the background. A failure costs
-/// only time: the leader lets the chunk go at its discard timeout.
+/// Sends `chunk`'s ReturnChunk, once.
 fn give_back(chunk: &Arc<HeldChunk>, master: &Arc<MasterClient>, client_id: u64) {
-    if chunk.returned.swap(true, Ordering::SeqCst) {
-        return;
+    if !chunk.returned.swap(true, Ordering::SeqCst) {
+        send_return(master, client_id, chunk.id);
     }
-    let (master, id) = (master.clone(), chunk.id);
+}
+
+/// Sends the ReturnChunk of chunk `id` in the background. A failure costs
+/// only time: the leader lets the chunk go at its discard timeout.
+pub(super) fn send_return(master: &Arc<MasterClient>, client_id: u64, id: u64) {
+    let master = master.clone();
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
         rt.spawn(async move {
             if let Err(e) = master.return_chunk(client_id, id).await {

@@ -149,14 +149,19 @@ impl Client {
             return Some(p);
         }
         let _one = self.chunks.refilling().await;
-        // Another put may have reserved one while this one waited.
+        // Another put may have reserved one while this one waited, or been
+        // refused one (then this one goes the usual way too).
         if let Some(p) = self.chunks.place(replicas, size, &self.master, self.client_id) {
             return Some(p);
+        }
+        if !self.chunks.suits(size) {
+            return None;
         }
         let len = self.chunks.chunk_bytes();
         match self.master.reserve_chunk(self.client_id, replicas, len, size).await {
             Ok(r) if r.replicas.len() != replicas as usize || r.replicas.iter().any(|c| c.len < size) => {
-                tracing::debug!(chunk = r.chunk_id, "a writer chunk of another shape than asked; not used");
+                tracing::debug!(chunk = r.chunk_id, "a writer chunk of another shape than asked; given back");
+                chunks::send_return(&self.master, self.client_id, r.chunk_id);
                 self.chunks.refused();
                 None
             }

@@ -38,7 +38,7 @@ enum Known {
     Reserved(Option<Reservation>),
     /// A put placed in a writer chunk: the put of its key in flight (any
     /// writer's), and whether the chunk covers its ranges.
-    Chunk { in_flight: Option<Reservation>, cover: ChunkCover },
+    Chunk { in_flight: Option<ClientId>, cover: ChunkCover },
 }
 
 /// What to do with one PutEnd.
@@ -74,7 +74,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
                 match r.chunk_id {
                     0 => Known::Reserved(t.puts.begin_end(&r.key, client)),
                     id => Known::Chunk {
-                        in_flight: t.puts.find(&r.key).cloned(),
+                        in_flight: t.puts.find(&r.key).map(|p| p.client),
                         cover: t.puts.chunk_covers(client, id, &placed_from(r)),
                     },
                 }
@@ -202,13 +202,13 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
 }
 
 /// Decides the PutEnd of a put placed in a writer chunk, against the
-/// applied state: `in_flight` is the put of its key this leader has in
-/// flight (any writer's), `cover` whether the chunk named covers its ranges,
+/// applied state: `in_flight` is the writer of the put of its key this
+/// leader has in flight, if any, `cover` whether the chunk named covers its ranges,
 /// `owned` the arenas this leader granted.
 fn plan_chunk_end(
     s: &MetaState,
     req: &PutEndRequest,
-    in_flight: Option<Reservation>,
+    in_flight: Option<ClientId>,
     cover: ChunkCover,
     owned: &[ArenaId],
 ) -> EndPlan {
@@ -231,7 +231,7 @@ fn plan_chunk_end(
         });
     }
     // Another writer's PutStart of the key came first: it wins.
-    if in_flight.is_some_and(|r| r.client != client) {
+    if in_flight.is_some_and(|writer| writer != client) {
         return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
     }
     match cover {

@@ -94,7 +94,7 @@ impl PutTable {
             return false;
         }
         if let Some(c) = self.chunks.remove(&id) {
-            self.held.push((c.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
+            self.hold(&c.replicas, now + REVOKE_QUARANTINE);
         }
         true
     }
@@ -124,26 +124,22 @@ impl PutTable {
     /// one is refused (PUT_EXPIRED) and its ranges are held until
     /// `release_after` after it was reserved, as a discarded put's.
     pub(super) fn expire_chunks(&mut self, now: Instant, discard_after: Duration, release_after: Duration) {
-        let stale: Vec<u64> = self
-            .chunks
-            .iter()
-            .filter(|(_, c)| now.saturating_duration_since(c.started) > discard_after)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in stale {
-            if let Some(c) = self.chunks.remove(&id) {
-                self.held.push((c.replicas.iter().map(|p| p.arena).collect(), c.started + release_after));
-            }
-        }
+        self.end_chunks(|c| now.saturating_duration_since(c.started) > discard_after, release_after);
     }
 
     /// `client` expired: its chunks end, their ranges held until
     /// `release_after` after each was reserved.
     pub(super) fn expire_client_chunks(&mut self, client: ClientId, release_after: Duration) {
-        let chunks: Vec<u64> = self.chunks.iter().filter(|(_, c)| c.client == client).map(|(id, _)| *id).collect();
-        for id in chunks {
+        self.end_chunks(|c| c.client == client, release_after);
+    }
+
+    /// Ends the chunks `ended` picks, holding their ranges until
+    /// `release_after` after each was reserved.
+    fn end_chunks(&mut self, ended: impl Fn(&Chunk) -> bool, release_after: Duration) {
+        let gone: Vec<u64> = self.chunks.iter().filter(|(_, c)| ended(c)).map(|(id, _)| *id).collect();
+        for id in gone {
             if let Some(c) = self.chunks.remove(&id) {
-                self.held.push((c.replicas.iter().map(|p| p.arena).collect(), c.started + release_after));
+                self.hold(&c.replicas, c.started + release_after);
             }
         }
     }

@@ -418,7 +418,7 @@ impl PutTable {
             None => return Revoke::NotInFlight,
         }
         if let Some(r) = self.active.remove(key) {
-            self.held.push((r.replicas.iter().map(|p| p.arena).collect(), now + REVOKE_QUARANTINE));
+            self.hold(&r.replicas, now + REVOKE_QUARANTINE);
         }
         Revoke::Revoked
     }
@@ -447,7 +447,7 @@ impl PutTable {
             .collect();
         for key in &old {
             if let Some(r) = self.active.remove(key) {
-                self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
+                self.hold(&r.replicas, r.started + release_after);
             }
         }
         self.expire_chunks(now, discard_after, release_after);
@@ -467,10 +467,17 @@ impl PutTable {
             self.active.iter().filter(|(_, r)| r.client == client).map(|(k, _)| k.clone()).collect();
         for key in keys {
             if let Some(r) = self.active.remove(&key) {
-                self.held.push((r.replicas.iter().map(|p| p.arena).collect(), r.started + release_after));
+                self.hold(&r.replicas, r.started + release_after);
             }
         }
         self.expire_client_chunks(client, release_after);
+    }
+
+    /// Holds the arenas of `replicas` (a put's or a chunk's ranges that may
+    /// still be written) until `until`; [`expire`](Self::expire) then
+    /// releases them.
+    fn hold(&mut self, replicas: &[PlacedReplica], until: Instant) {
+        self.held.push((replicas.iter().map(|p| p.arena).collect(), until));
     }
 
     fn release(&mut self, arenas: &[ArenaId]) {
