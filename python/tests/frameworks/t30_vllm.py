@@ -122,14 +122,48 @@ def end_lookup_channels():
     """A workaround for vLLM, in this harness only: in-process, the
     connector's lookup server thread stays blocked in a ZMQ receive after the
     engine shuts down, and its ZMQ context then blocks the interpreter's exit
-    (in `vllm serve` the engine's process just exits). Ending the contexts
-    ends the receive."""
+    (in `vllm serve` the engine's process just exits).
+
+    A ZMQ socket belongs to one thread: closing the server's socket (or
+    destroying its context) while its thread is blocked in that receive can
+    hang for good (it did, in CI, for 300 s). So the server's thread is first
+    woken by one last request and left to see `running` is False; only then
+    are the sockets closed (by this thread, their only user now) and the
+    contexts ended. Every wait is bounded: a channel that will not end fails
+    the teardown with a reason instead of hanging the run."""
+    import threading
+
+    import zmq
     from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import worker
 
+    servers, clients = [], []
     for obj in gc.get_objects():
-        if isinstance(obj, (worker.LookupKeyServer, worker.LookupKeyClient)):
-            obj.running = False
-            obj.ctx.destroy(linger=0)
+        if isinstance(obj, worker.LookupKeyServer):
+            servers.append(obj)
+        elif isinstance(obj, worker.LookupKeyClient):
+            clients.append(obj)
+    for client in clients:
+        client.executor.shutdown(wait=True, cancel_futures=True)
+        client.socket.close(linger=0)
+    for server in servers:
+        server.running = False
+        if server.thread.is_alive():
+            wake = server.ctx.socket(zmq.REQ)
+            wake.setsockopt(zmq.LINGER, 0)
+            wake.setsockopt(zmq.RCVTIMEO, 10_000)
+            wake.setsockopt(zmq.SNDTIMEO, 10_000)
+            wake.connect("ipc://" + server._ipc_path)
+            wake.send(b"end")  # an unknown tag: answered with an error, then the loop sees `running`
+            wake.recv()
+            wake.close()
+        server.thread.join(10)
+        assert not server.thread.is_alive(), "vLLM's lookup server thread did not end after its last request"
+        server.close()
+    for obj in clients + servers:
+        ender = threading.Thread(target=obj.ctx.term, daemon=True)
+        ender.start()
+        ender.join(10)
+        assert not ender.is_alive(), "a ZMQ context of vLLM's lookup channel did not end with its sockets closed"
 
 
 def reset_prefix_cache(llm, reset_connector=False):
