@@ -49,6 +49,10 @@ pub struct MasterMetrics {
     pub puts_under_replicated: IntCounter,
     /// Writer chunks granted (`objects/chunks.rs`).
     pub writer_chunks: IntCounter,
+    /// Placements of puts and writer chunks by how widely their replicas
+    /// spread (`distinct`, or `shared_zone`/`shared_host` when the cluster
+    /// had no better; `leader/reservations`).
+    pub placements: IntCounterVec,
     /// Scrape-time gauges, set just before encoding.
     pub gauges: Gauges,
 }
@@ -62,7 +66,8 @@ pub struct RaftMetrics {
     pub rpc: HistogramVec,
     /// Raft RPCs this master received, time to handle, by kind.
     pub rpc_handled: HistogramVec,
-    /// Elections this master considered, by outcome (`started`, `refused_by_pre_vote`).
+    /// Elections this master considered, by outcome (`started`, `refused_by_pre_vote`,
+    /// `leader_heard_during_pre_vote`).
     pub elections: IntCounterVec,
     pub snapshot_build: Histogram,
     pub snapshot_bytes: IntGauge,
@@ -252,7 +257,8 @@ impl RaftMetrics {
                 r,
                 "mooncake_elections_total",
                 "Elections this master considered after losing its leader: started (pre-vote won) or \
-                 refused_by_pre_vote (the other voters still had a leader).",
+                 refused_by_pre_vote (the other voters still had a leader) or \
+                 leader_heard_during_pre_vote (won, but a leader spoke during the round).",
                 &["outcome"],
             )?,
             snapshot_build: histogram(r, "mooncake_snapshot_build_seconds", "Snapshot build time.", LATENCY_BUCKETS)?,
@@ -369,6 +375,14 @@ impl MasterMetrics {
                 &r,
                 "mooncake_writer_chunks_total",
                 "Writer chunks granted: ranges a writer places small puts in itself, one PutEnd per put.",
+            )?,
+            placements: counter_vec(
+                &r,
+                "mooncake_placements_total",
+                "Puts and writer chunks placed, by spread: distinct (every replica on a host and in a zone of \
+                 its own, or one replica), shared_zone (distinct hosts, a zone twice: too few zones had room), \
+                 shared_host (a host twice: too few hosts had room).",
+                &["spread"],
             )?,
             gauges: Gauges::new(&r)?,
             registry: r,

@@ -27,7 +27,7 @@ use mooncake_raft_store::state::REPLICA_NUM_MAX;
 use mooncake_raft_store::{MetaError, PlacedReplica};
 use mooncake_segment::ClientId;
 
-use crate::leader::reservations::{Reserve, Round, aligned, arena_cap};
+use crate::leader::reservations::{Reserve, Round, Spreading, aligned, arena_cap};
 use crate::objects::puts::{Grant, candidates, grant_arena, replica_pb};
 use crate::rpc::errors::invalid;
 use crate::shared::Shared;
@@ -86,7 +86,10 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
         });
         match reserved {
             None => return refuse(shared.not_leader()),
-            Some(Ok((id, placed))) => return granted(shared, id, &placed),
+            Some(Ok((id, placed))) => {
+                shared.metrics.placements.with_label_values(&[Spreading::of(&placed, &cands).label()]).inc();
+                return granted(shared, id, &placed);
+            }
             Some(Err(Reserve::NeedArenas(wanted))) => {
                 for (segment, arena_len) in wanted {
                     match grant_arena(shared, segment, arena_len, len).await {

@@ -13,7 +13,7 @@ use mooncake_raft_store::state::validate_put;
 use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, PlacedReplica, ReplicaPlacement, Response, Tier};
 use mooncake_segment::{ClientId, SegmentId};
 
-use crate::leader::reservations::{Candidate, PutAsk, Reserve, Revoke, Round, aligned};
+use crate::leader::reservations::{Candidate, PutAsk, Reserve, Revoke, Round, Spreading, aligned};
 use crate::objects::eviction;
 use crate::rpc::convert;
 use crate::rpc::errors::invalid;
@@ -120,7 +120,11 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             return refuse(shared.not_leader());
         };
         match r {
-            Reserve::Placed(p) | Reserve::Again(p) => return placed(shared, &ask, &p),
+            Reserve::Placed(p) => {
+                shared.metrics.placements.with_label_values(&[Spreading::of(&p, &look.candidates).label()]).inc();
+                return placed(shared, &ask, &p);
+            }
+            Reserve::Again(p) => return placed(shared, &ask, &p),
             Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
                 for (segment, len) in wanted {

@@ -239,6 +239,7 @@ impl ElectionDriver {
             clients.push((id, node.clone(), client));
         }
         let timeout = self.timing.timeout_min;
+        let round_start = Instant::now();
         let calls = clients.into_iter().map(|(id, node, mut client)| {
             let req = req.clone();
             async move {
@@ -258,10 +259,21 @@ impl ElectionDriver {
             }
             peers.insert(id, (node, client));
         }
-        if !is_majority(configs, &granted) {
-            self.elections.with_label_values(&["refused_by_pre_vote"]).inc();
-            tracing::info!(granted = ?granted, refusals = ?why, "pre-vote lost: not starting an election");
-            return refused(format!("pre-vote lost: {}", why.join("; ")));
+        match round_outcome(configs, &granted, self.contact.last(), round_start) {
+            Round::Won => {}
+            Round::Lost => {
+                self.elections.with_label_values(&["refused_by_pre_vote"]).inc();
+                tracing::info!(granted = ?granted, refusals = ?why, "pre-vote lost: not starting an election");
+                return refused(format!("pre-vote lost: {}", why.join("; ")));
+            }
+            Round::LeaderHeard => {
+                self.elections.with_label_values(&["leader_heard_during_pre_vote"]).inc();
+                tracing::info!(
+                    granted = ?granted,
+                    "pre-vote won, but a leader's message arrived during the round: following it, no election"
+                );
+                return refused("pre-vote won, but a leader was heard during the round: no election".into());
+            }
         }
         tracing::info!(granted = ?granted, "pre-vote won: starting an election");
         self.elections.with_label_values(&["started"]).inc();
@@ -272,6 +284,39 @@ impl ElectionDriver {
                 Attempt::RaftStopped
             }
         }
+    }
+}
+
+/// How a pre-vote round ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Round {
+    /// A majority of every configuration said yes, and no leader spoke
+    /// meanwhile: the real election may start.
+    Won,
+    /// No majority.
+    Lost,
+    /// A majority said yes, but a leader's message arrived while the round
+    /// ran (as a pre-candidate of etcd's Raft turns follower on an append
+    /// of the current term). The yeses describe a moment that has passed:
+    /// a voter that was paused answers yes when it wakes, even though the
+    /// leader is alive, and electing on it deposes a healthy leader.
+    LeaderHeard,
+}
+
+/// Judges a pre-vote round that began at `round_start`, given the last
+/// contact with a leader.
+fn round_outcome(
+    configs: &[BTreeSet<NodeId>],
+    granted: &BTreeSet<NodeId>,
+    last_contact: Instant,
+    round_start: Instant,
+) -> Round {
+    if !is_majority(configs, granted) {
+        Round::Lost
+    } else if last_contact >= round_start {
+        Round::LeaderHeard
+    } else {
+        Round::Won
     }
 }
 
@@ -299,6 +344,19 @@ mod tests {
         assert!(!is_majority(&joint, &set(&[1, 2, 3])), "no majority of the new configuration");
         assert!(is_majority(&joint, &set(&[1, 3, 4])));
         assert!(!is_majority(&[], &set(&[1])));
+    }
+
+    #[test]
+    fn a_won_pre_vote_is_void_once_a_leader_spoke_during_it() {
+        let set = |ids: &[NodeId]| ids.iter().copied().collect::<BTreeSet<NodeId>>();
+        let configs = [set(&[1, 2, 3])];
+        let round_start = Instant::now();
+        let before = round_start - Duration::from_millis(500);
+        let during = round_start + Duration::from_millis(10);
+        assert_eq!(round_outcome(&configs, &set(&[1, 3]), before, round_start), Round::Won);
+        assert_eq!(round_outcome(&configs, &set(&[1, 3]), during, round_start), Round::LeaderHeard);
+        assert_eq!(round_outcome(&configs, &set(&[3]), during, round_start), Round::Lost);
+        assert_eq!(round_outcome(&configs, &set(&[3]), before, round_start), Round::Lost);
     }
 
     #[test]

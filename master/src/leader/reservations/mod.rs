@@ -94,7 +94,10 @@ pub struct PutAsk {
 pub struct Candidate {
     pub segment: SegmentId,
     pub host: String,
-    /// Named by the caller: it may share a host with another replica.
+    /// The store node's failure domain (`mooncake store --zone`; empty: none
+    /// declared, which shares a zone with nothing).
+    pub zone: String,
+    /// Named by the caller: it may share a host or zone with another replica.
     pub preferred: bool,
     pub capacity_bytes: u64,
     /// Free bytes in the applied state (arenas granted count as used).
@@ -107,9 +110,64 @@ impl Candidate {
         Candidate {
             segment: segment.spec.id,
             host: segment.spec.host_id.clone(),
+            zone: segment.spec.zone.clone(),
             preferred,
             capacity_bytes: segment.capacity_bytes(),
             free_bytes: segment.free_bytes(),
+        }
+    }
+}
+
+/// The placement passes of [`PutTable::place`], strictest first.
+#[derive(Clone, Copy)]
+enum Spread {
+    /// Each replica in a zone and on a host no other replica is in.
+    Zones,
+    /// Each replica on a host of its own (zones may repeat).
+    Hosts,
+    /// Distinct segments only.
+    Segments,
+}
+
+/// How widely a placement spread an object's replicas: what a metric
+/// reports when the cluster had no better.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spreading {
+    /// Each replica on a host and in a zone of its own (segments without a
+    /// declared zone share none), or one replica.
+    Distinct,
+    /// Each on a host of its own, two or more in one zone.
+    SharedZone,
+    /// Two or more on one host.
+    SharedHost,
+}
+
+impl Spreading {
+    /// How widely `placed` spread, given the candidates it was placed from.
+    pub fn of(placed: &[PlacedReplica], candidates: &[Candidate]) -> Spreading {
+        let domain = |r: &PlacedReplica| candidates.iter().find(|c| c.segment == r.segment);
+        let mut hosts: Vec<&str> = Vec::new();
+        let mut zones: Vec<&str> = Vec::new();
+        let mut spread = Spreading::Distinct;
+        for c in placed.iter().filter_map(domain) {
+            if hosts.contains(&c.host.as_str()) {
+                return Spreading::SharedHost;
+            }
+            if !c.zone.is_empty() && zones.contains(&c.zone.as_str()) {
+                spread = Spreading::SharedZone;
+            }
+            hosts.push(&c.host);
+            zones.push(&c.zone);
+        }
+        spread
+    }
+
+    /// The `spread` label of `mooncake_placements_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Spreading::Distinct => "distinct",
+            Spreading::SharedZone => "shared_zone",
+            Spreading::SharedHost => "shared_host",
         }
     }
 }
@@ -312,7 +370,11 @@ impl PutTable {
         let mut chosen: Vec<SegmentId> = Vec::new();
         let mut needs: Vec<&Candidate> = Vec::new();
         let mut hosts: Vec<&str> = Vec::new();
-        for distinct_hosts in [true, false] {
+        let mut zones: Vec<&str> = Vec::new();
+        // Failure domains: first one replica per zone (and host), then per
+        // host, then any distinct segment. Preferred segments pass every
+        // rule (the caller chose them) but still count as taking theirs.
+        for spread in [Spread::Zones, Spread::Hosts, Spread::Segments] {
             for c in ranked.iter().copied().filter(|c| !round.excluded.contains(&c.segment)) {
                 if chosen.len() + needs.len() == wanted {
                     break;
@@ -320,10 +382,18 @@ impl PutTable {
                 if chosen.contains(&c.segment) || needs.iter().any(|n| n.segment == c.segment) {
                     continue;
                 }
-                if distinct_hosts && !c.preferred && hosts.contains(&c.host.as_str()) {
+                let same_host = hosts.contains(&c.host.as_str());
+                let same_zone = !c.zone.is_empty() && zones.contains(&c.zone.as_str());
+                let allowed = match spread {
+                    Spread::Zones => !same_host && !same_zone,
+                    Spread::Hosts => !same_host,
+                    Spread::Segments => true,
+                };
+                if !allowed && !c.preferred {
                     continue;
                 }
                 hosts.push(&c.host);
+                zones.push(&c.zone);
                 if self.has_room(c.segment, len) { chosen.push(c.segment) } else { needs.push(c) }
             }
         }
@@ -541,7 +611,18 @@ mod tests {
     }
 
     pub(super) fn cand(id: u64, host: &str) -> Candidate {
-        Candidate { segment: SegmentId(id), host: host.into(), preferred: false, capacity_bytes: SEG, free_bytes: SEG }
+        zoned(id, host, "")
+    }
+
+    pub(super) fn zoned(id: u64, host: &str, zone: &str) -> Candidate {
+        Candidate {
+            segment: SegmentId(id),
+            host: host.into(),
+            zone: zone.into(),
+            preferred: false,
+            capacity_bytes: SEG,
+            free_bytes: SEG,
+        }
     }
 
     pub(super) fn ask(key: &str, client: u64, size: u64, replicas: usize) -> PutAsk {
@@ -646,6 +727,44 @@ mod tests {
         );
         assert_eq!(r, Reserve::NeedArenas(vec![(SegmentId(3), ARENA_START_BYTES)]));
         assert_eq!(t.reserve(&ask("i", 1, 100, 1), &[], &fewer(), t0), Reserve::NoRoom { missing: 1 });
+    }
+
+    #[test]
+    fn replicas_go_to_distinct_zones_first_then_hosts_and_say_how_they_spread() {
+        let t0 = Instant::now();
+        let mut t = table(5, 4 * MB);
+        // Zone a has three hosts, zone b one; segment 4 is the emptiest
+        // (ranked first otherwise) but shares zone a with segment 1.
+        let mut cands = vec![zoned(1, "h1", "a"), zoned(2, "h2", "a"), zoned(3, "h3", "b"), zoned(5, "h5", "a")];
+        let emptiest = Candidate { free_bytes: SEG, ..zoned(4, "h4", "a") };
+        for c in &mut cands {
+            c.free_bytes = SEG / 2;
+        }
+        cands.insert(0, emptiest);
+        let p = placed(t.reserve(&ask("two", 1, 100, 2), &cands, &fewer(), t0));
+        let segs: Vec<u64> = p.iter().map(|r| r.segment.0).collect();
+        assert_eq!(segs, vec![4, 3], "the second replica in the other zone, not the next emptiest segment");
+        assert_eq!(Spreading::of(&p, &cands), Spreading::Distinct);
+        // Three replicas, two zones: the third shares a zone, never a host.
+        let p = placed(t.reserve(&ask("three", 1, 100, 3), &cands, &fewer(), t0));
+        let hosts: std::collections::BTreeSet<u64> = p.iter().map(|r| r.segment.0).collect();
+        assert_eq!(hosts.len(), 3);
+        assert!(hosts.contains(&3), "zone b holds one of them: {hosts:?}");
+        assert_eq!(Spreading::of(&p, &cands), Spreading::SharedZone);
+        // Two hosts only: a host twice, and the metric says so.
+        let few = [zoned(1, "h1", "a"), zoned(2, "h1", "a"), zoned(3, "h3", "b")];
+        let p = placed(t.reserve(&ask("four", 1, 100, 3), &few, &fewer(), t0));
+        assert_eq!(p.len(), 3);
+        assert_eq!(Spreading::of(&p, &few), Spreading::SharedHost);
+        // A preferred segment wins the first replica even in a used zone.
+        let pref = [Candidate { preferred: true, ..zoned(5, "h5", "a") }, zoned(1, "h1", "a"), zoned(3, "h3", "b")];
+        let p = placed(t.reserve(&ask("five", 1, 100, 2), &pref, &fewer(), t0));
+        assert_eq!(p.iter().map(|r| r.segment.0).collect::<Vec<_>>(), vec![5, 3]);
+        // No zones declared: distinct hosts, as before zones existed.
+        let plain = [cand(1, "h1"), cand(2, "h1"), cand(3, "h3")];
+        let p = placed(t.reserve(&ask("six", 1, 100, 2), &plain, &fewer(), t0));
+        assert!(p.iter().any(|r| r.segment.0 == 3), "host h3 holds one: {p:?}");
+        assert_eq!(Spreading::of(&p, &plain), Spreading::Distinct, "no zone declared is no zone shared");
     }
 
     #[test]
