@@ -260,13 +260,13 @@ impl ElectionDriver {
             peers.insert(id, (node, client));
         }
         match round_outcome(configs, &granted, self.contact.last(), round_start) {
-            Round::Won => {}
-            Round::Lost => {
+            PreVoteRound::Won => {}
+            PreVoteRound::Lost => {
                 self.elections.with_label_values(&["refused_by_pre_vote"]).inc();
                 tracing::info!(granted = ?granted, refusals = ?why, "pre-vote lost: not starting an election");
                 return refused(format!("pre-vote lost: {}", why.join("; ")));
             }
-            Round::LeaderHeard => {
+            PreVoteRound::LeaderHeard => {
                 self.elections.with_label_values(&["leader_heard_during_pre_vote"]).inc();
                 tracing::info!(
                     granted = ?granted,
@@ -289,7 +289,7 @@ impl ElectionDriver {
 
 /// How a pre-vote round ended.
 #[derive(Debug, PartialEq, Eq)]
-enum Round {
+enum PreVoteRound {
     /// A majority of every configuration said yes, and no leader spoke
     /// meanwhile: the real election may start.
     Won,
@@ -310,13 +310,13 @@ fn round_outcome(
     granted: &BTreeSet<NodeId>,
     last_contact: Instant,
     round_start: Instant,
-) -> Round {
+) -> PreVoteRound {
     if !is_majority(configs, granted) {
-        Round::Lost
+        PreVoteRound::Lost
     } else if last_contact >= round_start {
-        Round::LeaderHeard
+        PreVoteRound::LeaderHeard
     } else {
-        Round::Won
+        PreVoteRound::Won
     }
 }
 
@@ -353,10 +353,10 @@ mod tests {
         let round_start = Instant::now();
         let before = round_start - Duration::from_millis(500);
         let during = round_start + Duration::from_millis(10);
-        assert_eq!(round_outcome(&configs, &set(&[1, 3]), before, round_start), Round::Won);
-        assert_eq!(round_outcome(&configs, &set(&[1, 3]), during, round_start), Round::LeaderHeard);
-        assert_eq!(round_outcome(&configs, &set(&[3]), during, round_start), Round::Lost);
-        assert_eq!(round_outcome(&configs, &set(&[3]), before, round_start), Round::Lost);
+        assert_eq!(round_outcome(&configs, &set(&[1, 3]), before, round_start), PreVoteRound::Won);
+        assert_eq!(round_outcome(&configs, &set(&[1, 3]), during, round_start), PreVoteRound::LeaderHeard);
+        assert_eq!(round_outcome(&configs, &set(&[3]), during, round_start), PreVoteRound::Lost);
+        assert_eq!(round_outcome(&configs, &set(&[3]), before, round_start), PreVoteRound::Lost);
     }
 
     #[test]

@@ -118,44 +118,39 @@ impl Candidate {
     }
 }
 
-/// The placement passes of [`PutTable::place`], strictest first.
-#[derive(Clone, Copy)]
-enum Spread {
-    /// Each replica in a zone and on a host no other replica is in.
-    Zones,
-    /// Each replica on a host of its own (zones may repeat).
-    Hosts,
-    /// Distinct segments only.
-    Segments,
-}
-
-/// How widely a placement spread an object's replicas: what a metric
-/// reports when the cluster had no better.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How widely a placement spread an object's replicas, widest first: the
+/// passes of [`PutTable::place`] (each admits what its level allows) and
+/// what `mooncake_placements_total{spread}` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Spreading {
     /// Each replica on a host and in a zone of its own (segments without a
     /// declared zone share none), or one replica.
     Distinct,
     /// Each on a host of its own, two or more in one zone.
     SharedZone,
-    /// Two or more on one host.
+    /// Two or more on one host (distinct segments still).
     SharedHost,
 }
 
 impl Spreading {
+    /// What adding `c` to replicas on `hosts` and in `zones` makes of them.
+    fn adding(c: &Candidate, hosts: &[&str], zones: &[&str]) -> Spreading {
+        if hosts.contains(&c.host.as_str()) {
+            Spreading::SharedHost
+        } else if !c.zone.is_empty() && zones.contains(&c.zone.as_str()) {
+            Spreading::SharedZone
+        } else {
+            Spreading::Distinct
+        }
+    }
+
     /// How widely `placed` spread, given the candidates it was placed from.
     pub fn of(placed: &[PlacedReplica], candidates: &[Candidate]) -> Spreading {
-        let domain = |r: &PlacedReplica| candidates.iter().find(|c| c.segment == r.segment);
         let mut hosts: Vec<&str> = Vec::new();
         let mut zones: Vec<&str> = Vec::new();
         let mut spread = Spreading::Distinct;
-        for c in placed.iter().filter_map(domain) {
-            if hosts.contains(&c.host.as_str()) {
-                return Spreading::SharedHost;
-            }
-            if !c.zone.is_empty() && zones.contains(&c.zone.as_str()) {
-                spread = Spreading::SharedZone;
-            }
+        for c in placed.iter().filter_map(|r| candidates.iter().find(|c| c.segment == r.segment)) {
+            spread = spread.max(Spreading::adding(c, &hosts, &zones));
             hosts.push(&c.host);
             zones.push(&c.zone);
         }
@@ -374,7 +369,7 @@ impl PutTable {
         // Failure domains: first one replica per zone (and host), then per
         // host, then any distinct segment. Preferred segments pass every
         // rule (the caller chose them) but still count as taking theirs.
-        for spread in [Spread::Zones, Spread::Hosts, Spread::Segments] {
+        for pass in [Spreading::Distinct, Spreading::SharedZone, Spreading::SharedHost] {
             for c in ranked.iter().copied().filter(|c| !round.excluded.contains(&c.segment)) {
                 if chosen.len() + needs.len() == wanted {
                     break;
@@ -382,14 +377,7 @@ impl PutTable {
                 if chosen.contains(&c.segment) || needs.iter().any(|n| n.segment == c.segment) {
                     continue;
                 }
-                let same_host = hosts.contains(&c.host.as_str());
-                let same_zone = !c.zone.is_empty() && zones.contains(&c.zone.as_str());
-                let allowed = match spread {
-                    Spread::Zones => !same_host && !same_zone,
-                    Spread::Hosts => !same_host,
-                    Spread::Segments => true,
-                };
-                if !allowed && !c.preferred {
+                if !c.preferred && Spreading::adding(c, &hosts, &zones) > pass {
                     continue;
                 }
                 hosts.push(&c.host);
