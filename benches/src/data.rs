@@ -562,6 +562,7 @@ fn proto_name(p: Protocol) -> &'static str {
     match p {
         Protocol::Shm => "shm",
         Protocol::Rdma => "rdma",
+        Protocol::Ucx => "ucx",
         Protocol::Auto => "auto",
         Protocol::Tcp => "tcp",
     }

@@ -1,8 +1,10 @@
 //! The client-facing engine: [`TransferEngine`] picks a route for each
 //! target segment, by the [`Protocol`] asked for and where the target is:
 //! the local route (`local`) for this process's own segments, shared memory
-//! (`shm`) for others on this host, TCP (`tcp`) otherwise. Batched reads
-//! live in `batch`.
+//! (`shm`) for others on this host, TCP (`tcp`) otherwise; with
+//! [`Protocol::Ucx`] (or `Rdma` in a `ucx` build) reads of every other
+//! segment go one-sided over UCX (`crate::ucx`), writes over TCP. Batched
+//! reads live in `batch`.
 
 use std::sync::{Arc, OnceLock};
 
@@ -29,6 +31,8 @@ pub struct TransferEngine {
     tcp: TcpTransport,
     shm: ShmTransport,
     local: OnceLock<LocalRoute>,
+    #[cfg(feature = "ucx")]
+    ucx: Option<crate::ucx::UcxRoute>,
     stats: EngineStats,
 }
 
@@ -36,8 +40,32 @@ impl TransferEngine {
     /// An engine for a process on host `local_host_id`. Fails on an invalid
     /// [`TcpConfig`].
     pub fn new(local_host_id: String, protocol: Protocol, tcp: TcpConfig) -> Result<Self, TransferError> {
-        if protocol == Protocol::Rdma {
-            tracing::warn!(reason = %crate::rdma::unavailable_reason(), "rdma unavailable; falling back to tcp");
+        #[cfg(feature = "ucx")]
+        let ucx = match protocol {
+            Protocol::Ucx | Protocol::Rdma => {
+                let worker = crate::ucx::UcxWorker::start().map_err(|err| {
+                    TransferError::InvalidConfig(format!(
+                        "protocol {protocol} needs UCX, which did not start: {err}; check UCX_TLS and the other \
+                         UCX_* variables (`ucx_info -d` lists what this host has), or use protocol tcp"
+                    ))
+                })?;
+                Some(crate::ucx::UcxRoute::new(worker))
+            }
+            _ => None,
+        };
+        #[cfg(not(feature = "ucx"))]
+        match protocol {
+            Protocol::Ucx => {
+                return Err(TransferError::InvalidConfig(
+                    "protocol ucx: this build has no UCX; build with `--features ucx` (needs libucx-dev), or use \
+                     protocol tcp"
+                        .into(),
+                ));
+            }
+            Protocol::Rdma => {
+                tracing::warn!(reason = %crate::rdma::unavailable_reason(), "rdma unavailable; falling back to tcp");
+            }
+            _ => {}
         }
         Ok(Self {
             local_host_id,
@@ -45,6 +73,8 @@ impl TransferEngine {
             tcp: TcpTransport::new(tcp)?,
             shm: ShmTransport::new(),
             local: OnceLock::new(),
+            #[cfg(feature = "ucx")]
+            ucx,
             stats: EngineStats::default(),
         })
     }
@@ -96,6 +126,8 @@ impl TransferEngine {
     pub async fn read(&self, target: &RemoteSegment, offset: u64, buf: &mut [u8]) -> Result<(), TransferError> {
         let (kind, result) = if let Some(local) = self.local_route(target) {
             (TransportKind::Local, local.read(target, offset, buf).await)
+        } else if let Some(result) = self.read_ucx(target, offset, buf).await {
+            result
         } else if let Some(memory) = self.shm_route(target) {
             (TransportKind::Shm, memory.read_at(offset, buf).map_err(TransferError::from))
         } else {
@@ -103,6 +135,33 @@ impl TransferEngine {
         };
         self.stats.record(kind, &target.endpoint, false, buf.len() as u64, result.is_ok());
         result
+    }
+
+    /// A read over the UCX route, if this engine has one: with the route
+    /// that carried it (UCX, or TCP where the node serves no UCX).
+    #[cfg(feature = "ucx")]
+    async fn read_ucx(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Option<(TransportKind, Result<(), TransferError>)> {
+        let route = self.ucx.as_ref()?;
+        Some(match route.read(&self.tcp, target, offset, buf).await {
+            Ok(true) => (TransportKind::Ucx, Ok(())),
+            Ok(false) => (TransportKind::Tcp, Ok(())),
+            Err(err) => (TransportKind::Ucx, Err(err)),
+        })
+    }
+
+    #[cfg(not(feature = "ucx"))]
+    async fn read_ucx(
+        &self,
+        _target: &RemoteSegment,
+        _offset: u64,
+        _buf: &mut [u8],
+    ) -> Option<(TransportKind, Result<(), TransferError>)> {
+        None
     }
 
     /// [`read`](Self::read) that also returns the crc32c of `buf` (over TCP
@@ -116,6 +175,11 @@ impl TransferEngine {
         if let Some(local) = self.local_route(target) {
             let result = local.read(target, offset, buf).await.map(|()| mooncake_segment::checksum::crc32c(buf));
             self.stats.record(TransportKind::Local, &target.endpoint, false, buf.len() as u64, result.is_ok());
+            return result;
+        }
+        if let Some((kind, result)) = self.read_ucx(target, offset, buf).await {
+            let result = result.map(|()| mooncake_segment::checksum::crc32c(buf));
+            self.stats.record(kind, &target.endpoint, false, buf.len() as u64, result.is_ok());
             return result;
         }
         if let Some(memory) = self.shm_route(target) {
@@ -146,7 +210,7 @@ impl TransferEngine {
     fn shm_route(&self, target: &RemoteSegment) -> Option<Arc<SegmentMemory>> {
         let wants_shm = match self.protocol {
             Protocol::Shm | Protocol::Auto => true,
-            Protocol::Tcp | Protocol::Rdma => false,
+            Protocol::Tcp | Protocol::Rdma | Protocol::Ucx => false,
         };
         let same_host = !self.local_host_id.is_empty() && target.host_id == self.local_host_id;
         if !wants_shm || !same_host || target.shm_path.is_empty() {

@@ -177,6 +177,7 @@ fn status_is_retryable(status: Status) -> bool {
         | Status::OutOfRange
         | Status::BadFrame
         | Status::TooLarge
+        | Status::Unsupported
         | Status::Unauthorized => false,
     }
 }

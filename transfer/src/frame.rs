@@ -11,7 +11,7 @@
 //! |---|---|---|---|
 //! | 0 | 4 | magic | [`FRAME_MAGIC`] (`"MCTF"`) |
 //! | 4 | 1 | version | [`FRAME_VERSION`] (2) |
-//! | 5 | 1 | op | 1 = READ, 2 = WRITE ([`Op`]) |
+//! | 5 | 1 | op | 1 = READ, 2 = WRITE, 3 = UCX_KEY ([`Op`]) |
 //! | 6 | 2 | reserved | must be 0 |
 //! | 8 | 8 | request_id | echoed in the response |
 //! | 16 | 8 | segment_id | the target segment |
@@ -30,12 +30,12 @@
 //! |---|---|---|---|
 //! | 0 | 4 | magic | [`FRAME_MAGIC`] |
 //! | 4 | 1 | version | [`FRAME_VERSION`] |
-//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY, 7 UNAUTHORIZED, 8 CORRUPT |
+//! | 5 | 1 | status | [`Status`]: 0 OK, 1 UNKNOWN_SEGMENT, 2 OUT_OF_RANGE, 3 BAD_FRAME, 4 TOO_LARGE, 5 INTERNAL, 6 BUSY, 7 UNAUTHORIZED, 8 CORRUPT, 9 UNSUPPORTED |
 //! | 6 | 2 | reserved | must be 0 |
 //! | 8 | 8 | request_id | the request's id (0 if the request header was unreadable) |
-//! | 16 | 8 | length | READ OK: payload bytes that follow; WRITE OK: bytes written; errors: 0 |
+//! | 16 | 8 | length | READ and UCX_KEY OK: payload bytes that follow; WRITE OK: bytes written; errors: 0 |
 //!
-//! Only a READ OK response is followed by payload. After an error response to
+//! Only a READ or UCX_KEY OK response is followed by payload. After an error response to
 //! a WRITE (UNAUTHORIZED included), or after BAD_FRAME/TOO_LARGE, the server
 //! closes the connection: it never reads a refused payload, so it never
 //! writes a byte of it anywhere.
@@ -50,6 +50,15 @@
 //! connection with a BUSY header (request id 0, length 0) as soon as it
 //! accepts it, then closes it. A client reads it in place of the response to
 //! its first request.
+//!
+//! UCX_KEY asks for what a client needs to read the segment one-sided over
+//! UCX: the node's UCX worker address, the segment's packed remote key (a
+//! read-only mapping) and the segment's base address in the node
+//! ([`UcxKey`], encoded by [`encode_ucx_key`]). It is admitted exactly like
+//! a READ of its range, so only a holder of a READ grant for the segment
+//! learns the key. A node that cannot serve the segment over UCX answers
+//! UNSUPPORTED and keeps the connection; an older node answers BAD_FRAME
+//! and closes it. Either way the client reads over TCP.
 //!
 //! Decoding never panics on any input; it returns [`FrameError`].
 
@@ -83,6 +92,11 @@ pub enum Op {
     Read = 1,
     /// Copy the payload into the segment.
     Write = 2,
+    /// Send the UCX key of the segment ([`encode_ucx_key`]): admitted like a
+    /// READ of `[offset, offset + length)`, answered OK with the key as
+    /// payload, or UNSUPPORTED where the node cannot serve the segment over
+    /// UCX.
+    UcxKey = 3,
 }
 
 /// Outcome of a request, as sent on the wire.
@@ -110,6 +124,9 @@ pub enum Status {
     /// The segment is on disk and a block of the range failed checksum
     /// verification there: this replica's bytes are lost.
     Corrupt = 8,
+    /// The node does not serve this segment over UCX (built without it,
+    /// UCX off or failed to start, or a disk segment): use TCP.
+    Unsupported = 9,
 }
 
 impl Status {
@@ -125,6 +142,7 @@ impl Status {
             Status::Busy => "BUSY",
             Status::Unauthorized => "UNAUTHORIZED",
             Status::Corrupt => "CORRUPT",
+            Status::Unsupported => "UNSUPPORTED",
         }
     }
 
@@ -139,6 +157,7 @@ impl Status {
             6 => Status::Busy,
             7 => Status::Unauthorized,
             8 => Status::Corrupt,
+            9 => Status::Unsupported,
             _ => return None,
         })
     }
@@ -207,7 +226,7 @@ pub enum FrameError {
     #[error("unsupported protocol version {0}; this build speaks {FRAME_VERSION}")]
     BadVersion(u8),
     /// Unknown op code.
-    #[error("unknown op {0}; expected 1 (READ) or 2 (WRITE)")]
+    #[error("unknown op {0}; expected 1 (READ), 2 (WRITE) or 3 (UCX_KEY)")]
     BadOp(u8),
     /// Unknown status code.
     #[error("unknown status {0}")]
@@ -257,6 +276,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<RequestHeader, FrameError> {
     let op = match bytes[5] {
         1 => Op::Read,
         2 => Op::Write,
+        3 => Op::UcxKey,
         other => return Err(FrameError::BadOp(other)),
     };
     let length = u64_at(bytes, 32);
@@ -330,6 +350,50 @@ fn u64_at<const N: usize>(bytes: &[u8; N], at: usize) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&bytes[at..at + 8]);
     u64::from_le_bytes(word)
+}
+
+/// Largest encoded [`UcxKey`] a client accepts.
+pub const UCX_KEY_MAX_BYTES: u64 = 64 << 10;
+
+/// What a UCX_KEY answer carries: enough for one-sided reads of a segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UcxKey {
+    /// The store node's UCX worker address.
+    pub worker: Vec<u8>,
+    /// The segment's packed remote key.
+    pub rkey: Vec<u8>,
+    /// The address of the segment's first byte in the store node.
+    pub base: u64,
+}
+
+/// Encodes a [`UcxKey`]: `worker_len u32, worker, rkey_len u32, rkey, base u64`.
+pub fn encode_ucx_key(key: &UcxKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + key.worker.len() + key.rkey.len());
+    for blob in [&key.worker, &key.rkey] {
+        out.extend_from_slice(&u32::try_from(blob.len()).unwrap_or(u32::MAX).to_le_bytes());
+        out.extend_from_slice(blob);
+    }
+    out.extend_from_slice(&key.base.to_le_bytes());
+    out
+}
+
+/// Decodes a [`UcxKey`]; `None` if the bytes are not exactly one.
+pub fn decode_ucx_key(bytes: &[u8]) -> Option<UcxKey> {
+    fn blob<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let (len, rest) = bytes.split_first_chunk::<4>()?;
+        let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+        if len == 0 || len > rest.len() {
+            return None;
+        }
+        let (blob, rest) = rest.split_at(len);
+        *bytes = rest;
+        Some(blob)
+    }
+    let mut rest = bytes;
+    let worker = blob(&mut rest)?.to_vec();
+    let rkey = blob(&mut rest)?.to_vec();
+    let base: [u8; 8] = rest.try_into().ok()?;
+    Some(UcxKey { worker, rkey, base: u64::from_le_bytes(base) })
 }
 
 #[cfg(test)]

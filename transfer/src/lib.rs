@@ -1,5 +1,6 @@
 //! The transfer engine: moves object bytes between a local buffer and a
-//! remote segment (TCP lanes, shared memory; RDMA behind a feature, not yet).
+//! remote segment (TCP lanes, shared memory, and one-sided UCX reads behind
+//! the `ucx` feature).
 //!
 //! Key types: [`TransferEngine`] (picks a backend per target), the
 //! [`Transport`] trait with [`TcpTransport`] and [`ShmTransport`], the store
@@ -25,6 +26,7 @@ mod error;
 pub mod fence;
 pub mod frame;
 mod local;
+#[cfg(not(feature = "ucx"))]
 mod rdma;
 mod registry;
 mod shm;
@@ -34,6 +36,8 @@ mod stats;
 mod tcp;
 pub mod testing;
 mod transport;
+#[cfg(feature = "ucx")]
+pub mod ucx;
 
 pub use engine::{BatchRead, TransferEngine};
 pub use error::TransferError;

@@ -33,6 +33,9 @@ pub struct SegmentRegistry {
     /// Disk ranges a READ found corrupt, not yet reported to the masters
     /// (the store node's heartbeat takes them: [`SegmentRegistry::take_corrupt`]).
     corrupt: std::sync::Mutex<Vec<(SegmentId, u64, u64)>>,
+    /// Set when this node serves its memory segments over UCX too.
+    #[cfg(feature = "ucx")]
+    ucx: std::sync::OnceLock<Arc<crate::ucx::UcxExports>>,
 }
 
 /// Corrupt ranges kept for the next report at most (a disk failing
@@ -83,6 +86,20 @@ impl SegmentRegistry {
         if corrupt.len() < CORRUPT_PENDING_MAX && !corrupt.contains(&(id, offset, len)) {
             corrupt.push((id, offset, len));
         }
+    }
+
+    /// Serves this registry's memory segments over UCX too, through
+    /// `exports` (UCX_KEY requests; `crate::ucx`). Once: a second call is
+    /// ignored and returns false.
+    #[cfg(feature = "ucx")]
+    pub fn serve_ucx(&self, exports: Arc<crate::ucx::UcxExports>) -> bool {
+        self.ucx.set(exports).is_ok()
+    }
+
+    /// The UCX exports, when this node serves UCX.
+    #[cfg(feature = "ucx")]
+    pub(crate) fn ucx(&self) -> Option<&Arc<crate::ucx::UcxExports>> {
+        self.ucx.get()
     }
 
     /// The corrupt ranges noted since the last call.

@@ -14,6 +14,8 @@ pub enum TransportKind {
     Shm,
     /// A segment this process serves itself (the local route).
     Local,
+    /// One-sided reads over UCX (feature `ucx`).
+    Ucx,
 }
 
 impl TransportKind {
@@ -22,6 +24,7 @@ impl TransportKind {
             TransportKind::Tcp => "tcp",
             TransportKind::Shm => "shm",
             TransportKind::Local => "local",
+            TransportKind::Ucx => "ucx",
         }
     }
 }

@@ -59,15 +59,20 @@ pub enum Protocol {
     Tcp,
     /// Shared memory for same-host targets, TCP otherwise.
     Shm,
-    /// RDMA; not compiled in yet, so TCP (with a warning).
+    /// RDMA: served by UCX where the build has the `ucx` feature (UCX uses
+    /// verbs where a device is present), else TCP (with a warning).
     Rdma,
+    /// UCX for reads of every segment this process does not serve itself
+    /// (UCX picks its transports: verbs, TCP, shared memory); writes over
+    /// TCP. Needs the `ucx` feature.
+    Ucx,
     /// The fastest that works: shared memory on the same host, else TCP.
     Auto,
 }
 
 /// A protocol name that is not one of ours.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transfer protocol {input:?}; expected one of: tcp, shm, rdma, auto")]
+#[error("unknown transfer protocol {input:?}; expected one of: tcp, shm, rdma, ucx, auto")]
 pub struct ParseProtocolError {
     /// The text given.
     pub input: String,
@@ -81,6 +86,7 @@ impl FromStr for Protocol {
             "tcp" => Ok(Protocol::Tcp),
             "shm" => Ok(Protocol::Shm),
             "rdma" => Ok(Protocol::Rdma),
+            "ucx" => Ok(Protocol::Ucx),
             "auto" => Ok(Protocol::Auto),
             _ => Err(ParseProtocolError { input: input.to_owned() }),
         }
@@ -93,6 +99,7 @@ impl fmt::Display for Protocol {
             Protocol::Tcp => "tcp",
             Protocol::Shm => "shm",
             Protocol::Rdma => "rdma",
+            Protocol::Ucx => "ucx",
             Protocol::Auto => "auto",
         })
     }
@@ -107,8 +114,8 @@ mod tests {
         assert_eq!("TCP".parse::<Protocol>(), Ok(Protocol::Tcp));
         assert_eq!(" auto ".parse::<Protocol>(), Ok(Protocol::Auto));
         let err = "infiniband".parse::<Protocol>().unwrap_err();
-        assert!(err.to_string().contains("tcp, shm, rdma, auto"), "{err}");
-        for p in [Protocol::Tcp, Protocol::Shm, Protocol::Rdma, Protocol::Auto] {
+        assert!(err.to_string().contains("tcp, shm, rdma, ucx, auto"), "{err}");
+        for p in [Protocol::Tcp, Protocol::Shm, Protocol::Rdma, Protocol::Ucx, Protocol::Auto] {
             assert_eq!(p.to_string().parse::<Protocol>(), Ok(p));
         }
     }

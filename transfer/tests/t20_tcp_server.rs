@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Node, is_closed, raw_request, request};
-use mooncake_auth::capability::Access;
+use mooncake_auth::capability::{Access, CAPABILITY_BYTES};
 use mooncake_segment::SegmentId;
 use mooncake_transfer::frame::{
     self, FRAME_MAGIC, FRAME_PAYLOAD_MAX_BYTES, Op, REQUEST_HEADER_BYTES, ResponseHeader, Status,
@@ -147,6 +147,21 @@ async fn refused_reads_keep_the_connection_usable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ucx_key_request_to_a_node_without_ucx_is_unsupported_and_keeps_the_connection() {
+    let node = Node::anonymous(SEGMENT_BYTES).await;
+    let mut stream = TcpStream::connect(node.server.local_addr()).await.unwrap();
+    let ask = raw_request(&mut stream, &request(Op::UcxKey, 7, node.target.id, 0, 4096), &[]).await;
+    assert_eq!((ask.status, ask.request_id, ask.length), (Status::Unsupported, 7, 0));
+    // Admitted like a READ first: no key is even considered without a grant.
+    let mut unsigned = request(Op::UcxKey, 8, node.target.id, 0, 4096);
+    unsigned[REQUEST_HEADER_BYTES - CAPABILITY_BYTES..].fill(0);
+    let refused = raw_request(&mut stream, &unsigned, &[]).await;
+    assert_eq!((refused.status, refused.request_id), (Status::Unauthorized, 8));
+    let ok = raw_request(&mut stream, &request(Op::Read, 9, node.target.id, 0, 16), &[]).await;
+    assert_eq!((ok.status, ok.request_id, ok.length), (Status::Ok, 9, 16));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_headers_get_bad_frame_and_the_server_keeps_serving() {
     let node = Node::anonymous(SEGMENT_BYTES).await;
     let addr = node.server.local_addr();
@@ -156,7 +171,7 @@ async fn malformed_headers_get_bad_frame_and_the_server_keeps_serving() {
     let mut bad_version = good;
     bad_version[4] = 99;
     let mut bad_op = good;
-    bad_op[5] = 3;
+    bad_op[5] = 4;
     let mut bad_reserved = good;
     bad_reserved[7] = 1;
     let mut garbage = [0xA5u8; REQUEST_HEADER_BYTES];

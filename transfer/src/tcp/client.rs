@@ -138,6 +138,12 @@ struct Grant<'a> {
 enum Payload<'a> {
     Read(&'a mut [u8]),
     Write(&'a [u8]),
+    /// A UCX_KEY request for `len` bytes of the segment; the key lands in `reply`.
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    Key {
+        len: u64,
+        reply: &'a mut Vec<u8>,
+    },
 }
 
 /// Client side of the TCP data path. Cheap to share (`Arc`) between tasks.
@@ -211,6 +217,29 @@ impl TcpTransport {
         buf: &mut [u8],
     ) -> Result<u32, TransferError> {
         self.read_chunks(endpoint, segment, capability, offset, buf, true).await
+    }
+
+    /// The UCX key of `target`'s segment (`crate::frame::UcxKey`, encoded),
+    /// asked under its READ grant for `[offset, offset + len)`; `None` when
+    /// the node does not serve the segment over UCX (it answered UNSUPPORTED,
+    /// or BAD_FRAME: a node older than the request).
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    pub(crate) async fn ucx_key(
+        &self,
+        target: &RemoteSegment,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, TransferError> {
+        let capability = encoded(target.capability.as_ref());
+        let grant = Grant { segment_id: target.id, capability: &capability };
+        let pool = self.pool(&target.endpoint);
+        let lane = &pool.lanes[pool.next_lane.fetch_add(1, Ordering::Relaxed) % pool.lanes.len()];
+        let mut reply = Vec::new();
+        match self.request(&pool, lane, Op::UcxKey, grant, offset, Payload::Key { len, reply: &mut reply }).await {
+            Ok(()) => Ok(Some(reply)),
+            Err(TransferError::Remote { status: frame::Status::Unsupported | frame::Status::BadFrame, .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
     }
 
     async fn read_chunks(
@@ -290,6 +319,7 @@ impl TcpTransport {
         let length = match &payload {
             Payload::Read(buf) => buf.len() as u64,
             Payload::Write(data) => data.len() as u64,
+            Payload::Key { len, .. } => *len,
         };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let header = RequestHeader { op, request_id, segment_id, offset, length, capability: *capability };
@@ -398,7 +428,9 @@ pub(crate) fn encoded(capability: Option<&Capability>) -> [u8; CAPABILITY_BYTES]
 fn keeps_connection(op: Op, result: &Result<(), TransferError>) -> bool {
     match result {
         Ok(()) => true,
-        Err(TransferError::Remote { .. } | TransferError::Corrupt { .. }) => op == Op::Read,
+        // A BAD_FRAME answer is followed by the server closing the connection.
+        Err(TransferError::Remote { status: frame::Status::BadFrame, .. }) => false,
+        Err(TransferError::Remote { .. } | TransferError::Corrupt { .. }) => matches!(op, Op::Read | Op::UcxKey),
         Err(_) => false,
     }
 }
@@ -440,7 +472,46 @@ async fn exchange(
             let (reader, writer) = tokio::io::split(&mut **s);
             exchange_write(reader, writer, endpoint, &raw, id, data).await
         }
+        (Stream::Plain(s), Payload::Key { reply, .. }) => exchange_key(s, endpoint, &raw, id, reply).await,
+        (Stream::Tls(s), Payload::Key { reply, .. }) => exchange_key(&mut **s, endpoint, &raw, id, reply).await,
     }
+}
+
+/// Sends a request without payload and reads its answer's header: the
+/// length it announces.
+async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    endpoint: &str,
+    raw: &[u8; REQUEST_HEADER_BYTES],
+    request_id: u64,
+) -> Result<u64, TransferError> {
+    stream.write_all(raw).await.map_err(|e| peer_gone(endpoint, e))?;
+    // A no-op on a socket; a TLS session may hold the record back until flushed.
+    stream.flush().await.map_err(|e| peer_gone(endpoint, e))?;
+    let mut response = [0u8; RESPONSE_HEADER_BYTES];
+    stream.read_exact(&mut response).await.map_err(|e| peer_gone(endpoint, e))?;
+    check_response(endpoint, &response, request_id)
+}
+
+/// A UCX_KEY request: the answer's payload (at most
+/// [`frame::UCX_KEY_MAX_BYTES`]) lands in `reply`.
+async fn exchange_key<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    endpoint: &str,
+    raw: &[u8; REQUEST_HEADER_BYTES],
+    request_id: u64,
+    reply: &mut Vec<u8>,
+) -> Result<(), TransferError> {
+    let length = ask(stream, endpoint, raw, request_id).await?;
+    if length == 0 || length > frame::UCX_KEY_MAX_BYTES {
+        return Err(protocol_error(
+            endpoint,
+            format!("UCX_KEY answered {length} bytes; expected 1 to {}", frame::UCX_KEY_MAX_BYTES),
+        ));
+    }
+    reply.resize(usize::try_from(length).unwrap_or(0), 0);
+    stream.read_exact(reply).await.map_err(|e| peer_gone(endpoint, e))?;
+    Ok(())
 }
 
 async fn exchange_read<S: AsyncRead + AsyncWrite + Unpin>(
@@ -450,12 +521,7 @@ async fn exchange_read<S: AsyncRead + AsyncWrite + Unpin>(
     request_id: u64,
     buf: &mut [u8],
 ) -> Result<(), TransferError> {
-    stream.write_all(raw).await.map_err(|e| peer_gone(endpoint, e))?;
-    // A no-op on a socket; a TLS session may hold the record back until flushed.
-    stream.flush().await.map_err(|e| peer_gone(endpoint, e))?;
-    let mut response = [0u8; RESPONSE_HEADER_BYTES];
-    stream.read_exact(&mut response).await.map_err(|e| peer_gone(endpoint, e))?;
-    let length = check_response(endpoint, &response, request_id)?;
+    let length = ask(stream, endpoint, raw, request_id).await?;
     if length != buf.len() as u64 {
         return Err(protocol_error(endpoint, format!("READ answered {length} bytes, asked for {}", buf.len())));
     }

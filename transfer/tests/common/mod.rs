@@ -216,7 +216,7 @@ pub fn request_under(
     cap: (u64, u64),
 ) -> [u8; REQUEST_HEADER_BYTES] {
     let access = match op {
-        Op::Read => Access::Read,
+        Op::Read | Op::UcxKey => Access::Read,
         Op::Write => Access::Write,
     };
     let capability = grant(segment_id, cap.0, cap.1, access).encode();

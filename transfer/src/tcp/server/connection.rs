@@ -179,7 +179,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             offset: request.offset,
             len: request.length,
             access: match request.op {
-                Op::Read => Access::Read,
+                Op::Read | Op::UcxKey => Access::Read,
                 Op::Write => Access::Write,
             },
             capability: &request.capability,
@@ -202,6 +202,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             (Op::Write, Backing::Memory(memory)) => self.serve_write(&request, &memory).await,
             (Op::Read, Backing::Disk(disk)) => self.serve_disk_read(&request, &disk).await,
             (Op::Write, Backing::Disk(disk)) => self.serve_disk_write(&request, &disk).await,
+            (Op::UcxKey, Backing::Memory(memory)) => self.serve_ucx_key(&request, &memory).await,
+            (Op::UcxKey, Backing::Disk(_)) => self.refuse(&request, Status::Unsupported).await,
         }
     }
 
@@ -213,7 +215,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             length = request.length, "refusing transfer request: {status}");
         self.send_header(status, request.request_id, 0).await?;
         Ok(match request.op {
-            Op::Read => After::KeepOpen,
+            Op::Read | Op::UcxKey => After::KeepOpen,
             Op::Write => After::Close,
         })
     }
@@ -254,6 +256,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.counters.written_bytes.fetch_add(request.length, Ordering::Relaxed);
         self.send_header(Status::Ok, request.request_id, request.length).await?;
         Ok(After::KeepOpen)
+    }
+
+    /// Answers a UCX_KEY request whose READ grant verified with the
+    /// segment's key, exporting the segment first if it was not; UNSUPPORTED
+    /// where this node serves nothing over UCX.
+    async fn serve_ucx_key(&mut self, request: &RequestHeader, memory: &Arc<SegmentMemory>) -> io::Result<After> {
+        #[cfg(feature = "ucx")]
+        if let Some(exports) = self.registry.ucx() {
+            match exports.key(request.segment_id, memory).await {
+                Ok(key) => {
+                    self.send_header(Status::Ok, request.request_id, key.len() as u64).await?;
+                    with_timeout(self.deadlines.payload, self.stream.write_all(&key)).await?;
+                    return Ok(After::KeepOpen);
+                }
+                Err(err) => {
+                    tracing::warn!(segment = %request.segment_id, "cannot export the segment over UCX: {err}");
+                    return self.refuse(request, Status::Internal).await;
+                }
+            }
+        }
+        let _ = memory;
+        self.refuse(request, Status::Unsupported).await
     }
 
     pub(super) async fn send_header(&mut self, status: Status, request_id: u64, length: u64) -> io::Result<()> {

@@ -1,0 +1,661 @@
+//! [`UcxWorker`]: one UCP context and worker, owned by one thread that does
+//! every UCX call (the worker is created single-threaded). Other threads
+//! hand it [`Command`]s through a queue and wake it with `ucp_worker_signal`.
+//!
+//! The thread progresses the worker, completes finished reads, and sleeps
+//! on the worker's event fd when idle. It keeps one endpoint per peer worker
+//! address and the remote keys unpacked on it; an endpoint whose error
+//! handler fired, or that a caller gave up on ([`Command::Abort`]), is closed
+//! with force, which completes every read still on it with an error.
+//!
+//! Memory safety of a read's buffer: UCX writes into it until the read
+//! completes. A [`Read`] future that is dropped first (a timeout, a sibling
+//! failing) aborts its endpoint and waits for that completion before the
+//! buffer can be freed; if it never comes (a UCX bug) the process aborts
+//! rather than let UCX write into freed memory.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::ffi::{self, McEp, McOp, McUcx};
+
+/// How long a dropped read waits for UCX to let go of its buffer.
+const ABORT_WAIT: Duration = Duration::from_secs(10);
+/// Longest sleep of an idle worker thread between checks of its queue (a
+/// safety net: a signal wakes it at once).
+const IDLE_WAIT_MS: i32 = 100;
+/// Largest worker address or packed remote key accepted from a peer.
+pub(crate) const UCX_BLOB_MAX_BYTES: usize = 16 << 10;
+/// What keeps exported memory alive (the worker thread holds it).
+pub type Owner = Arc<dyn std::any::Any + Send + Sync>;
+/// A read UCX never completed: its completion slot and bounce buffer.
+type Orphan = (Box<McOp>, Option<Box<[u8]>>);
+/// UCS_ERR_CANCELED: what a forced close completes operations with.
+const UCS_ERR_CANCELED: i32 = -16;
+/// UCS_ERR_UNREACHABLE: no transport reaches the peer as asked.
+const UCS_ERR_UNREACHABLE: i32 = -6;
+
+/// Why a UCX operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UcxError {
+    /// UCX returned an error status.
+    #[error("UCX {what} failed: {message} (status {status})")]
+    Status {
+        /// The call.
+        what: &'static str,
+        /// The UCS status code.
+        status: i32,
+        /// UCS's words for it.
+        message: String,
+    },
+    /// The endpoint to the peer failed (unreachable, reset, timed out) or
+    /// was closed because a caller gave up on it.
+    #[error("UCX endpoint to the peer failed: {message} (status {status})")]
+    PeerFailed {
+        /// The UCS status code.
+        status: i32,
+        /// UCS's words for it.
+        message: String,
+    },
+    /// A peer's worker address or remote key is empty or too large.
+    #[error("UCX {what} from the peer is {len} bytes; expected 1 to {UCX_BLOB_MAX_BYTES}")]
+    BadBlob {
+        /// Which blob.
+        what: &'static str,
+        /// Its size.
+        len: usize,
+    },
+    /// This node has exported as many segments as it may in its life.
+    #[error("this node has exported {max} segments over UCX, its limit; restart it to export more")]
+    TooManyExports {
+        /// The limit.
+        max: usize,
+    },
+    /// The worker thread has stopped.
+    #[error("the UCX worker thread has stopped")]
+    WorkerGone,
+}
+
+impl UcxError {
+    fn status(what: &'static str, status: i32) -> Self {
+        UcxError::Status { what, status, message: ffi::status_string(status) }
+    }
+
+    fn peer(status: i32) -> Self {
+        UcxError::PeerFailed { status, message: ffi::status_string(status) }
+    }
+}
+
+/// The memory behind a mapping, as UCX classifies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Ordinary host memory.
+    Host,
+    /// Memory of a device (a GPU): UCX moves it only where its build
+    /// supports the device.
+    Device(i32),
+}
+
+/// One read's completion: set once by the worker thread.
+#[derive(Debug, Default)]
+struct Completion {
+    slot: Mutex<Slot>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    result: Option<Result<(), UcxError>>,
+    waker: Option<Waker>,
+}
+
+impl Completion {
+    fn complete(&self, result: Result<(), UcxError>) {
+        let waker = {
+            let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            if slot.result.is_some() {
+                return;
+            }
+            slot.result = Some(result);
+            slot.waker.take()
+        };
+        self.done.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// What the worker thread is asked to do.
+enum Command {
+    /// Export a region: it stays mapped, and `owner` alive, until the
+    /// worker thread has destroyed its worker.
+    Map {
+        addr: usize,
+        len: usize,
+        owner: Owner,
+        reply: tokio::sync::oneshot::Sender<Result<(Vec<u8>, i32), UcxError>>,
+    },
+    Get {
+        peer: Arc<[u8]>,
+        rkey: Arc<[u8]>,
+        remote: u64,
+        local: usize,
+        len: usize,
+        done: Arc<Completion>,
+    },
+    Abort {
+        peer: Arc<[u8]>,
+    },
+}
+
+/// The raw context pointer, shared only for `ucp_worker_signal` (thread-safe).
+#[derive(Clone, Copy, Debug)]
+struct UcxPtr(*mut McUcx);
+// SAFETY: the pointer is used off the worker thread only for
+// mc_ucx_signal, which UCP documents as thread-safe; the worker thread
+// frees it only after every handle (and so every signaller) is gone.
+unsafe impl Send for UcxPtr {}
+// SAFETY: as above.
+unsafe impl Sync for UcxPtr {}
+
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<Vec<Command>>,
+    ucx: UcxPtr,
+    address: Arc<[u8]>,
+    stopping: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Command::Map { .. } => "Map",
+            Command::Get { .. } => "Get",
+            Command::Abort { .. } => "Abort",
+        })
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
+        // SAFETY: the thread frees the context only after seeing `stopping`
+        // and it is joined below, so the pointer is still valid here.
+        unsafe { ffi::mc_ucx_signal(self.ucx.0) };
+        if let Some(thread) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the UCX worker thread panicked");
+        }
+    }
+}
+
+/// A UCP worker on its own thread. Cheap to clone; the thread stops when the
+/// last clone is gone.
+#[derive(Clone, Debug)]
+pub struct UcxWorker {
+    shared: Arc<Shared>,
+}
+
+impl UcxWorker {
+    /// Starts a context and worker (transports as UCX picks them, or as
+    /// `UCX_TLS` and the other `UCX_*` variables say) on a new thread.
+    pub fn start() -> Result<Self, UcxError> {
+        let mut raw: *mut McUcx = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        let status = unsafe { ffi::mc_ucx_new(&mut raw) };
+        if status != 0 {
+            return Err(UcxError::status("init", status));
+        }
+        let ucx = UcxPtr(raw);
+        let address = match worker_address(ucx) {
+            Ok(address) => address,
+            Err(err) => {
+                // SAFETY: made above, used by nobody else.
+                unsafe { ffi::mc_ucx_free(raw) };
+                return Err(err);
+            }
+        };
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Vec::new()),
+            ucx,
+            address: address.into(),
+            stopping: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&shared);
+        let thread = std::thread::Builder::new()
+            .name("mooncake-ucx".into())
+            .spawn(move || Thread::new(ucx).run(&weak))
+            .map_err(|_| UcxError::WorkerGone);
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(err) => {
+                // The thread never ran: `Shared::drop` signals the live
+                // context (harmless) and finds no thread to join.
+                drop(shared);
+                // SAFETY: no thread uses it any more.
+                unsafe { ffi::mc_ucx_free(raw) };
+                return Err(err);
+            }
+        };
+        *shared.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        tracing::info!(version = %ffi::version(), address_bytes = shared.address.len(), "UCX worker started");
+        Ok(Self { shared })
+    }
+
+    /// This worker's address, which a peer connects to.
+    pub fn address(&self) -> &Arc<[u8]> {
+        &self.shared.address
+    }
+
+    /// The UCX library's version.
+    pub fn library_version() -> String {
+        ffi::version()
+    }
+
+    /// Maps `[addr, addr + len)`, memory that `owner` keeps alive, for
+    /// remote reads until this worker stops: the worker thread holds `owner`
+    /// until then. For memory served to peers that may hold its key for
+    /// ever: over transports where UCX emulates RMA (TCP, shared memory),
+    /// the worker serves a peer's read itself and would touch unmapped
+    /// memory if the region went away first. Returns the packed remote key
+    /// and the memory's kind.
+    pub fn export(
+        &self,
+        owner: Owner,
+        addr: *const u8,
+        len: usize,
+    ) -> impl Future<Output = Result<(Vec<u8>, MemoryKind), UcxError>> + Send + use<> {
+        let (worker, addr) = (self.clone(), addr as usize);
+        async move {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            worker.send(Command::Map { addr, len, owner, reply });
+            let (rkey, kind) = answer.await.map_err(|_| UcxError::WorkerGone)??;
+            Ok((rkey, if kind <= 0 { MemoryKind::Host } else { MemoryKind::Device(kind) }))
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `remote` of the peer worker `peer`'s
+    /// mapping whose packed key is `rkey`, into `buf`.
+    pub fn get<'a>(&self, peer: Arc<[u8]>, rkey: Arc<[u8]>, remote: u64, buf: &'a mut [u8]) -> Read<'a> {
+        let done = Arc::new(Completion::default());
+        let blob_error = [("worker address", peer.len()), ("remote key", rkey.len())]
+            .into_iter()
+            .find(|(_, len)| *len == 0 || *len > UCX_BLOB_MAX_BYTES)
+            .map(|(what, len)| UcxError::BadBlob { what, len });
+        if let Some(err) = blob_error {
+            done.complete(Err(err));
+        } else if buf.is_empty() {
+            done.complete(Ok(()));
+        } else {
+            let command = Command::Get {
+                peer: peer.clone(),
+                rkey,
+                remote,
+                local: buf.as_mut_ptr() as usize,
+                len: buf.len(),
+                done: done.clone(),
+            };
+            self.send(command);
+        }
+        Read { worker: self.clone(), peer, done, _buf: std::marker::PhantomData }
+    }
+
+    fn send(&self, command: Command) {
+        self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner).push(command);
+        // SAFETY: the context lives as long as `shared` (see `Shared::drop`).
+        unsafe { ffi::mc_ucx_signal(self.shared.ucx.0) };
+    }
+}
+
+/// A read in flight; resolves when UCX completes it. Dropping it before
+/// then aborts the read (and every other on its endpoint) and waits until
+/// UCX no longer touches the buffer.
+#[derive(Debug)]
+#[must_use = "a read does nothing useful unless awaited"]
+pub struct Read<'a> {
+    worker: UcxWorker,
+    peer: Arc<[u8]>,
+    done: Arc<Completion>,
+    _buf: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl Future for Read<'_> {
+    type Output = Result<(), UcxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut slot = self.done.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        match &slot.result {
+            Some(result) => Poll::Ready(result.clone()),
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Read<'_> {
+    fn drop(&mut self) {
+        let slot = self.done.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.result.is_some() {
+            return;
+        }
+        drop(slot);
+        self.worker.send(Command::Abort { peer: self.peer.clone() });
+        let slot = self.done.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let (slot, waited) = self
+            .done
+            .done
+            .wait_timeout_while(slot, ABORT_WAIT, |slot| slot.result.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        if waited.timed_out() && slot.result.is_none() {
+            tracing::error!("UCX did not release an aborted read's buffer within {ABORT_WAIT:?}; aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// The worker's address, copied out.
+fn worker_address(ucx: UcxPtr) -> Result<Vec<u8>, UcxError> {
+    let mut buf: *mut c_void = std::ptr::null_mut();
+    let mut len = 0usize;
+    // SAFETY: a live context, valid out-pointers.
+    let status = unsafe { ffi::mc_ucx_address(ucx.0, &mut buf, &mut len) };
+    if status != 0 {
+        return Err(UcxError::status("worker address", status));
+    }
+    // SAFETY: the shim returned a malloc'd buffer of `len` bytes.
+    let address = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
+    // SAFETY: the buffer came from mc_ucx_address.
+    unsafe { ffi::mc_ucx_free_buf(buf) };
+    Ok(address)
+}
+
+/// One endpoint and the keys unpacked on it.
+struct Endpoint {
+    ep: *mut McEp,
+    rkeys: HashMap<Arc<[u8]>, *mut c_void>,
+    /// Whether UCX reports the peer's failure on it. Without that a read
+    /// of a dead peer never completes, not even when the endpoint is
+    /// closed, so its reads land in a bounce buffer of the worker's own.
+    peer_errors: bool,
+}
+
+/// A read handed to UCX and not yet complete.
+struct Pending {
+    op: Box<McOp>,
+    peer: Arc<[u8]>,
+    done: Arc<Completion>,
+    /// Where UCX writes when it is not the caller's buffer, and where the
+    /// bytes go once it completes: the caller's buffer (`local`, `len`).
+    bounce: Option<(Box<[u8]>, usize, usize)>,
+}
+
+impl Pending {
+    /// Completes the caller's read with the op's final status, copying a
+    /// bounced read into its buffer first.
+    fn finish(self) {
+        let status = self.op.status;
+        if let (0, Some((bounce, local, len))) = (status, &self.bounce) {
+            // SAFETY: the caller's Read keeps `local` (len bytes) alive and
+            // unaliased until `done` completes, which is below.
+            unsafe { std::ptr::copy_nonoverlapping(bounce.as_ptr(), *local as *mut u8, *len) };
+        }
+        self.done.complete(if status == 0 { Ok(()) } else { Err(UcxError::peer(status)) });
+    }
+}
+
+/// The worker thread's state: everything here is touched by it alone.
+struct Thread {
+    ucx: UcxPtr,
+    endpoints: HashMap<Arc<[u8]>, Endpoint>,
+    pending: Vec<Pending>,
+    /// Reads UCX never completed (their endpoint lacked peer-failure
+    /// handling and was closed): their op and bounce buffer stay until the
+    /// worker is destroyed.
+    orphans: Vec<Orphan>,
+    /// Exported regions and their owners: unmapped, and the owners
+    /// dropped, only after the worker is gone.
+    exported: Vec<(usize, Owner)>,
+}
+
+impl Thread {
+    fn new(ucx: UcxPtr) -> Self {
+        Self { ucx, endpoints: HashMap::new(), pending: Vec::new(), exported: Vec::new(), orphans: Vec::new() }
+    }
+
+    fn run(mut self, shared: &std::sync::Weak<Shared>) {
+        loop {
+            let (commands, stopping) = match shared.upgrade() {
+                Some(shared) => {
+                    let commands = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
+                    (commands, shared.stopping.load(Ordering::Acquire))
+                }
+                None => (Vec::new(), true),
+            };
+            if stopping {
+                break;
+            }
+            let busy = !commands.is_empty();
+            for command in commands {
+                self.handle(command);
+            }
+            // SAFETY: the live context, on its own thread.
+            let events = unsafe { ffi::mc_ucx_progress(self.ucx.0) };
+            self.reap();
+            if busy || events > 0 {
+                continue;
+            }
+            // SAFETY: as above.
+            let status = unsafe { ffi::mc_ucx_wait(self.ucx.0, IDLE_WAIT_MS) };
+            if status != 0 {
+                tracing::warn!(status = %ffi::status_string(status), "UCX worker wait failed");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.close_all();
+        // SAFETY: every handle is gone or stopping; nothing else uses the
+        // worker. Once it is destroyed no peer is served, so the exported
+        // regions can be unmapped, and only then their memory freed.
+        unsafe { ffi::mc_ucx_worker_destroy(self.ucx.0) };
+        self.orphans.clear();
+        for (memh, owner) in self.exported.drain(..) {
+            // SAFETY: a handle mc_ucx_map returned, unmapped once.
+            let status = unsafe { ffi::mc_ucx_unmap(self.ucx.0, memh as *mut c_void) };
+            if status != 0 {
+                tracing::warn!(status = %ffi::status_string(status), "UCX unmap failed");
+            }
+            drop(owner);
+        }
+        // SAFETY: worker destroyed, everything unmapped.
+        unsafe { ffi::mc_ucx_free(self.ucx.0) };
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Map { addr, len, owner, reply } => {
+                let mapped = self.map(addr, len).map(|(memh, rkey, kind)| {
+                    self.exported.push((memh, owner));
+                    (rkey, kind)
+                });
+                let _ = reply.send(mapped);
+            }
+            Command::Get { peer, rkey, remote, local, len, done } => {
+                if let Err(err) = self.get(&peer, &rkey, remote, local, len, &done) {
+                    done.complete(Err(err));
+                }
+            }
+            Command::Abort { peer } => self.close(&peer, None),
+        }
+    }
+
+    fn map(&mut self, addr: usize, len: usize) -> Result<(usize, Vec<u8>, i32), UcxError> {
+        let mut memh: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the caller keeps [addr, addr + len) valid while mapped.
+        let status = unsafe { ffi::mc_ucx_map(self.ucx.0, addr as *mut c_void, len, 0, &mut memh) };
+        if status != 0 {
+            return Err(UcxError::status("mem_map", status));
+        }
+        let mut buf: *mut c_void = std::ptr::null_mut();
+        let mut packed = 0usize;
+        // SAFETY: a handle just mapped; valid out-pointers.
+        let status = unsafe { ffi::mc_ucx_rkey_pack(self.ucx.0, memh, &mut buf, &mut packed) };
+        if status != 0 {
+            // SAFETY: mapped above, never handed out.
+            unsafe { ffi::mc_ucx_unmap(self.ucx.0, memh) };
+            return Err(UcxError::status("rkey_pack", status));
+        }
+        // SAFETY: the shim returned a malloc'd buffer of `packed` bytes.
+        let rkey = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), packed) }.to_vec();
+        // SAFETY: from mc_ucx_rkey_pack.
+        unsafe { ffi::mc_ucx_free_buf(buf) };
+        // SAFETY: a live handle.
+        let kind = unsafe { ffi::mc_ucx_mem_type(memh) };
+        Ok((memh as usize, rkey, kind))
+    }
+
+    fn endpoint(&mut self, peer: &Arc<[u8]>) -> Result<&mut Endpoint, UcxError> {
+        if !self.endpoints.contains_key(peer) {
+            let mut ep: *mut McEp = std::ptr::null_mut();
+            // SAFETY: `peer` is a worker address of at most
+            // UCX_BLOB_MAX_BYTES; UCX parses it (a malformed one fails here).
+            let status_first = unsafe { ffi::mc_ucx_ep_new(self.ucx.0, peer.as_ptr().cast(), 1, &mut ep) };
+            let mut status = status_first;
+            if status == UCS_ERR_UNREACHABLE {
+                // Reachable only over transports without peer-failure
+                // handling (UCX 1.13's shared memory): a dead peer is then
+                // noticed by the caller's timeout, which closes the endpoint.
+                tracing::debug!("UCX peer reachable only without peer-failure handling");
+                // SAFETY: as above.
+                status = unsafe { ffi::mc_ucx_ep_new(self.ucx.0, peer.as_ptr().cast(), 0, &mut ep) };
+            }
+            if status != 0 {
+                return Err(UcxError::peer(status));
+            }
+            let peer_errors = status_first == 0;
+            self.endpoints.insert(peer.clone(), Endpoint { ep, rkeys: HashMap::new(), peer_errors });
+        }
+        self.endpoints.get_mut(peer).ok_or(UcxError::WorkerGone)
+    }
+
+    fn get(
+        &mut self,
+        peer: &Arc<[u8]>,
+        rkey: &Arc<[u8]>,
+        remote: u64,
+        local: usize,
+        len: usize,
+        done: &Arc<Completion>,
+    ) -> Result<(), UcxError> {
+        let endpoint = self.endpoint(peer)?;
+        let (ep, peer_errors) = (endpoint.ep, endpoint.peer_errors);
+        let key = match endpoint.rkeys.get(rkey) {
+            Some(key) => *key,
+            None => {
+                let mut key: *mut c_void = std::ptr::null_mut();
+                // SAFETY: a live endpoint; `rkey` is a packed key of at most
+                // UCX_BLOB_MAX_BYTES (UCX checks its contents).
+                let status = unsafe { ffi::mc_ucx_rkey_unpack(ep, rkey.as_ptr().cast(), &mut key) };
+                if status != 0 {
+                    return Err(UcxError::status("rkey_unpack", status));
+                }
+                endpoint.rkeys.insert(rkey.clone(), key);
+                key
+            }
+        };
+        let mut op = Box::new(McOp::default());
+        let mut bounce = (!peer_errors).then(|| (vec![0u8; len].into_boxed_slice(), local, len));
+        let into = bounce.as_mut().map_or(local as *mut c_void, |(buf, _, _)| buf.as_mut_ptr().cast());
+        // SAFETY: `into` is the caller's buffer of `len` bytes, kept alive
+        // by its Read until `done` completes, or the bounce buffer, kept in
+        // `pending` (or `orphans`) as long as UCX may write it; `op` too.
+        let status = unsafe { ffi::mc_ucx_get(ep, into, len, remote, key, std::ptr::null_mut(), &mut *op) };
+        let pending = Pending { op, peer: peer.clone(), done: done.clone(), bounce };
+        match status {
+            0 | 1 if pending.op.is_done() => pending.finish(),
+            1 => self.pending.push(pending),
+            status => return Err(UcxError::status("get", status)),
+        }
+        Ok(())
+    }
+
+    /// Completes finished reads, and closes endpoints whose peer failed.
+    fn reap(&mut self) {
+        let (finished, pending) = std::mem::take(&mut self.pending).into_iter().partition(|p| p.op.is_done());
+        self.pending = pending;
+        for pending in finished {
+            pending.finish();
+        }
+        let failed: Vec<(Arc<[u8]>, i32)> = self
+            .endpoints
+            .iter()
+            // SAFETY: live endpoints.
+            .filter_map(|(peer, e)| match unsafe { ffi::mc_ucx_ep_failed(e.ep) } {
+                0 => None,
+                status => Some((peer.clone(), status)),
+            })
+            .collect();
+        for (peer, status) in failed {
+            tracing::debug!(status = %ffi::status_string(status), "UCX endpoint failed; closing it");
+            self.close(&peer, Some(status));
+        }
+    }
+
+    /// Closes the endpoint to `peer` with force: its reads complete (with an
+    /// error, unless they had finished) before this returns.
+    fn close(&mut self, peer: &Arc<[u8]>, failure: Option<i32>) {
+        if let Some(endpoint) = self.endpoints.remove(peer) {
+            // SAFETY: a live endpoint, closed once; the shim progresses the
+            // worker until the close (and the callbacks of its reads) ran.
+            unsafe { ffi::mc_ucx_ep_close(self.ucx.0, endpoint.ep) };
+            for key in endpoint.rkeys.into_values() {
+                // SAFETY: unpacked on this endpoint, destroyed once.
+                unsafe { ffi::mc_ucx_rkey_destroy(key) };
+            }
+        }
+        // A forced close completes every operation on an endpoint with
+        // peer-failure handling; on one without, a read of a dead peer never
+        // completes, and its bounce buffer is left to UCX (`orphans`).
+        let (closed, others): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| *p.peer == **peer);
+        self.pending = others;
+        for mut pending in closed {
+            if pending.op.is_done() {
+                if let (Some(failure), UCS_ERR_CANCELED) = (failure, pending.op.status) {
+                    pending.op.status = failure;
+                }
+                pending.finish();
+            } else if pending.bounce.is_some() {
+                let status = failure.unwrap_or(UCS_ERR_CANCELED);
+                pending.done.complete(Err(UcxError::peer(status)));
+                self.orphans.push((pending.op, pending.bounce.map(|(buf, _, _)| buf)));
+            } else {
+                // UCX may still write into the caller's buffer: nothing
+                // safe is left to do.
+                tracing::error!("a UCX read is still in flight after its endpoint was closed with force; aborting");
+                std::process::abort();
+            }
+        }
+    }
+
+    fn close_all(&mut self) {
+        let peers: Vec<_> = self.endpoints.keys().cloned().collect();
+        for peer in peers {
+            self.close(&peer, None);
+        }
+        for pending in self.pending.drain(..) {
+            pending.done.complete(Err(UcxError::WorkerGone));
+        }
+    }
+}
