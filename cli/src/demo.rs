@@ -29,8 +29,10 @@ pub struct DemoArgs {
     pub stores: u64,
     #[arg(long = "segment-size", default_value = "1GiB")]
     pub segment_size: String,
-    /// Transport for the workload client: tcp, shm or auto.
-    #[arg(long, default_value = "tcp")]
+    /// Transport for the workload client: tcp, shm, auto or ucx (reads
+    /// over UCX from store nodes that serve it: the demo starts them with
+    /// `--ucx`; needs a build with feature `ucx`).
+    #[arg(long, alias = "transport", default_value = "tcp")]
     pub protocol: String,
     /// Do not kill the leader halfway.
     #[arg(long = "no-kill")]
@@ -94,11 +96,25 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let protocol: Protocol = a.protocol.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = crate::up::default_dir("demo");
     eprintln!("demo: starting 3 masters and {} store nodes in {}", a.stores, dir.display());
-    let mut cluster = crate::up::start(3, a.stores, &a.segment_size, dir.clone(), &[]).await?;
+    let ucx = matches!(protocol, Protocol::Ucx);
+    let store_args: &[&str] = if ucx { &["--ucx"] } else { &[] };
+    let mut cluster = crate::up::start(3, a.stores, &a.segment_size, dir.clone(), &[], store_args).await?;
     let mut cfg = ClientConfig::new(cluster.master_addrs());
     cfg.protocol = protocol;
     let client = Client::connect(cfg).await.context("connecting the workload client")?;
-    let outcome = workload(&a, &client, &mut cluster).await;
+    let mut outcome = workload(&a, &client, &mut cluster).await;
+    if ucx && let Ok((_, get, _, _)) = &outcome {
+        // The point of `--transport ucx`: the verified gets really crossed UCX.
+        let over_ucx = transport_read_bytes(&client, mooncake_transfer::TransportKind::Ucx);
+        eprintln!("demo: {over_ucx} of {} bytes read came over UCX", get.bytes);
+        if over_ucx < get.bytes {
+            outcome = Err(anyhow::anyhow!(
+                "only {over_ucx} of {} bytes read came over UCX; the rest fell back to TCP (do the store nodes \
+                 serve UCX? see their logs)",
+                get.bytes
+            ));
+        }
+    }
     client.close().await;
     cluster.stop();
     let (put, get, verified, failover) = match outcome {
@@ -113,6 +129,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     anyhow::ensure!(put.errors == 0 && get.errors == 0, "{} puts and {} gets failed", put.errors, get.errors);
     Ok(())
+}
+
+/// Bytes `client` read over transport `kind`, from every peer.
+fn transport_read_bytes(client: &Client, kind: mooncake_transfer::TransportKind) -> u64 {
+    client.engine().stats().snapshot().iter().filter(|(k, _, _)| *k == kind).map(|(_, _, s)| s.read_bytes).sum()
 }
 
 async fn workload(

@@ -48,6 +48,18 @@ pub struct StoreArgs {
     /// Use anonymous memory instead of a /dev/shm file (no same-host shm transfers).
     #[arg(long)]
     pub anonymous: bool,
+    /// Also serve the segment to UCX readers: clients with protocol `ucx`
+    /// read it one-sided over UCX RMA (verbs, TCP or shared memory, as
+    /// UCX_TLS allows); writes stay on the checked TCP lanes. Needs a build
+    /// with feature `ucx`. See docs/TRANSFER.md and docs/SECURITY.md.
+    #[arg(long)]
+    pub ucx: bool,
+    /// With TLS on, `--ucx` is refused unless this says the fabric that
+    /// reaches the node's UCX worker is trusted: where UCX emulates RMA
+    /// (TCP, shared memory) any peer that reaches the worker can read any
+    /// byte of this process (docs/SECURITY.md).
+    #[arg(long = "ucx-trusted-fabric", requires = "ucx")]
+    pub ucx_trusted_fabric: bool,
     /// HTTP address for /health, /metrics (Prometheus text) and /standalone
     /// (what an inference process on this host needs to use this node as its
     /// store: Python's `setup_dummy(…, "<this address>")`).
@@ -133,6 +145,20 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     if let mooncake_tls::Exposure::Insecure { warning } = a.exposure()? {
         tracing::warn!("{warning}");
     }
+    anyhow::ensure!(
+        !(a.ucx && a.masters.tls.enabled() && !a.ucx_trusted_fabric),
+        "--ucx with TLS on: UCX reads bypass TLS, and where UCX emulates RMA (its TCP and shared-memory \
+         transports) any peer that reaches this node's UCX worker can read any byte of this process. Add \
+         --ucx-trusted-fabric if only the cluster's hosts can reach it (an RDMA fabric, a private network), or \
+         leave --ucx off (docs/SECURITY.md)"
+    );
+    if a.ucx {
+        tracing::warn!(
+            "--ucx: this node's memory is readable one-sided by UCX peers; the key is handed only to holders of a \
+             READ grant, but where UCX emulates RMA (TCP, shared memory) a peer that reaches the UCX worker can \
+             read any byte of this process: serve UCX on a trusted fabric only (docs/SECURITY.md)"
+        );
+    }
     let mut cfg = ClientConfig::new(a.masters.masters.clone());
     cfg.tls = a.masters.tls.load()?;
     cfg.local_hostname = a.local_hostname.clone().unwrap_or_else(|| a.listen.ip().to_string());
@@ -145,6 +171,7 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.transfer_listen = a.listen;
     cfg.prefault = a.prefault;
     cfg.shm_segment = !a.anonymous;
+    cfg.serve_ucx = a.ucx;
     cfg.protocol = Protocol::Tcp;
     cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_interval_ms);
     cfg.disk_segment = a.disk_segment.clone();
@@ -154,13 +181,14 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     let client = Client::connect_with_server_config(cfg, a.server_config()).await.context("starting the store node")?;
     let seg = client.local_segment().map(|l| l.spec()).context("store node has no segment")?;
     eprintln!(
-        "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {}, tls {})",
+        "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {}, tls {}, ucx {})",
         client.client_id(),
         seg.id,
         seg.size,
         seg.endpoint,
         if seg.shm_path.is_empty() { "off" } else { &seg.shm_path },
-        if a.masters.tls.enabled() { "on" } else { "off" }
+        if a.masters.tls.enabled() { "on" } else { "off" },
+        if a.ucx { "on" } else { "off" }
     );
     if let Some(disk) = client.local_segment().and_then(|l| l.disk_spec()) {
         eprintln!(

@@ -27,15 +27,21 @@ pub struct UpArgs {
     /// for a cluster with short TTLs.
     #[arg(long = "master-arg", value_name = "FLAG", allow_hyphen_values = true)]
     pub master_args: Vec<String>,
+    /// A flag passed to every store node (repeat for several), e.g.
+    /// `--store-arg=--ucx` for store nodes that serve UCX readers.
+    #[arg(long = "store-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub store_args: Vec<String>,
 }
 
-/// Starts the cluster (`master_args` go to every master) and waits until it serves.
+/// Starts the cluster (`master_args` go to every master, `store_args` to
+/// every store node) and waits until it serves.
 pub async fn start(
     masters: u64,
     stores: u64,
     segment_size: &str,
     dir: PathBuf,
     master_args: &[String],
+    store_args: &[&str],
 ) -> anyhow::Result<LocalCluster> {
     // One binary runs every role: `mooncake master` and `mooncake store`.
     let me = std::env::current_exe()?;
@@ -48,6 +54,9 @@ pub async fn start(
         .dir(dir);
     for a in master_args {
         builder = builder.master_arg(a);
+    }
+    for a in store_args {
+        builder = builder.store_arg(*a);
     }
     let cluster = builder.start().map_err(anyhow::Error::msg)?;
     let ready = async {
@@ -97,7 +106,8 @@ pub async fn run(a: UpArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.masters >= 1 && a.masters % 2 == 1, "--masters {} must be odd (1, 3, 5)", a.masters);
     let dir = a.dir.unwrap_or_else(|| default_dir("up"));
     eprintln!("starting {} masters and {} store nodes; data and logs in {}", a.masters, a.stores, dir.display());
-    let mut cluster = start(a.masters, a.stores, &a.segment_size, dir, &a.master_args).await?;
+    let store_args: Vec<&str> = a.store_args.iter().map(String::as_str).collect();
+    let mut cluster = start(a.masters, a.stores, &a.segment_size, dir, &a.master_args, &store_args).await?;
     let masters = cluster.master_addrs().join(",");
     let admin_token = cluster.dir().join(mooncake_auth::admin::ADMIN_TOKEN_FILE);
     let config = write_framework_config(cluster.dir(), &masters, &admin_token)?;

@@ -42,6 +42,9 @@ pub struct ClientConfig {
     pub prefault: bool,
     /// Back the segment by a file in /dev/shm (same-host clients map it).
     pub shm_segment: bool,
+    /// Also serve this node's memory segment to UCX readers (one-sided
+    /// reads; `mooncake store --ucx`). Needs the `ucx` feature.
+    pub serve_ucx: bool,
     pub tcp: TcpConfig,
     /// Mutual TLS for every connection this client makes (masters, store
     /// nodes) and accepts (its own segment's transfer server). Overrides
@@ -100,6 +103,7 @@ impl ClientConfig {
             transfer_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             prefault: false,
             shm_segment: true,
+            serve_ucx: false,
             tcp: TcpConfig::default(),
             tls: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
@@ -153,6 +157,14 @@ impl ClientConfig {
                 "put_chunk_bytes {} must be 0 (no writer chunks) or in 64KiB..=64MiB",
                 self.put_chunk_bytes
             ));
+        }
+        if !cfg!(feature = "ucx") && (self.serve_ucx || self.protocol == Protocol::Ucx) {
+            return Err("UCX (protocol ucx, or serving UCX) needs a build with the `ucx` feature (and libucx); \
+                        use protocol tcp, or rebuild with `--features ucx`"
+                .into());
+        }
+        if self.serve_ucx && self.global_segment_size == 0 {
+            return Err("serving UCX needs a memory segment (global_segment_size > 0)".into());
         }
         if self.default_replicas == 0 {
             return Err("default_replicas must be at least 1".into());

@@ -4,7 +4,7 @@
 //! presents the run's client certificate; with `--no-tls` they speak plain
 //! TCP, as the masters and store nodes then do.
 
-use mooncake_client::{ClientConfig, MasterClientConfig};
+use mooncake_client::{ClientConfig, MasterClientConfig, Protocol};
 use mooncake_tls::TlsConfig;
 
 /// The variables through which `mooncake` and the stall writers would pick
@@ -25,17 +25,24 @@ pub fn clear_tls_env(cmd: &mut std::process::Command) {
 pub struct Access {
     /// The run's client certificate, key and CA; `None` = plain TCP.
     tls: Option<TlsConfig>,
+    /// How store clients move bytes (`ucx` in `ucx-stores`, else TCP).
+    protocol: Protocol,
 }
 
 impl Access {
     /// Plain TCP (`--no-tls`).
     pub fn plain() -> Access {
-        Access { tls: None }
+        Access { tls: None, protocol: Protocol::Tcp }
     }
 
     /// Mutual TLS with `tls` (a client certificate of the run's CA).
     pub fn tls(tls: TlsConfig) -> Access {
-        Access { tls: Some(tls) }
+        Access { tls: Some(tls), protocol: Protocol::Tcp }
+    }
+
+    /// The same access, with store clients moving bytes over `protocol`.
+    pub fn with_protocol(self, protocol: Protocol) -> Access {
+        Access { protocol, ..self }
     }
 
     /// Whether connections use mutual TLS.
@@ -55,6 +62,6 @@ impl Access {
 
     /// A store client of `masters` (its transfer lanes use the same identity).
     pub fn client(&self, masters: Vec<String>) -> ClientConfig {
-        ClientConfig { tls: self.tls.clone(), ..ClientConfig::new(masters) }
+        ClientConfig { tls: self.tls.clone(), protocol: self.protocol, ..ClientConfig::new(masters) }
     }
 }

@@ -117,6 +117,10 @@ pub struct ClusterOptions {
     /// kept across their restarts), and the masters run `--enable_offload`
     /// and `--promotion_on_hit` (docs/TIERS.md).
     pub disks: bool,
+    /// Store nodes serve UCX readers (`--ucx`, with TLS also
+    /// `--ucx-trusted-fabric`: the namespaces are the harness's own), and
+    /// every client of the harness reads over UCX (protocol `ucx`).
+    pub ucx: bool,
 }
 
 /// One process of the cluster.
@@ -189,6 +193,7 @@ impl ChaosCluster {
             }
             None => Access::plain(),
         };
+        let access = if opts.ucx { access.with_protocol(mooncake_client::Protocol::Ucx) } else { access };
         let initial =
             (1..=3u64).map(|id| Ok(format!("{id}={}", master_addr(&net, id)?))).collect::<anyhow::Result<Vec<_>>>()?;
         let store =
@@ -295,6 +300,12 @@ impl ChaosCluster {
                 format!("--disk-size={STORE_DISK_SIZE}"),
                 format!("--heartbeat-interval-ms={}", DISK_STORE_HEARTBEAT.as_millis()),
             ]);
+        }
+        if self.opts.ucx {
+            args.push("--ucx".into());
+            if self.opts.tls {
+                args.push("--ucx-trusted-fabric".into());
+            }
         }
         args.extend(self.security_args(Role::Store));
         args.extend(self.opts.store_flags.iter().cloned());

@@ -112,6 +112,12 @@ struct Extras {
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
 /// violation (that is in the report), `Err` when the run itself failed.
 pub fn run(opts: RunOptions) -> anyhow::Result<RunReport> {
+    anyhow::ensure!(
+        !opts.scenario.over_ucx() || cfg!(feature = "ucx"),
+        "scenario {} reads over UCX: build mooncake-jepsen and mooncake with the `ucx` feature \
+         (`cargo build --release --features mooncake-cli/ucx,mooncake-jepsen/ucx --bin mooncake --bin mooncake-jepsen`)",
+        opts.scenario
+    );
     crate::safety::require_root()?;
     crate::safety::check_tools()?;
     let dir = opts.results_root.join(format!("{}-{}", opts.scenario, opts.seed));
@@ -150,6 +156,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         eviction,
         tls: opts.tls,
         disks: opts.scenario.has_disks(),
+        ucx: opts.scenario.over_ucx(),
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let (addrs, access) = {

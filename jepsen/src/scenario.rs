@@ -87,6 +87,7 @@ pub enum Scenario {
     StalledWriters,
     LargeState,
     DiskStores,
+    UcxStores,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -110,6 +111,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::StalledWriters,
     Scenario::LargeState,
     Scenario::DiskStores,
+    Scenario::UcxStores,
 ];
 
 /// The CI suite: one of each fault family, short enough for CI.
@@ -157,6 +159,7 @@ impl Scenario {
             Scenario::StalledWriters => "stalled-writers",
             Scenario::LargeState => "large-state",
             Scenario::DiskStores => "disk-stores",
+            Scenario::UcxStores => "ucx-stores",
         }
     }
 
@@ -184,7 +187,7 @@ impl Scenario {
             }
             Scenario::StalledWriters => &[Fault::KillUnderStall],
             Scenario::LargeState => &[Fault::FollowerBursts],
-            Scenario::DiskStores => &[Fault::StoreKill],
+            Scenario::DiskStores | Scenario::UcxStores => &[Fault::StoreKill],
         }
     }
 
@@ -230,6 +233,13 @@ impl Scenario {
     }
 
     /// Stall writer processes run next to the workloads.
+    /// Every client reads over UCX (protocol `ucx`) from store nodes that
+    /// serve it (`--ucx`): the store kills of `disk-stores` over the UCX
+    /// route. Needs the `ucx` feature in this harness and in `mooncake`.
+    pub fn over_ucx(self) -> bool {
+        self == Scenario::UcxStores
+    }
+
     pub fn needs_stall_writers(self) -> bool {
         self.faults().contains(&Fault::KillUnderStall)
     }

@@ -245,6 +245,17 @@ pub fn parse_masters(s: &str) -> Result<Vec<String>, String> {
     Ok(masters)
 }
 
+/// Whether a process with `protocol`, a segment of `segment` bytes and TLS
+/// on or off serves its segment over UCX.
+fn serves_ucx(protocol: Protocol, segment: u64, tls: bool) -> bool {
+    let ucx = match protocol {
+        Protocol::Ucx => true,
+        Protocol::Rdma => cfg!(feature = "ucx"),
+        Protocol::Tcp | Protocol::Shm | Protocol::Auto => false,
+    };
+    ucx && segment > 0 && !tls
+}
+
 /// Our transport for Mooncake's protocol name.
 pub fn parse_protocol(s: &str) -> Result<Protocol, String> {
     match s.trim() {
@@ -280,6 +291,11 @@ impl SetupArgs {
         // Mutual TLS for the masters, the store nodes and this process's
         // own segment (its transfer server then requires client certificates).
         cfg.tls = self.tls_config()?;
+        // A process reading over UCX serves its own segment to UCX readers
+        // too, except with TLS on: UCX reads bypass TLS, and a store node
+        // serves them there only when its operator says the fabric is
+        // trusted (`mooncake store --ucx-trusted-fabric`, docs/SECURITY.md).
+        cfg.serve_ucx = serves_ucx(cfg.protocol, cfg.global_segment_size, cfg.tls.is_some());
         apply_identity_env(&mut cfg, |name| std::env::var(name).ok())?;
         if cfg.global_segment_size > 0 {
             cfg.transfer_listen = host.listen_addr(port)?;

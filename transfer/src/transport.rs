@@ -53,9 +53,10 @@ pub trait Transport: Send + Sync {
 }
 
 /// Which backend the engine uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Protocol {
-    /// Always TCP.
+    /// Always TCP (the default).
+    #[default]
     Tcp,
     /// Shared memory for same-host targets, TCP otherwise.
     Shm,

@@ -91,6 +91,9 @@ impl LocalSegment {
         let memory = Arc::new(memory);
         let registry = Arc::new(SegmentRegistry::new());
         registry.register(id, memory.clone())?;
+        if cfg.serve_ucx {
+            serve_ucx(&registry)?;
+        }
         let disk = match &cfg.disk_segment {
             Some(path) => Some(open_disk(cfg, client_id, path, &registry)?),
             None => None,
@@ -422,4 +425,25 @@ fn fresh_segment_id(not: Option<SegmentId>) -> SegmentId {
             return id;
         }
     }
+}
+
+/// Serves the node's memory segments over UCX too (`ClientConfig::serve_ucx`).
+#[cfg(feature = "ucx")]
+fn serve_ucx(registry: &SegmentRegistry) -> Result<(), ClientError> {
+    use mooncake_transfer::ucx::{UcxExports, UcxWorker};
+    let worker = UcxWorker::start().map_err(|err| {
+        ClientError::Config(format!(
+            "serving UCX: UCX did not start: {err}; check UCX_TLS and the other UCX_* variables (`ucx_info -d` \
+             lists what this host has), or leave UCX off"
+        ))
+    })?;
+    registry.serve_ucx(Arc::new(UcxExports::new(worker)));
+    tracing::info!(version = %UcxWorker::library_version(), "serving the segment over UCX too");
+    Ok(())
+}
+
+/// Without the `ucx` feature, `ClientConfig::validate` refuses `serve_ucx`.
+#[cfg(not(feature = "ucx"))]
+fn serve_ucx(_registry: &SegmentRegistry) -> Result<(), ClientError> {
+    Err(ClientError::Config("serving UCX needs a build with the `ucx` feature".into()))
 }
