@@ -50,6 +50,27 @@ impl Cluster {
     /// [`start`](Self::start), with mutual TLS everywhere when `tls` (a
     /// development PKI in the cluster's dir; its clients use it too).
     pub async fn start_with_tls(exe: &Path, spec: Spec, master_args: &[String], tls: bool) -> anyhow::Result<Cluster> {
+        Self::launch(exe, spec, master_args, tls, &[]).await
+    }
+
+    /// [`start`](Self::start), with `store_args` given to every store node
+    /// (`--ucx`: the data bench's UCX rows).
+    pub async fn start_with_store_args(
+        exe: &Path,
+        spec: Spec,
+        master_args: &[String],
+        store_args: &[&str],
+    ) -> anyhow::Result<Cluster> {
+        Self::launch(exe, spec, master_args, false, store_args).await
+    }
+
+    async fn launch(
+        exe: &Path,
+        spec: Spec,
+        master_args: &[String],
+        tls: bool,
+        store_args: &[&str],
+    ) -> anyhow::Result<Cluster> {
         let mut b = LocalCluster::builder()
             .master_command(exe, &["master"])
             .store_command(exe, &["store"])
@@ -58,6 +79,9 @@ impl Cluster {
             .segment_size(spec.segment_size);
         if spec.prefault {
             b = b.store_arg("--prefault");
+        }
+        for a in store_args {
+            b = b.store_arg(*a);
         }
         if tls {
             b = b.tls();

@@ -66,6 +66,22 @@ const QUICK_PHASE_TIME: Duration = Duration::from_secs(2);
 /// Concurrent clients when more than one.
 pub const CLIENTS_N: usize = 4;
 
+/// The routes measured: TCP lanes and shared memory, and in a build with
+/// the `ucx` feature UCX reads (one-sided, from store nodes run `--ucx`;
+/// writes over the TCP lanes), over the transports `UCX_TLS` allows.
+fn protocols() -> Vec<Protocol> {
+    let mut protocols = vec![Protocol::Tcp, Protocol::Shm];
+    if cfg!(feature = "ucx") {
+        protocols.push(Protocol::Ucx);
+    }
+    protocols
+}
+
+/// Store-node flags of the data cluster: `--ucx` where UCX rows are measured.
+fn store_args() -> &'static [&'static str] {
+    if cfg!(feature = "ucx") { &["--ucx"] } else { &[] }
+}
+
 /// What one run covers.
 struct Plan {
     sizes: Vec<usize>,
@@ -78,17 +94,11 @@ struct Plan {
 impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
-            return Plan {
-                sizes: vec![4 * MIB],
-                protocols: vec![Protocol::Tcp, Protocol::Shm],
-                clients: vec![1],
-                replicas: vec![1],
-                quick,
-            };
+            return Plan { sizes: vec![4 * MIB], protocols: protocols(), clients: vec![1], replicas: vec![1], quick };
         }
         Plan {
             sizes: vec![64 * KIB, MIB, 4 * MIB, 16 * MIB],
-            protocols: vec![Protocol::Tcp, Protocol::Shm],
+            protocols: protocols(),
             clients: vec![1, CLIENTS_N],
             replicas: vec![1, 2],
             quick,
@@ -133,9 +143,8 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let plan = Plan::new(ctx.quick);
     ctx.progress.step("data: starting 3 masters and 2 store nodes (pre-faulted segments)");
     let (segment_size, segment_bytes) = if ctx.quick { ("768MiB", 768 << 20) } else { ("1GiB", 1 << 30) };
-    let cluster =
-        Cluster::start(&ctx.exe, Spec { masters: 3, stores: 2, segment_size, prefault: true }, &ctx.master_args)
-            .await?;
+    let spec = Spec { masters: 3, stores: 2, segment_size, prefault: true };
+    let cluster = Cluster::start_with_store_args(&ctx.exe, spec, &ctx.master_args, store_args()).await?;
     let congestion = TcpConfig::default().congestion;
     let server = RawServer::start(congestion.clone())?;
     let mut tables = Tables { results: results_table(), baselines: baselines_table() };
@@ -178,6 +187,14 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
         congestion.as_deref().unwrap_or("system default")
     ));
     section.note("tcp ratio: get vs raw TCP GET, put vs raw TCP PUT (one connection per client); shm ratio: vs memcpy");
+    if cfg!(feature = "ucx") {
+        section.note(format!(
+            "ucx: gets read one-sided over UCX (UCX_TLS={}; on loopback TCP UCX is slower than our lanes, the rows \
+             are there so an RDMA fabric is measured with the same command), puts go over the TCP lanes; ratio vs \
+             raw TCP",
+            std::env::var("UCX_TLS").unwrap_or_else(|_| "unset: UCX's choice".into())
+        ));
+    }
     section.note(
         "over TLS: ratio = GB/s over TLS / plain cell; /raw TLS = GB/s over TLS / raw TLS of the same op; \
          raw TLS/TCP = raw TLS / raw TCP of 1 client (on loopback both ends' AES-GCM share these cores: \

@@ -21,6 +21,7 @@
 //! the local route share; `registry` the segments a store node serves.
 
 mod access;
+mod device;
 mod engine;
 mod error;
 pub mod fence;
@@ -39,6 +40,7 @@ mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;
 
+pub use device::{AddressKind, address_kind};
 pub use engine::{BatchRead, TransferEngine};
 pub use error::TransferError;
 pub use fence::{Fence, SharedFence};

@@ -265,6 +265,16 @@ impl MooncakeDistributedStore {
     fn register_buffer(&self, buffer_ptr: i64, size: i64) -> PyResult<Code> {
         let (ptr, len) = (unsigned(buffer_ptr, "buffer_ptr")?, unsigned(size, "size")?);
         let s = session!(self, codes::INVALID_PARAMS);
+        if mooncake_transfer::address_kind(ptr) == mooncake_transfer::AddressKind::Device {
+            tracing::warn!(
+                ptr,
+                len,
+                "register_buffer refused: the buffer is GPU memory, and this build moves host memory only (its \
+                 routes read and checksum object bytes with the CPU); register host memory (pinned, e.g. \
+                 torch's pin_memory()) and copy to the GPU from it (docs/TRANSFER.md)"
+            );
+            return Ok(codes::INVALID_PARAMS);
+        }
         Ok(match s.registry().register(ptr, len) {
             Ok(()) => codes::OK,
             Err(e) => {
