@@ -154,6 +154,18 @@ impl TransferEngine {
         })
     }
 
+    /// Whether reads of `target` go to the UCX route: this engine has one,
+    /// and `target`'s node is not known to lack UCX.
+    #[cfg(feature = "ucx")]
+    fn reads_over_ucx(&self, target: &RemoteSegment) -> bool {
+        self.ucx.as_ref().is_some_and(|route| !route.known_unsupported(target.id))
+    }
+
+    #[cfg(not(feature = "ucx"))]
+    fn reads_over_ucx(&self, _target: &RemoteSegment) -> bool {
+        false
+    }
+
     #[cfg(not(feature = "ucx"))]
     async fn read_ucx(
         &self,

@@ -20,7 +20,7 @@ use mooncake_auth::capability::Access;
 use mooncake_transfer::frame::{self, Status};
 use mooncake_transfer::testing::{self, SUITE_SEGMENT_MIN_BYTES};
 use mooncake_transfer::ucx::{UcxExports, UcxWorker};
-use mooncake_transfer::{Protocol, TcpConfig, TransferEngine, TransferError, TransportKind};
+use mooncake_transfer::{BatchRead, Protocol, TcpConfig, TransferEngine, TransferError, TransportKind};
 
 /// A node whose registry also serves UCX.
 async fn ucx_node(size: u64) -> (Node, Arc<UcxExports>) {
@@ -121,6 +121,34 @@ async fn a_read_from_a_node_whose_ucx_worker_is_gone_fails_instead_of_hanging() 
         other => panic!("a read from a node whose UCX worker is gone must fail as PeerGone or Timeout: {other:?}"),
     }
     eprintln!("failed after {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_small_reads_go_over_ucx_too() {
+    let (node, _exports) = ucx_node(4 << 20).await;
+    let engine = ucx_engine();
+    let values: Vec<Vec<u8>> = (0..16).map(|i| testing::pattern(100 + i, 4096 + i as usize * 512)).collect();
+    let mut offset = 0u64;
+    let mut offsets = Vec::new();
+    for value in &values {
+        engine.write(&node.writer(), offset, value).await.unwrap();
+        offsets.push(offset);
+        offset += (value.len() as u64).next_multiple_of(4096);
+    }
+    let reader = node.reader();
+    let mut bufs: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
+    let items = bufs
+        .iter_mut()
+        .zip(&offsets)
+        .map(|(buf, &offset)| BatchRead { target: &reader, offset, buf: buf.as_mut_slice() })
+        .collect();
+    let results = engine.read_batch_checksummed(items).await;
+    for (i, (result, value)) in results.iter().zip(&values).enumerate() {
+        let crc = result.as_ref().unwrap_or_else(|e| panic!("item {i}: {e}"));
+        assert_eq!(*crc, mooncake_segment::checksum::crc32c(value), "item {i}'s checksum");
+        assert!(bufs[i] == *value, "item {i}'s bytes");
+    }
+    assert_eq!(node.server.stats().read_bytes, 0, "no item of the batch went over the TCP lanes");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Batched reads: [`TransferEngine::read_batch_checksummed`] reads many
 //! objects at once, each by the cheapest route. This process's own segments
-//! take the local route; other same-host targets are copied over shared
-//! memory; small reads from one store node share a pipeline on one
+//! take the local route; with a UCX route, every other segment whose node
+//! is not known to lack UCX is read one-sided, each item on its own; other
+//! same-host targets are copied over shared memory; small reads from one store node share a pipeline on one
 //! connection ([`TcpTransport::read_pipelined`](crate::TcpTransport::read_pipelined));
 //! every other read (larger than the split size, or out of range) takes the
 //! path of a single read.
@@ -34,7 +35,7 @@ impl TransferEngine {
         let mut pipelined: HashMap<&str, Vec<(usize, ReadItem<'_>)>> = HashMap::new();
         let mut singles = Vec::new();
         for (index, BatchRead { target, offset, buf }) in items.into_iter().enumerate() {
-            if self.local_route(target).is_some() {
+            if self.local_route(target).is_some() || self.reads_over_ucx(target) {
                 singles.push((index, target, offset, buf));
             } else if let Some(memory) = self.shm_route(target) {
                 results[index] = Some(self.read_shm_checksummed(&memory, target, offset, buf));

@@ -83,6 +83,11 @@ impl UcxRoute {
         result.map(|()| true)
     }
 
+    /// Whether segment `id`'s node answered that it serves no UCX.
+    pub(crate) fn known_unsupported(&self, id: SegmentId) -> bool {
+        matches!(self.lock().get(&id), Some(Known::Unsupported))
+    }
+
     /// The key of `target`, asked of its node under the READ grant for
     /// `[offset, offset + len)` if not cached.
     async fn key(
