@@ -154,9 +154,10 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     );
     if a.ucx {
         tracing::warn!(
-            "--ucx: this node's memory is readable one-sided by UCX peers; the key is handed only to holders of a \
-             READ grant, but where UCX emulates RMA (TCP, shared memory) a peer that reaches the UCX worker can \
-             read any byte of this process: serve UCX on a trusted fabric only (docs/SECURITY.md)"
+            "--ucx: this node's segment is reachable one-sided by UCX peers; its key goes only to holders of a \
+             READ grant, but a key also writes (UCX registers with full access), and where UCX emulates RMA \
+             (TCP, shared memory) a peer that reaches the UCX worker can read any byte of this process: serve \
+             UCX on a trusted fabric only (docs/SECURITY.md)"
         );
     }
     let mut cfg = ClientConfig::new(a.masters.masters.clone());

@@ -125,8 +125,9 @@ int32_t mc_ucx_address(mc_ucx_t *ucx, void **buf, size_t *len) {
 
 void mc_ucx_free_buf(void *buf) { free(buf); }
 
-/* Maps [addr, addr + len) for remote access: read-only for peers when
- * remote_write is 0 (enforced by hardware on verbs). */
+/* Maps [addr, addr + len) for remote access, asking for remote reads only
+ * when remote_write is 0. UCX 1.13 registers with full remote access
+ * whatever `prot` says (docs/SECURITY.md); later versions may honour it. */
 int32_t mc_ucx_map(mc_ucx_t *ucx, void *addr, size_t len, int32_t remote_write, void **memh) {
     ucp_mem_map_params_t params;
     memset(&params, 0, sizeof(params));
@@ -211,22 +212,33 @@ int32_t mc_ucx_ep_new(mc_ucx_t *ucx, const void *addr, int32_t peer_errors, mc_e
 
 int32_t mc_ucx_ep_failed(const mc_ep_t *ep) { return ep->failed; }
 
-/* Closes an endpoint (force: outstanding operations on it complete with an
- * error) and waits for the close, progressing the worker. */
-void mc_ucx_ep_close(mc_ucx_t *ucx, mc_ep_t *ep) {
+/* Closes an endpoint made with peer_errors, with force (UCP refuses a
+ * forced close of any other): outstanding operations on it complete with an
+ * error, some only during later progress. Returns 0 once the close is under
+ * way, or the failed close's status. Either way the wrapper `ep` stays
+ * valid (its error handler's argument) until mc_ucx_ep_free, after the
+ * worker is destroyed. */
+int32_t mc_ucx_ep_close(mc_ucx_t *ucx, mc_ep_t *ep) {
     ucp_request_param_t param;
     memset(&param, 0, sizeof(param));
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t request = ucp_ep_close_nbx(ep->ep, &param);
-    if (UCS_PTR_IS_PTR(request)) {
+    if (UCS_PTR_IS_ERR(request)) {
+        return UCS_PTR_STATUS(request);
+    }
+    if (request != NULL) {
         while (ucp_request_check_status(request) == UCS_INPROGRESS) {
             ucp_worker_progress(ucx->worker);
         }
         ucp_request_free(request);
     }
-    free(ep);
+    return UCS_OK;
 }
+
+/* Frees an endpoint's wrapper once its worker is destroyed (which destroyed
+ * the endpoint itself). */
+void mc_ucx_ep_free(mc_ep_t *ep) { free(ep); }
 
 int32_t mc_ucx_rkey_unpack(mc_ep_t *ep, const void *buf, void **rkey) {
     return ucp_ep_rkey_unpack(ep->ep, buf, (ucp_rkey_h *)rkey);
@@ -274,12 +286,13 @@ int32_t mc_ucx_get(mc_ep_t *ep, void *local, size_t len, uint64_t remote, void *
     return mc_issue(ucp_get_nbx(ep->ep, local, len, remote, (ucp_rkey_h)rkey, &param), op);
 }
 
-/* Progresses the worker until it has nothing left to do; how many events
- * it handled. */
-unsigned mc_ucx_progress(mc_ucx_t *ucx) {
+/* Progresses the worker until it has nothing left to do, or for at most
+ * `rounds` rounds (so queued commands are not starved under load); how
+ * many events it handled. */
+unsigned mc_ucx_progress(mc_ucx_t *ucx, unsigned rounds) {
     unsigned total = 0;
     unsigned events;
-    while ((events = ucp_worker_progress(ucx->worker)) != 0) {
+    while (rounds-- > 0 && (events = ucp_worker_progress(ucx->worker)) != 0) {
         total += events;
     }
     return total;

@@ -30,24 +30,32 @@ const MEMORYTYPE_DEVICE: c_uint = 2;
 /// `cuPointerGetAttribute(void *data, CUpointer_attribute, CUdeviceptr)`.
 type GetAttribute = unsafe extern "C" fn(*mut c_void, c_int, c_ulonglong) -> c_int;
 
-/// The driver's `cuPointerGetAttribute`, if the driver is loaded.
+/// The driver's `cuPointerGetAttribute`, if the driver is loaded. Found
+/// once; until then looked for on every call (a process may load CUDA
+/// lazily, after its first question here).
 fn get_attribute() -> Option<GetAttribute> {
-    static FOUND: OnceLock<Option<usize>> = OnceLock::new();
-    let found = *FOUND.get_or_init(|| {
-        // SAFETY: dlopen with RTLD_NOLOAD never loads a library; the name is
-        // a NUL-terminated literal.
-        let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            return None;
+    static FOUND: OnceLock<usize> = OnceLock::new();
+    let symbol = match FOUND.get() {
+        Some(symbol) => *symbol,
+        None => {
+            // SAFETY: dlopen with RTLD_NOLOAD never loads a library; the
+            // name is a NUL-terminated literal.
+            let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+            if handle.is_null() {
+                return None;
+            }
+            // SAFETY: a live handle and a NUL-terminated name. The handle
+            // stays open for the process's life (the driver stays loaded).
+            let symbol = unsafe { libc::dlsym(handle, c"cuPointerGetAttribute".as_ptr()) };
+            if symbol.is_null() {
+                return None;
+            }
+            *FOUND.get_or_init(|| symbol as usize)
         }
-        // SAFETY: a live handle and a NUL-terminated name. The handle is
-        // kept open for the process's life (the driver stays loaded anyway).
-        let symbol = unsafe { libc::dlsym(handle, c"cuPointerGetAttribute".as_ptr()) };
-        (!symbol.is_null()).then_some(symbol as usize)
-    });
+    };
     // SAFETY: the symbol is the driver's cuPointerGetAttribute, whose C
     // signature is GetAttribute.
-    found.map(|symbol| unsafe { std::mem::transmute::<usize, GetAttribute>(symbol) })
+    Some(unsafe { std::mem::transmute::<usize, GetAttribute>(symbol) })
 }
 
 /// What memory `ptr` is. Host unless a loaded CUDA driver says device (an

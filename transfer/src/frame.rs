@@ -53,7 +53,7 @@
 //!
 //! UCX_KEY asks for what a client needs to read the segment one-sided over
 //! UCX: the node's UCX worker address, the segment's packed remote key (a
-//! read-only mapping) and the segment's base address in the node
+//! mapping for peers' reads) and the segment's base address in the node
 //! ([`UcxKey`], encoded by [`encode_ucx_key`]). It is admitted exactly like
 //! a READ of its range, so only a holder of a READ grant for the segment
 //! learns the key. A node that cannot serve the segment over UCX answers

@@ -151,6 +151,37 @@ async fn batched_small_reads_go_over_ucx_too() {
     assert_eq!(node.server.stats().read_bytes, 0, "no item of the batch went over the TCP lanes");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_given_up_mid_flight_leaves_the_buffer_alone_and_the_route_working() {
+    let size = 32 << 20;
+    let (node, _exports) = ucx_node(size as u64).await;
+    let engine = ucx_engine();
+    let data = testing::pattern(9, size);
+    engine.write(&node.writer(), 0, &data).await.unwrap();
+    let mut warm = vec![0u8; 4096];
+    engine.read(&node.reader(), 0, &mut warm).await.unwrap();
+    // Reads of 32 MiB given up after 1 ms, over and over: each drop ends
+    // the read's endpoint and returns only once UCX has let go of the
+    // buffer, which is then freed (a write after that would be a
+    // use-after-free; the allocator reuses the memory at once).
+    let mut given_up = 0;
+    let reader = node.reader();
+    for _ in 0..8 {
+        let mut buf = vec![0u8; size];
+        let read = engine.read(&reader, 0, &mut buf);
+        if tokio::time::timeout(Duration::from_millis(1), read).await.is_err() {
+            given_up += 1;
+        }
+        drop(buf);
+        let mut filler = vec![0xEEu8; size];
+        std::hint::black_box(&mut filler);
+    }
+    assert!(given_up > 0, "no read was slow enough to be given up; the test proves nothing");
+    let mut back = vec![0u8; size];
+    engine.read(&node.reader(), 0, &mut back).await.unwrap();
+    assert!(back == data, "a read after the given-up ones returned other bytes");
+}
+
 #[test]
 fn ucx_keys_round_trip_and_malformed_ones_are_refused() {
     let key = frame::UcxKey { worker: vec![1; 77], rkey: vec![2; 33], base: 0xDEAD_BEEF };

@@ -1,5 +1,5 @@
 //! [`UcxExports`]: a store node's segments as UCX serves them. Each memory
-//! segment is mapped read-only for peers the first time a client asks for
+//! segment is mapped for peers' reads the first time a client asks for
 //! its key; the answer to UCX_KEY is [`crate::frame::UcxKey`] encoded.
 //!
 //! An exported segment stays mapped, and its memory alive, until the
@@ -33,12 +33,16 @@ struct Exported {
 pub struct UcxExports {
     worker: UcxWorker,
     exported: Mutex<HashMap<SegmentId, Exported>>,
+    /// How many exports this node made in its life; held while a segment
+    /// is exported, so that two first requests for it export it once
+    /// (exports are rare: one per segment).
+    exports: tokio::sync::Mutex<usize>,
 }
 
 impl UcxExports {
     /// Serves segments through `worker`.
     pub fn new(worker: UcxWorker) -> Self {
-        Self { worker, exported: Mutex::new(HashMap::new()) }
+        Self { worker, exported: Mutex::new(HashMap::new()), exports: tokio::sync::Mutex::new(0) }
     }
 
     /// The worker.
@@ -51,21 +55,20 @@ impl UcxExports {
     /// changed since).
     pub(crate) async fn key(&self, id: SegmentId, memory: &Arc<SegmentMemory>) -> Result<Arc<[u8]>, UcxError> {
         let len = usize::try_from(memory.len()).map_err(|_| UcxError::BadBlob { what: "segment", len: usize::MAX })?;
-        {
-            let exported = self.lock();
-            if let Some(entry) = exported.get(&id)
-                && Arc::ptr_eq(&entry.memory, memory)
-            {
-                return Ok(entry.key.clone());
-            }
-            if exported.len() >= EXPORTS_MAX && !exported.contains_key(&id) {
-                return Err(UcxError::TooManyExports { max: EXPORTS_MAX });
-            }
+        if let Some(key) = self.exported_key(id, memory) {
+            return Ok(key);
         }
-        // Exported outside the lock; of two first requests racing, both
-        // exports stand (the same memory mapped twice) and one key is kept.
+        let mut exports = self.exports.lock().await;
+        // Another request may have exported it while this one waited.
+        if let Some(key) = self.exported_key(id, memory) {
+            return Ok(key);
+        }
+        if *exports >= EXPORTS_MAX {
+            return Err(UcxError::TooManyExports { max: EXPORTS_MAX });
+        }
         let owner: super::worker::Owner = memory.clone();
         let (rkey, _kind) = self.worker.export(owner, memory.as_ptr(), len).await?;
+        *exports += 1;
         let key: Arc<[u8]> = frame::encode_ucx_key(&UcxKey {
             worker: self.worker.address().to_vec(),
             rkey,
@@ -75,6 +78,11 @@ impl UcxExports {
         tracing::debug!(segment = %id, bytes = len, "segment exported for UCX reads");
         self.lock().insert(id, Exported { memory: memory.clone(), key: key.clone() });
         Ok(key)
+    }
+
+    /// The key of `id` if it was exported with this very memory.
+    fn exported_key(&self, id: SegmentId, memory: &Arc<SegmentMemory>) -> Option<Arc<[u8]>> {
+        self.lock().get(&id).filter(|entry| Arc::ptr_eq(&entry.memory, memory)).map(|entry| entry.key.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SegmentId, Exported>> {

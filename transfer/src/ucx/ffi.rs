@@ -3,6 +3,7 @@
 //! them, from its one thread, with the pointers they returned.
 
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Opaque: a UCP context and its one worker.
 #[repr(C)]
@@ -16,22 +17,32 @@ pub(super) struct McEp {
     _opaque: [u8; 0],
 }
 
-/// One operation's completion, written by the shim's callback (`mc_op_t`).
+/// One operation's completion, written by the shim's callback (`mc_op_t`:
+/// two `int32_t`, which `AtomicI32` matches in size and alignment; the
+/// shim writes `status`, then `done` with a release store).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub(super) struct McOp {
-    pub(super) done: i32,
-    pub(super) status: i32,
+    done: AtomicI32,
+    status: AtomicI32,
 }
 
 impl McOp {
     /// Whether the shim has set the final status (an acquire load, pairing
     /// with the callback's release store).
     pub(super) fn is_done(&self) -> bool {
-        // SAFETY: `done` is a valid, aligned i32 that the shim writes with
-        // an atomic store; reading it atomically is sound.
-        let done = unsafe { &*(&raw const self.done).cast::<std::sync::atomic::AtomicI32>() };
-        done.load(std::sync::atomic::Ordering::Acquire) != 0
+        self.done.load(Ordering::Acquire) != 0
+    }
+
+    /// The final status (meaningful once [`is_done`](Self::is_done)).
+    pub(super) fn status(&self) -> i32 {
+        self.status.load(Ordering::Relaxed)
+    }
+
+    /// The pointer the shim writes through (atomics allow writes through a
+    /// shared reference).
+    pub(super) fn as_ptr(&self) -> *mut McOp {
+        std::ptr::from_ref(self).cast_mut()
     }
 }
 
@@ -55,7 +66,8 @@ unsafe extern "C" {
     pub(super) fn mc_ucx_rkey_pack(ucx: *mut McUcx, memh: *mut c_void, buf: *mut *mut c_void, len: *mut usize) -> i32;
     pub(super) fn mc_ucx_ep_new(ucx: *mut McUcx, addr: *const c_void, peer_errors: i32, out: *mut *mut McEp) -> i32;
     pub(super) fn mc_ucx_ep_failed(ep: *const McEp) -> i32;
-    pub(super) fn mc_ucx_ep_close(ucx: *mut McUcx, ep: *mut McEp);
+    pub(super) fn mc_ucx_ep_close(ucx: *mut McUcx, ep: *mut McEp) -> i32;
+    pub(super) fn mc_ucx_ep_free(ep: *mut McEp);
     pub(super) fn mc_ucx_rkey_unpack(ep: *mut McEp, buf: *const c_void, rkey: *mut *mut c_void) -> i32;
     pub(super) fn mc_ucx_rkey_destroy(rkey: *mut c_void);
     pub(super) fn mc_ucx_get(
@@ -67,7 +79,7 @@ unsafe extern "C" {
         memh: *mut c_void,
         op: *mut McOp,
     ) -> i32;
-    pub(super) fn mc_ucx_progress(ucx: *mut McUcx) -> u32;
+    pub(super) fn mc_ucx_progress(ucx: *mut McUcx, rounds: u32) -> u32;
     pub(super) fn mc_ucx_wait(ucx: *mut McUcx, timeout_ms: i32) -> i32;
     pub(super) fn mc_ucx_signal(ucx: *mut McUcx) -> i32;
 }

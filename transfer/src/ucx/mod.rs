@@ -5,7 +5,7 @@
 //! - `worker`: [`UcxWorker`], a UCP context and worker owned by one thread,
 //!   with reads as futures that are safe to drop.
 //! - `exports`: the store node's side, [`UcxExports`]: maps each memory
-//!   segment read-only and answers UCX_KEY requests (`crate::frame`) with
+//!   segment for peers' reads and answers UCX_KEY requests (`crate::frame`) with
 //!   its key, once the request's READ capability verifies.
 //! - `route`: the client's side, [`UcxRoute`]: fetches a segment's key over
 //!   the TCP lanes (under the replica's READ grant), caches it, and reads

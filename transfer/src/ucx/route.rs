@@ -100,6 +100,9 @@ impl UcxRoute {
         if let Some(known) = self.lock().get(&target.id) {
             return Ok(known.clone());
         }
+        // The request is admitted like a READ of its range, which one frame
+        // caps; a part of a larger read's range is covered by its grant too.
+        let len = len.min(crate::frame::FRAME_PAYLOAD_MAX_BYTES);
         let known = match tcp.ucx_key(target, offset, len).await? {
             None => {
                 tracing::info!(segment = %target.id, endpoint = %target.endpoint,

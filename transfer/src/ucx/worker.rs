@@ -4,9 +4,12 @@
 //!
 //! The thread progresses the worker, completes finished reads, and sleeps
 //! on the worker's event fd when idle. It keeps one endpoint per peer worker
-//! address and the remote keys unpacked on it; an endpoint whose error
-//! handler fired, or that a caller gave up on ([`Command::Abort`]), is closed
-//! with force, which completes every read still on it with an error.
+//! address and the remote keys unpacked on it. An endpoint whose error
+//! handler fired, or on which a caller gave up a read ([`Command::Abort`]),
+//! is ended: closed with force where it has peer-failure handling (its reads
+//! then complete with an error during progress, and its keys are destroyed
+//! once they have), else left unused with its reads given up (they wrote
+//! into bounce buffers, which stay with UCX until the worker is destroyed).
 //!
 //! Memory safety of a read's buffer: UCX writes into it until the read
 //! completes. A [`Read`] future that is dropped first (a timeout, a sibling
@@ -152,7 +155,7 @@ enum Command {
         done: Arc<Completion>,
     },
     Abort {
-        peer: Arc<[u8]>,
+        done: Arc<Completion>,
     },
 }
 
@@ -189,11 +192,17 @@ impl Drop for Shared {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::Release);
         // SAFETY: the thread frees the context only after seeing `stopping`
-        // and it is joined below, so the pointer is still valid here.
+        // (and, but for the case below, it is joined first), so the
+        // pointer is still valid here.
         unsafe { ffi::mc_ucx_signal(self.ucx.0) };
-        if let Some(thread) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take()
-            && thread.join().is_err()
-        {
+        let Some(thread) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take() else { return };
+        // The worker thread holds `Shared` for a moment each turn: if the
+        // last handle went meanwhile, this runs there, and the thread ends
+        // by itself once this returns.
+        if thread.thread().id() == std::thread::current().id() {
+            return;
+        }
+        if thread.join().is_err() {
             tracing::error!("the UCX worker thread panicked");
         }
     }
@@ -299,7 +308,7 @@ impl UcxWorker {
             done.complete(Ok(()));
         } else {
             let command = Command::Get {
-                peer: peer.clone(),
+                peer,
                 rkey,
                 remote,
                 local: buf.as_mut_ptr() as usize,
@@ -308,7 +317,7 @@ impl UcxWorker {
             };
             self.send(command);
         }
-        Read { worker: self.clone(), peer, done, _buf: std::marker::PhantomData }
+        Read { worker: self.clone(), done, _buf: std::marker::PhantomData }
     }
 
     fn send(&self, command: Command) {
@@ -319,13 +328,13 @@ impl UcxWorker {
 }
 
 /// A read in flight; resolves when UCX completes it. Dropping it before
-/// then aborts the read (and every other on its endpoint) and waits until
-/// UCX no longer touches the buffer.
+/// then ends its endpoint (failing the other reads on it, which their
+/// callers retry on another replica) and waits until UCX no longer touches
+/// the buffer.
 #[derive(Debug)]
 #[must_use = "a read does nothing useful unless awaited"]
 pub struct Read<'a> {
     worker: UcxWorker,
-    peer: Arc<[u8]>,
     done: Arc<Completion>,
     _buf: std::marker::PhantomData<&'a mut [u8]>,
 }
@@ -352,7 +361,7 @@ impl Drop for Read<'_> {
             return;
         }
         drop(slot);
-        self.worker.send(Command::Abort { peer: self.peer.clone() });
+        self.worker.send(Command::Abort { done: self.done.clone() });
         let slot = self.done.slot.lock().unwrap_or_else(PoisonError::into_inner);
         let (slot, waited) = self
             .done
@@ -385,6 +394,8 @@ fn worker_address(ucx: UcxPtr) -> Result<Vec<u8>, UcxError> {
 /// One endpoint and the keys unpacked on it.
 struct Endpoint {
     ep: *mut McEp,
+    /// Tells this endpoint from a later one to the same peer.
+    generation: u64,
     rkeys: HashMap<Arc<[u8]>, *mut c_void>,
     /// Whether UCX reports the peer's failure on it. Without that a read
     /// of a dead peer never completes, not even when the endpoint is
@@ -396,17 +407,25 @@ struct Endpoint {
 struct Pending {
     op: Box<McOp>,
     peer: Arc<[u8]>,
+    /// The endpoint it was issued on.
+    generation: u64,
     done: Arc<Completion>,
     /// Where UCX writes when it is not the caller's buffer, and where the
     /// bytes go once it completes: the caller's buffer (`local`, `len`).
     bounce: Option<(Box<[u8]>, usize, usize)>,
+    /// Set when its endpoint was closed: the status to report in place of
+    /// the cancellation the close causes (the peer's failure).
+    failure: Option<i32>,
 }
 
 impl Pending {
     /// Completes the caller's read with the op's final status, copying a
     /// bounced read into its buffer first.
     fn finish(self) {
-        let status = self.op.status;
+        let status = match (self.op.status(), self.failure) {
+            (UCS_ERR_CANCELED, Some(failure)) => failure,
+            (status, _) => status,
+        };
         if let (0, Some((bounce, local, len))) = (status, &self.bounce) {
             // SAFETY: the caller's Read keeps `local` (len bytes) alive and
             // unaliased until `done` completes, which is below.
@@ -416,14 +435,32 @@ impl Pending {
     }
 }
 
+/// The keys of a closed endpoint, destroyed once no read issued on it is
+/// left (UCX may complete a closed endpoint's reads during later progress).
+struct Retired {
+    generation: u64,
+    rkeys: Vec<*mut c_void>,
+}
+
+/// How many progress rounds one loop turn may take before the queue is
+/// looked at again.
+const PROGRESS_ROUNDS: u32 = 64;
+
 /// The worker thread's state: everything here is touched by it alone.
 struct Thread {
     ucx: UcxPtr,
     endpoints: HashMap<Arc<[u8]>, Endpoint>,
+    next_generation: u64,
     pending: Vec<Pending>,
+    retired: Vec<Retired>,
+    /// Ended endpoints' wrappers (their error handler's argument), freed
+    /// after the worker is destroyed. Those without peer-failure handling
+    /// were never closed (UCP refuses to close them with force, and a
+    /// flushing close of a dead peer never ends): the worker destroys them.
+    ended: Vec<*mut McEp>,
     /// Reads UCX never completed (their endpoint lacked peer-failure
-    /// handling and was closed): their op and bounce buffer stay until the
-    /// worker is destroyed.
+    /// handling and was given up): their op and bounce buffer stay until
+    /// the worker is destroyed.
     orphans: Vec<Orphan>,
     /// Exported regions and their owners: unmapped, and the owners
     /// dropped, only after the worker is gone.
@@ -432,7 +469,16 @@ struct Thread {
 
 impl Thread {
     fn new(ucx: UcxPtr) -> Self {
-        Self { ucx, endpoints: HashMap::new(), pending: Vec::new(), exported: Vec::new(), orphans: Vec::new() }
+        Self {
+            ucx,
+            endpoints: HashMap::new(),
+            next_generation: 0,
+            pending: Vec::new(),
+            retired: Vec::new(),
+            ended: Vec::new(),
+            orphans: Vec::new(),
+            exported: Vec::new(),
+        }
     }
 
     fn run(mut self, shared: &std::sync::Weak<Shared>) {
@@ -452,7 +498,7 @@ impl Thread {
                 self.handle(command);
             }
             // SAFETY: the live context, on its own thread.
-            let events = unsafe { ffi::mc_ucx_progress(self.ucx.0) };
+            let events = unsafe { ffi::mc_ucx_progress(self.ucx.0, PROGRESS_ROUNDS) };
             self.reap();
             if busy || events > 0 {
                 continue;
@@ -464,21 +510,40 @@ impl Thread {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        self.close_all();
-        // SAFETY: every handle is gone or stopping; nothing else uses the
-        // worker. Once it is destroyed no peer is served, so the exported
-        // regions can be unmapped, and only then their memory freed.
+        self.shut_down();
+    }
+
+    /// Destroys the worker (no peer is served and no read completes after
+    /// it), then what had to outlive it, then the context.
+    fn shut_down(mut self) {
+        // No read is left: every Read holds a handle, and the thread stops
+        // only when every handle is gone. Whatever is, ends here.
+        for pending in self.pending.drain(..) {
+            pending.done.complete(Err(UcxError::WorkerGone));
+        }
+        // SAFETY: nothing else uses the worker; it destroys its endpoints.
         unsafe { ffi::mc_ucx_worker_destroy(self.ucx.0) };
+        for ep in self.ended.drain(..) {
+            // SAFETY: a wrapper whose endpoint the worker destroyed above.
+            unsafe { ffi::mc_ucx_ep_free(ep) };
+        }
+        for endpoint in self.endpoints.drain().map(|(_, e)| e) {
+            // SAFETY: as above.
+            unsafe { ffi::mc_ucx_ep_free(endpoint.ep) };
+        }
         self.orphans.clear();
         for (memh, owner) in self.exported.drain(..) {
-            // SAFETY: a handle mc_ucx_map returned, unmapped once.
+            // SAFETY: a handle mc_ucx_map returned, unmapped once, after the
+            // worker that served it is gone; its memory is freed only then.
             let status = unsafe { ffi::mc_ucx_unmap(self.ucx.0, memh as *mut c_void) };
             if status != 0 {
                 tracing::warn!(status = %ffi::status_string(status), "UCX unmap failed");
             }
             drop(owner);
         }
-        // SAFETY: worker destroyed, everything unmapped.
+        // SAFETY: worker destroyed, everything unmapped. Remote keys left
+        // unpacked belong to the destroyed endpoints; the context's cleanup
+        // releases what they hold.
         unsafe { ffi::mc_ucx_free(self.ucx.0) };
     }
 
@@ -496,7 +561,17 @@ impl Thread {
                     done.complete(Err(err));
                 }
             }
-            Command::Abort { peer } => self.close(&peer, None),
+            Command::Abort { done } => self.abort(&done),
+        }
+    }
+
+    /// A caller gave up on the read `done`: closes its endpoint if the read
+    /// is still in flight there (else there is nothing to end).
+    fn abort(&mut self, done: &Arc<Completion>) {
+        let Some(pending) = self.pending.iter().find(|p| Arc::ptr_eq(&p.done, done)) else { return };
+        let (peer, generation) = (pending.peer.clone(), pending.generation);
+        if self.endpoints.get(&peer).is_some_and(|e| e.generation == generation) {
+            self.close(&peer, None);
         }
     }
 
@@ -529,13 +604,14 @@ impl Thread {
         if !self.endpoints.contains_key(peer) {
             let mut ep: *mut McEp = std::ptr::null_mut();
             // SAFETY: `peer` is a worker address of at most
-            // UCX_BLOB_MAX_BYTES; UCX parses it (a malformed one fails here).
+            // UCX_BLOB_MAX_BYTES from a store node (trusted: it serves the
+            // bytes); UCX parses it.
             let status_first = unsafe { ffi::mc_ucx_ep_new(self.ucx.0, peer.as_ptr().cast(), 1, &mut ep) };
             let mut status = status_first;
             if status == UCS_ERR_UNREACHABLE {
                 // Reachable only over transports without peer-failure
                 // handling (UCX 1.13's shared memory): a dead peer is then
-                // noticed by the caller's timeout, which closes the endpoint.
+                // noticed by the caller's timeout.
                 tracing::debug!("UCX peer reachable only without peer-failure handling");
                 // SAFETY: as above.
                 status = unsafe { ffi::mc_ucx_ep_new(self.ucx.0, peer.as_ptr().cast(), 0, &mut ep) };
@@ -543,8 +619,10 @@ impl Thread {
             if status != 0 {
                 return Err(UcxError::peer(status));
             }
+            let generation = self.next_generation;
+            self.next_generation += 1;
             let peer_errors = status_first == 0;
-            self.endpoints.insert(peer.clone(), Endpoint { ep, rkeys: HashMap::new(), peer_errors });
+            self.endpoints.insert(peer.clone(), Endpoint { ep, generation, rkeys: HashMap::new(), peer_errors });
         }
         self.endpoints.get_mut(peer).ok_or(UcxError::WorkerGone)
     }
@@ -559,13 +637,13 @@ impl Thread {
         done: &Arc<Completion>,
     ) -> Result<(), UcxError> {
         let endpoint = self.endpoint(peer)?;
-        let (ep, peer_errors) = (endpoint.ep, endpoint.peer_errors);
+        let (ep, generation, peer_errors) = (endpoint.ep, endpoint.generation, endpoint.peer_errors);
         let key = match endpoint.rkeys.get(rkey) {
             Some(key) => *key,
             None => {
                 let mut key: *mut c_void = std::ptr::null_mut();
                 // SAFETY: a live endpoint; `rkey` is a packed key of at most
-                // UCX_BLOB_MAX_BYTES (UCX checks its contents).
+                // UCX_BLOB_MAX_BYTES from a store node (trusted, as above).
                 let status = unsafe { ffi::mc_ucx_rkey_unpack(ep, rkey.as_ptr().cast(), &mut key) };
                 if status != 0 {
                     return Err(UcxError::status("rkey_unpack", status));
@@ -574,14 +652,15 @@ impl Thread {
                 key
             }
         };
-        let mut op = Box::new(McOp::default());
+        let op = Box::new(McOp::default());
         let mut bounce = (!peer_errors).then(|| (vec![0u8; len].into_boxed_slice(), local, len));
         let into = bounce.as_mut().map_or(local as *mut c_void, |(buf, _, _)| buf.as_mut_ptr().cast());
         // SAFETY: `into` is the caller's buffer of `len` bytes, kept alive
         // by its Read until `done` completes, or the bounce buffer, kept in
-        // `pending` (or `orphans`) as long as UCX may write it; `op` too.
-        let status = unsafe { ffi::mc_ucx_get(ep, into, len, remote, key, std::ptr::null_mut(), &mut *op) };
-        let pending = Pending { op, peer: peer.clone(), done: done.clone(), bounce };
+        // `pending` (or `orphans`) as long as UCX may write it; the op's
+        // heap slot too (moving the Box does not move it).
+        let status = unsafe { ffi::mc_ucx_get(ep, into, len, remote, key, std::ptr::null_mut(), op.as_ptr()) };
+        let pending = Pending { op, peer: peer.clone(), generation, done: done.clone(), bounce, failure: None };
         match status {
             0 | 1 if pending.op.is_done() => pending.finish(),
             1 => self.pending.push(pending),
@@ -590,7 +669,8 @@ impl Thread {
         Ok(())
     }
 
-    /// Completes finished reads, and closes endpoints whose peer failed.
+    /// Completes finished reads, closes endpoints whose peer failed, and
+    /// destroys the keys of closed endpoints whose reads are all done.
     fn reap(&mut self) {
         let (finished, pending) = std::mem::take(&mut self.pending).into_iter().partition(|p| p.op.is_done());
         self.pending = pending;
@@ -610,52 +690,52 @@ impl Thread {
             tracing::debug!(status = %ffi::status_string(status), "UCX endpoint failed; closing it");
             self.close(&peer, Some(status));
         }
+        let pending = &self.pending;
+        self.retired.retain(|retired| {
+            if pending.iter().any(|p| p.generation == retired.generation) {
+                return true;
+            }
+            for key in &retired.rkeys {
+                // SAFETY: unpacked on the retired endpoint, destroyed once,
+                // after every read that used it is done.
+                unsafe { ffi::mc_ucx_rkey_destroy(*key) };
+            }
+            false
+        });
     }
 
-    /// Closes the endpoint to `peer` with force: its reads complete (with an
-    /// error, unless they had finished) before this returns.
+    /// Ends the endpoint to `peer` (after its peer failed, with `failure`,
+    /// or because a caller gave up on a read). One with peer-failure
+    /// handling is closed with force, and its reads complete with an error
+    /// during progress; one without cannot be closed, so it is left unused
+    /// and its unfinished reads are given up at once (they wrote into
+    /// bounce buffers, which stay with UCX).
     fn close(&mut self, peer: &Arc<[u8]>, failure: Option<i32>) {
-        if let Some(endpoint) = self.endpoints.remove(peer) {
-            // SAFETY: a live endpoint, closed once; the shim progresses the
-            // worker until the close (and the callbacks of its reads) ran.
-            unsafe { ffi::mc_ucx_ep_close(self.ucx.0, endpoint.ep) };
-            for key in endpoint.rkeys.into_values() {
-                // SAFETY: unpacked on this endpoint, destroyed once.
-                unsafe { ffi::mc_ucx_rkey_destroy(key) };
+        let Some(endpoint) = self.endpoints.remove(peer) else { return };
+        if endpoint.peer_errors {
+            // SAFETY: a live endpoint, closed once.
+            let status = unsafe { ffi::mc_ucx_ep_close(self.ucx.0, endpoint.ep) };
+            if status != 0 {
+                tracing::warn!(status = %ffi::status_string(status), "UCX endpoint close failed; left to the worker");
             }
         }
-        // A forced close completes every operation on an endpoint with
-        // peer-failure handling; on one without, a read of a dead peer never
-        // completes, and its bounce buffer is left to UCX (`orphans`).
-        let (closed, others): (Vec<Pending>, Vec<Pending>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|p| *p.peer == **peer);
+        self.ended.push(endpoint.ep);
+        let failure = failure.unwrap_or(UCS_ERR_CANCELED);
+        let (ours, others): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| p.generation == endpoint.generation);
         self.pending = others;
-        for mut pending in closed {
+        for mut pending in ours {
+            pending.failure = Some(failure);
             if pending.op.is_done() {
-                if let (Some(failure), UCS_ERR_CANCELED) = (failure, pending.op.status) {
-                    pending.op.status = failure;
-                }
                 pending.finish();
             } else if pending.bounce.is_some() {
-                let status = failure.unwrap_or(UCS_ERR_CANCELED);
-                pending.done.complete(Err(UcxError::peer(status)));
+                pending.done.complete(Err(UcxError::peer(failure)));
                 self.orphans.push((pending.op, pending.bounce.map(|(buf, _, _)| buf)));
             } else {
-                // UCX may still write into the caller's buffer: nothing
-                // safe is left to do.
-                tracing::error!("a UCX read is still in flight after its endpoint was closed with force; aborting");
-                std::process::abort();
+                // Completes during progress, cancelled by the close.
+                self.pending.push(pending);
             }
         }
-    }
-
-    fn close_all(&mut self) {
-        let peers: Vec<_> = self.endpoints.keys().cloned().collect();
-        for peer in peers {
-            self.close(&peer, None);
-        }
-        for pending in self.pending.drain(..) {
-            pending.done.complete(Err(UcxError::WorkerGone));
-        }
+        self.retired.push(Retired { generation: endpoint.generation, rkeys: endpoint.rkeys.into_values().collect() });
     }
 }

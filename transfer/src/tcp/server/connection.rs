@@ -271,8 +271,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     return Ok(After::KeepOpen);
                 }
                 Err(err) => {
+                    // The client reads this segment over TCP instead.
                     tracing::warn!(segment = %request.segment_id, "cannot export the segment over UCX: {err}");
-                    return self.refuse(request, Status::Internal).await;
+                    return self.refuse(request, Status::Unsupported).await;
                 }
             }
         }
