@@ -23,8 +23,9 @@ pub use error::ClientError;
 pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
 /// The object checksum (CRC-32C) a client computes at put and verifies at get.
 pub use mooncake_segment::checksum;
-/// The transports a client can ask for (`ClientConfig::protocol`).
-pub use mooncake_transfer::Protocol;
+/// The transports a client can ask for (`ClientConfig::protocol`), and
+/// those its engine counts moves under (`Client::engine().stats()`).
+pub use mooncake_transfer::{Protocol, TransportKind};
 pub use remote::remote;
 pub use store_client::{Client, ClientStats, GetSession, Pin, PutOptions, PutOutcome, PutSession, SessionReads};
 pub use store_node::{LocalSegment, StoreNode};

@@ -167,6 +167,21 @@ impl CheckerVerdict {
         }
     }
 
+    /// `ucx-stores`: the final reads (every key, after healing) crossed UCX:
+    /// `ucx_reads` of the `reads` that returned bytes did, and none failed
+    /// over UCX. A run whose reads all fell back to TCP proves nothing of
+    /// the route.
+    pub fn ucx_reads(reads: u64, ucx_reads: u64, ucx_errors: u64) -> Self {
+        let mut problems = Vec::new();
+        if reads > 0 && ucx_reads == 0 {
+            problems.push(format!("none of the {reads} final reads went over UCX (did the store nodes serve it?)"));
+        }
+        if ucx_errors > 0 {
+            problems.push(format!("{ucx_errors} final reads failed over UCX with every store node up"));
+        }
+        CheckerVerdict { checker: "ucx_reads".into(), valid: problems.is_empty(), checked: reads as usize, problems }
+    }
+
     /// The master restarted on a wiped data dir under its old id refused to
     /// start, saying why (`None`: the fault never ran, a run too short).
     pub fn wipe_refused(outcome: Option<&(bool, String)>) -> Self {
@@ -552,4 +567,17 @@ fn throughput(svg: &mut String, done: impl Iterator<Item = u64>, end_ns: u64, y0
         points.join(" "),
         y0 + 10.0
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ucx_reads_fail_a_run_whose_final_reads_never_crossed_ucx_or_failed_there() {
+        assert!(CheckerVerdict::ucx_reads(10, 7, 0).valid, "some reads over UCX (disk replicas go over TCP)");
+        assert!(!CheckerVerdict::ucx_reads(10, 0, 0).valid, "every read fell back to TCP");
+        assert!(!CheckerVerdict::ucx_reads(10, 10, 1).valid, "a read failed over UCX with every node up");
+        assert!(CheckerVerdict::ucx_reads(0, 0, 0).valid, "nothing to read");
+    }
 }

@@ -400,7 +400,7 @@ async fn finish(
         false => true,
     };
     let keys = shared.all_keys().await;
-    let (final_reads, corrupt_final) = final_reads(access, &voter_addrs, &keys).await?;
+    let (final_reads, corrupt_final, final_transports) = final_reads(access, &voter_addrs, &keys).await?;
     // Over a preloaded state only the harness's own keys are listed: the
     // preloaded objects have no bytes, and are too many for one listing.
     let prefixes: &[&str] = if preload.is_some() { &HARNESS_KEY_PREFIXES } else { &[""] };
@@ -454,6 +454,10 @@ async fn finish(
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {
         checkers.push(CheckerVerdict::crash_only(&disk_full));
+    }
+    if opts.scenario.over_ucx() {
+        let FinalTransports { reads, ucx_reads, ucx_errors } = final_transports;
+        checkers.push(CheckerVerdict::ucx_reads(reads, ucx_reads, ucx_errors));
     }
     if let (Some(p), Some(missing)) = (&preload, preload_missing) {
         checkers.push(CheckerVerdict::preload_intact(p.report.objects, missing));
@@ -555,13 +559,23 @@ async fn read_back_bytes(
     Ok((committed?, stall_puts))
 }
 
+/// How the final reads moved their bytes (the final-read client's engine
+/// counters): reads that returned bytes, and those of them over UCX; reads
+/// that failed over UCX.
+#[derive(Clone, Copy, Debug, Default)]
+struct FinalTransports {
+    reads: u64,
+    ucx_reads: u64,
+    ucx_errors: u64,
+}
+
 /// Reads every key after healing: its value, or `None` if absent. Bytes that
 /// match no put count as corrupt.
 async fn final_reads(
     access: &Access,
     addrs: &[String],
     keys: &[String],
-) -> anyhow::Result<(BTreeMap<String, Option<u64>>, u64)> {
+) -> anyhow::Result<(BTreeMap<String, Option<u64>>, u64, FinalTransports)> {
     let client = Client::connect(access.client(addrs.to_vec())).await.context("final-read client")?;
     let mut out = BTreeMap::new();
     let mut corrupt = 0;
@@ -574,8 +588,16 @@ async fn final_reads(
             Err(()) => corrupt += 1,
         }
     }
+    let mut transports = FinalTransports::default();
+    for (kind, _, stats) in client.engine().stats().snapshot() {
+        transports.reads += stats.reads;
+        if kind == mooncake_client::TransportKind::Ucx {
+            transports.ucx_reads += stats.reads;
+            transports.ucx_errors += stats.errors;
+        }
+    }
     client.close().await;
-    Ok((out, corrupt))
+    Ok((out, corrupt, transports))
 }
 
 /// One key's final value, retrying while a put of it is still settling.
