@@ -442,6 +442,9 @@ struct Retired {
     rkeys: Vec<*mut c_void>,
 }
 
+/// Most endpoints kept open at once (one per store node process read from).
+const ENDPOINTS_MAX: usize = 4096;
+
 /// How many progress rounds one loop turn may take before the queue is
 /// looked at again.
 const PROGRESS_ROUNDS: u32 = 64;
@@ -601,6 +604,18 @@ impl Thread {
     }
 
     fn endpoint(&mut self, peer: &Arc<[u8]>) -> Result<&mut Endpoint, UcxError> {
+        if !self.endpoints.contains_key(peer) && self.endpoints.len() >= ENDPOINTS_MAX {
+            // Peers come and go (a restarted store node has a new worker):
+            // end one with no read in flight to make room.
+            let idle = self
+                .endpoints
+                .iter()
+                .find(|(_, e)| !self.pending.iter().any(|p| p.generation == e.generation))
+                .map(|(peer, _)| peer.clone());
+            if let Some(idle) = idle {
+                self.close(&idle, None);
+            }
+        }
         if !self.endpoints.contains_key(peer) {
             let mut ep: *mut McEp = std::ptr::null_mut();
             // SAFETY: `peer` is a worker address of at most
