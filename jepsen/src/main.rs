@@ -328,7 +328,7 @@ fn main() -> anyhow::Result<()> {
             (vec![r], bad, !common.no_tls)
         }
         Cmd::Suite { ci, time, seed, common } => {
-            let set: &[Scenario] = if ci { scenario::CI_SUITE } else { scenario::ALL };
+            let set: Vec<Scenario> = if ci { scenario::CI_SUITE.to_vec() } else { scenario::runnable() };
             let base = seed.unwrap_or_else(clock_seed);
             let mut out = Vec::new();
             for (i, sc) in set.iter().enumerate() {
@@ -341,10 +341,7 @@ fn main() -> anyhow::Result<()> {
             let mut rng = mooncake_jepsen::rng::Rng::new(clock_seed());
             let mut out = Vec::new();
             for _ in 0..runs {
-                // `ucx-stores` needs a build with UCX; soak skips it in one without.
-                let runnable: Vec<Scenario> =
-                    scenario::ALL.iter().copied().filter(|sc| !sc.over_ucx() || cfg!(feature = "ucx")).collect();
-                let sc = *rng.pick(&runnable).unwrap_or(&Scenario::Mixed);
+                let sc = *rng.pick(&scenario::runnable()).unwrap_or(&Scenario::Mixed);
                 out.push(run_one(options(&common, sc, rng.next_u64(), time)?));
             }
             let bad = out.iter().any(|r| !matches!(r, Ok(r) if r.valid));

@@ -114,6 +114,11 @@ pub const ALL: &[Scenario] = &[
     Scenario::UcxStores,
 ];
 
+/// Every scenario this build can run: `ucx-stores` needs the `ucx` feature.
+pub fn runnable() -> Vec<Scenario> {
+    ALL.iter().copied().filter(|sc| !sc.over_ucx() || cfg!(feature = "ucx")).collect()
+}
+
 /// The CI suite: one of each fault family, short enough for CI.
 pub const CI_SUITE: &[Scenario] = &[
     Scenario::Baseline,
