@@ -104,6 +104,11 @@ async fn metrics(State(NodeState { client, .. }): State<NodeState>) -> String {
                 ("mooncake_store_read_bytes_total", "Bytes served to READ requests.", s.read_bytes),
                 ("mooncake_store_written_bytes_total", "Bytes written by WRITE requests.", s.written_bytes),
                 ("mooncake_store_requests_total", "Transfer requests received.", s.ops),
+                (
+                    "mooncake_store_ucx_keys_total",
+                    "UCX keys handed out (--ucx): clients reading this node's segment one-sided.",
+                    s.ucx_keys,
+                ),
                 ("mooncake_store_errors_total", "Transfer requests refused or broken.", s.errors),
                 ("mooncake_store_connections_total", "Transfer connections accepted.", s.connections),
                 (

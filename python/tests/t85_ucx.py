@@ -90,6 +90,7 @@ def test_gets_read_one_sided_over_ucx_and_puts_stay_on_tcp(cluster, ucx_client):
         round_trip(ucx_client, "ucx")
         assert metric(http, "mooncake_store_written_bytes_total") >= OBJECTS * SIZE, "puts go over TCP"
         assert metric(http, "mooncake_store_read_bytes_total") == 0, "no get went over the TCP lanes"
+        assert metric(http, "mooncake_store_ucx_keys_total") >= 1, "the client asked for the segment's key"
     finally:
         stop(proc)
 
@@ -99,5 +100,6 @@ def test_a_store_node_without_ucx_is_read_over_tcp(cluster, ucx_client):
     try:
         round_trip(ucx_client, "tcp")
         assert metric(http, "mooncake_store_read_bytes_total") >= 2 * OBJECTS * SIZE, "gets fell back to TCP"
+        assert metric(http, "mooncake_store_ucx_keys_total") == 0, "a node without UCX hands out no key"
     finally:
         stop(proc)

@@ -52,6 +52,7 @@ async fn engine_over_ucx_conforms_reading_one_sided() {
     let stats = node.server.stats();
     assert!(stats.written_bytes > 0, "writes go over TCP, where the node checks them");
     assert_eq!(stats.read_bytes, 0, "no read went over the TCP lanes");
+    assert_eq!(stats.ucx_keys, 1, "the segment's key was asked for once, then cached");
     let (ucx_bytes, _) = moved(&engine, TransportKind::Ucx);
     assert!(ucx_bytes > 8 << 20, "the suite's reads moved over UCX: {ucx_bytes} bytes");
 }
@@ -68,6 +69,7 @@ async fn a_node_without_ucx_is_read_over_tcp() {
         assert!(back == data, "bytes read over the TCP fallback differ");
     }
     assert_eq!(node.server.stats().read_bytes, 2 * data.len() as u64, "both reads went over TCP");
+    assert_eq!(node.server.stats().ucx_keys, 0);
     assert_eq!(moved(&engine, TransportKind::Ucx), (0, 0));
 }
 

@@ -221,6 +221,9 @@ pub struct ServerStats {
     /// Requests refused UNAUTHORIZED (no valid capability; counted in
     /// `errors` too).
     pub unauthorized: u64,
+    /// UCX keys handed out (UCX_KEY answered OK): clients that read this
+    /// node's segments one-sided from then on.
+    pub ucx_keys: u64,
     /// Connections accepted and served (refused ones are not counted here).
     pub connections: u64,
     /// Connections open now.
@@ -252,6 +255,7 @@ struct Counters {
     ops: AtomicU64,
     errors: AtomicU64,
     unauthorized: AtomicU64,
+    ucx_keys: AtomicU64,
     connections: AtomicU64,
     refused_total_limit: AtomicU64,
     refused_peer_limit: AtomicU64,
@@ -324,6 +328,7 @@ impl TransferServer {
             ops: c.ops.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
             unauthorized: c.unauthorized.load(Ordering::Relaxed),
+            ucx_keys: c.ucx_keys.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
             connections_open: open as u64,
             connections_waiting: waiting as u64,

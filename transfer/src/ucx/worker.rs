@@ -524,6 +524,14 @@ impl Thread {
         for pending in self.pending.drain(..) {
             pending.done.complete(Err(UcxError::WorkerGone));
         }
+        // Remote keys go before the endpoints they were unpacked on.
+        let live = self.endpoints.values_mut().flat_map(|e| e.rkeys.drain().map(|(_, key)| key));
+        let retired = self.retired.drain(..).flat_map(|r| r.rkeys);
+        for key in live.chain(retired).collect::<Vec<_>>() {
+            // SAFETY: unpacked on an endpoint of this worker, destroyed once;
+            // no read is in flight any more.
+            unsafe { ffi::mc_ucx_rkey_destroy(key) };
+        }
         // SAFETY: nothing else uses the worker; it destroys its endpoints.
         unsafe { ffi::mc_ucx_worker_destroy(self.ucx.0) };
         for ep in self.ended.drain(..) {
@@ -544,9 +552,7 @@ impl Thread {
             }
             drop(owner);
         }
-        // SAFETY: worker destroyed, everything unmapped. Remote keys left
-        // unpacked belong to the destroyed endpoints; the context's cleanup
-        // releases what they hold.
+        // SAFETY: worker destroyed, keys destroyed, everything unmapped.
         unsafe { ffi::mc_ucx_free(self.ucx.0) };
     }
 

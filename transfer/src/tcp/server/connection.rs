@@ -268,6 +268,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Ok(key) => {
                     self.send_header(Status::Ok, request.request_id, key.len() as u64).await?;
                     with_timeout(self.deadlines.payload, self.stream.write_all(&key)).await?;
+                    self.counters.ucx_keys.fetch_add(1, Ordering::Relaxed);
                     return Ok(After::KeepOpen);
                 }
                 Err(err) => {
