@@ -25,7 +25,9 @@ use crate::access::Access;
 use crate::history::Outcome;
 use crate::lease::{LeaseOp, LeaseOutcome, LeaseRecord};
 use crate::rng::Rng;
-use crate::workload::{OP_TIMEOUT, RemoveAllCall, Shared, connect_with_retry, decode_sized, value_bytes};
+use crate::workload::{
+    OP_TIMEOUT, RemoveAllCall, Shared, connect_with_retry, decode_sized, failure_cause, value_bytes,
+};
 
 /// Bytes of every lease object: big enough that the small segments pass the
 /// eviction watermark within seconds, small enough that the objects leased
@@ -163,7 +165,14 @@ async fn put_round(ctx: &Arc<Ctx>, round: u64) -> Vec<String> {
             let put = ctx.shared.put_allowed().await;
             let invoke_ns = ctx.shared.now_ns();
             let bytes = value_bytes(value, LEASE_OBJECT_BYTES);
-            let outcome = match tokio::time::timeout(OP_TIMEOUT, ctx.client.put(&key, &bytes, &LEASE_PUT)).await {
+            let result = tokio::time::timeout(OP_TIMEOUT, ctx.client.put(&key, &bytes, &LEASE_PUT)).await;
+            match &result {
+                Ok(Ok(PutOutcome::Stored)) => {}
+                Ok(Ok(PutOutcome::KeptExisting)) => ctx.shared.note_put_failure("kept existing", || key.clone()),
+                Ok(Err(e)) => ctx.shared.note_put_failure(&failure_cause(e), || e.to_string()),
+                Err(_) => ctx.shared.note_put_failure("timed out", || format!("no answer in {OP_TIMEOUT:?}")),
+            }
+            let outcome = match result {
                 Ok(Ok(PutOutcome::Stored)) => LeaseOutcome::Stored,
                 Ok(Err(e)) if e.is_definite() => LeaseOutcome::Other,
                 Ok(Ok(PutOutcome::KeptExisting)) => LeaseOutcome::Other,

@@ -7,6 +7,7 @@
 //! and `timeline.html` — a self-contained page with an SVG of every
 //! register operation per client over time, fault bands and a throughput line.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,6 +24,17 @@ use crate::nemesis::FaultEvent;
 use crate::preload::PreloadReport;
 use crate::scenario::Scenario;
 use crate::stall_process::StallCounts;
+use crate::workload::PutFailures;
+
+/// `cause ×count (first: message)`, the most frequent cause first; `none`
+/// when no put failed.
+pub fn describe_put_failures(failures: &BTreeMap<String, PutFailures>) -> String {
+    let mut by_count: Vec<(&String, &PutFailures)> = failures.iter().collect();
+    by_count.sort_by_key(|(_, f)| std::cmp::Reverse(f.count));
+    let parts: Vec<String> =
+        by_count.iter().map(|(cause, f)| format!("{cause} x{} (first: {})", f.count, f.first)).collect();
+    if parts.is_empty() { "none".into() } else { parts.join("; ") }
+}
 
 /// One checker's answer, for the report.
 #[derive(Clone, Debug, Serialize)]
@@ -113,6 +125,21 @@ impl CheckerVerdict {
             })
             .collect();
         CheckerVerdict { checker: "crash_only".into(), valid: problems.is_empty(), checked: outcomes.len(), problems }
+    }
+
+    /// The run made progress: some put (of either workload) was
+    /// acknowledged. A run whose every put failed has nothing durable to
+    /// check, so its other checkers pass vacuously; this one says why the
+    /// puts failed.
+    pub fn puts_acknowledged(acked: usize, failures: &BTreeMap<String, PutFailures>) -> Self {
+        let problems = match acked {
+            0 => vec![format!(
+                "no put was acknowledged, so nothing durable was checked; put failures: {}",
+                describe_put_failures(failures)
+            )],
+            _ => Vec::new(),
+        };
+        CheckerVerdict { checker: "puts_acknowledged".into(), valid: acked > 0, checked: acked, problems }
     }
 
     /// `quorum-pause`, `fd-flood`: no store node was expired during the run
@@ -287,6 +314,8 @@ pub struct RunReport {
     pub commit: String,
     /// Whether every master, store node and client spoke mutual TLS.
     pub tls: bool,
+    /// Why puts of either workload were not acknowledged, by cause.
+    pub put_failures: BTreeMap<String, PutFailures>,
 }
 
 fn commit() -> String {
@@ -337,6 +366,7 @@ impl RunReport {
             valid,
             commit: commit(),
             tls: true,
+            put_failures: BTreeMap::new(),
         }
     }
 
@@ -373,6 +403,9 @@ impl RunReport {
             self.unknown,
             self.faults.len() / 2
         );
+        if !self.put_failures.is_empty() {
+            let _ = writeln!(s, "put failures: {}", describe_put_failures(&self.put_failures));
+        }
         let l = &self.kv_leases;
         let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
         let _ = writeln!(s, "committed bytes: {}", self.committed_bytes);
@@ -579,5 +612,21 @@ mod tests {
         assert!(!CheckerVerdict::ucx_reads(10, 0, 0).valid, "every read fell back to TCP");
         assert!(!CheckerVerdict::ucx_reads(10, 10, 1).valid, "a read failed over UCX with every node up");
         assert!(CheckerVerdict::ucx_reads(0, 0, 0).valid, "nothing to read");
+    }
+
+    #[test]
+    fn a_run_without_an_acknowledged_put_fails_and_says_why_its_puts_failed() {
+        let mut failures = BTreeMap::new();
+        failures.insert("timed out".to_string(), PutFailures { count: 2, first: "no answer in 4s".into() });
+        failures.insert("NoAvailableHandle".to_string(), PutFailures { count: 9, first: "only 1 segment".into() });
+        let none = CheckerVerdict::puts_acknowledged(0, &failures);
+        assert!(!none.valid);
+        assert_eq!(
+            none.problems,
+            ["no put was acknowledged, so nothing durable was checked; put failures: NoAvailableHandle x9 (first: \
+              only 1 segment); timed out x2 (first: no answer in 4s)"]
+        );
+        assert!(CheckerVerdict::puts_acknowledged(1, &failures).valid);
+        assert_eq!(describe_put_failures(&BTreeMap::new()), "none");
     }
 }

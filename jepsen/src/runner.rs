@@ -24,7 +24,7 @@ use crate::checkers::{NodeId, NodeReport, cluster_health, no_lost_acked_puts};
 use crate::committed_bytes::{CommittedBytesVerdict, StallPutsVerdict, check_committed_bytes, check_stall_puts};
 use crate::disk_stores::{self, DiskStoresReport};
 use crate::event_watcher::EventWatcher;
-use crate::history::{History, ProcessId};
+use crate::history::{History, OpKind, Outcome, ProcessId};
 use crate::leader_stability::{FollowerWindow, check_leader_stability};
 use crate::lease::{LeaseCheckConfig, check_kv_leases};
 use crate::lease_workload::{self, LeaseWorkloadOptions};
@@ -427,6 +427,10 @@ async fn finish(
         LeaseCheckConfig { ttl_ns: KV_LEASE_TTL.as_nanos() as u64, margin_ns: LEASE_MARGIN.as_nanos() as u64 };
     let leases = check_kv_leases(&lease_records, &lease_config);
     let evicted = cluster.lock().await.evicted_objects();
+    let put_failures = shared.put_failures();
+    let acked_puts =
+        history.records().iter().filter(|r| matches!(r.op, OpKind::Put { .. }) && r.outcome == Outcome::Ok).count()
+            + shared.lease_stored.lock().await.len();
     let mut checkers = vec![
         CheckerVerdict::from_linearizability(&lin),
         CheckerVerdict::from_check(&lost),
@@ -435,6 +439,7 @@ async fn finish(
         CheckerVerdict::from_leases(&leases),
         CheckerVerdict::from_committed_bytes(&committed),
         CheckerVerdict::from_event_feed(&feed),
+        CheckerVerdict::puts_acknowledged(acked_puts, &put_failures),
     ];
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
@@ -483,6 +488,7 @@ async fn finish(
     report.committed_bytes = committed.counts;
     report.event_feed = feed.counts;
     report.tls = access.is_tls();
+    report.put_failures = put_failures;
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);
     report.follower_windows = windows;

@@ -13,6 +13,7 @@
 //! workload's RemoveAlls do, and each is recorded here on every key it may
 //! have touched ([`Shared::remove_all_records`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -100,6 +101,29 @@ pub struct Shared {
     /// for the tier reader of `disk-stores`: older ones have left memory
     /// for disk.
     pub lease_stored: Mutex<Vec<StoredLease>>,
+    /// Why puts of either workload were not acknowledged, by cause (the
+    /// report's `put failures` line: a run whose puts all failed says why).
+    put_failures: std::sync::Mutex<BTreeMap<String, PutFailures>>,
+}
+
+/// Puts that failed for one cause: how many, and the first one's message.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PutFailures {
+    pub count: u64,
+    pub first: String,
+}
+
+/// A failed put's cause, for [`Shared::note_put_failure`]: the master's
+/// error code when it refused, else the kind of error (a few distinct
+/// labels, never a key or a number).
+pub fn failure_cause(e: &ClientError) -> String {
+    match e.code() {
+        Some(code) => format!("{code:?}"),
+        None => {
+            let text = e.to_string();
+            text.split(':').next().unwrap_or_default().trim().to_string()
+        }
+    }
 }
 
 /// Lease objects kept in [`Shared::lease_stored`] at most (a 5 min run
@@ -164,7 +188,24 @@ impl Shared {
             puts_in_flight: AtomicU64::new(0),
             lease_disk_only_reads: AtomicU64::new(0),
             lease_stored: Mutex::new(Vec::new()),
+            put_failures: std::sync::Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Counts a put that was not acknowledged, under `cause`; `message`
+    /// is kept for the first of each cause.
+    pub fn note_put_failure(&self, cause: &str, message: impl FnOnce() -> String) {
+        let mut failures = self.put_failures.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = failures.entry(cause.to_string()).or_default();
+        if entry.count == 0 {
+            entry.first = message();
+        }
+        entry.count += 1;
+    }
+
+    /// Every put failure so far, by cause.
+    pub fn put_failures(&self) -> BTreeMap<String, PutFailures> {
+        self.put_failures.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -375,7 +416,12 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
         let invoke_ns = shared.now_ns();
         let outcome = match tokio::time::timeout(OP_TIMEOUT, perform(&reader, &writer, &key, op, &shared)).await {
             Ok(o) => o,
-            Err(_) => Outcome::Unknown,
+            Err(_) => {
+                if put.is_some() {
+                    shared.note_put_failure("timed out", || format!("no answer in {OP_TIMEOUT:?}"));
+                }
+                Outcome::Unknown
+            }
         };
         let complete_ns = Some(shared.now_ns());
         drop(put);
@@ -405,15 +451,23 @@ fn definitely_failed(e: &ClientError) -> bool {
 
 async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared: &Shared) -> Outcome {
     match op {
-        OpKind::Put { value } => match writer.put(key, &object_bytes(value), &PINNED_TWO_REPLICAS).await {
-            Ok(PutOutcome::Stored) => Outcome::Ok,
-            // The key existed: Mooncake's put keeps it and writes nothing.
-            Ok(PutOutcome::KeptExisting) => Outcome::Fail,
-            Err(e) if definitely_failed(&e) => Outcome::Fail,
-            Err(e) if e.is_definite() && e.code() == Some(ErrorCode::NoAvailableHandle) => Outcome::Fail,
-            Err(ClientError::PutRevoked(_)) => Outcome::Fail,
-            Err(_) => Outcome::Unknown,
-        },
+        OpKind::Put { value } => {
+            let result = writer.put(key, &object_bytes(value), &PINNED_TWO_REPLICAS).await;
+            match &result {
+                Ok(PutOutcome::Stored) => {}
+                Ok(PutOutcome::KeptExisting) => shared.note_put_failure("kept existing", || key.to_string()),
+                Err(e) => shared.note_put_failure(&failure_cause(e), || e.to_string()),
+            }
+            match result {
+                Ok(PutOutcome::Stored) => Outcome::Ok,
+                // The key existed: Mooncake's put keeps it and writes nothing.
+                Ok(PutOutcome::KeptExisting) => Outcome::Fail,
+                Err(e) if definitely_failed(&e) => Outcome::Fail,
+                Err(e) if e.is_definite() && e.code() == Some(ErrorCode::NoAvailableHandle) => Outcome::Fail,
+                Err(ClientError::PutRevoked(_)) => Outcome::Fail,
+                Err(_) => Outcome::Unknown,
+            }
+        }
         OpKind::Get => match reader.get(key).await {
             Ok(bytes) => match decode_value(&bytes) {
                 Some(v) => {

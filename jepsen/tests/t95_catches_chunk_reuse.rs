@@ -50,5 +50,5 @@ fn chunk_space_reclaimed_at_once_is_caught_and_the_real_build_passes_the_same_ru
     let failed: Vec<&CheckerVerdict> = good.checkers.iter().filter(|c| !c.valid).collect();
     assert!(good.valid, "the real build failed: {failed:?}");
     let verified = verdict(&good, "bytes-verified").checked;
-    assert!(verified > 100, "too few reads verified: {verified}");
+    assert!(verified > 100, "too few reads verified: {verified}\n{}", good.summary());
 }
