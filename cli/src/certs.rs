@@ -24,12 +24,17 @@ pub enum CertsOp {
         /// check a server name other than localhost (--tls-server-name).
         #[arg(long = "host", value_delimiter = ',')]
         hosts: Vec<String>,
+        /// Also issue a client certificate bound to this tenant
+        /// (`tenant-NAME.pem`): a master lets it act in that tenant only
+        /// (docs/TENANTS.md). Repeat it, or separate with commas.
+        #[arg(long = "tenant", value_delimiter = ',')]
+        tenants: Vec<String>,
     },
 }
 
 pub fn run(op: CertsOp) -> anyhow::Result<()> {
-    let CertsOp::Init { dir, masters, hosts } = op;
-    let pki = mooncake_tls::generate(&dir, masters, &hosts)?;
+    let CertsOp::Init { dir, masters, hosts, tenants } = op;
+    let pki = mooncake_tls::generate_with_tenants(&dir, masters, &hosts, &tenants)?;
     print!("{}", summary(&pki, &hosts));
     Ok(())
 }
@@ -52,6 +57,13 @@ fn summary(pki: &GeneratedPki, hosts: &[String]) -> String {
             role.common_name()
         );
     }
+    for (tenant, files) in &pki.tenants {
+        out += &format!(
+            "  {:<22} client bound to tenant {tenant} (OU {}{tenant}), key mode 0600\n",
+            format!("{} + {}", name(&files.cert), name(&files.key)),
+            mooncake_tls::TENANT_OU_PREFIX
+        );
+    }
     out += &format!(
         "certificates: valid for {} for {LEAF_VALIDITY_DAYS} days (CA: {CA_VALIDITY_DAYS} days)\n\nflags:\n",
         names.join(", ")
@@ -63,6 +75,9 @@ fn summary(pki: &GeneratedPki, hosts: &[String]) -> String {
     out += &format!("  mooncake store ... {}\n", flags(Role::Store));
     out += &format!("  mooncake put/get/ls ... {}\n", flags(Role::Client));
     out += &format!("  mooncake status/member/snapshot/client ... {}\n", flags(Role::Admin));
+    for (tenant, files) in &pki.tenants {
+        out += &format!("  mooncake put/get/ls in tenant {tenant} ... {}\n", files.to_args().join(" "));
+    }
     out += "  (or set MOONCAKE_TLS_CERT, MOONCAKE_TLS_KEY and MOONCAKE_TLS_CA)\n";
     out
 }

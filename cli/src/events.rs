@@ -43,8 +43,10 @@ pub struct EventsArgs {
     model_name: Option<String>,
     #[arg(long = "block-size")]
     block_size: Option<u32>,
-    #[arg(long = "tenant-id", default_value = "default")]
-    tenant_id: String,
+    /// The `tenant_id` field of every event; by default the tenant the
+    /// feed watches (`--tenant`, docs/TENANTS.md).
+    #[arg(long = "tenant-id")]
+    tenant_id: Option<String>,
     #[arg(long = "dp-rank", default_value_t = 0)]
     dp_rank: u32,
     /// Leave out the legacy fields (`type`, `block_hashes`, `parent_block_hash`).
@@ -55,6 +57,10 @@ pub struct EventsArgs {
 pub async fn run(a: EventsArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!a.backend_id.is_empty(), "--backend-id must not be empty: subscribers tell feeds apart by it");
     let master = Arc::new(a.masters.client()?);
+    let tenant_id = match a.tenant_id {
+        Some(t) => t,
+        None => a.masters.tenant()?.name().to_string(),
+    };
     let cfg = BridgeConfig {
         endpoint: a.endpoint.clone(),
         prefix: a.prefix,
@@ -67,7 +73,7 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<()> {
             backend_id: a.backend_id,
             model_name: a.model_name,
             block_size: a.block_size,
-            tenant_id: a.tenant_id,
+            tenant_id,
             dp_rank: a.dp_rank,
             legacy_compat: !a.no_legacy_compat,
             ..Default::default()

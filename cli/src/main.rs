@@ -42,6 +42,10 @@ pub struct MastersArg {
     /// `mooncake up` writes one in its cluster dir.
     #[arg(long = "admin-token-file", env = "MOONCAKE_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<std::path::PathBuf>,
+    /// The tenant (key space) object commands and watches act in
+    /// (docs/TENANTS.md); `default` when not given.
+    #[arg(long, env = "MOONCAKE_TENANT", default_value = "", hide_default_value = true)]
+    pub tenant: String,
 }
 
 impl MastersArg {
@@ -53,10 +57,16 @@ impl MastersArg {
     pub fn master_config(&self) -> anyhow::Result<MasterClientConfig> {
         let mut cfg = MasterClientConfig::new(self.masters.clone());
         cfg.tls = self.tls.load()?;
+        cfg.tenant = self.tenant()?;
         Ok(match &self.admin_token_file {
             Some(f) => cfg.with_admin_token_file(f)?,
             None => cfg,
         })
+    }
+
+    /// The tenant `--tenant` names.
+    pub fn tenant(&self) -> anyhow::Result<mooncake_proto::tenant::Tenant> {
+        mooncake_proto::tenant::Tenant::parse(&self.tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))
     }
 
     /// The admin token, when `--admin-token-file` is given.

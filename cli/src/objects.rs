@@ -82,6 +82,7 @@ async fn connect(masters: &MastersArg, protocol: &str) -> anyhow::Result<Client>
     let mut cfg = ClientConfig::new(masters.masters.clone());
     cfg.tls = masters.tls.load()?;
     cfg.admin_token = masters.admin_token()?;
+    cfg.tenant = masters.tenant()?;
     cfg.protocol = protocol.parse::<Protocol>().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Client::connect(cfg).await?)
 }

@@ -61,6 +61,10 @@ pub struct ClientConfig {
     pub put_chunk_bytes: u64,
     /// Act as admin (forced RemoveAll, membership, eviction, snapshots).
     pub admin_token: Option<mooncake_auth::admin::AdminToken>,
+    /// The tenant (key space) every call acts in (docs/TENANTS.md): the
+    /// same key in two tenants is two objects. With a client certificate
+    /// bound to a tenant, leave it default or name that tenant.
+    pub tenant: mooncake_proto::tenant::Tenant,
     /// Proof that this process is `client_id`: sent with every mount,
     /// unmount, remount and ping. The first credential to register an id
     /// holds it until the registration expires (client_ttl) or an admin
@@ -110,6 +114,7 @@ impl ClientConfig {
             default_replicas: 1,
             put_chunk_bytes: DEFAULT_PUT_CHUNK_BYTES,
             admin_token: None,
+            tenant: mooncake_proto::tenant::Tenant::default(),
             credential: None,
             disk_segment: None,
             disk_size: 0,

@@ -45,6 +45,9 @@ pub struct MasterClientConfig {
     /// registered the client id it names. `None` = this process's
     /// ([`mooncake_auth::Credential::of_process`]).
     pub credential: Option<mooncake_auth::Credential>,
+    /// The tenant every call acts in (sent as `x-mooncake-tenant` unless
+    /// it is the default one).
+    pub tenant: mooncake_proto::tenant::Tenant,
 }
 
 impl MasterClientConfig {
@@ -58,6 +61,7 @@ impl MasterClientConfig {
             tls: None,
             admin_token: None,
             credential: None,
+            tenant: mooncake_proto::tenant::Tenant::default(),
         }
     }
 
@@ -71,12 +75,13 @@ impl MasterClientConfig {
 }
 
 /// Adds the caller's credentials to every request: the client credential
-/// (puts act as their writer only with it), and the admin token when
-/// configured.
+/// (puts act as their writer only with it), the admin token when
+/// configured, and the tenant unless it is the default one.
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {
     admin: Option<tonic::metadata::AsciiMetadataValue>,
     client: Option<tonic::metadata::AsciiMetadataValue>,
+    tenant: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 impl tonic::service::Interceptor for Credentials {
@@ -86,6 +91,9 @@ impl tonic::service::Interceptor for Credentials {
         }
         if let Some(credential) = &self.client {
             req.metadata_mut().insert(mooncake_auth::credential::CREDENTIAL_HEADER, credential.clone());
+        }
+        if let Some(tenant) = &self.tenant {
+            req.metadata_mut().insert(mooncake_proto::tenant::TENANT_HEADER, tenant.clone());
         }
         Ok(req)
     }
@@ -214,7 +222,14 @@ impl MasterClient {
             None => mooncake_auth::Credential::of_process().map_err(|e| MasterError::Config(e.to_string()))?,
         };
         let client = credential.to_hex().parse().map_err(|_| MasterError::Config("unprintable credential".into()))?;
-        let credentials = Credentials { admin, client: Some(client) };
+        // A valid tenant name is ASCII, so always a metadata value.
+        let tenant = match cfg.tenant.is_default() {
+            true => None,
+            false => {
+                Some(cfg.tenant.name().parse().map_err(|_| MasterError::Config("unprintable tenant name".into()))?)
+            }
+        };
+        let credentials = Credentials { admin, client: Some(client), tenant };
         let preferred = Mutex::new(first);
         Ok(MasterClient { cfg, channels: Mutex::new(HashMap::new()), preferred, credentials, credential })
     }

@@ -45,6 +45,11 @@ pub struct LocalClusterBuilder {
 /// [`LocalClusterBuilder::disk_size`]).
 pub const STORE_DISK_FILE: &str = "disk.seg";
 
+/// Tenants a TLS local cluster issues a bound client certificate for
+/// (`<dir>/tls/tenant-<name>.pem`, docs/TENANTS.md): enough to try tenant
+/// isolation with certificates.
+pub const TLS_TENANTS: [&str; 2] = ["team-a", "team-b"];
+
 /// Master certificates a TLS local cluster issues beyond its founding
 /// masters, for joiners (`start_joiner` with ids up to masters + this).
 const TLS_SPARE_MASTERS: u64 = 4;
@@ -434,7 +439,8 @@ struct ClusterTls {
 
 impl ClusterTls {
     fn generate(dir: &Path, masters: u64) -> Result<ClusterTls, String> {
-        mooncake_tls::generate(dir, masters, &[]).map_err(|e| e.to_string())?;
+        let tenants: Vec<String> = TLS_TENANTS.iter().map(|t| t.to_string()).collect();
+        mooncake_tls::generate_with_tenants(dir, masters, &[], &tenants).map_err(|e| e.to_string())?;
         let admin = mooncake_tls::TlsFiles::in_dir(dir, mooncake_tls::Role::Admin).load().map_err(|e| e.to_string())?;
         Ok(ClusterTls { dir: dir.to_owned(), admin })
     }

@@ -103,6 +103,9 @@ pub struct SetupArgs {
     /// The dict form's `tls_cert`, `tls_key`, `tls_ca` (empty: the
     /// environment decides).
     pub tls: TlsPaths,
+    /// `tenant_id`: the tenant (key space) every call acts in; empty or
+    /// `default` is the default tenant (docs/TENANTS.md).
+    pub tenant: String,
 }
 
 /// Paths of a certificate, its key and the CA, as given (any may be missing).
@@ -269,6 +272,7 @@ impl SetupArgs {
     /// (`host:port`) `get_hostname` reports.
     pub fn client_config(&self, host: &HostPort, port: u16) -> Result<(ClientConfig, String), String> {
         let mut cfg = ClientConfig::new(parse_masters(&self.master_server_addr)?);
+        cfg.tenant = mooncake_proto::tenant::Tenant::parse(&self.tenant).map_err(|e| format!("tenant_id: {e}"))?;
         cfg.local_hostname = host.host.clone();
         cfg.protocol = parse_protocol(&self.protocol)?;
         cfg.global_segment_size = self.global_segment_size / SEGMENT_ALIGN_BYTES * SEGMENT_ALIGN_BYTES;
@@ -442,6 +446,11 @@ mod tests {
         assert_eq!(endpoint, "127.0.0.1:12345");
         assert!(SetupArgs { global_segment_size: 100, ..args() }.client_config(&host, 1).is_err());
         assert!(SetupArgs { protocol: "carrier-pigeon".into(), ..args() }.client_config(&host, 1).is_err());
+        let tenant =
+            SetupArgs { tenant: "team-a".into(), ..args() }.client_config(&host, 1).expect("a tenant").0.tenant;
+        assert_eq!(tenant.name(), "team-a");
+        let bad = SetupArgs { tenant: "no spaces".into(), ..args() }.client_config(&host, 1).unwrap_err();
+        assert!(bad.starts_with("tenant_id: "), "{bad}");
         let etcd = SetupArgs { master_server_addr: "etcd://127.0.0.1:2379".into(), ..args() };
         assert!(etcd.client_config(&host, 1).unwrap_err().contains("no etcd"));
         assert!(SetupArgs { master_server_addr: " , ".into(), ..args() }.client_config(&host, 1).is_err());

@@ -88,6 +88,7 @@ impl StandaloneInfo {
             rdma_devices: String::new(),
             master_server_addr: self.masters.join(","),
             tls: TlsPaths::default(),
+            tenant: String::new(),
         }
     }
 }

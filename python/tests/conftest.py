@@ -206,9 +206,9 @@ class Stores:
         self.stores = []
         self.helpers = []
 
-    def open(self, segment=SEGMENT_BYTES, buffer=LOCAL_BUFFER_BYTES, hostname="127.0.0.1", protocol="tcp"):
+    def open(self, segment=SEGMENT_BYTES, buffer=LOCAL_BUFFER_BYTES, hostname="127.0.0.1", protocol="tcp", **kw):
         s = MooncakeDistributedStore()
-        rc = s.setup(hostname, "P2PHANDSHAKE", segment, buffer, protocol, "", self.cluster.masters)
+        rc = s.setup(hostname, "P2PHANDSHAKE", segment, buffer, protocol, "", self.cluster.masters, **kw)
         assert rc == 0, f"setup returned {rc}"
         self.stores.append(s)
         if s._segment_shm_path():

@@ -64,8 +64,9 @@ pub use requests::{
     REQUEST_CLOCK_REORDER_MAX_MS, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_MAX, REQUEST_DEDUP_WINDOW_MS, RequestClock,
 };
 pub use validation::{
-    BATCH_MAX, KEY_MAX_BYTES, LABEL_MAX_BYTES, PutSpec, REPLICA_NUM_MAX, SEGMENT_ALIGN_BYTES, SEGMENT_SIZE_MAX_BYTES,
-    validate_key, validate_pin, validate_put, validate_segment,
+    BATCH_MAX, KEY_MAX_BYTES, KEY_SCOPE_MAX_BYTES, LABEL_MAX_BYTES, PutSpec, REPLICA_NUM_MAX, SEGMENT_ALIGN_BYTES,
+    SEGMENT_SIZE_MAX_BYTES, STORED_KEY_MAX_BYTES, validate_key, validate_pin, validate_put, validate_segment,
+    validate_stored_key,
 };
 
 /// The whole replicated state.

@@ -7,7 +7,9 @@ mod common;
 
 use common::*;
 
-use mooncake_raft_store::state::{KEY_MAX_BYTES, PutSpec, REPLICA_NUM_MAX, SEGMENT_SIZE_MAX_BYTES, validate_put};
+use mooncake_raft_store::state::{
+    PutSpec, REPLICA_NUM_MAX, SEGMENT_SIZE_MAX_BYTES, STORED_KEY_MAX_BYTES, validate_put,
+};
 use mooncake_raft_store::{MetaState, Pin};
 use mooncake_segment::{ALLOC_ALIGN_BYTES, SegmentId};
 
@@ -24,7 +26,7 @@ fn malformed_puts_are_invalid_params_naming_what_is_wrong() {
         ("replica_num 0", spec("k", 100, 0), "replica_num 0"),
         ("replica_num 17", spec("k", 100, REPLICA_NUM_MAX + 1), "replica_num 17"),
         ("empty key", spec("", 100, 1), "key is empty"),
-        ("key of 4097 bytes", spec(&"x".repeat(KEY_MAX_BYTES + 1), 100, 1), "4097 bytes"),
+        ("key of 4163 bytes", spec(&"x".repeat(STORED_KEY_MAX_BYTES + 1), 100, 1), "4163 bytes"),
         ("larger than any segment", spec("k", SEGMENT_SIZE_MAX_BYTES + 1, 1), "larger than any segment"),
         ("17 preferred segments", too_many_preferred, "preferred segments"),
         ("a soft pin of 0 ms", PutSpec { pin: Pin::SoftFor { ttl_ms: 0 }, ..spec("k", 100, 1) }, "soft-pin TTL"),
@@ -38,7 +40,7 @@ fn malformed_puts_are_invalid_params_naming_what_is_wrong() {
 
 #[test]
 fn the_limits_themselves_are_accepted() {
-    let key = "k".repeat(KEY_MAX_BYTES);
+    let key = "k".repeat(STORED_KEY_MAX_BYTES);
     validate_put(&spec(&key, SEGMENT_SIZE_MAX_BYTES, REPLICA_NUM_MAX)).expect("the limits");
     let mut s = MetaState::default();
     for id in 1..=REPLICA_NUM_MAX as u64 {

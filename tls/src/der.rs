@@ -1,5 +1,6 @@
-//! Just enough DER to read a certificate's subject common name: the role
-//! encoding of [`crate::role`]. Every length is checked; malformed input
+//! Just enough DER to read attributes of a certificate's subject: the
+//! common name (the role encoding of [`crate::role`]) and the
+//! organizational units (the tenant binding of [`crate::tenant`]). Every length is checked; malformed input
 //! gives `None`, never a panic (certificates come from peers).
 
 /// DER tags met on the way to the subject.
@@ -11,6 +12,8 @@ const TAG_INTEGER: u8 = 0x02;
 const TAG_VERSION: u8 = 0xA0;
 /// The attribute type `id-at-commonName` (2.5.4.3), encoded.
 const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+/// The attribute type `id-at-organizationalUnitName` (2.5.4.11), encoded.
+const OID_ORG_UNIT: &[u8] = &[0x55, 0x04, 0x0B];
 /// String types a common name may use: UTF8String, PrintableString,
 /// TeletexString (read as Latin-1 is not attempted: only ASCII passes),
 /// IA5String.
@@ -46,6 +49,17 @@ fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
 
 /// The first common name of a DER certificate's subject.
 pub(crate) fn subject_common_name(cert: &[u8]) -> Option<String> {
+    subject_attributes(cert, OID_COMMON_NAME)?.into_iter().next()
+}
+
+/// Every organizational unit of a DER certificate's subject, in order.
+pub(crate) fn subject_org_units(cert: &[u8]) -> Option<Vec<String>> {
+    subject_attributes(cert, OID_ORG_UNIT)
+}
+
+/// The values of every `oid` attribute of a DER certificate's subject;
+/// `None` when the certificate cannot be read, or one of them is not text.
+fn subject_attributes(cert: &[u8], oid: &[u8]) -> Option<Vec<String>> {
     let (certificate, _) = expect(cert, TAG_SEQUENCE)?;
     let (tbs, _) = expect(certificate, TAG_SEQUENCE)?;
     let mut rest = tbs;
@@ -57,14 +71,15 @@ pub(crate) fn subject_common_name(cert: &[u8]) -> Option<String> {
     let (_issuer, rest) = expect(rest, TAG_SEQUENCE)?;
     let (_validity, rest) = expect(rest, TAG_SEQUENCE)?;
     let (mut subject, _) = expect(rest, TAG_SEQUENCE)?;
+    let mut found = Vec::new();
     while !subject.is_empty() {
         let (mut set, next) = expect(subject, TAG_SET)?;
         subject = next;
         while !set.is_empty() {
             let (attribute, next) = expect(set, TAG_SEQUENCE)?;
             set = next;
-            let (oid, value) = expect(attribute, TAG_OID)?;
-            if oid != OID_COMMON_NAME {
+            let (attribute_oid, value) = expect(attribute, TAG_OID)?;
+            if attribute_oid != oid {
                 continue;
             }
             let (tag, text, _) = tlv(value)?;
@@ -72,10 +87,13 @@ pub(crate) fn subject_common_name(cert: &[u8]) -> Option<String> {
                 return None;
             }
             let text = std::str::from_utf8(text).ok()?;
-            return (tag == 0x0C || text.is_ascii()).then(|| text.to_owned());
+            if tag != 0x0C && !text.is_ascii() {
+                return None;
+            }
+            found.push(text.to_owned());
         }
     }
-    None
+    Some(found)
 }
 
 #[cfg(test)]

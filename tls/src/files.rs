@@ -58,6 +58,17 @@ impl TlsFiles {
         }
     }
 
+    /// The files of the client certificate bound to `tenant` in a
+    /// directory made by `mooncake certs init --tenant`:
+    /// `<dir>/tenant-<tenant>.pem`, its key and `<dir>/ca.pem`.
+    pub fn for_tenant(dir: &Path, tenant: &str) -> TlsFiles {
+        TlsFiles {
+            cert: dir.join(format!("tenant-{tenant}.pem")),
+            key: dir.join(format!("tenant-{tenant}-key.pem")),
+            ca: dir.join(CA_FILE),
+        }
+    }
+
     /// Reads and checks the three files (see [`TlsConfig::load`]).
     pub fn load(&self) -> Result<TlsConfig, TlsError> {
         TlsConfig::load(self)

@@ -42,6 +42,8 @@ pub struct GeneratedPki {
     pub ca_key: PathBuf,
     /// The files of every role issued, masters first.
     pub nodes: Vec<(Role, TlsFiles)>,
+    /// The client certificates bound to a tenant, by tenant name.
+    pub tenants: Vec<(String, TlsFiles)>,
 }
 
 impl GeneratedPki {
@@ -58,14 +60,39 @@ impl GeneratedPki {
 /// carries the subject alternative names `localhost`, `127.0.0.1` and
 /// `hosts`. Keys are written mode 0600. Refuses to overwrite any file.
 pub fn generate(dir: &Path, masters: u64, hosts: &[String]) -> Result<GeneratedPki, TlsError> {
+    generate_with_tenants(dir, masters, hosts, &[])
+}
+
+/// [`generate`], plus a client certificate bound to each of `tenants`
+/// (`tenant-<name>.pem`, [`TlsFiles::for_tenant`]): CN `mooncake-client`
+/// and the organizational unit of [`crate::tenant`]. Tenant names are
+/// checked by the master, not here, beyond being usable as file names.
+pub fn generate_with_tenants(
+    dir: &Path,
+    masters: u64,
+    hosts: &[String],
+    tenants: &[String],
+) -> Result<GeneratedPki, TlsError> {
+    if let Some(bad) = tenants.iter().find(|t| {
+        t.is_empty() || t.len() > 64 || !t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    }) {
+        return Err(TlsError::Generate(format!(
+            "--tenant {bad:?}: a tenant name is 1 to 64 ASCII letters, digits, '.', '_' or '-'"
+        )));
+    }
     if !(1..=MASTERS_MAX).contains(&masters) {
         return Err(TlsError::Generate(format!("--masters {masters} must be in 1..={MASTERS_MAX}")));
     }
     let roles: Vec<Role> =
         (1..=masters).map(|id| Role::Master { id }).chain([Role::Store, Role::Client, Role::Admin]).collect();
     let nodes: Vec<(Role, TlsFiles)> = roles.iter().map(|r| (*r, TlsFiles::in_dir(dir, *r))).collect();
+    let tenant_files: Vec<(String, TlsFiles)> =
+        tenants.iter().map(|t| (t.clone(), TlsFiles::for_tenant(dir, t))).collect();
     let (ca, ca_key) = (dir.join(CA_FILE), dir.join(CA_KEY_FILE));
-    let targets = [&ca, &ca_key].into_iter().chain(nodes.iter().flat_map(|(_, f)| [&f.cert, &f.key]));
+    let targets = [&ca, &ca_key]
+        .into_iter()
+        .chain(nodes.iter().flat_map(|(_, f)| [&f.cert, &f.key]))
+        .chain(tenant_files.iter().flat_map(|(_, f)| [&f.cert, &f.key]));
     if let Some(existing) = targets.into_iter().find(|p| p.exists()) {
         return Err(TlsError::Exists { path: existing.clone() });
     }
@@ -86,10 +113,17 @@ pub fn generate(dir: &Path, masters: u64, hosts: &[String]) -> Result<GeneratedP
     write(&ca, ca_cert.pem().as_bytes(), 0o644)?;
     let issuer = Issuer::new(ca_params, ca_keypair);
 
-    for (role, files) in &nodes {
+    let subjects = nodes.iter().map(|(role, files)| (name(&role.common_name()), files)).chain(tenant_files.iter().map(
+        |(tenant, files)| {
+            let mut dn = name(&Role::Client.common_name());
+            dn.push(DnType::OrganizationalUnitName, crate::tenant::tenant_org_unit(tenant));
+            (dn, files)
+        },
+    ));
+    for (subject, files) in subjects {
         let key = KeyPair::generate().map_err(gen_err)?;
         let mut params = CertificateParams::default();
-        params.distinguished_name = name(&role.common_name());
+        params.distinguished_name = subject;
         params.subject_alt_names = sans.clone();
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
@@ -100,7 +134,7 @@ pub fn generate(dir: &Path, masters: u64, hosts: &[String]) -> Result<GeneratedP
         write(&files.key, key.serialize_pem().as_bytes(), 0o600)?;
         write(&files.cert, cert.pem().as_bytes(), 0o644)?;
     }
-    Ok(GeneratedPki { dir: dir.to_owned(), ca, ca_key, nodes })
+    Ok(GeneratedPki { dir: dir.to_owned(), ca, ca_key, nodes, tenants: tenant_files })
 }
 
 fn name(common_name: &str) -> DistinguishedName {

@@ -24,13 +24,15 @@ mod generate;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod role;
+pub mod tenant;
 
 pub use args::TlsArgs;
 pub use config::{DEFAULT_SERVER_NAME, HANDSHAKE_TIMEOUT, TlsConfig};
 pub use error::TlsError;
 pub use exposure::{Exposure, check_binds};
 pub use files::TlsFiles;
-pub use generate::{CA_VALIDITY_DAYS, GeneratedPki, LEAF_VALIDITY_DAYS, MASTERS_MAX, generate};
+pub use generate::{CA_VALIDITY_DAYS, GeneratedPki, LEAF_VALIDITY_DAYS, MASTERS_MAX, generate, generate_with_tenants};
 pub use role::Role;
 /// The rustls version this crate builds its configs with.
 pub use rustls;
+pub use tenant::{TENANT_OU_PREFIX, tenant_of_peer};

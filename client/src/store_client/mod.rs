@@ -69,6 +69,7 @@ impl Client {
         let mut mcfg = MasterClientConfig::new(cfg.masters.clone());
         mcfg.tls = cfg.tls.clone();
         mcfg.admin_token = cfg.admin_token.clone();
+        mcfg.tenant = cfg.tenant.clone();
         mcfg.credential = cfg.credential.clone();
         mcfg.rpc_timeout = mcfg.rpc_timeout.min(cfg.tcp.request_timeout);
         let master = Arc::new(MasterClient::new(mcfg)?);

@@ -153,7 +153,7 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
 /// answer whatever happened to the object since (a remove must not be
 /// undone by a retry).
 fn answered_already(s: &MetaState, req: &PutEndRequest) -> Option<EndPlan> {
-    if let Err(e) = mooncake_raft_store::state::validate_key(&req.key) {
+    if let Err(e) = mooncake_raft_store::state::validate_stored_key(&req.key) {
         return Some(EndPlan::Answer(invalid(e)));
     }
     if req.request_id != 0

@@ -6,6 +6,7 @@
 //! removal sees and refuses; a reader arriving after waits, then reads a
 //! state without the object.
 
+use mooncake_proto::tenant::Tenant;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
 
@@ -106,12 +107,14 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
     out.into_iter().map(|s| s.unwrap_or_else(|| internal("removal left a key unanswered"))).collect()
 }
 
-/// RemoveAll: every object not leased (all of them with `force`).
-/// Returns how many were removed.
-pub async fn remove_all(shared: &Shared, force: bool) -> Result<u64, Status> {
+/// RemoveAll: every object of `tenant` not leased (all of them with
+/// `force`); other tenants' objects are never touched. Returns how many
+/// were removed.
+pub async fn remove_all(shared: &Shared, tenant: &Tenant, force: bool) -> Result<u64, Status> {
     let victims = shared
         .read(|s| {
             s.objects()
+                .filter(|o| tenant.owns(&o.key))
                 .map(|o| mooncake_raft_store::VersionedKey { key: o.key.clone(), version: o.version })
                 .collect::<Vec<_>>()
         })

@@ -11,7 +11,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use mooncake_proto::Status;
 use mooncake_raft_store::MetaState;
+
+use crate::rpc::tenancy::KeySpace;
 
 /// How long the state of a paged listing is kept after its first page.
 pub const LISTING_KEPT: Duration = Duration::from_secs(60);
@@ -44,18 +47,53 @@ impl Listings {
     }
 }
 
-/// The objects of `s` under `prefix` after `start_after` (all when empty),
-/// at most `limit`, and whether more follow.
+/// Where a listing of one tenant's keys reads, in stored keys: under
+/// `prefix`, after `start_after` (none: from the first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    space: KeySpace,
+    prefix: String,
+    start_after: Option<String>,
+}
+
+/// Sorts after every stored key of a named tenant (`NUL name NUL key`, the
+/// name ASCII) and before every default-tenant key (none starts with NUL):
+/// a default-tenant listing of everything starts after it.
+const AFTER_NAMED_TENANTS: &str = "\0\u{10FFFF}";
+
+impl Bounds {
+    /// The bounds of a listing in `space` of the client's `prefix` after
+    /// its `start_after` (empty: from the first key).
+    pub fn of(space: &KeySpace, prefix: &str, start_after: &str) -> Result<Bounds, Status> {
+        let stored_prefix = space.stored_prefix(prefix)?;
+        let start_after = match start_after.is_empty() {
+            true if space.tenant().is_default() && prefix.is_empty() => Some(AFTER_NAMED_TENANTS.to_string()),
+            true => None,
+            false => Some(space.stored_prefix(start_after)?),
+        };
+        Ok(Bounds { space: space.clone(), prefix: stored_prefix, start_after })
+    }
+}
+
+/// The objects within `bounds`, at most `limit`, and whether more follow.
 pub fn page<'a>(
     s: &'a MetaState,
-    prefix: &'a str,
-    start_after: &'a str,
+    bounds: &'a Bounds,
     limit: usize,
 ) -> (Vec<&'a mooncake_raft_store::state::ObjectMeta>, bool) {
-    let mut objects: Vec<_> = if start_after.is_empty() || start_after < prefix {
-        s.objects_with_prefix(prefix).take(limit + 1).collect()
-    } else {
-        s.objects_after(start_after).take_while(|o| o.key.starts_with(prefix)).take(limit + 1).collect()
+    let prefix = bounds.prefix.as_str();
+    let mut objects: Vec<_> = match bounds.start_after.as_deref() {
+        Some(after) if after >= prefix => s
+            .objects_after(after)
+            .take_while(|o| o.key.starts_with(prefix))
+            .filter(|o| bounds.space.client_key(&o.key).is_some())
+            .take(limit + 1)
+            .collect(),
+        _ => s
+            .objects_with_prefix(prefix)
+            .filter(|o| bounds.space.client_key(&o.key).is_some())
+            .take(limit + 1)
+            .collect(),
     };
     let more = objects.len() > limit;
     objects.truncate(limit);

@@ -12,4 +12,5 @@ pub mod listings;
 pub mod peer;
 pub(crate) mod raft_service;
 pub(crate) mod roles;
+pub mod tenancy;
 pub mod watch;

@@ -23,6 +23,8 @@ use mooncake_raft_store::events::{self as ev, EventHistory, Since};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::rpc::tenancy::KeySpace;
+
 /// What `Watch` answers.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, tonic::Status>> + Send>>;
 
@@ -75,6 +77,10 @@ struct Cursor {
     history: Arc<EventHistory>,
     applied: watch::Receiver<u64>,
     stop: watch::Receiver<bool>,
+    /// The watcher's tenant: it hears of that tenant's keys only, as the
+    /// client knows them.
+    space: KeySpace,
+    /// The client's prefix (within its tenant).
     prefix: String,
     master_id: u64,
     skip_events: bool,
@@ -95,23 +101,27 @@ pub fn open(
     history: Arc<EventHistory>,
     watchers: &Arc<Watchers>,
     master_id: u64,
+    space: Result<KeySpace, Status>,
     req: WatchRequest,
     stop: watch::Receiver<bool>,
 ) -> WatchStream {
+    let refused = |status: Status| {
+        let refused = WatchResponse { status: Some(status), master_id, ..Default::default() };
+        Box::pin(futures::stream::iter([Ok(refused)]))
+    };
+    let space = match space.and_then(|space| space.stored_prefix(&req.prefix).map(|_| space)) {
+        Ok(space) => space,
+        Err(status) => return refused(status),
+    };
     let Some(slot) = watchers.take() else {
-        let refused = WatchResponse {
-            status: Some(Status::with(
-                ErrorCode::Unavailable,
-                format!(
-                    "this master serves {} watches already (--max-watchers); watch through another master or raise \
-                     the cap",
-                    watchers.max
-                ),
-            )),
-            master_id,
-            ..Default::default()
-        };
-        return Box::pin(futures::stream::iter([Ok(refused)]));
+        return refused(Status::with(
+            ErrorCode::Unavailable,
+            format!(
+                "this master serves {} watches already (--max-watchers); watch through another master or raise the \
+                 cap",
+                watchers.max
+            ),
+        ));
     };
     let after = match req.from_revision {
         0 => history.last(),
@@ -121,6 +131,7 @@ pub fn open(
         applied: history.subscribe(),
         history,
         stop,
+        space,
         prefix: req.prefix,
         master_id,
         skip_events: watchers.skip_events,
@@ -167,8 +178,10 @@ impl Cursor {
                 Since::Events { revisions, through } => {
                     let full = revisions.len() == REVISIONS_PER_MESSAGE;
                     self.after = through;
-                    let matching: Vec<WatchRevision> =
-                        revisions.into_iter().filter_map(|r| revision_pb(r, &self.prefix, self.skip_events)).collect();
+                    let matching: Vec<WatchRevision> = revisions
+                        .into_iter()
+                        .filter_map(|r| revision_pb(r, &self.space, &self.prefix, self.skip_events))
+                        .collect();
                     if !matching.is_empty() || self.greeting {
                         self.greeting = false;
                         return Some(self.sent(matching));
@@ -198,12 +211,20 @@ impl Cursor {
     }
 }
 
-/// The events of `r` for keys under `prefix`; `None` when there are none.
-/// With `skip_events` (planted bug), every 7th revision loses its first.
-fn revision_pb(r: ev::Revision, prefix: &str, skip_events: bool) -> Option<WatchRevision> {
+/// The events of `r` for keys of `space` under `prefix`, with the keys as
+/// the client knows them; `None` when there are none. With `skip_events`
+/// (planted bug), every 7th revision loses its first.
+fn revision_pb(r: ev::Revision, space: &KeySpace, prefix: &str, skip_events: bool) -> Option<WatchRevision> {
     let skip = usize::from(skip_events && r.revision.is_multiple_of(7));
-    let events: Vec<ObjectEvent> =
-        r.events.into_iter().skip(skip).filter(|e| e.key().starts_with(prefix)).map(event_pb).collect();
+    let events: Vec<ObjectEvent> = r
+        .events
+        .into_iter()
+        .skip(skip)
+        .filter_map(|e| {
+            let key = space.client_key(e.key()).filter(|k| k.starts_with(prefix))?.to_string();
+            Some(ObjectEvent { key, ..event_pb(e) })
+        })
+        .collect();
     (!events.is_empty()).then_some(WatchRevision { revision: r.revision, events })
 }
 

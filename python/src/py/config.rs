@@ -233,6 +233,7 @@ pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Result<SetupArgs,
         protocol: text("protocol", "tcp")?,
         rdma_devices: text("rdma_devices", "")?,
         master_server_addr: master,
+        tenant: text("tenant_id", "")?,
         tls: TlsPaths {
             cert: Some(text(TLS_KEYS[0], "")?).filter(|v| !v.is_empty()),
             key: Some(text(TLS_KEYS[1], "")?).filter(|v| !v.is_empty()),

@@ -123,7 +123,7 @@ impl MooncakeDistributedStore {
         enable_client_http_server: bool,
         client_http_port: i64,
     ) -> PyResult<Code> {
-        let args = match local_hostname.cast::<PyDict>() {
+        let mut args = match local_hostname.cast::<PyDict>() {
             Ok(dict) => match setup_args_from_dict(dict)? {
                 Ok(args) => args,
                 Err(why) => {
@@ -147,6 +147,7 @@ impl MooncakeDistributedStore {
                     rdma_devices: rdma_devices.ok_or_else(missing)?,
                     master_server_addr: master_server_addr.ok_or_else(missing)?,
                     tls: TlsPaths::default(),
+                    tenant: String::new(),
                 }
             }
         };
@@ -154,13 +155,15 @@ impl MooncakeDistributedStore {
             (engine.is_some(), "engine"),
             (enable_ssd_offload, "enable_ssd_offload"),
             (!ssd_offload_path.is_empty(), "ssd_offload_path"),
-            (!tenant_id.is_empty() && tenant_id != "default", "tenant_id"),
             (enable_client_http_server, "enable_client_http_server"),
         ];
         for (_, name) in ignored.iter().filter(|(set, _)| *set) {
             tracing::warn!(argument = name, "setup: not supported by mooncake-rs; ignored (see docs/PYTHON.md)");
         }
         let _ = client_http_port;
+        if !tenant_id.is_empty() {
+            args.tenant = tenant_id;
+        }
         match py.detach(|| self.state.setup(&args)) {
             Ok(()) => Ok(codes::OK),
             Err(e) => {
@@ -225,6 +228,7 @@ impl MooncakeDistributedStore {
             rdma_devices: device_name,
             master_server_addr: masters.unwrap_or_else(|| "127.0.0.1:50051".into()),
             tls: TlsPaths::default(),
+            tenant: String::new(),
         };
         match py.detach(|| self.state.setup(&args)) {
             Ok(()) => Ok(codes::OK),

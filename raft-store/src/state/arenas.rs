@@ -15,7 +15,7 @@ use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 
 use super::apply::Applied;
 use super::invariants::{HeldBy, InvariantViolation, Record};
-use super::validation::{invalid, validate_key, validate_pin};
+use super::validation::{invalid, validate_pin, validate_stored_key};
 use super::{MetaState, ObjectMeta, RetiredObject};
 use crate::command::*;
 use crate::error::MetaError;
@@ -333,7 +333,7 @@ impl MetaState {
 
 /// Checks the shape of a PutCommit (not the arenas or free space).
 pub fn validate_new_object(new: &NewObject) -> Result<(), MetaError> {
-    validate_key(&new.key)?;
+    validate_stored_key(&new.key)?;
     validate_pin(new.pin)?;
     if new.size_bytes == 0 {
         return Err(invalid(format!("object {:?} has size 0", new.key)));

@@ -33,7 +33,7 @@ use std::fmt;
 
 use mooncake_segment::{ALLOC_ALIGN_BYTES, AllocError, ClientId, Range, SegmentId};
 
-use super::{ARENA_EXTENTS_MAX, MetaState, ObjectMeta, REPLICA_NUM_MAX, SegmentEntry, validate_key};
+use super::{ARENA_EXTENTS_MAX, MetaState, ObjectMeta, REPLICA_NUM_MAX, SegmentEntry, validate_stored_key};
 use crate::command::{ArenaId, DISK_ALIGN_BYTES, ObjectVersion, ReplicaPlacement, Tier};
 
 /// What a violation is about.
@@ -343,7 +343,7 @@ impl MetaState {
     fn check_object(&self, o: &ObjectMeta) -> Result<(), InvariantViolation> {
         let holder = HeldBy::Object(&o.key);
         let bad = |problem: String| Err(malformed(holder.record(), problem));
-        if let Err(e) = validate_key(&o.key) {
+        if let Err(e) = validate_stored_key(&o.key) {
             return bad(e.to_string());
         }
         check_replica_set(holder, &o.replicas)?;

@@ -27,13 +27,32 @@ pub(super) fn invalid(msg: impl Into<String>) -> MetaError {
     MetaError::InvalidParams(msg.into())
 }
 
-/// Checks a key; shared by the master edge (fail fast) and apply (authoritative).
+/// What a tenant's stored key may add to the client's key (the tenant
+/// scope of `mooncake_proto::tenant`: two NULs and a name of at most 64
+/// bytes).
+pub const KEY_SCOPE_MAX_BYTES: usize = 66;
+/// Longest stored key: a client key of [`KEY_MAX_BYTES`] in a tenant's scope.
+pub const STORED_KEY_MAX_BYTES: usize = KEY_MAX_BYTES + KEY_SCOPE_MAX_BYTES;
+
+/// Checks a key a client sent (at most [`KEY_MAX_BYTES`]); the master edge.
 pub fn validate_key(key: &str) -> Result<(), MetaError> {
+    if key.len() > KEY_MAX_BYTES {
+        return Err(invalid(format!("key is {} bytes; the limit is {KEY_MAX_BYTES}", key.len())));
+    }
+    validate_stored_key(key)
+}
+
+/// Checks a stored key (a client's key, in its tenant's scope); shared by
+/// the master's services (fail fast) and apply (authoritative).
+pub fn validate_stored_key(key: &str) -> Result<(), MetaError> {
     if key.is_empty() {
         return Err(invalid("key is empty"));
     }
-    if key.len() > KEY_MAX_BYTES {
-        return Err(invalid(format!("key is {} bytes; the limit is {KEY_MAX_BYTES}", key.len())));
+    if key.len() > STORED_KEY_MAX_BYTES {
+        return Err(invalid(format!(
+            "stored key is {} bytes; the limit is {STORED_KEY_MAX_BYTES} ({KEY_MAX_BYTES} and a tenant scope)",
+            key.len()
+        )));
     }
     Ok(())
 }
@@ -93,7 +112,7 @@ pub struct PutSpec {
 
 /// Checks the shape of a put (not whether there is room).
 pub fn validate_put(put: &PutSpec) -> Result<(), MetaError> {
-    validate_key(&put.key)?;
+    validate_stored_key(&put.key)?;
     validate_pin(put.pin)?;
     if put.size_bytes == 0 {
         return Err(invalid(format!("object {:?} has size 0", put.key)));

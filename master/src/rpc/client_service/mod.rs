@@ -10,13 +10,14 @@ use std::time::Duration;
 use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::{validate_key, validate_segment};
+use mooncake_raft_store::state::validate_segment;
 use mooncake_raft_store::{Command, MetaError, SegmentSpec};
 use mooncake_segment::{ClientId, SegmentId};
 use tonic::{Request, Response};
 
 use crate::rpc::convert::{self, Wire};
 use crate::rpc::errors::{invalid, meta_status};
+use crate::rpc::tenancy::{KeySpace, with_refusals};
 use crate::shared::Shared;
 
 type RpcResult<T> = Result<Response<T>, tonic::Status>;
@@ -56,7 +57,8 @@ impl MasterService for MasterServiceImpl {
 
     async fn watch(&self, req: Request<WatchRequest>) -> RpcResult<Self::WatchStream> {
         let s = &self.shared;
-        ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, req.into_inner(), self.stop.clone()))
+        let space = KeySpace::of_request(&req);
+        ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, space, req.into_inner(), self.stop.clone()))
     }
 
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
@@ -211,17 +213,35 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
+        let refused = |s: Status| ok(PutStartResponse { status: Some(s), replicas: vec![] });
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return refused(s),
+        };
         if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
-            return ok(PutStartResponse { status: Some(s), replicas: vec![] });
+            return refused(s);
         }
-        ok(crate::objects::puts::put_start(&self.shared, &req.into_inner()).await)
+        let mut r = req.into_inner();
+        r.key = match space.stored(&r.key) {
+            Ok(key) => key,
+            Err(s) => return refused(s),
+        };
+        ok(crate::objects::puts::put_start(&self.shared, &r).await)
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(PutEndResponse { status: Some(s) }),
+        };
         if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(PutEndResponse { status: Some(s) });
         }
-        let r = req.into_inner();
+        let mut r = req.into_inner();
+        r.key = match space.stored(&r.key) {
+            Ok(key) => key,
+            Err(s) => return ok(PutEndResponse { status: Some(s) }),
+        };
         if let Err(e) = convert::check_put_end(&r) {
             return ok(PutEndResponse { status: Some(invalid(e)) });
         }
@@ -244,39 +264,45 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(PutRevokeResponse { status: Some(s) }),
+        };
         if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(PutRevokeResponse { status: Some(s) });
         }
-        let r = req.into_inner();
-        if let Err(e) = validate_key(&r.key) {
-            return ok(PutRevokeResponse { status: Some(invalid(e)) });
-        }
+        let mut r = req.into_inner();
+        r.key = match space.stored(&r.key) {
+            Ok(key) => key,
+            Err(s) => return ok(PutRevokeResponse { status: Some(s) }),
+        };
         ok(PutRevokeResponse { status: Some(crate::objects::puts::put_revoke(&self.shared, &r)) })
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
-        let key = req.into_inner().key;
-        if let Err(e) = validate_key(&key) {
-            return ok(refused(invalid(e)));
-        }
+        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+            Ok(key) => key,
+            Err(s) => return ok(refused(s)),
+        };
         single(self.replica_lists(std::slice::from_ref(&key)).await)
     }
 
     async fn exist_key(&self, req: Request<ExistKeyRequest>) -> RpcResult<ExistKeyResponse> {
-        let key = req.into_inner().key;
-        if let Err(e) = validate_key(&key) {
-            return ok(refused(invalid(e)));
-        }
+        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+            Ok(key) => key,
+            Err(s) => return ok(refused(s)),
+        };
         single(self.exist_keys(std::slice::from_ref(&key)).await)
     }
 
     async fn get_size(&self, req: Request<GetSizeRequest>) -> RpcResult<GetSizeResponse> {
-        let key = req.into_inner().key;
-        if let Err(e) = validate_key(&key) {
-            return ok(GetSizeResponse { status: Some(invalid(e)), size: 0 });
-        }
+        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+            Ok(key) => key,
+            Err(s) => return ok(GetSizeResponse { status: Some(s), size: 0 }),
+        };
+        let asked = req.into_inner().key;
         let read = self.shared.read(|s| match s.object(&key) {
-            None => GetSizeResponse { status: Some(meta_status(&MetaError::ObjectNotFound(key.clone()))), size: 0 },
+            None => GetSizeResponse { status: Some(meta_status(&MetaError::ObjectNotFound(asked.clone()))), size: 0 },
             Some(o) => GetSizeResponse { status: Some(Status::ok()), size: o.size_bytes },
         });
         match read.await {
@@ -292,11 +318,12 @@ impl MasterService for MasterServiceImpl {
         {
             return ok(RemoveResponse { status: Some(s) });
         }
+        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+            Ok(key) => key,
+            Err(s) => return ok(RemoveResponse { status: Some(s) }),
+        };
         let r = req.into_inner();
-        if let Err(e) = validate_key(&r.key) {
-            return ok(RemoveResponse { status: Some(invalid(e)) });
-        }
-        let mut statuses = crate::objects::removal::remove_keys(&self.shared, &[r.key], &[r.request_id], r.force).await;
+        let mut statuses = crate::objects::removal::remove_keys(&self.shared, &[key], &[r.request_id], r.force).await;
         ok(RemoveResponse { status: statuses.pop() })
     }
 
@@ -306,25 +333,41 @@ impl MasterService for MasterServiceImpl {
             true => self.shared.auth.roles.require_admin(&req, "RemoveAll with force"),
             false => Ok(()),
         };
-        if let Err(s) = allowed {
-            return ok(RemoveAllResponse { status: Some(s), removed: 0 });
-        }
+        let space = allowed.and_then(|()| KeySpace::of_request(&req));
+        let space = match space {
+            Ok(space) => space,
+            Err(s) => return ok(RemoveAllResponse { status: Some(s), removed: 0 }),
+        };
         let force = req.into_inner().force;
-        match crate::objects::removal::remove_all(&self.shared, force).await {
+        match crate::objects::removal::remove_all(&self.shared, space.tenant(), force).await {
             Ok(removed) => ok(RemoveAllResponse { status: Some(Status::ok()), removed }),
             Err(s) => ok(RemoveAllResponse { status: Some(s), removed: 0 }),
         }
     }
 
     async fn list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
+        };
         let r = req.into_inner();
         let limit = match r.limit as usize {
             0 => LIST_DEFAULT,
             n => n.min(LIST_MAX),
         };
+        let bounds = match crate::rpc::listings::Bounds::of(&space, &r.prefix, &r.start_after) {
+            Ok(bounds) => bounds,
+            Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
+        };
         let read = |s: &mooncake_raft_store::MetaState| {
-            let (page, more) = crate::rpc::listings::page(s, &r.prefix, &r.start_after, limit);
-            let objects: Vec<ObjectInfo> = page.into_iter().map(|o| convert::object_pb(s, o)).collect();
+            let (page, more) = crate::rpc::listings::page(s, &bounds, limit);
+            let objects: Vec<ObjectInfo> = page
+                .into_iter()
+                .filter_map(|o| {
+                    let key = space.client_key(&o.key)?.to_string();
+                    Some(ObjectInfo { key, ..convert::object_pb(s, o) })
+                })
+                .collect();
             (objects, more)
         };
         let now = std::time::Instant::now();
@@ -366,12 +409,21 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(refused(s)),
+        };
         let (metadata, _, reqs) = req.into_parts();
         let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
         let answers = async {
             let mut responses = Vec::with_capacity(reqs.requests.len());
             for r in &reqs.requests {
-                let response = crate::objects::puts::put_start(&self.shared, r).await;
+                let response = match space.stored(&r.key) {
+                    Ok(key) => {
+                        crate::objects::puts::put_start(&self.shared, &PutStartRequest { key, ..r.clone() }).await
+                    }
+                    Err(s) => PutStartResponse { status: Some(s), replicas: vec![] },
+                };
                 // Not the leader (any more): the whole batch goes to the leader,
                 // which MasterClient finds from this answer.
                 if let Some(s) = response.status.as_ref().filter(|s| is_leadership(s)) {
@@ -385,11 +437,23 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
-        let (metadata, _, reqs) = req.into_parts();
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(refused(s)),
+        };
+        let (metadata, _, mut reqs) = req.into_parts();
         let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let (keys, refusals) = space.stored_all(&reqs.requests.iter().map(|r| r.key.clone()).collect::<Vec<_>>());
+        for (r, key) in reqs.requests.iter_mut().zip(keys) {
+            r.key = key;
+        }
         let answers = async {
-            let refusal = |r: &PutEndRequest| convert::check_put_end(r).err().map(invalid);
-            let statuses = answer_valid(&reqs.requests, refusal, async |valid| {
+            let refusal = |i: &usize| match &refusals[*i] {
+                Some(s) => Some(s.clone()),
+                None => convert::check_put_end(&reqs.requests[*i]).err().map(invalid),
+            };
+            let indices: Vec<usize> = (0..reqs.requests.len()).collect();
+            let statuses = answer_valid(&indices, refusal, async |valid| {
                 // Copied only when some are refused (never, from our client).
                 if valid.len() == reqs.requests.len() {
                     return crate::objects::put_end::put_end(&self.shared, &reqs.requests).await;
@@ -407,14 +471,18 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(refused(s)),
+        };
         let (metadata, _, reqs) = req.into_parts();
         let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
         // Unlike a PutStart's or PutEnd's, a revoke's NOT_LEADER answers its
         // item only: the batch itself is answered OK.
         let answers = async {
-            let revoke = |r: &PutRevokeRequest| match validate_key(&r.key) {
-                Ok(()) => crate::objects::puts::put_revoke(&self.shared, r),
-                Err(e) => invalid(e),
+            let revoke = |r: &PutRevokeRequest| match space.stored(&r.key) {
+                Ok(key) => crate::objects::puts::put_revoke(&self.shared, &PutRevokeRequest { key, ..r.clone() }),
+                Err(s) => s,
             };
             Ok(reqs.requests.iter().map(|r| PutRevokeResponse { status: Some(revoke(r)) }).collect())
         };
@@ -425,13 +493,31 @@ impl MasterService for MasterServiceImpl {
         &self,
         req: Request<BatchGetReplicaListRequest>,
     ) -> RpcResult<BatchGetReplicaListResponse> {
-        let keys = req.into_inner().keys;
-        answer_batch(&keys, self.replica_lists(&keys)).await
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(refused(s)),
+        };
+        let (keys, refusals) = space.stored_all(&req.into_inner().keys);
+        let answers = async {
+            let mut answers = self.replica_lists(&keys).await?;
+            with_refusals(&mut answers, refusals);
+            Ok(answers)
+        };
+        answer_batch(&keys, answers).await
     }
 
     async fn batch_exist_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
-        let keys = req.into_inner().keys;
-        answer_batch(&keys, self.exist_keys(&keys)).await
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(refused(s)),
+        };
+        let (keys, refusals) = space.stored_all(&req.into_inner().keys);
+        let answers = async {
+            let mut answers = self.exist_keys(&keys).await?;
+            with_refusals(&mut answers, refusals);
+            Ok(answers)
+        };
+        answer_batch(&keys, answers).await
     }
 
     async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {
@@ -442,11 +528,17 @@ impl MasterService for MasterServiceImpl {
         {
             return ok(BatchRemoveResponse { status: Some(s), responses: vec![] });
         }
+        let space = match KeySpace::of_request(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(BatchRemoveResponse { status: Some(s), responses: vec![] }),
+        };
         let r = req.into_inner();
+        let (stored, refusals) = space.stored_all(&r.keys);
         let answers = async {
-            let refusal = |k: &String| validate_key(k).err().map(invalid);
-            let statuses = answer_valid(&r.keys, refusal, async |valid| {
-                let keys: Vec<String> = valid.iter().map(|i| r.keys[*i].clone()).collect();
+            let indices: Vec<usize> = (0..r.keys.len()).collect();
+            let refusal = |i: &usize| refusals[*i].clone();
+            let statuses = answer_valid(&indices, refusal, async |valid| {
+                let keys: Vec<String> = valid.iter().map(|i| stored[*i].clone()).collect();
                 let ids: Vec<u64> = valid.iter().map(|i| r.request_ids.get(*i).copied().unwrap_or(0)).collect();
                 crate::objects::removal::remove_keys(&self.shared, &keys, &ids, r.force).await
             })

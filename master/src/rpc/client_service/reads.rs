@@ -5,7 +5,7 @@ use mooncake_auth::capability::Access;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::MetaState;
-use mooncake_raft_store::state::validate_key;
+use mooncake_raft_store::state::validate_stored_key;
 
 use super::*;
 use crate::rpc::convert::{self};
@@ -56,7 +56,7 @@ impl MasterServiceImpl {
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
         let answer = |s: &MetaState| -> Vec<GetReplicaListResponse> {
             keys.iter()
-                .map(|k| match validate_key(k) {
+                .map(|k| match validate_stored_key(k) {
                     Ok(()) => self.replica_list(s, k),
                     Err(e) => GetReplicaListResponse { status: Some(invalid(e)), ..Default::default() },
                 })
@@ -86,7 +86,7 @@ impl MasterServiceImpl {
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
         let answer = |s: &MetaState| -> Vec<ExistKeyResponse> {
             keys.iter()
-                .map(|k| match validate_key(k) {
+                .map(|k| match validate_stored_key(k) {
                     Ok(()) => self.exist_key(s, k),
                     Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
                 })

@@ -1,0 +1,165 @@
+//! Tenants (docs/TENANTS.md) with real processes: the same key in two
+//! tenants is two objects, each tenant sees, lists, watches, removes and
+//! `remove_all`s only its own; a client certificate bound to a tenant acts
+//! in that tenant only (mutual TLS); bad names and NUL keys are refused.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mooncake_client::{
+    Client, ClientConfig, ClientError, MasterClient, MasterClientConfig, PutOptions, PutOutcome, WatchItem, Watcher,
+};
+use mooncake_proto::ErrorCode;
+use mooncake_proto::tenant::Tenant;
+use mooncake_testkit::Cluster;
+use mooncake_tls::{Role, TlsFiles};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
+const T: Duration = Duration::from_secs(30);
+
+fn tenant(name: &str) -> Tenant {
+    Tenant::parse(name).unwrap()
+}
+
+async fn client_in(cluster: &Cluster, name: &str) -> Client {
+    let mut cfg = ClientConfig::new(cluster.addrs());
+    cfg.tenant = tenant(name);
+    Client::connect(cfg).await.expect("client")
+}
+
+fn master_in(cluster: &Cluster, name: &str) -> MasterClient {
+    MasterClient::new(MasterClientConfig { tenant: tenant(name), ..MasterClientConfig::new(cluster.addrs()) })
+        .expect("master client")
+}
+
+async fn listed(master: &MasterClient) -> Vec<String> {
+    master.list_objects("", 1000).await.expect("list").into_iter().map(|o| o.key).collect()
+}
+
+/// Why: one cluster serves several models or teams; a tenant must never
+/// read, overwrite, list or remove another's KV cache, however the keys
+/// collide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_in_two_tenants_is_two_objects_and_each_tenant_sees_only_its_own() {
+    // KV leases of 1 ms: removes right after reads are not refused.
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .arg("--default_kv_lease_ttl=1")
+        .binary(BIN)
+        .start();
+    cluster.wait_for_segments(1, T).await;
+    let (a, b, d) =
+        (client_in(&cluster, "team-a").await, client_in(&cluster, "team-b").await, client_in(&cluster, "").await);
+    let opts = PutOptions { replicas: 1, ..Default::default() };
+
+    // A watcher of tenant a hears of a's keys only, as a knows them.
+    let mut watcher = Watcher::new(Arc::new(master_in(&cluster, "team-a")), "", 0);
+    match tokio::time::timeout(T, watcher.next()).await.unwrap().unwrap() {
+        WatchItem::Progress { .. } => {}
+        other => panic!("a fresh watch starts with its position: {other:?}"),
+    }
+
+    // Phase 1: the same key, three tenants, three objects.
+    for (client, bytes) in [(&a, b"bytes of a".as_slice()), (&b, b"bytes of b, longer"), (&d, b"default's")] {
+        assert_eq!(client.put("k", bytes, &opts).await.expect("put"), PutOutcome::Stored, "no tenant sees another's k");
+    }
+    a.put("only-a", b"a alone", &opts).await.unwrap();
+    assert_eq!(a.get("k").await.unwrap(), b"bytes of a");
+    assert_eq!(b.get("k").await.unwrap(), b"bytes of b, longer");
+    assert_eq!(d.get("k").await.unwrap(), b"default's");
+    assert_eq!(b.get_size("k").await.unwrap(), 18);
+    assert!(matches!(b.get("only-a").await, Err(ClientError::NotFound(_))), "b cannot read a's key");
+    assert!(!d.exists("only-a").await.unwrap());
+    let batch: Vec<bool> = b.batch_exists(&["k", "only-a"]).await.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(batch, [true, false]);
+    let got = a.get_batch(&["k", "only-a"]).await;
+    assert_eq!(got[0].as_deref().unwrap(), b"bytes of a");
+    assert_eq!(got[1].as_deref().unwrap(), b"a alone");
+    // A put of an existing key keeps the tenant's own object only.
+    assert_eq!(b.put("only-a", b"b's own", &opts).await.unwrap(), PutOutcome::Stored);
+
+    // Phase 2: listings are per tenant, keys as the tenant knows them.
+    let (ma, mb, md) = (master_in(&cluster, "team-a"), master_in(&cluster, "team-b"), master_in(&cluster, ""));
+    assert_eq!(listed(&ma).await, ["k", "only-a"]);
+    assert_eq!(listed(&mb).await, ["k", "only-a"]);
+    assert_eq!(listed(&md).await, ["k"], "the default tenant lists none of the named tenants' keys");
+    let page = ma.list_objects("only", 10).await.unwrap();
+    assert_eq!(page.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), ["only-a"]);
+
+    // Phase 3: removes reach the caller's tenant only.
+    a.remove("k", false).await.expect("a removes its k");
+    assert!(!a.exists("k").await.unwrap());
+    assert_eq!(b.get("k").await.unwrap(), b"bytes of b, longer", "b's k survives a's remove");
+    assert_eq!(b.remove_all(false).await.expect("b's remove_all"), 2);
+    assert!(!b.exists("only-a").await.unwrap());
+    assert_eq!(a.get("only-a").await.unwrap(), b"a alone", "a's objects survive b's remove_all");
+    assert_eq!(d.get("k").await.unwrap(), b"default's");
+    assert_eq!(listed(&mb).await, Vec::<String>::new());
+
+    // The watcher of a saw a's three changes and nothing of b's or d's.
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        if let WatchItem::Revision { events, .. } = tokio::time::timeout(T, watcher.next()).await.unwrap().unwrap() {
+            seen.extend(events.into_iter().map(|e| e.key));
+        }
+    }
+    assert_eq!(seen, ["k", "only-a", "k"]);
+
+    // Phase 4: bad input changes nothing and says why.
+    for client in [&a, &d] {
+        let e = client.put("\0team-b\0k", b"x", &opts).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{e}");
+        assert!(e.to_string().contains("NUL"), "{e}");
+    }
+    assert_eq!(listed(&mb).await, Vec::<String>::new(), "b is empty still");
+    assert_eq!(d.get("k").await.unwrap(), b"default's");
+    // A tenant name that cannot be one (a raw gRPC call: our clients
+    // refuse it before sending).
+    let mut req = tonic::Request::new(mooncake_proto::master::ExistKeyRequest { key: "k".into() });
+    req.metadata_mut().insert(mooncake_proto::tenant::TENANT_HEADER, "no/slashes".parse().unwrap());
+    let url = format!("http://{}", cluster.addrs()[0]);
+    let mut raw = mooncake_proto::master::master_service_client::MasterServiceClient::connect(url).await.unwrap();
+    let answer = raw.exist_key(req).await.unwrap().into_inner();
+    let status = answer.status.unwrap();
+    assert_eq!(status.error_code(), ErrorCode::InvalidParams);
+    assert!(status.message.contains("use ASCII letters"), "{}", status.message);
+}
+
+/// Why: with security on, naming a tenant is not enough: a certificate
+/// bound to a tenant must not reach another's objects by naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_bound_to_a_tenant_acts_in_that_tenant_only() {
+    let cluster = Cluster::builder().masters(1).stores(1).segment_size("64MiB").binary(BIN).tls().start();
+    cluster.wait_for_segments(1, T).await;
+    let bound = |name: &str| TlsFiles::for_tenant(cluster.tls_dir(), name).load().expect("tenant certificate");
+    let connect = async |tls, name: &str| {
+        let mut cfg = ClientConfig::new(cluster.addrs());
+        cfg.tls = Some(tls);
+        cfg.tenant = tenant(name);
+        Client::connect(cfg).await
+    };
+    let opts = PutOptions { replicas: 1, ..Default::default() };
+    // team-a's certificate, naming no tenant, acts in team-a.
+    let a = connect(bound("team-a"), "").await.expect("team-a client");
+    a.put("k", b"a's", &opts).await.expect("put as team-a");
+    let named = connect(bound("team-a"), "team-a").await.expect("naming its own tenant");
+    assert_eq!(named.get("k").await.unwrap(), b"a's");
+    // The shared client certificate is bound to no tenant: it names one.
+    let gateway = connect(cluster.tls_config(Role::Client).unwrap(), "team-a").await.expect("gateway");
+    assert_eq!(gateway.get("k").await.unwrap(), b"a's");
+    // team-b's certificate naming team-a is refused, and changes nothing.
+    let crossing = match connect(bound("team-b"), "team-a").await {
+        Ok(c) => c.put("k", b"b's", &opts).await.map(|_| ()).unwrap_err(),
+        Err(e) => e,
+    };
+    assert_eq!(crossing.code(), Some(ErrorCode::PermissionDenied), "{crossing}");
+    assert!(crossing.to_string().contains("bound to tenant \"team-b\""), "{crossing}");
+    assert_eq!(a.get("k").await.unwrap(), b"a's");
+    let b = connect(bound("team-b"), "").await.expect("team-b client");
+    assert!(matches!(b.get("k").await, Err(ClientError::NotFound(_))), "team-b sees none of team-a's keys");
+}
