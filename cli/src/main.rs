@@ -65,8 +65,8 @@ impl MastersArg {
     }
 
     /// The tenant `--tenant` names.
-    pub fn tenant(&self) -> anyhow::Result<mooncake_proto::tenant::Tenant> {
-        mooncake_proto::tenant::Tenant::parse(&self.tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))
+    pub fn tenant(&self) -> anyhow::Result<mooncake_segment::tenant::Tenant> {
+        mooncake_segment::tenant::Tenant::parse(&self.tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))
     }
 
     /// The admin token, when `--admin-token-file` is given.

@@ -13,7 +13,7 @@ use mooncake_client::{
     Client, ClientConfig, ClientError, MasterClient, MasterClientConfig, PutOptions, PutOutcome, WatchItem, Watcher,
 };
 use mooncake_proto::ErrorCode;
-use mooncake_proto::tenant::Tenant;
+use mooncake_segment::tenant::Tenant;
 use mooncake_testkit::Cluster;
 use mooncake_tls::{Role, TlsFiles};
 
@@ -121,7 +121,7 @@ async fn the_same_key_in_two_tenants_is_two_objects_and_each_tenant_sees_only_it
     // A tenant name that cannot be one (a raw gRPC call: our clients
     // refuse it before sending).
     let mut req = tonic::Request::new(mooncake_proto::master::ExistKeyRequest { key: "k".into() });
-    req.metadata_mut().insert(mooncake_proto::tenant::TENANT_HEADER, "no/slashes".parse().unwrap());
+    req.metadata_mut().insert(mooncake_segment::tenant::TENANT_HEADER, "no/slashes".parse().unwrap());
     let url = format!("http://{}", cluster.addrs()[0]);
     let mut raw = mooncake_proto::master::master_service_client::MasterServiceClient::connect(url).await.unwrap();
     let answer = raw.exist_key(req).await.unwrap().into_inner();

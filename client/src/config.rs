@@ -64,7 +64,7 @@ pub struct ClientConfig {
     /// The tenant (key space) every call acts in (docs/TENANTS.md): the
     /// same key in two tenants is two objects. With a client certificate
     /// bound to a tenant, leave it default or name that tenant.
-    pub tenant: mooncake_proto::tenant::Tenant,
+    pub tenant: mooncake_segment::tenant::Tenant,
     /// Proof that this process is `client_id`: sent with every mount,
     /// unmount, remount and ping. The first credential to register an id
     /// holds it until the registration expires (client_ttl) or an admin
@@ -114,7 +114,7 @@ impl ClientConfig {
             default_replicas: 1,
             put_chunk_bytes: DEFAULT_PUT_CHUNK_BYTES,
             admin_token: None,
-            tenant: mooncake_proto::tenant::Tenant::default(),
+            tenant: mooncake_segment::tenant::Tenant::default(),
             credential: None,
             disk_segment: None,
             disk_size: 0,

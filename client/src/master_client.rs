@@ -47,7 +47,7 @@ pub struct MasterClientConfig {
     pub credential: Option<mooncake_auth::Credential>,
     /// The tenant every call acts in (sent as `x-mooncake-tenant` unless
     /// it is the default one).
-    pub tenant: mooncake_proto::tenant::Tenant,
+    pub tenant: mooncake_segment::tenant::Tenant,
 }
 
 impl MasterClientConfig {
@@ -61,7 +61,7 @@ impl MasterClientConfig {
             tls: None,
             admin_token: None,
             credential: None,
-            tenant: mooncake_proto::tenant::Tenant::default(),
+            tenant: mooncake_segment::tenant::Tenant::default(),
         }
     }
 
@@ -93,7 +93,7 @@ impl tonic::service::Interceptor for Credentials {
             req.metadata_mut().insert(mooncake_auth::credential::CREDENTIAL_HEADER, credential.clone());
         }
         if let Some(tenant) = &self.tenant {
-            req.metadata_mut().insert(mooncake_proto::tenant::TENANT_HEADER, tenant.clone());
+            req.metadata_mut().insert(mooncake_segment::tenant::TENANT_HEADER, tenant.clone());
         }
         Ok(req)
     }

@@ -6,7 +6,6 @@
 //! convert to and from these types at their edges.
 
 pub mod codec;
-pub mod tenant;
 
 #[allow(clippy::all, missing_docs)]
 pub mod common {

@@ -272,7 +272,7 @@ impl SetupArgs {
     /// (`host:port`) `get_hostname` reports.
     pub fn client_config(&self, host: &HostPort, port: u16) -> Result<(ClientConfig, String), String> {
         let mut cfg = ClientConfig::new(parse_masters(&self.master_server_addr)?);
-        cfg.tenant = mooncake_proto::tenant::Tenant::parse(&self.tenant).map_err(|e| format!("tenant_id: {e}"))?;
+        cfg.tenant = mooncake_segment::tenant::Tenant::parse(&self.tenant).map_err(|e| format!("tenant_id: {e}"))?;
         cfg.local_hostname = host.host.clone();
         cfg.protocol = parse_protocol(&self.protocol)?;
         cfg.global_segment_size = self.global_segment_size / SEGMENT_ALIGN_BYTES * SEGMENT_ALIGN_BYTES;

@@ -1,7 +1,8 @@
 //! Memory that holds object bytes, and the offset allocator the master uses
 //! to place objects inside segments.
 //!
-//! Key types: [`SegmentId`], [`ClientId`], [`RangeAllocator`], [`Range`],
+//! Key types: [`SegmentId`], [`ClientId`], [`tenant::Tenant`] (a key
+//! space and its stored-key scope), [`RangeAllocator`], [`Range`],
 //! [`SegmentMemory`] (DRAM) and [`DiskSegment`] (SSD, io_uring); the object
 //! checksum is [`checksum::crc32c`].
 //! This crate sits at the bottom of the workspace: it knows nothing of Raft,
@@ -12,6 +13,7 @@ pub mod checksum;
 pub mod disk;
 mod ids;
 mod memory;
+pub mod tenant;
 pub mod testing;
 
 pub use allocator::{ALLOC_ALIGN_BYTES, AllocError, Range, RangeAllocator};

@@ -6,7 +6,7 @@
 //! removal sees and refuses; a reader arriving after waits, then reads a
 //! state without the object.
 
-use mooncake_proto::tenant::Tenant;
+use mooncake_segment::tenant::Tenant;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
 

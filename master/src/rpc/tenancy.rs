@@ -6,7 +6,7 @@
 //! key sent back is unscoped, so the services and the state machine deal in
 //! stored keys only.
 
-use mooncake_proto::tenant::{TENANT_HEADER, Tenant, check_client_key};
+use mooncake_segment::tenant::{TENANT_HEADER, Tenant, check_client_key};
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::validate_key;
 
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn the_state_machine_leaves_room_for_the_longest_tenant_scope() {
-        assert_eq!(mooncake_raft_store::state::KEY_SCOPE_MAX_BYTES, mooncake_proto::tenant::TENANT_SCOPE_MAX_BYTES);
+        assert_eq!(mooncake_raft_store::state::KEY_SCOPE_MAX_BYTES, mooncake_segment::tenant::TENANT_SCOPE_MAX_BYTES);
         let longest = KeySpace::of_tenant(Tenant::parse(&"t".repeat(64)).unwrap());
         let stored = longest.stored(&"k".repeat(mooncake_raft_store::state::KEY_MAX_BYTES)).unwrap();
         assert!(mooncake_raft_store::state::validate_stored_key(&stored).is_ok());

@@ -28,7 +28,7 @@ pub(super) fn invalid(msg: impl Into<String>) -> MetaError {
 }
 
 /// What a tenant's stored key may add to the client's key (the tenant
-/// scope of `mooncake_proto::tenant`: two NULs and a name of at most 64
+/// scope of `mooncake_segment::tenant`: two NULs and a name of at most 64
 /// bytes).
 pub const KEY_SCOPE_MAX_BYTES: usize = 66;
 /// Longest stored key: a client key of [`KEY_MAX_BYTES`] in a tenant's scope.

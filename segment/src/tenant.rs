@@ -1,9 +1,12 @@
-//! Tenants: the key spaces of one cluster (docs/TENANTS.md). A client acts
-//! in one tenant, named in the [`TENANT_HEADER`] metadata entry of every
-//! call (none: [`DEFAULT_TENANT`]); the master maps the keys of a call into
-//! that tenant's space at its edge ([`Tenant::scope`]) and back on the way
-//! out ([`Tenant::unscope`]), so the same key in two tenants is two objects
-//! and nothing the state machine does needs to know.
+//! Tenants: the key spaces of one cluster (docs/TENANTS.md). They live at
+//! the bottom of the workspace because clients (naming one), the master's
+//! edge (scoping keys) and the state machine (usage per tenant) all need
+//! them. A client acts in one tenant, named in the [`TENANT_HEADER`]
+//! metadata entry of every call (none: [`DEFAULT_TENANT`]); the master
+//! maps the keys of a call into that tenant's space at its edge
+//! ([`Tenant::scope`]) and back on the way out ([`Tenant::unscope`]), so
+//! the same key in two tenants is two objects. The state machine only
+//! counts each tenant's usage ([`tenant_of`]).
 //!
 //! The stored key of a tenant's object is `NUL name NUL key`; the default
 //! tenant's is the key itself, so a cluster that names no tenant stores
