@@ -23,6 +23,8 @@ pub use error::ClientError;
 pub use master_client::{Attempted, MasterClient, MasterClientConfig, MasterError, check};
 /// The object checksum (CRC-32C) a client computes at put and verifies at get.
 pub use mooncake_segment::checksum;
+/// The tenant a client acts in (`ClientConfig::tenant`, docs/TENANTS.md).
+pub use mooncake_segment::tenant::Tenant;
 /// The transports a client can ask for (`ClientConfig::protocol`), and
 /// those its engine counts moves under (`Client::engine().stats()`).
 pub use mooncake_transfer::{Protocol, TransportKind};

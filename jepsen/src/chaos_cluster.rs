@@ -287,6 +287,7 @@ impl ChaosCluster {
             format!("--listen={ip}:{STORE_PORT}"),
             format!("--segment-size={}", self.opts.segment_size),
             format!("--client-id={}", STORE_CLIENT_ID + n),
+            format!("--zone={}", crate::zone_loss::zone_of_store(n)),
             format!("--credential-file={}", self.opts.dir.join(format!("store-{n}.credential")).display()),
             "--anonymous".into(),
         ];

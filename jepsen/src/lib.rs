@@ -67,5 +67,7 @@ pub mod scenario;
 pub mod stall_process;
 pub mod stall_writer;
 pub mod store_kill;
+pub mod tenant_probe;
 pub mod tier_reader;
 pub mod workload;
+pub mod zone_loss;

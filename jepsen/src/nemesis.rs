@@ -132,6 +132,8 @@ pub struct Nemesis {
     pub quorum_paused_leader: Option<u64>,
     /// [`Fault::FdFlood`]: the flood running against the leader.
     pub flood: Option<Flood>,
+    /// [`Fault::ZoneLoss`]: every loss of the zone (`zone_loss.rs`).
+    pub zone_outages: Vec<crate::zone_loss::ZoneOutage>,
 }
 
 /// [`Fault::FdFlood`]: descriptors the flooded leader is left with.
@@ -282,7 +284,7 @@ fn timing(fault: Fault) -> (Duration, Duration) {
         // A round paces its own bursts.
         Fault::FollowerBursts => (FAULT_GAP, Duration::ZERO),
         // A round paces itself: its hold depends on how the node comes back.
-        Fault::StoreKill => (FAULT_GAP, Duration::ZERO),
+        Fault::StoreKill | Fault::ZoneLoss => (FAULT_GAP, Duration::ZERO),
         // Past the client TTL, so the masters expire the paused store node.
         Fault::StorePause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         // Past the client TTL, as the masters' clocks see it when they resume.
@@ -319,6 +321,10 @@ impl Nemesis {
             }
             if fault == Fault::StoreKill {
                 self.store_kill_round().await?;
+                continue;
+            }
+            if fault == Fault::ZoneLoss {
+                self.zone_loss_round().await?;
                 continue;
             }
             let detail = self.inject(fault).await?;
@@ -429,6 +435,7 @@ impl Nemesis {
             // Run by `follower_round`, never injected as one fault.
             Fault::FollowerBursts => Ok("follower bursts run in rounds of their own".into()),
             Fault::StoreKill => Ok("store kills run in rounds of their own".into()),
+            Fault::ZoneLoss => Ok("zone losses run in rounds of their own".into()),
             Fault::Loss => {
                 self.net.loss(20)?;
                 Ok("20 % packet loss on the bridge".into())

@@ -142,6 +142,54 @@ impl CheckerVerdict {
         CheckerVerdict { checker: "puts_acknowledged".into(), valid: acked > 0, checked: acked, problems }
     }
 
+    /// No answer of the tenant probe crossed tenants (`tenant_probe.rs`),
+    /// and some answers were judged.
+    pub fn tenant_isolation(probe: &crate::tenant_probe::TenantProbeReport) -> Self {
+        let mut problems: Vec<String> = probe.crossings.iter().take(PROBLEMS_MAX).cloned().collect();
+        if probe.checked == 0 {
+            problems.push(format!(
+                "the tenant probe got no definite answer in {} rounds: nothing was judged",
+                probe.rounds
+            ));
+        }
+        CheckerVerdict {
+            checker: "tenant_isolation".into(),
+            valid: problems.is_empty(),
+            checked: probe.checked as usize,
+            problems,
+        }
+    }
+
+    /// `zone-loss`: the zone was lost at least once, the masters expired
+    /// it each time, and every read made while it was down was answered
+    /// (what the answers said is the linearizability checker's to judge).
+    pub fn zone_loss(outages: &[crate::zone_loss::ZoneOutage]) -> Self {
+        let mut problems = Vec::new();
+        if outages.is_empty() {
+            problems.push("the zone was never lost: nothing was checked (a run too short)".to_string());
+        }
+        for (i, o) in outages.iter().enumerate() {
+            match o.expired_after_s {
+                None => problems.push(format!("loss {}: the masters never expired the lost zone", i + 1)),
+                Some(_) if o.reads == 0 => problems.push(format!("loss {}: no key was read while it was down", i + 1)),
+                Some(_) if o.failed > 0 => problems.push(format!(
+                    "loss {}: {} of {} reads failed while the zone was down (the other zone holds every object); \
+                     first: {}",
+                    i + 1,
+                    o.failed,
+                    o.reads,
+                    o.first_error.as_deref().unwrap_or("?")
+                )),
+                Some(_) => {}
+            }
+            if o.remounted_after_s.is_none() {
+                problems.push(format!("loss {}: the zone's store node did not mount its segment again", i + 1));
+            }
+        }
+        let checked = outages.iter().map(|o| o.reads as usize).sum();
+        CheckerVerdict { checker: "zone_loss_reads".into(), valid: problems.is_empty(), checked, problems }
+    }
+
     /// `quorum-pause`, `fd-flood`: no store node was expired during the run
     /// — each one registered before it (`before`: id → registration time)
     /// is still registered at the end, since the same time. Store nodes are
@@ -316,6 +364,10 @@ pub struct RunReport {
     pub tls: bool,
     /// Why puts of either workload were not acknowledged, by cause.
     pub put_failures: BTreeMap<String, PutFailures>,
+    /// What the tenant probe did (`tenant_probe.rs`).
+    pub tenant_probe: crate::tenant_probe::TenantProbeReport,
+    /// `zone-loss`: every loss of the zone (`zone_loss.rs`).
+    pub zone_outages: Vec<crate::zone_loss::ZoneOutage>,
 }
 
 fn commit() -> String {
@@ -367,6 +419,8 @@ impl RunReport {
             commit: commit(),
             tls: true,
             put_failures: BTreeMap::new(),
+            tenant_probe: Default::default(),
+            zone_outages: Vec::new(),
         }
     }
 
@@ -405,6 +459,25 @@ impl RunReport {
         );
         if !self.put_failures.is_empty() {
             let _ = writeln!(s, "put failures: {}", describe_put_failures(&self.put_failures));
+        }
+        let p = &self.tenant_probe;
+        let _ = writeln!(
+            s,
+            "tenant probe: {} rounds, {} answers judged, {} crossed tenants",
+            p.rounds,
+            p.checked,
+            p.crossings.len()
+        );
+        for (i, o) in self.zone_outages.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "zone loss {}: expired after {}, {} of {} reads answered while down, mounted again after {}",
+                i + 1,
+                o.expired_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
+                o.answered,
+                o.reads,
+                o.remounted_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
+            );
         }
         let l = &self.kv_leases;
         let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);

@@ -40,8 +40,10 @@ use crate::scenario::Scenario;
 use crate::stall_process::{StallCounts, StallPut, StallSpawn, StallWriters};
 use crate::stall_writer::{STALL_OBJECT_BYTES, STALL_PUTS_PER_ROUND};
 use crate::store_kill::StoreKill;
+use crate::tenant_probe::{self, TenantProbeOptions, TenantProbeReport};
 use crate::tier_reader::{self, TierRead, TierReaderOptions};
 use crate::workload::{self, Shared, WorkloadOptions, decode_value};
+use crate::zone_loss::ZoneOutage;
 
 /// Hosts of every run: masters (m4 is the spare), two store nodes, clients.
 pub const HOSTS: &[&str] = &["m1", "m2", "m3", "m4", "s1", "s2", "c1"];
@@ -107,6 +109,10 @@ struct Extras {
     registrations_before: Option<BTreeMap<u64, u64>>,
     /// The run's watcher, and the prefix it watches.
     watcher: (EventWatcher, &'static str),
+    /// What the tenant probe saw.
+    tenant_probe: TenantProbeReport,
+    /// `zone-loss`: every loss of the zone.
+    zone_outages: Vec<ZoneOutage>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -234,6 +240,13 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     });
     let workload = tokio::spawn(workload::run(wl_opts, shared.clone()));
     let leases = tokio::spawn(lease_workload::run(lease_opts, shared.clone()));
+    let probe_opts = TenantProbeOptions {
+        access: access.clone(),
+        masters: voters3.clone(),
+        local_hostname: net.host_ip("c1")?.to_string(),
+        admin_token: cluster.lock().await.admin_config()?.admin_token,
+    };
+    let probe = tokio::spawn(tenant_probe::run(probe_opts, shared.clone()));
     let mut nemesis = Nemesis {
         net: net.clone(),
         access: access.clone(),
@@ -255,6 +268,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         store_kill_next: None,
         quorum_paused_leader: None,
         flood: None,
+        zone_outages: Vec::new(),
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -271,6 +285,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     shared.stop.store(true, Ordering::Relaxed);
     workload.await.context("workload task")?.context("workload")?;
     leases.await.context("lease workload task")?.context("lease workload")?;
+    let tenant_probe = probe.await.context("tenant probe task")?.context("tenant probe")?;
     let tier_reads = match tier_reader {
         Some(t) => t.await.context("tier reader task")?.context("tier reader")?,
         None => Vec::new(),
@@ -294,6 +309,8 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         tier_reads,
         registrations_before,
         watcher,
+        tenant_probe,
+        zone_outages: std::mem::take(&mut nemesis.zone_outages),
     };
     finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
 }
@@ -387,6 +404,8 @@ async fn finish(
         tier_reads,
         registrations_before,
         watcher,
+        tenant_probe,
+        zone_outages,
     } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
@@ -440,6 +459,7 @@ async fn finish(
         CheckerVerdict::from_committed_bytes(&committed),
         CheckerVerdict::from_event_feed(&feed),
         CheckerVerdict::puts_acknowledged(acked_puts, &put_failures),
+        CheckerVerdict::tenant_isolation(&tenant_probe),
     ];
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
@@ -456,6 +476,9 @@ async fn finish(
         let pauses =
             faults.iter().filter(|f| f.phase == "start" && (f.fault == "QuorumPause" || f.fault == "FdFlood")).count();
         checkers.push(CheckerVerdict::store_nodes_kept(before, &after, pauses));
+    }
+    if opts.scenario.faults().contains(&crate::scenario::Fault::ZoneLoss) {
+        checkers.push(CheckerVerdict::zone_loss(&zone_outages));
     }
     if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {
         checkers.push(CheckerVerdict::crash_only(&disk_full));
@@ -489,6 +512,8 @@ async fn finish(
     report.event_feed = feed.counts;
     report.tls = access.is_tls();
     report.put_failures = put_failures;
+    report.tenant_probe = tenant_probe;
+    report.zone_outages = zone_outages;
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);
     report.follower_windows = windows;

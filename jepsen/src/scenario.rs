@@ -62,6 +62,10 @@ pub enum Fault {
     /// restart it at once or after its client TTL (its disk detached, then
     /// attached again), while a leader kill or a leader isolation runs.
     StoreKill,
+    /// Rounds of their own (`zone_loss.rs`): SIGKILL every store node of
+    /// one zone at once, keep it down past the client TTL and read every
+    /// key meanwhile, then restart it.
+    ZoneLoss,
 }
 
 /// A named run configuration.
@@ -88,6 +92,7 @@ pub enum Scenario {
     LargeState,
     DiskStores,
     UcxStores,
+    ZoneLoss,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -112,6 +117,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::LargeState,
     Scenario::DiskStores,
     Scenario::UcxStores,
+    Scenario::ZoneLoss,
 ];
 
 /// Every scenario this build can run: `ucx-stores` needs the `ucx` feature.
@@ -139,6 +145,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::StalledWriters,
     Scenario::LargeState,
     Scenario::DiskStores,
+    Scenario::ZoneLoss,
 ];
 
 impl Scenario {
@@ -165,6 +172,7 @@ impl Scenario {
             Scenario::LargeState => "large-state",
             Scenario::DiskStores => "disk-stores",
             Scenario::UcxStores => "ucx-stores",
+            Scenario::ZoneLoss => "zone-loss",
         }
     }
 
@@ -193,6 +201,7 @@ impl Scenario {
             Scenario::StalledWriters => &[Fault::KillUnderStall],
             Scenario::LargeState => &[Fault::FollowerBursts],
             Scenario::DiskStores | Scenario::UcxStores => &[Fault::StoreKill],
+            Scenario::ZoneLoss => &[Fault::ZoneLoss],
         }
     }
 

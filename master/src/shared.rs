@@ -148,6 +148,10 @@ pub struct Auth {
     pub grants_live: Duration,
     /// Revokes and acknowledgements of arena fences (`arena_fences.rs`).
     pub fence_wakes: Arc<crate::leader::arena_fences::FenceWakes>,
+    /// `--dev-unsafe-ignore-tenants`: every call acts in the default
+    /// tenant, whatever it names (the planted bug the chaos harness's
+    /// tenant probe must catch).
+    pub unsafe_ignore_tenants: bool,
 }
 
 impl Shared {

@@ -231,6 +231,12 @@ pub struct MasterConfig {
     /// can prove its events checker catches a gap; never use it in production.
     #[arg(long = "dev-unsafe-skip-events", hide_short_help = true)]
     pub dev_unsafe_skip_events: bool,
+    /// DEVELOPMENT ONLY — BREAKS TENANT ISOLATION. Every call acts in the
+    /// default tenant, whatever tenant it names. Exists so the chaos
+    /// harness can prove its tenant probe catches tenants crossing; never
+    /// use it in production.
+    #[arg(long = "dev-unsafe-ignore-tenants", hide_short_help = true)]
+    pub dev_unsafe_ignore_tenants: bool,
     /// DEVELOPMENT ONLY — LOSES ACKNOWLEDGED WRITES ON POWER LOSS. Acknowledge
     /// log writes without fsync. Exists so the chaos harness can prove it
     /// catches lost writes; never use it in production.

@@ -263,6 +263,7 @@ fn shared_handles(
             roles: crate::rpc::roles::Roles::new(identity.admin_token.clone()),
             grants_live,
             fence_wakes: Arc::new(crate::leader::arena_fences::FenceWakes::default()),
+            unsafe_ignore_tenants: cfg.dev_unsafe_ignore_tenants,
         },
     })
 }

@@ -28,6 +28,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
         cfg.dev_unsafe_arena_reuse,
         cfg.dev_unsafe_chunk_reuse,
         cfg.dev_unsafe_expire_after_stall,
+        cfg.dev_unsafe_ignore_tenants,
         store_opts.dev_unsafe_tampered_checkpoints,
     ];
     if unsafe_modes.contains(&true) {
@@ -38,6 +39,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
             arena_reuse = cfg.dev_unsafe_arena_reuse,
             chunk_reuse = cfg.dev_unsafe_chunk_reuse,
             expire_after_stall = cfg.dev_unsafe_expire_after_stall,
+            ignore_tenants = cfg.dev_unsafe_ignore_tenants,
             "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
         );
     }

@@ -6,9 +6,9 @@
 //! removal sees and refuses; a reader arriving after waits, then reads a
 //! state without the object.
 
-use mooncake_segment::tenant::Tenant;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
+use mooncake_segment::tenant::Tenant;
 
 use crate::leader::kv_lease::KeyHash;
 use crate::objects::arena_cuts;

@@ -6,9 +6,9 @@
 //! key sent back is unscoped, so the services and the state machine deal in
 //! stored keys only.
 
-use mooncake_segment::tenant::{TENANT_HEADER, Tenant, check_client_key};
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::validate_key;
+use mooncake_segment::tenant::{TENANT_HEADER, Tenant, check_client_key};
 
 use crate::rpc::errors::invalid;
 

@@ -40,6 +40,17 @@ impl MasterServiceImpl {
     }
 }
 
+impl MasterServiceImpl {
+    /// The key space `req` acts in ([`KeySpace::of_request`]); the default
+    /// one for every call under `--dev-unsafe-ignore-tenants`.
+    fn space<T>(&self, req: &Request<T>) -> Result<KeySpace, Status> {
+        match self.shared.auth.unsafe_ignore_tenants {
+            true => Ok(KeySpace::default()),
+            false => KeySpace::of_request(req),
+        }
+    }
+}
+
 fn ok<T>(t: T) -> RpcResult<T> {
     Ok(Response::new(t))
 }
@@ -57,7 +68,7 @@ impl MasterService for MasterServiceImpl {
 
     async fn watch(&self, req: Request<WatchRequest>) -> RpcResult<Self::WatchStream> {
         let s = &self.shared;
-        let space = KeySpace::of_request(&req);
+        let space = self.space(&req);
         ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, space, req.into_inner(), self.stop.clone()))
     }
 
@@ -214,7 +225,7 @@ impl MasterService for MasterServiceImpl {
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
         let refused = |s: Status| ok(PutStartResponse { status: Some(s), replicas: vec![] });
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return refused(s),
         };
@@ -230,7 +241,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(PutEndResponse { status: Some(s) }),
         };
@@ -264,7 +275,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(PutRevokeResponse { status: Some(s) }),
         };
@@ -280,7 +291,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
-        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(refused(s)),
         };
@@ -288,7 +299,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn exist_key(&self, req: Request<ExistKeyRequest>) -> RpcResult<ExistKeyResponse> {
-        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(refused(s)),
         };
@@ -296,7 +307,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn get_size(&self, req: Request<GetSizeRequest>) -> RpcResult<GetSizeResponse> {
-        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(GetSizeResponse { status: Some(s), size: 0 }),
         };
@@ -318,7 +329,7 @@ impl MasterService for MasterServiceImpl {
         {
             return ok(RemoveResponse { status: Some(s) });
         }
-        let key = match KeySpace::of_request(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(RemoveResponse { status: Some(s) }),
         };
@@ -333,7 +344,7 @@ impl MasterService for MasterServiceImpl {
             true => self.shared.auth.roles.require_admin(&req, "RemoveAll with force"),
             false => Ok(()),
         };
-        let space = allowed.and_then(|()| KeySpace::of_request(&req));
+        let space = allowed.and_then(|()| self.space(&req));
         let space = match space {
             Ok(space) => space,
             Err(s) => return ok(RemoveAllResponse { status: Some(s), removed: 0 }),
@@ -346,7 +357,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
         };
@@ -409,7 +420,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -437,7 +448,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -471,7 +482,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -493,7 +504,7 @@ impl MasterService for MasterServiceImpl {
         &self,
         req: Request<BatchGetReplicaListRequest>,
     ) -> RpcResult<BatchGetReplicaListResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -507,7 +518,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_exist_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -528,7 +539,7 @@ impl MasterService for MasterServiceImpl {
         {
             return ok(BatchRemoveResponse { status: Some(s), responses: vec![] });
         }
-        let space = match KeySpace::of_request(&req) {
+        let space = match self.space(&req) {
             Ok(space) => space,
             Err(s) => return ok(BatchRemoveResponse { status: Some(s), responses: vec![] }),
         };
