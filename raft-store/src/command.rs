@@ -378,6 +378,14 @@ pub enum Command {
     /// Retry: idempotent. A range wholly outside the arena (cut already) is
     /// skipped; an unknown (ended) arena answers `Removed { count: 0 }`.
     ArenaCut { arena: ArenaId, ranges: Vec<Range> },
+    /// Sets the quota of `tenant` (docs/TENANTS.md): the bytes of objects
+    /// (each counted once, at its size, whatever its replicas) the tenant
+    /// may keep; 0 removes the quota. A valid tenant name
+    /// (`mooncake_segment::tenant`), else `INVALID_PARAMS` and nothing
+    /// changes. The quota binds new puts only: objects already stored stay.
+    ///
+    /// Retry: idempotent.
+    SetTenantQuota { tenant: String, bytes: u64 },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

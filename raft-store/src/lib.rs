@@ -43,7 +43,7 @@ pub use log::LogStore;
 pub use log::flushed::FlushedLog;
 pub use observer::{NoopObserver, StoreObserver};
 pub use snapshot::export_file::{SnapshotFileInfo, decode_snapshot_file, encode_snapshot_file, load_snapshot_file};
-pub use state::MetaState;
+pub use state::{MetaState, TenantUsage};
 pub use state_machine::{
     SNAPSHOT_SCHEMA_VERSION, StateMachineStore, StateReader, decode_image, encode_image, in_state_read,
 };

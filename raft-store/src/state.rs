@@ -51,11 +51,12 @@ mod records;
 mod removals;
 mod requests;
 mod segments;
+mod tenants;
 mod tiers;
 mod validation;
 
 pub use arenas::{ARENA_EXTENTS_MAX, validate_new_object};
-pub use image::StateImage;
+pub use image::{StateImage, StateImageV1};
 pub use invariants::{InvariantViolation, Record, SCAN_EVERY_ENTRY_RECORDS_MAX, SCAN_RECORDS_PER_ENTRY};
 use objects::ObjectIndex;
 pub use records::{ClientEntry, DetachedDisk, ObjectMeta, RetiredObject, SegmentEntry};
@@ -63,6 +64,7 @@ use requests::RequestMemory;
 pub use requests::{
     REQUEST_CLOCK_REORDER_MAX_MS, REQUEST_CLOCK_STEP_MAX_MS, REQUEST_DEDUP_MAX, REQUEST_DEDUP_WINDOW_MS, RequestClock,
 };
+pub use tenants::TenantUsage;
 pub use validation::{
     BATCH_MAX, KEY_MAX_BYTES, KEY_SCOPE_MAX_BYTES, LABEL_MAX_BYTES, PutSpec, REPLICA_NUM_MAX, SEGMENT_ALIGN_BYTES,
     SEGMENT_SIZE_MAX_BYTES, STORED_KEY_MAX_BYTES, validate_key, validate_pin, validate_put, validate_segment,
@@ -86,6 +88,8 @@ pub struct MetaState {
     arenas_by_offset: BTreeMap<(SegmentId, u64), ArenaId>,
     next_arena: u64,
     retired: BTreeMap<ObjectVersion, RetiredObject>,
+    /// Each tenant's quota in bytes (`tenants.rs`; schema 2).
+    tenant_quotas: BTreeMap<String, u64>,
     /// Object events not taken yet (`event_journal.rs`). Local, not
     /// replicated, not in the image.
     events: event_journal::PendingEvents,

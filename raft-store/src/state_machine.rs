@@ -34,13 +34,16 @@ use crate::snapshot::raft_file::{SnapshotPath, StoredSnapshot};
 use crate::state::{MetaState, StateImage};
 use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 
-/// Version of the state image (the first 4 bytes of every snapshot, LE).
-/// Format v1 is version 1; from then on a newer binary reads older versions
-/// or refuses with a clear message. (Pre-release builds numbered their
+/// Newest version of the state image (the first 4 bytes of every
+/// snapshot, LE). Format v1 is version 1; version 2 adds the tenants'
+/// quotas, and is written only once some tenant has one (a state without
+/// quotas is written as version 1, so masters of the previous release still
+/// read it). A newer binary reads older versions; an older one refuses a
+/// newer with a clear message. (Pre-release builds numbered their
 /// images 1 to 6 too; their data dirs and snapshot files are refused before
 /// any image is read: `data_dir/mod.rs`, `snapshot/export_file.rs`.)
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 1;
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 2;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 /// A restored state (`--restore`): the base the log applies on top of until
@@ -291,7 +294,7 @@ pub fn encode_image(state: &MetaState) -> Result<Vec<u8>, StoreError> {
 /// [`encode_image`] into `buf` (a capacity sized from the last snapshot
 /// saves regrowing a buffer of hundreds of MB).
 fn encode_image_into(state: &MetaState, mut buf: Vec<u8>) -> Result<Vec<u8>, StoreError> {
-    buf.extend_from_slice(&SNAPSHOT_SCHEMA_VERSION.to_le_bytes());
+    buf.extend_from_slice(&state.image_schema().to_le_bytes());
     state.encode_image(buf)
 }
 
@@ -311,6 +314,8 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
     };
     let image = match u32::from_le_bytes(*version) {
         SNAPSHOT_SCHEMA_VERSION => codec::decode::<StateImage>("state image", body)?,
+        // Schema 1: before tenants' quotas.
+        1 => codec::decode::<crate::state::StateImageV1>("state image (schema 1)", body)?.into(),
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };
     MetaState::from_image(image)

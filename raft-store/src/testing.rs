@@ -144,7 +144,7 @@ pub fn put_object(
 }
 
 /// How many variants [`Command`] has: [`command_variant`] numbers them.
-pub const COMMAND_VARIANTS: usize = 20;
+pub const COMMAND_VARIANTS: usize = 21;
 
 /// The position of `cmd`'s variant in [`Command`] (its first encoded
 /// byte). The match is exhaustive: a new variant does not compile here
@@ -172,6 +172,7 @@ pub fn command_variant(cmd: &Command) -> usize {
         Command::DropDetached { .. } => 17,
         Command::DropCorrupt { .. } => 18,
         Command::ArenaCut { .. } => 19,
+        Command::SetTenantQuota { .. } => 20,
     }
 }
 
@@ -341,6 +342,11 @@ pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
             let owner = state.segment(segment).map_or(writer, |s| s.owner);
             let client = if rng.one_in(6) { writer } else { owner };
             Command::DropCorrupt { client, credential: credential_of(client), segment, ranges: vec![range] }
+        }
+        99 => {
+            // Mostly valid names, sometimes one refused; 0 removes.
+            let tenant = ["team-a", "team-b", "bad name"][rng.below(3) as usize].to_string();
+            Command::SetTenantQuota { tenant, bytes: [0, 4096, 1 << 20][rng.below(3) as usize] }
         }
         _ => {
             let arena = rng.pick(&arenas).copied().unwrap_or(ArenaId(0));

@@ -223,6 +223,7 @@ fn command_cases() -> Vec<(Command, &'static str)> {
             "12090707070707070707070707070707070707070707070707070707070707070707010180408020",
         ),
         (Command::ArenaCut { arena: ArenaId(2), ranges: vec![Range::new(8192, 4096)] }, "13020180408020"),
+        (Command::SetTenantQuota { tenant: "team-a".into(), bytes: 1 << 30 }, "14067465616d2d618080808004"),
     ]
 }
 
@@ -485,7 +486,13 @@ fn image_v1() -> StateImage {
             retired_ms: 4,
         }],
         detached: vec![(SEGMENT, DetachedDisk { since_ms: 5, credential: CREDENTIAL })],
+        tenant_quotas: Vec::new(),
     }
+}
+
+/// The schema-2 image: the format-v1 one, and two tenants' quotas.
+fn image_v2() -> StateImage {
+    StateImage { tenant_quotas: vec![("team-a".into(), 1 << 30), ("team-b".into(), 4096)], ..image_v1() }
 }
 
 /// The snapshot image of format v1, header included.
@@ -501,14 +508,38 @@ const IMAGE_V1: &str = concat!(
 /// same.
 const IMAGE_V1_STATE_HASH: u64 = 0x5ab6_d379_3a79_eec4;
 
+/// The snapshot image of schema 2 (format v1 and tenants' quotas), header included.
+const IMAGE_V2: &str = concat!(
+    "020000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107020180804003683a310168017a",
+    "01022f6d090280804003683a320168017a00022f6e0902016b03640509010100802003e807020170068020effdb6f50d0901",
+    "0200802002060109010707070707070707070707070707070707070707070707070707070707070707024de807004e000408",
+    "0178a0fb91ffbc31010102018080048080040202010501720101804080200401010507070707070707070707070707070707",
+    "0707070707070707070707070707070702067465616d2d618080808004067465616d2d628020",
+);
+
 #[test]
-fn the_snapshot_image_of_this_version_is_pinned() {
-    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 1, "a new snapshot schema version needs its own golden image\n{RULES}");
+fn the_snapshot_image_of_schema_2_is_pinned_and_a_state_without_quotas_is_written_as_schema_1() {
+    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 2, "a new snapshot schema version needs its own golden image\n{RULES}");
+    let state = MetaState::from_image(image_v2()).expect("the fixed image is consistent");
+    let actual = hex(&encode_image(&state).expect("encode"));
+    assert!(actual == IMAGE_V2, "the snapshot image changed\n  golden: {IMAGE_V2}\n  actual: {actual}\n{RULES}");
+    let back = decode_image(&unhex(IMAGE_V2)).expect("decode the golden image");
+    assert_eq!(back.to_image(), image_v2(), "{RULES}");
+    assert_eq!(back.tenant_quota("team-a"), Some(1 << 30));
+    assert_ne!(back.state_hash(), IMAGE_V1_STATE_HASH, "the quotas count in the state hash");
+    // Without quotas the image is schema 1, byte for byte (masters of the
+    // previous release read it), and hashes as it did.
+    let plain = MetaState::from_image(image_v1()).expect("consistent");
+    assert_eq!(hex(&encode_image(&plain).unwrap()), IMAGE_V1);
+}
+
+#[test]
+fn the_snapshot_image_of_format_v1_is_pinned() {
     let state = MetaState::from_image(image_v1()).expect("the fixed image is consistent");
     let actual = hex(&encode_image(&state).expect("encode"));
-    // Snapshots encode the state in place; the image type is the same bytes.
-    let via_image =
-        [&SNAPSHOT_SCHEMA_VERSION.to_le_bytes()[..], &codec::encode("image", &state.to_image()).unwrap()].concat();
+    // Snapshots encode the state in place; the schema-1 image type is the same bytes.
+    let v1: mooncake_raft_store::state::StateImageV1 = codec::decode("v1", &unhex(&actual)[4..]).unwrap();
+    let via_image = [&1u32.to_le_bytes()[..], &codec::encode("image", &v1).unwrap()].concat();
     assert_eq!(actual, hex(&via_image), "the in-place encoding differs from the image's");
     assert!(actual == IMAGE_V1, "the snapshot image changed\n  golden: {IMAGE_V1}\n  actual: {actual}\n{RULES}");
     let back = decode_image(&unhex(IMAGE_V1)).expect("decode the golden image");
@@ -549,7 +580,7 @@ fn images_of_pre_release_builds_are_refused() {
     assert!(matches!(e, StoreError::PreRelease { .. }), "{e}");
     assert!(e.to_string().contains("pre-release build") && e.to_string().contains("--join"), "{e}");
     let e = decode_image(&[6, 0, 0, 0, 0xab]).map(|_| ()).expect_err("a schema this version does not know");
-    assert!(matches!(e, StoreError::SchemaVersion { found: 6, supported: 1 }), "{e}");
+    assert!(matches!(e, StoreError::SchemaVersion { found: 6, supported: 2 }), "{e}");
 }
 
 #[test]
@@ -557,11 +588,11 @@ fn a_snapshot_file_is_pinned() {
     let file = encode_snapshot_file(&[5, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
     assert_eq!(
         hex(&file),
-        "4d43534e41506631010000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
+        "4d43534e41506631020000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
         "the snapshot file layout changed\n{RULES}"
     );
     let (info, body) = decode_snapshot_file(&file).expect("decode");
-    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (1, 42, 0x1122_3344_5566_7788));
+    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (2, 42, 0x1122_3344_5566_7788));
     assert_eq!(body, &[5, 0, 0, 0, 0xab]);
 }
 

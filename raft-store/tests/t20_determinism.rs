@@ -73,7 +73,7 @@ fn count_in(log: &[Request], counted: impl Fn(&Command, &Response) -> bool) -> u
 
 #[test]
 fn the_same_log_on_three_replicas_gives_identical_state_and_snapshots() {
-    for seed in [1u64, 2, 3] {
+    for seed in [4u64, 5, 6, 7] {
         let log = random_log(seed, 400);
         let mut replicas = [MetaState::default(), MetaState::default(), MetaState::default()];
         let mut answers: [Vec<Response>; 3] = Default::default();
@@ -283,6 +283,7 @@ fn the_generator_emits_every_command_variant() {
         "DropDetached",
         "DropCorrupt",
         "ArenaCut",
+        "SetTenantQuota",
     ];
     let missing: Vec<String> = (0..COMMAND_VARIANTS)
         .filter(|v| seen[*v] == 0)

@@ -114,6 +114,7 @@ impl MetaState {
                 return self.drop_corrupt(*client, credential, *segment, ranges);
             }
             Command::ArenaCut { arena, ranges } => return Ok(self.cut_arena(*arena, ranges)),
+            Command::SetTenantQuota { tenant, bytes } => self.set_tenant_quota(tenant, *bytes).map_err(Stop::from),
         };
         answer(result)
     }

@@ -43,7 +43,8 @@ fn cause_of(cmd: &Command) -> Cause {
         | Command::ArenaTrim { .. }
         | Command::ArenaReturn { .. }
         | Command::ReleaseRetired { .. }
-        | Command::ArenaCut { .. } => Cause::Remove,
+        | Command::ArenaCut { .. }
+        | Command::SetTenantQuota { .. } => Cause::Remove,
     }
 }
 

@@ -18,9 +18,10 @@ use crate::command::*;
 use crate::error::StoreError;
 use crate::type_config::{LogId, NodeId};
 
-/// The serialisable form of [`MetaState`] (format v1); allocators are
-/// rebuilt from the ranges of objects and retired objects (the free set is
-/// canonical, so the rebuilt allocator behaves exactly like the evolved one).
+/// The serialisable form of [`MetaState`] (schema 2: format v1 and the
+/// tenants' quotas); allocators are rebuilt from the ranges of objects and
+/// retired objects (the free set is canonical, so the rebuilt allocator
+/// behaves exactly like the evolved one).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StateImage {
     pub last_applied: Option<LogId>,
@@ -42,6 +43,109 @@ pub struct StateImage {
     pub retired: Vec<RetiredObject>,
     /// The detached disk segments.
     pub detached: Vec<(SegmentId, DetachedDisk)>,
+    /// Each tenant's quota in bytes, by name (schema 2).
+    pub tenant_quotas: Vec<(String, u64)>,
+}
+
+/// The image of schema 1 (format v1, before tenants' quotas): decoded from
+/// snapshots written then, and what the state hash covers (the quotas are
+/// hashed after it, only when there are any, so a state without quotas
+/// hashes as it did under schema 1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StateImageV1 {
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub now_ms: u64,
+    pub next_version: u64,
+    pub segments: Vec<(SegmentSpec, ClientId)>,
+    pub objects: Vec<ObjectMeta>,
+    pub clients: Vec<ClientEntry>,
+    /// Remembered request ids: (id, age in request-clock ms, answer). Ages,
+    /// not readings: the request clock's origin is not replicated
+    /// (`requests.rs`).
+    pub requests: Vec<(u64, u64, Response)>,
+    /// The leader timestamp the request clock's next advance is measured
+    /// from.
+    pub request_anchor_ts_ms: u64,
+    pub arenas: Vec<Arena>,
+    pub next_arena: u64,
+    pub retired: Vec<RetiredObject>,
+    /// The detached disk segments.
+    pub detached: Vec<(SegmentId, DetachedDisk)>,
+}
+
+impl StateImage {
+    /// The schema-1 part and the quotas.
+    fn split(self) -> (StateImageV1, Vec<(String, u64)>) {
+        let StateImage {
+            last_applied,
+            last_membership,
+            now_ms,
+            next_version,
+            segments,
+            objects,
+            clients,
+            requests,
+            request_anchor_ts_ms,
+            arenas,
+            next_arena,
+            retired,
+            detached,
+            tenant_quotas,
+        } = self;
+        let v1 = StateImageV1 {
+            last_applied,
+            last_membership,
+            now_ms,
+            next_version,
+            segments,
+            objects,
+            clients,
+            requests,
+            request_anchor_ts_ms,
+            arenas,
+            next_arena,
+            retired,
+            detached,
+        };
+        (v1, tenant_quotas)
+    }
+}
+
+impl From<StateImageV1> for StateImage {
+    fn from(v1: StateImageV1) -> Self {
+        let StateImageV1 {
+            last_applied,
+            last_membership,
+            now_ms,
+            next_version,
+            segments,
+            objects,
+            clients,
+            requests,
+            request_anchor_ts_ms,
+            arenas,
+            next_arena,
+            retired,
+            detached,
+        } = v1;
+        StateImage {
+            last_applied,
+            last_membership,
+            now_ms,
+            next_version,
+            segments,
+            objects,
+            clients,
+            requests,
+            request_anchor_ts_ms,
+            arenas,
+            next_arena,
+            retired,
+            detached,
+            tenant_quotas: Vec::new(),
+        }
+    }
 }
 
 /// A sequence serialised from an iterator of known length, as a `Vec` of
@@ -110,8 +214,20 @@ impl MetaState {
             retired: Seq(self.retired.len(), || self.retired.values()),
             detached: self.segments.values().filter_map(|s| Some((s.spec.id, s.detached.clone()?))).collect(),
         };
-        postcard::to_extend(&image, buf)
-            .map_err(|e| StoreError::Encode { what: "state image".into(), message: e.to_string() })
+        let encode_err = |e: postcard::Error| StoreError::Encode { what: "state image".into(), message: e.to_string() };
+        let buf = postcard::to_extend(&image, buf).map_err(encode_err)?;
+        // Schema 2 is schema 1's fields, then the quotas (postcard frames
+        // no struct): a state without quotas encodes as schema 1 did.
+        match self.image_schema() {
+            1 => Ok(buf),
+            _ => postcard::to_extend(&self.tenant_quotas, buf).map_err(encode_err),
+        }
+    }
+
+    /// The schema of this state's image: 1 (format v1) until some tenant
+    /// has a quota, so masters of the previous release still read it.
+    pub fn image_schema(&self) -> u32 {
+        if self.tenant_quotas.is_empty() { 1 } else { 2 }
     }
 
     /// The serialisable image of the state.
@@ -130,6 +246,7 @@ impl MetaState {
             next_arena: self.next_arena,
             retired: self.retired.values().cloned().collect(),
             detached: self.segments.values().filter_map(|s| Some((s.spec.id, s.detached.clone()?))).collect(),
+            tenant_quotas: self.tenant_quotas.iter().map(|(t, b)| (t.clone(), *b)).collect(),
         }
     }
 
@@ -181,6 +298,7 @@ impl MetaState {
             scan_credit_records: 0,
             events: Default::default(),
             retired: image.retired.into_iter().map(|r| (r.version, r)).collect(),
+            tenant_quotas: image.tenant_quotas.into_iter().collect(),
         })
     }
 
@@ -202,7 +320,13 @@ impl MetaState {
         // are not data a refused command may be said to change.
         image.now_ms = 0;
         image.request_anchor_ts_ms = 0;
-        let bytes = crate::codec::encode("state image", &image).unwrap_or_default();
-        bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+        let (v1, quotas) = image.split();
+        let fnv =
+            |h: u64, bytes: &[u8]| bytes.iter().fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+        let hash = fnv(0xcbf2_9ce4_8422_2325, &crate::codec::encode("state image", &v1).unwrap_or_default());
+        match quotas.is_empty() {
+            true => hash,
+            false => fnv(hash, &crate::codec::encode("tenant quotas", &quotas).unwrap_or_default()),
+        }
     }
 }

@@ -46,6 +46,8 @@ pub enum Record {
     Client(ClientId),
     /// The remembered answers of `Command::Once`.
     Requests,
+    /// A tenant's usage (derived from its objects).
+    Tenant(String),
 }
 
 impl fmt::Display for Record {
@@ -57,6 +59,7 @@ impl fmt::Display for Record {
             Record::Segment(id) => write!(f, "segment {id}"),
             Record::Client(id) => write!(f, "{id}"),
             Record::Requests => write!(f, "the request-id memory"),
+            Record::Tenant(name) => write!(f, "tenant {name:?}'s usage"),
         }
     }
 }
@@ -317,9 +320,19 @@ impl MetaState {
     fn check_records(&self) -> Result<(), InvariantViolation> {
         let count = self.objects.len() + self.retired.len();
         let mut versions: Vec<(ObjectVersion, HeldBy<'_>)> = Vec::with_capacity(count);
+        let mut usage: std::collections::BTreeMap<&str, super::TenantUsage> = Default::default();
         for o in self.objects.values() {
             self.check_object(o)?;
             versions.push((o.version, HeldBy::Object(&o.key)));
+            usage.entry(mooncake_segment::tenant::tenant_of(&o.key)).or_default().add(o.size_bytes);
+        }
+        let kept: std::collections::BTreeMap<&str, super::TenantUsage> = self.objects.usages().collect();
+        if let Some((name, u)) = usage.iter().find(|(name, u)| kept.get(*name) != Some(*u)) {
+            let problem = format!("kept as {:?}, its objects make {u:?}", kept.get(name));
+            return Err(malformed(Record::Tenant(name.to_string()), problem));
+        }
+        if let Some(name) = kept.keys().find(|name| !usage.contains_key(*name)) {
+            return Err(malformed(Record::Tenant(name.to_string()), "kept, but the tenant has no object"));
         }
         for (v, r) in &self.retired {
             let holder = HeldBy::Retired(*v);

@@ -15,12 +15,15 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use imbl::OrdSet;
+use mooncake_segment::tenant::tenant_of;
 
 use super::ObjectMeta;
+use super::tenants::TenantUsage;
 use crate::command::ObjectVersion;
 
 /// An object ordered, compared and looked up by its key alone. Behind an
@@ -63,11 +66,13 @@ impl Borrow<str> for ByKey {
     }
 }
 
-/// The objects by key.
+/// The objects by key, and what each tenant's take (derived: kept as the
+/// objects change, rebuilt with them, never stored).
 #[derive(Clone, Debug, Default)]
 pub struct ObjectIndex {
     set: OrdSet<ByKey>,
     journal: Journal,
+    usage: BTreeMap<String, TenantUsage>,
 }
 
 /// One change to the index.
@@ -131,12 +136,46 @@ impl ObjectIndex {
         self.set.range::<_, str>((Bound::Excluded(key), Bound::Unbounded)).map(|o| &*o.0)
     }
 
+    /// What tenant `name`'s objects take.
+    pub fn usage(&self, name: &str) -> TenantUsage {
+        self.usage.get(name).copied().unwrap_or_default()
+    }
+
+    /// The usage of every tenant that has objects.
+    pub fn usages(&self) -> impl Iterator<Item = (&str, TenantUsage)> {
+        self.usage.iter().map(|(t, u)| (t.as_str(), *u))
+    }
+
+    fn count_in(&mut self, o: &ObjectMeta) {
+        let tenant = tenant_of(&o.key);
+        match self.usage.get_mut(tenant) {
+            Some(u) => u.add(o.size_bytes),
+            None => {
+                let mut u = TenantUsage::default();
+                u.add(o.size_bytes);
+                self.usage.insert(tenant.to_string(), u);
+            }
+        }
+    }
+
+    fn count_out(usage: &mut BTreeMap<String, TenantUsage>, o: &ObjectMeta) {
+        let tenant = tenant_of(&o.key);
+        if let Some(u) = usage.get_mut(tenant) {
+            u.take(o.size_bytes);
+            if u.is_empty() {
+                usage.remove(tenant);
+            }
+        }
+    }
+
     /// Stores `object` under its key, returning the one it replaced.
     pub fn insert(&mut self, object: ObjectMeta) -> Option<ObjectMeta> {
+        self.count_in(&object);
         let object = Arc::new(object);
         let noted = self.journal.on.then(|| object.clone());
         let replaced = self.set.insert(ByKey(object)).map(ByKey::into_inner);
         if let Some(old) = &replaced {
+            Self::count_out(&mut self.usage, old);
             self.journal.note(|| IndexChange::Removed { key: old.key.clone(), version: old.version });
         }
         if let Some(object) = noted {
@@ -148,6 +187,7 @@ impl ObjectIndex {
     pub fn remove(&mut self, key: &str) -> Option<ObjectMeta> {
         let removed = self.set.remove(key).map(ByKey::into_inner);
         if let Some(o) = &removed {
+            Self::count_out(&mut self.usage, o);
             self.journal.note(|| IndexChange::Removed { key: o.key.clone(), version: o.version });
         }
         removed
@@ -172,13 +212,17 @@ impl ObjectIndex {
     pub fn retain_mut(&mut self, mut f: impl FnMut(&mut ObjectMeta) -> bool) {
         let set = std::mem::take(&mut self.set);
         let journal = &mut self.journal;
+        let usage = &mut self.usage;
         self.set = set
             .into_iter()
             .filter_map(|mut o| {
                 let before = o.0.replicas.len();
                 let keep = f(Arc::make_mut(&mut o.0));
                 match keep {
-                    false => journal.note(|| IndexChange::Removed { key: o.0.key.clone(), version: o.0.version }),
+                    false => {
+                        Self::count_out(usage, &o.0);
+                        journal.note(|| IndexChange::Removed { key: o.0.key.clone(), version: o.0.version })
+                    }
                     true if o.0.replicas.len() != before => journal.note(|| IndexChange::Replicas(o.0.clone())),
                     true => {}
                 }
@@ -200,7 +244,12 @@ impl ObjectIndex {
 
 impl FromIterator<ObjectMeta> for ObjectIndex {
     fn from_iter<I: IntoIterator<Item = ObjectMeta>>(iter: I) -> Self {
-        ObjectIndex { set: iter.into_iter().map(|o| ByKey(Arc::new(o))).collect(), journal: Journal::default() }
+        let mut index = ObjectIndex::default();
+        for o in iter {
+            index.count_in(&o);
+            index.set.insert(ByKey(Arc::new(o)));
+        }
+        index
     }
 }
 
