@@ -12,6 +12,7 @@ mod objects;
 mod status;
 mod store;
 mod store_http;
+mod tenants;
 mod up;
 mod watch;
 
@@ -103,6 +104,11 @@ enum Cmd {
         #[command(subcommand)]
         op: admin::ClientOp,
     },
+    /// Tenants' quotas and usage (docs/TENANTS.md).
+    Tenant {
+        #[command(subcommand)]
+        op: tenants::TenantOp,
+    },
     /// Create a development PKI for mutual TLS: a CA and certificates for
     /// masters, store nodes, clients and admins.
     Certs {
@@ -185,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Member { op } => members::run(op).await,
         Cmd::Snapshot { op } => admin::snapshot(op).await,
         Cmd::Client { op } => admin::client(op).await,
+        Cmd::Tenant { op } => tenants::run(op).await,
         Cmd::Store(a) => store::run(a).await,
         Cmd::Certs { op } => certs::run(op),
         Cmd::Put(a) => objects::put(a).await,

@@ -80,6 +80,19 @@ pub struct ClusterStatus {
     pub tiers: Vec<TierView>,
     /// The leader's background duties (empty when no leader answered).
     pub duties: Vec<DutyView>,
+    /// Tenants with objects or a quota (docs/TENANTS.md; empty when none
+    /// has, or the leader did not answer).
+    pub tenants: Vec<TenantView>,
+}
+
+/// One tenant's usage and quota.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TenantView {
+    pub name: String,
+    pub objects: u64,
+    pub used_bytes: u64,
+    /// None: no quota.
+    pub quota_bytes: Option<u64>,
 }
 
 /// The tiers of a leader's segment listing.
@@ -189,6 +202,19 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
         }
     }
     let leader = masters.iter().filter(|m| m.reachable && m.leader_id != 0).max_by_key(|m| m.term);
+    let tenants = match leader {
+        Some(_) => client.list_tenants().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let tenants = tenants
+        .into_iter()
+        .map(|t| TenantView {
+            name: t.name,
+            objects: t.objects,
+            used_bytes: t.used_bytes,
+            quota_bytes: (t.quota_bytes > 0).then_some(t.quota_bytes),
+        })
+        .collect();
     ClusterStatus {
         leader_id: leader.map(|m| m.leader_id),
         leader_addr: leader.map(|m| m.leader_addr.clone()),
@@ -197,6 +223,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
         masters,
         tiers,
         duties,
+        tenants,
     }
 }
 
@@ -297,6 +324,16 @@ pub fn render(status: &ClusterStatus) -> String {
                 0 => writeln!(out, "  no errors"),
                 n => writeln!(out, "  {n} errors, last {}: {}", ago(d.last_error_ms_ago), d.last_error),
             };
+        }
+    }
+    // Only once tenants are in use: a cluster of the default tenant alone
+    // says nothing new here.
+    if status.tenants.iter().any(|t| t.name != mooncake_client::Tenant::default().name() || t.quota_bytes.is_some()) {
+        let _ = writeln!(out, "\ntenants:");
+        for t in &status.tenants {
+            let quota = t.quota_bytes.map_or_else(|| "no quota".to_string(), |q| format!("quota {}", human_bytes(q)));
+            let _ =
+                writeln!(out, "  {:<24} {:>9} objects  {:>10}  {quota}", t.name, t.objects, human_bytes(t.used_bytes));
         }
     }
     if !status.members.is_empty() {

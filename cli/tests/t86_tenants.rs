@@ -163,3 +163,69 @@ async fn a_certificate_bound_to_a_tenant_acts_in_that_tenant_only() {
     let b = connect(bound("team-b"), "").await.expect("team-b client");
     assert!(matches!(b.get("k").await, Err(ClientError::NotFound(_))), "team-b sees none of team-a's keys");
 }
+
+/// Why: one busy model must not take every byte; past its quota a tenant
+/// gives up its own objects first, and is refused, with a code that says
+/// so, only when none of its own can go. Other tenants' objects never go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_at_its_quota_evicts_only_its_own_objects_and_is_refused_when_none_can_go() {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .arg("--default_kv_lease_ttl=1")
+        .binary(BIN)
+        .start();
+    cluster.wait_for_segments(1, T).await;
+    let admin = cluster.client();
+    const OBJECT: usize = 10 << 10;
+    admin.set_tenant_quota("team-a", 4 * OBJECT as u64).await.expect("quota of team-a");
+    admin.set_tenant_quota("team-c", 2 * OBJECT as u64).await.expect("quota of team-c");
+    // Not an admin: refused.
+    let e = master_in(&cluster, "team-a").set_tenant_quota("team-a", 1 << 40).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
+    let (a, b, c) =
+        (client_in(&cluster, "team-a").await, client_in(&cluster, "team-b").await, client_in(&cluster, "team-c").await);
+    let opts = PutOptions { replicas: 1, ..Default::default() };
+    let bytes = |i: u8| vec![i; OBJECT];
+    for i in 0..3 {
+        b.put(&format!("k{i}"), &bytes(100 + i), &opts).await.expect("team-b has no quota");
+    }
+    for i in 0..4 {
+        assert_eq!(a.put(&format!("k{i}"), &bytes(i), &opts).await.unwrap(), PutOutcome::Stored);
+    }
+    // At the quota: the next put evicts team-a's oldest object, only it.
+    assert_eq!(a.put("k4", &bytes(4), &opts).await.expect("a put past the quota"), PutOutcome::Stored);
+    assert!(!a.exists("k0").await.unwrap(), "team-a's oldest object made room");
+    for i in 1..5 {
+        assert_eq!(a.get(&format!("k{i}")).await.unwrap(), bytes(i));
+    }
+    for i in 0..3 {
+        assert_eq!(b.get(&format!("k{i}")).await.unwrap(), bytes(100 + i), "team-b's objects never go for team-a");
+    }
+    let tenants = admin.list_tenants().await.unwrap();
+    let row = |name: &str| tenants.iter().find(|t| t.name == name).map(|t| (t.objects, t.used_bytes, t.quota_bytes));
+    assert_eq!(row("team-a"), Some((4, 4 * OBJECT as u64, 4 * OBJECT as u64)));
+    assert_eq!(row("team-b"), Some((3, 3 * OBJECT as u64, 0)));
+    assert_eq!(row("team-c"), Some((0, 0, 2 * OBJECT as u64)), "a tenant with a quota and no object is listed");
+    let metrics = cluster.metrics(1);
+    let metric = |name: &str, tenant: &str| mooncake_testkit::sample_value(&metrics, name, &[("tenant", tenant)]);
+    assert_eq!(metric("mooncake_tenant_used_bytes", "team-a"), Some(4.0 * OBJECT as f64));
+    assert_eq!(metric("mooncake_tenant_objects", "team-b"), Some(3.0));
+    assert_eq!(metric("mooncake_tenant_quota_bytes", "team-c"), Some(2.0 * OBJECT as f64));
+
+    // Hard-pinned objects never go: past its quota team-c is refused.
+    let pinned = PutOptions { replicas: 1, pin: mooncake_client::Pin::Hard, ..Default::default() };
+    c.put("h0", &bytes(0), &pinned).await.unwrap();
+    c.put("h1", &bytes(1), &pinned).await.unwrap();
+    let e = c.put("h2", &bytes(2), &opts).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::TenantQuotaExceeded), "{e}");
+    assert!(e.to_string().contains("nothing of its own is left to evict"), "{e}");
+    assert!(!c.exists("h2").await.unwrap() && c.exists("h0").await.unwrap() && c.exists("h1").await.unwrap());
+    // An object larger than the whole quota is refused at once.
+    let e = c.put("huge", &vec![7u8; 3 * OBJECT], &opts).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::TenantQuotaExceeded), "{e}");
+    // Without its quota the tenant puts again.
+    admin.set_tenant_quota("team-c", 0).await.unwrap();
+    c.put("h2", &bytes(2), &opts).await.expect("no quota any more");
+}

@@ -393,6 +393,19 @@ impl MasterClient {
         Ok(self.ask_admin(req, async |mut c, r| c.list_clients(r).await).await?.reply.clients)
     }
 
+    /// Sets `tenant`'s quota to `quota_bytes` of objects (0 removes it);
+    /// an admin operation.
+    pub async fn set_tenant_quota(&self, tenant: &str, quota_bytes: u64) -> Result<String, MasterError> {
+        let req = SetTenantQuotaRequest { tenant: tenant.to_string(), quota_bytes };
+        Ok(self.ask_admin(req, async |mut c, r| c.set_tenant_quota(r).await).await?.reply.detail)
+    }
+
+    /// Every tenant with objects or a quota: its usage and quota (leader's view).
+    pub async fn list_tenants(&self) -> Result<Vec<TenantInfo>, MasterError> {
+        let req = ListTenantsRequest {};
+        Ok(self.ask_admin(req, async |mut c, r| c.list_tenants(r).await).await?.reply.tenants)
+    }
+
     /// Expires `client_id` now: its segments are unmounted at once.
     pub async fn evict_client(&self, client_id: u64) -> Result<String, MasterError> {
         let req = EvictClientRequest { client_id };

@@ -108,6 +108,11 @@ pub struct Gauges {
     pub tier_capacity_bytes: IntGaugeVec,
     pub tier_used_bytes: IntGaugeVec,
     pub tier_objects: IntGaugeVec,
+    /// Per tenant (docs/TENANTS.md): objects, their bytes (each once, at
+    /// its size: what a quota bounds), and the quota (tenants with one).
+    pub tenant_objects: IntGaugeVec,
+    pub tenant_used_bytes: IntGaugeVec,
+    pub tenant_quota_bytes: IntGaugeVec,
     /// Disk segments of expired store nodes kept for their grace.
     pub detached_segments: IntGauge,
     /// Per background duty (`duties/book.rs`): rounds run, errors, and the
@@ -202,6 +207,19 @@ impl Gauges {
             )?,
             tier_used_bytes: gauge_vec(r, "mooncake_tier_used_bytes", "Allocated bytes of each tier.", &["tier"])?,
             tier_objects: gauge_vec(r, "mooncake_tier_objects", "Objects with a replica on each tier.", &["tier"])?,
+            tenant_objects: gauge_vec(r, "mooncake_tenant_objects", "Objects of each tenant.", &["tenant"])?,
+            tenant_used_bytes: gauge_vec(
+                r,
+                "mooncake_tenant_used_bytes",
+                "Bytes of each tenant's objects (each once, at its size: what its quota bounds).",
+                &["tenant"],
+            )?,
+            tenant_quota_bytes: gauge_vec(
+                r,
+                "mooncake_tenant_quota_bytes",
+                "Quota of each tenant that has one.",
+                &["tenant"],
+            )?,
             detached_segments: gauge(
                 r,
                 "mooncake_detached_segments",

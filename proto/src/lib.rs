@@ -97,5 +97,6 @@ impl_has_status!(
     admin::AdminResponse,
     admin::ClusterStatusResponse,
     admin::ListClientsResponse,
+    admin::ListTenantsResponse,
     admin::SnapshotChunk,
 );

@@ -77,7 +77,9 @@ pub fn of_error_code(code: ErrorCode) -> Code {
         ErrorCode::ObjectHasLease => OBJECT_HAS_LEASE,
         ErrorCode::ReplicaIsNotReady => REPLICA_IS_NOT_READY,
         ErrorCode::IllegalClient | ErrorCode::PermissionDenied => ILLEGAL_CLIENT,
-        ErrorCode::NoAvailableHandle => NO_AVAILABLE_HANDLE,
+        // Upstream has no quota code: its frameworks treat "no space" as a
+        // cache miss to skip, which is what a full tenant is to them.
+        ErrorCode::NoAvailableHandle | ErrorCode::TenantQuotaExceeded => NO_AVAILABLE_HANDLE,
         ErrorCode::SegmentNotFound => SEGMENT_NOT_FOUND,
         ErrorCode::SegmentAlreadyExists => SEGMENT_ALREADY_EXISTS,
     }

@@ -191,6 +191,17 @@ async fn refresh_gauges(s: &Shared) {
         };
         g.tier_objects.with_label_values(&[Tier::Dram.name()]).set(in_memory as i64);
         g.tier_objects.with_label_values(&[Tier::Ssd.name()]).set(on_disk as i64);
+        // Reset first: a tenant whose last object went leaves the metrics.
+        g.tenant_objects.reset();
+        g.tenant_used_bytes.reset();
+        g.tenant_quota_bytes.reset();
+        for (tenant, usage) in st.tenant_usages() {
+            g.tenant_objects.with_label_values(&[tenant]).set(usage.objects as i64);
+            g.tenant_used_bytes.with_label_values(&[tenant]).set(usage.bytes as i64);
+        }
+        for (tenant, quota) in st.tenant_quotas() {
+            g.tenant_quota_bytes.with_label_values(&[tenant]).set(quota as i64);
+        }
     });
     let now = std::time::Instant::now();
     g.kv_leases.set(s.leader.with(|t| t.kv.lease_count(now)).unwrap_or(0) as i64);

@@ -22,8 +22,9 @@
 
 use std::time::Instant;
 
-use mooncake_raft_store::{ArenaId, Command, RemoveReason, Response, Tier};
+use mooncake_raft_store::{ArenaId, Command, Pin, RemoveReason, Response, Tier, VersionedKey};
 use mooncake_segment::SegmentId;
+use mooncake_segment::tenant::Tenant;
 
 use crate::objects::arena_cuts::{self, arenas_holding};
 
@@ -59,6 +60,43 @@ pub async fn round_on(shared: &Shared, tier: Tier, need_bytes: u64) -> u64 {
 /// evicted: 0 means nothing evictable holds bytes there.
 pub async fn round_for_put(shared: &Shared, segment: SegmentId, need_bytes: u64) -> u64 {
     round_where(shared, Tier::Dram, need_bytes, Some(segment)).await
+}
+
+/// A quota's round (`quotas.rs`): frees about `need_bytes` of `tenant`'s
+/// objects, whole (a quota counts objects, not replicas), from those
+/// neither leased, hard-pinned nor being removed; never another tenant's.
+/// Returns how many objects it evicted.
+pub async fn round_for_quota(shared: &Shared, tenant: &Tenant, need_bytes: u64) -> u64 {
+    let _one_at_a_time = shared.write_path.eviction_round.lock().await;
+    let candidates: Vec<Candidate> = shared.reader.read(|s| {
+        s.objects()
+            .filter(|o| o.pin != Pin::Hard && tenant.owns(&o.key))
+            .map(|o| Candidate {
+                object: VersionedKey { key: o.key.clone(), version: o.version },
+                hash: KeyHash::of(&o.key),
+                pin: o.pin,
+                committed_ms: o.committed_ms,
+                bytes: o.size_bytes,
+                kept_elsewhere: false,
+            })
+            .collect()
+    });
+    let wall_ms = crate::raft::proposer::now_ms();
+    let ttl = shared.write_path.eviction_policy.kv_lease_ttl;
+    let chosen = shared.leader.with(|t| {
+        let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, need_bytes);
+        victims.truncate(EVICTION_BATCH_MAX);
+        for v in &victims {
+            t.kv.fence(v.hash);
+        }
+        (t.term, victims)
+    });
+    let Some((term, victims)) = chosen else { return 0 };
+    if victims.is_empty() {
+        return 0;
+    }
+    let guard = shared.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
+    remove_victims(shared, Tier::Dram, need_bytes, victims, guard, false).await
 }
 
 async fn round_where(shared: &Shared, tier: Tier, need_bytes: u64, segment: Option<SegmentId>) -> u64 {

@@ -12,4 +12,5 @@ pub mod eviction;
 pub(crate) mod fenced;
 pub(crate) mod put_end;
 pub(crate) mod puts;
+pub(crate) mod quotas;
 pub mod removal;

@@ -91,6 +91,9 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
         Ok(asked) => asked,
         Err(e) => return refuse(invalid(e)),
     };
+    if let Err(s) = crate::objects::quotas::admit(shared, &ask).await {
+        return refuse(s);
+    }
     // Fewer replicas than asked are placed only once eviction cannot help,
     // and without eviction when fewer segments than asked could hold one.
     let mut round = Round::default();

@@ -217,6 +217,49 @@ impl AdminService for AdminServiceImpl {
         }
     }
 
+    async fn set_tenant_quota(&self, req: Request<SetTenantQuotaRequest>) -> RpcResult<AdminResponse> {
+        admin!(self, req, "SetTenantQuota");
+        let r = req.into_inner();
+        let cmd = mooncake_raft_store::Command::SetTenantQuota { tenant: r.tenant.clone(), bytes: r.quota_bytes };
+        match self.shared.write_path.proposer.propose(cmd).await {
+            Ok(answer_of) => match answer_of.err() {
+                None => {
+                    tracing::info!(tenant = %r.tenant, quota_bytes = r.quota_bytes, "tenant quota set by the operator");
+                    let detail = match r.quota_bytes {
+                        0 => format!("tenant {:?} has no quota", r.tenant),
+                        n => format!("tenant {:?} may keep {n} bytes of objects", r.tenant),
+                    };
+                    answer(Status::ok(), detail)
+                }
+                Some(e) => answer(crate::rpc::errors::meta_status(e), ""),
+            },
+            Err(s) => answer(s, ""),
+        }
+    }
+
+    async fn list_tenants(&self, _req: Request<ListTenantsRequest>) -> RpcResult<ListTenantsResponse> {
+        if let Err(s) = self.shared.barrier().await {
+            return Ok(Response::new(ListTenantsResponse { status: Some(s), tenants: vec![] }));
+        }
+        let tenants = self.shared.reader.read(|st| {
+            let mut by_name: std::collections::BTreeMap<String, TenantInfo> = std::collections::BTreeMap::new();
+            for (name, quota) in st.tenant_quotas() {
+                by_name
+                    .entry(name.to_string())
+                    .or_insert_with(|| TenantInfo { name: name.to_string(), ..Default::default() })
+                    .quota_bytes = quota;
+            }
+            for (name, usage) in st.tenant_usages() {
+                let info = by_name
+                    .entry(name.to_string())
+                    .or_insert_with(|| TenantInfo { name: name.to_string(), ..Default::default() });
+                (info.used_bytes, info.objects) = (usage.bytes, usage.objects);
+            }
+            by_name.into_values().collect()
+        });
+        Ok(Response::new(ListTenantsResponse { status: Some(Status::ok()), tenants }))
+    }
+
     async fn cluster_status(&self, _req: Request<ClusterStatusRequest>) -> RpcResult<ClusterStatusResponse> {
         let m = self.shared.raft.metrics().borrow().clone();
         let json = serde_json::to_string_pretty(&m).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));

@@ -261,8 +261,23 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn reserve_chunk(&self, req: Request<ReserveChunkRequest>) -> RpcResult<ReserveChunkResponse> {
+        let refused = |s: Status| ok(ReserveChunkResponse { status: Some(s), ..Default::default() });
+        let space = match self.space(&req) {
+            Ok(space) => space,
+            Err(s) => return refused(s),
+        };
         if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
-            return ok(ReserveChunkResponse { status: Some(s), ..Default::default() });
+            return refused(s);
+        }
+        // A tenant's quota is checked at PutStart: its small puts go that way.
+        if crate::objects::quotas::has_quota(&self.shared, space.tenant()) {
+            return refused(Status::with(
+                ErrorCode::NoAvailableHandle,
+                format!(
+                    "no writer chunk: tenant {:?} has a quota; put the usual way (PutStart)",
+                    space.tenant().name()
+                ),
+            ));
         }
         ok(crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner()).await)
     }

@@ -1,0 +1,76 @@
+//! Tenants' quotas at put time (docs/TENANTS.md). A put that would take its
+//! tenant past its quota first evicts the tenant's own objects — neither
+//! leased, hard-pinned nor being removed; unpinned before soft-pinned, in
+//! eviction's usual order (`objects/eviction.rs`) — and is refused with
+//! `TENANT_QUOTA_EXCEEDED` only when nothing of the tenant's is left to
+//! evict. Other tenants' objects are never evicted for it.
+//!
+//! The check is the leader's, at PutStart, against the applied usage: puts
+//! of one tenant racing each other can each pass it, so a tenant may go
+//! past its quota by what is in flight (its puts between PutStart and
+//! PutEnd), and the next put brings it back. Writer chunks are not handed
+//! to a tenant with a quota (its small puts take the PutStart path).
+
+use mooncake_proto::{ErrorCode, Status};
+use mooncake_segment::tenant::{Tenant, tenant_of};
+
+use crate::leader::reservations::PutAsk;
+use crate::shared::Shared;
+
+/// Eviction rounds one put may run for its quota before it is refused.
+const QUOTA_ROUNDS_MAX: u32 = 4;
+
+/// How far `ask` would take its tenant past its quota, in bytes (0: it fits
+/// or the tenant has none), and the tenant.
+fn over_quota(shared: &Shared, ask: &PutAsk) -> (u64, Option<u64>, String) {
+    let tenant = tenant_of(&ask.key).to_string();
+    shared.reader.read(|s| {
+        let Some(quota) = s.tenant_quota(&tenant) else { return (0, None, tenant.clone()) };
+        let used = s.tenant_usage(&tenant).bytes;
+        // An upsert replaces the object it finds: its bytes go.
+        let replaced = match ask.upsert {
+            true => s.object(&ask.key).map_or(0, |o| o.size_bytes),
+            false => 0,
+        };
+        let after = used.saturating_sub(replaced).saturating_add(ask.size_bytes);
+        (after.saturating_sub(quota), Some(quota), tenant.clone())
+    })
+}
+
+/// Admits `ask` under its tenant's quota, evicting the tenant's own
+/// objects as needed; `TENANT_QUOTA_EXCEEDED` when that cannot make room.
+pub async fn admit(shared: &Shared, ask: &PutAsk) -> Result<(), Status> {
+    for _ in 0..QUOTA_ROUNDS_MAX {
+        let (over, quota, name) = over_quota(shared, ask);
+        let Some(quota) = quota else { return Ok(()) };
+        if over == 0 {
+            return Ok(());
+        }
+        if ask.size_bytes > quota {
+            return Err(exceeded(&name, quota, format!("the object alone ({} bytes) is larger", ask.size_bytes)));
+        }
+        let tenant = Tenant::parse(&name).unwrap_or_default();
+        if crate::objects::eviction::round_for_quota(shared, &tenant, over).await == 0 {
+            return Err(exceeded(&name, quota, "nothing of its own is left to evict (leased or hard-pinned)".into()));
+        }
+    }
+    match over_quota(shared, ask) {
+        (0, _, _) => Ok(()),
+        (_, quota, name) => Err(exceeded(&name, quota.unwrap_or(0), "concurrent puts kept filling it".into())),
+    }
+}
+
+fn exceeded(tenant: &str, quota: u64, why: String) -> Status {
+    Status::with(
+        ErrorCode::TenantQuotaExceeded,
+        format!(
+            "tenant {tenant:?} is at its quota of {quota} bytes and {why}: remove some of its objects, or raise the \
+             quota (`mooncake tenant set {tenant} --quota SIZE`)"
+        ),
+    )
+}
+
+/// Whether `tenant` has a quota (writer chunks are not handed to it).
+pub fn has_quota(shared: &Shared, tenant: &Tenant) -> bool {
+    shared.reader.read(|s| s.tenant_quota(tenant.name()).is_some())
+}
