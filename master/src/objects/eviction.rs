@@ -29,11 +29,11 @@ use mooncake_segment::tenant::Tenant;
 use crate::objects::arena_cuts::{self, arenas_holding};
 
 use crate::duties::book;
-use crate::leader::FenceGuard;
 use crate::leader::decisions::Candidate;
 use crate::leader::decisions::{self, EvictionPolicy};
 use crate::leader::kv_lease::KeyHash;
 use crate::leader::tiering::OffloadMode;
+use crate::leader::{FenceGuard, TermState};
 use crate::objects::fenced::propose_fenced;
 use crate::shared::Shared;
 
@@ -81,22 +81,42 @@ pub async fn round_for_quota(shared: &Shared, tenant: &Tenant, need_bytes: u64) 
             })
             .collect()
     });
-    let wall_ms = crate::raft::proposer::now_ms();
+    let all = |_: &TermState, c: Vec<Candidate>| c;
+    let Some((victims, guard)) = choose_and_fence(shared, candidates, all, crate::raft::proposer::now_ms(), need_bytes)
+    else {
+        return 0;
+    };
+    remove_victims(shared, Tier::Dram, need_bytes, victims, guard, false).await
+}
+
+/// Under the soft-state lock (after the state read: lock order,
+/// `leader.rs`): keeps the `candidates` `usable` keeps, drops the leased
+/// and fenced ones, ranks the rest,
+/// and fences the victims chosen for about `target` bytes in the same hold,
+/// so no reader is admitted between the choice and the fence. `None`: no
+/// victim, or this master does not lead.
+fn choose_and_fence(
+    shared: &Shared,
+    candidates: Vec<Candidate>,
+    usable: impl FnOnce(&TermState, Vec<Candidate>) -> Vec<Candidate>,
+    wall_ms: u64,
+    target: u64,
+) -> Option<(Vec<Candidate>, FenceGuard)> {
     let ttl = shared.write_path.eviction_policy.kv_lease_ttl;
-    let chosen = shared.leader.with(|t| {
-        let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, need_bytes);
+    let (term, victims) = shared.leader.with(|t| {
+        let candidates = usable(t, candidates);
+        let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, target);
         victims.truncate(EVICTION_BATCH_MAX);
         for v in &victims {
             t.kv.fence(v.hash);
         }
         (t.term, victims)
-    });
-    let Some((term, victims)) = chosen else { return 0 };
+    })?;
     if victims.is_empty() {
-        return 0;
+        return None;
     }
     let guard = shared.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
-    remove_victims(shared, Tier::Dram, need_bytes, victims, guard, false).await
+    Some((victims, guard))
 }
 
 async fn round_where(shared: &Shared, tier: Tier, need_bytes: u64, segment: Option<SegmentId>) -> u64 {
@@ -132,26 +152,17 @@ async fn round_where(shared: &Shared, tier: Tier, need_bytes: u64, segment: Opti
         Some(seg) => young_in(shared, &candidates, tier, seg, wall_ms),
         None => Vec::new(),
     };
-    let ttl = shared.write_path.eviction_policy.kv_lease_ttl;
-    let chosen = shared.leader.with(|t| {
-        let candidates: Vec<_> = candidates
+    // Bytes too young to be cut out of an earlier term's arena free
+    // nothing a put could use there (this term's own arenas excepted).
+    let usable = |t: &TermState, candidates: Vec<Candidate>| -> Vec<Candidate> {
+        candidates
             .into_iter()
             .enumerate()
             .filter(|(i, _)| young_in.get(*i).copied().flatten().is_none_or(|a| t.puts.owns(a)))
             .map(|(_, c)| c)
-            .collect();
-        let mut victims = decisions::choose_victims(candidates, t, Instant::now(), wall_ms, ttl, target);
-        victims.truncate(EVICTION_BATCH_MAX);
-        for v in &victims {
-            t.kv.fence(v.hash);
-        }
-        (t.term, victims)
-    });
-    let Some((term, victims)) = chosen else { return 0 };
-    if victims.is_empty() {
-        return 0;
-    }
-    let guard = shared.leader.fenced_by(term, victims.iter().map(|v| v.hash).collect::<Vec<KeyHash>>());
+            .collect()
+    };
+    let Some((victims, guard)) = choose_and_fence(shared, candidates, usable, wall_ms, target) else { return 0 };
     let duty_round = need_bytes == 0 && segment.is_none();
     remove_victims(shared, tier, need_bytes, victims, guard, duty_round).await
 }
