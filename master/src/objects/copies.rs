@@ -119,12 +119,41 @@ struct Plan {
     executor: ClientId,
 }
 
+/// Where the replicas of an object are: their hosts and zones (a segment
+/// without a zone shares none).
+struct Domains<'a> {
+    hosts: Vec<&'a str>,
+    zones: Vec<&'a str>,
+}
+
+impl<'a> Domains<'a> {
+    fn of(s: &'a MetaState, replicas: &[ReplicaPlacement]) -> Self {
+        let segments: Vec<&SegmentEntry> = replicas.iter().filter_map(|r| s.segment(r.segment)).collect();
+        Domains {
+            hosts: segments.iter().map(|g| g.spec.host_id.as_str()).collect(),
+            zones: segments.iter().map(|g| g.spec.zone.as_str()).filter(|z| !z.is_empty()).collect(),
+        }
+    }
+}
+
 /// The segment of `tier` to copy an object of `len` bytes to: attached,
-/// with that much free, on `host` if one is, else the emptiest.
-fn target_segment<'a>(s: &'a MetaState, tier: Tier, len: u64, hosts: &[&str]) -> Option<&'a SegmentEntry> {
-    s.attached(tier)
-        .filter(|g| g.free_bytes() >= len)
-        .max_by_key(|g| (hosts.contains(&g.spec.host_id.as_str()), g.free_bytes(), std::cmp::Reverse(g.spec.id)))
+/// with that much free; as placement ranks (docs/OPERATIONS.md, "Failure
+/// domains"), first one in a zone and on a host no replica of the object
+/// (`held`) is in, then on a host of its own; among equals, one on a host
+/// of the copy's sources (`sources`: a local copy), then the emptiest.
+fn target_segment<'a>(
+    s: &'a MetaState,
+    tier: Tier,
+    len: u64,
+    held: &Domains<'_>,
+    sources: &[&str],
+) -> Option<&'a SegmentEntry> {
+    s.attached(tier).filter(|g| g.free_bytes() >= len).max_by_key(|g| {
+        let host = g.spec.host_id.as_str();
+        let new_host = !held.hosts.contains(&host);
+        let new_zone = g.spec.zone.is_empty() || !held.zones.contains(&g.spec.zone.as_str());
+        (new_host && new_zone, new_host, sources.contains(&host), g.free_bytes(), std::cmp::Reverse(g.spec.id))
+    })
 }
 
 /// A copy of `o` from its readable replicas on `from` to a segment of `to`.
@@ -134,7 +163,7 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
     let hosts: Vec<&str> =
         sources.iter().filter_map(|r| s.segment(r.segment)).map(|g| g.spec.host_id.as_str()).collect();
     let len = to.range_len(o.size_bytes)?;
-    let target = target_segment(s, to, len, &hosts)?;
+    let target = target_segment(s, to, len, &Domains::of(s, &o.replicas), &hosts)?;
     Some(Plan {
         key: o.key.clone(),
         version: o.version,
@@ -594,4 +623,43 @@ pub fn count_hits(shared: &Shared, keys: &[String], answers: &[pb::GetReplicaLis
             t.copies.hit(k);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use mooncake_raft_store::Request;
+    use mooncake_raft_store::testing::{SegmentSpecExt, mount_cmd, segment};
+    use mooncake_segment::{ClientId, Range};
+
+    use super::*;
+
+    /// Why: a copy on the host (or zone) that already holds the object's
+    /// only other replica is lost with it; placement avoids that, copies
+    /// between tiers must too, and fall back to a local copy only among
+    /// equals.
+    #[test]
+    fn a_copy_goes_to_a_zone_and_host_without_a_replica_then_a_host_of_its_own_then_the_sources() {
+        let mut s = MetaState::default();
+        let disks = [(11, "h1", "za"), (12, "h2", "za"), (13, "h3", "zb")];
+        for (i, (id, host, zone)) in disks.into_iter().enumerate() {
+            let cmd = mount_cmd(ClientId(100 + i as u64), segment(id, 1 << 20, host).ssd().zone(zone));
+            s.apply(&Request { ts_ms: 1, cmd });
+        }
+        let replica = |id: u64| ReplicaPlacement { segment: SegmentId(id), range: Range::new(0, 4096) };
+        let mem = [(1, "h1", "za"), (2, "h2", "za")];
+        for (i, (id, host, zone)) in mem.into_iter().enumerate() {
+            let cmd = mount_cmd(ClientId(200 + i as u64), segment(id, 1 << 20, host).zone(zone));
+            s.apply(&Request { ts_ms: 1, cmd });
+        }
+        let target = |held: &[u64], sources: &[&str]| {
+            let held: Vec<ReplicaPlacement> = held.iter().map(|id| replica(*id)).collect();
+            target_segment(&s, Tier::Ssd, 4096, &Domains::of(&s, &held), sources).map(|g| g.spec.id.0)
+        };
+        // A replica on h1 (zone a): the disk of zone b, not h1's own.
+        assert_eq!(target(&[1], &["h1"]), Some(13));
+        // Replicas in both zones: a host of its own (h3), still.
+        assert_eq!(target(&[1, 13], &["h1"]), Some(12), "h2 holds none; h3 and h1 do");
+        // Every host holds one: the sources' host, a local copy.
+        assert_eq!(target(&[1, 2, 13], &["h2"]), Some(12));
+    }
 }
