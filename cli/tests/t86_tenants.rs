@@ -228,4 +228,17 @@ async fn a_tenant_at_its_quota_evicts_only_its_own_objects_and_is_refused_when_n
     // Without its quota the tenant puts again.
     admin.set_tenant_quota("team-c", 0).await.unwrap();
     c.put("h2", &bytes(2), &opts).await.expect("no quota any more");
+
+    // A client holding a writer chunk from before its tenant's quota: its
+    // chunk puts evict nothing, so past the quota they are refused; the
+    // tenant never goes past it.
+    let d = client_in(&cluster, "team-d").await;
+    d.put("c0", &bytes(0), &opts).await.expect("a small put, in a writer chunk");
+    assert!(d.stats().puts_in_chunks.load(std::sync::atomic::Ordering::Relaxed) > 0, "the chunk path ran");
+    admin.set_tenant_quota("team-d", 2 * OBJECT as u64).await.unwrap();
+    d.put("c1", &bytes(1), &opts).await.expect("within the quota");
+    let e = d.put("c2", &bytes(2), &opts).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::TenantQuotaExceeded), "{e}");
+    let used = admin.list_tenants().await.unwrap().into_iter().find(|t| t.name == "team-d").map(|t| t.used_bytes);
+    assert_eq!(used, Some(2 * OBJECT as u64));
 }

@@ -64,13 +64,13 @@ pub async fn round_for_put(shared: &Shared, segment: SegmentId, need_bytes: u64)
 
 /// A quota's round (`quotas.rs`): frees about `need_bytes` of `tenant`'s
 /// objects, whole (a quota counts objects, not replicas), from those
-/// neither leased, hard-pinned nor being removed; never another tenant's.
-/// Returns how many objects it evicted.
-pub async fn round_for_quota(shared: &Shared, tenant: &Tenant, need_bytes: u64) -> u64 {
+/// neither leased, hard-pinned nor being removed, nor `except` (the key the
+/// put is for); never another tenant's. Returns how many objects it evicted.
+pub async fn round_for_quota(shared: &Shared, tenant: &Tenant, except: &str, need_bytes: u64) -> u64 {
     let _one_at_a_time = shared.write_path.eviction_round.lock().await;
     let candidates: Vec<Candidate> = shared.reader.read(|s| {
         s.objects()
-            .filter(|o| o.pin != Pin::Hard && tenant.owns(&o.key))
+            .filter(|o| o.pin != Pin::Hard && o.key != except && tenant.owns(&o.key))
             .map(|o| Candidate {
                 object: VersionedKey { key: o.key.clone(), version: o.version },
                 hash: KeyHash::of(&o.key),

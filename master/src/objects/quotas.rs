@@ -50,7 +50,8 @@ pub async fn admit(shared: &Shared, ask: &PutAsk) -> Result<(), Status> {
             return Err(exceeded(&name, quota, format!("the object alone ({} bytes) is larger", ask.size_bytes)));
         }
         let tenant = Tenant::parse(&name).unwrap_or_default();
-        if crate::objects::eviction::round_for_quota(shared, &tenant, over).await == 0 {
+        // An upsert's own object is replaced, not evicted: it frees nothing.
+        if crate::objects::eviction::round_for_quota(shared, &tenant, &ask.key, over).await == 0 {
             return Err(exceeded(&name, quota, "nothing of its own is left to evict (leased or hard-pinned)".into()));
         }
     }
@@ -68,6 +69,28 @@ fn exceeded(tenant: &str, quota: u64, why: String) -> Status {
              quota (`mooncake tenant set {tenant} --quota SIZE`)"
         ),
     )
+}
+
+/// A PutEnd of an object placed in a writer chunk (`stored_key`, `size`
+/// bytes): no eviction runs for it, so it is refused when it would take
+/// its tenant past its quota. Chunks are not handed to a tenant with a
+/// quota, but a client may hold one reserved before the quota was set, or
+/// reserved in another tenant.
+pub fn chunk_put_allowed(shared: &Shared, stored_key: &str, size: u64) -> Result<(), Status> {
+    let tenant = tenant_of(stored_key);
+    let over = shared.reader.read(|s| {
+        let quota = s.tenant_quota(tenant)?;
+        let used = s.tenant_usage(tenant).bytes;
+        (used.saturating_add(size) > quota).then_some(quota)
+    });
+    match over {
+        None => Ok(()),
+        Some(quota) => Err(exceeded(
+            tenant,
+            quota,
+            "a put placed in a writer chunk evicts nothing: put it the usual way (PutStart)".into(),
+        )),
+    }
 }
 
 /// Whether `tenant` has a quota (writer chunks are not handed to it).

@@ -270,6 +270,14 @@ impl MetaState {
         if let Some(seg) = detached.keys().next() {
             return Err(corrupt(format!("unknown segment {seg} is detached")));
         }
+        for (name, bytes) in &image.tenant_quotas {
+            if *bytes == 0 || mooncake_segment::tenant::Tenant::parse(name).map_or(true, |t| t.name() != name) {
+                return Err(corrupt(format!("tenant quota {name:?} of {bytes} bytes cannot be one")));
+            }
+        }
+        if image.tenant_quotas.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(corrupt("tenant quotas out of order or repeated".into()));
+        }
         if let Some(seg) = used.keys().next() {
             return Err(corrupt(format!("replica on unknown segment {seg}")));
         }

@@ -159,9 +159,13 @@ impl ObjectIndex {
     }
 
     fn count_out(usage: &mut BTreeMap<String, TenantUsage>, o: &ObjectMeta) {
-        let tenant = tenant_of(&o.key);
+        Self::count_out_of(usage, &o.key, o.size_bytes);
+    }
+
+    fn count_out_of(usage: &mut BTreeMap<String, TenantUsage>, key: &str, size_bytes: u64) {
+        let tenant = tenant_of(key);
         if let Some(u) = usage.get_mut(tenant) {
-            u.take(o.size_bytes);
+            u.take(size_bytes);
             if u.is_empty() {
                 usage.remove(tenant);
             }
@@ -217,10 +221,12 @@ impl ObjectIndex {
             .into_iter()
             .filter_map(|mut o| {
                 let before = o.0.replicas.len();
+                // Counted out at the size it was counted in (`f` keeps the key).
+                let size = o.0.size_bytes;
                 let keep = f(Arc::make_mut(&mut o.0));
                 match keep {
                     false => {
-                        Self::count_out(usage, &o.0);
+                        Self::count_out_of(usage, &o.0.key, size);
                         journal.note(|| IndexChange::Removed { key: o.0.key.clone(), version: o.0.version })
                     }
                     true if o.0.replicas.len() != before => journal.note(|| IndexChange::Replicas(o.0.clone())),

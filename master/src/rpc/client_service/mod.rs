@@ -253,6 +253,11 @@ impl MasterService for MasterServiceImpl {
             Ok(key) => key,
             Err(s) => return ok(PutEndResponse { status: Some(s) }),
         };
+        if r.chunk_id != 0
+            && let Err(s) = crate::objects::quotas::chunk_put_allowed(&self.shared, &r.key, r.size)
+        {
+            return ok(PutEndResponse { status: Some(s) });
+        }
         if let Err(e) = convert::check_put_end(&r) {
             return ok(PutEndResponse { status: Some(invalid(e)) });
         }
@@ -474,9 +479,15 @@ impl MasterService for MasterServiceImpl {
             r.key = key;
         }
         let answers = async {
-            let refusal = |i: &usize| match &refusals[*i] {
-                Some(s) => Some(s.clone()),
-                None => convert::check_put_end(&reqs.requests[*i]).err().map(invalid),
+            let refusal = |i: &usize| {
+                let r = &reqs.requests[*i];
+                match &refusals[*i] {
+                    Some(s) => Some(s.clone()),
+                    None if r.chunk_id != 0 => crate::objects::quotas::chunk_put_allowed(&self.shared, &r.key, r.size)
+                        .err()
+                        .or_else(|| convert::check_put_end(r).err().map(invalid)),
+                    None => convert::check_put_end(r).err().map(invalid),
+                }
             };
             let indices: Vec<usize> = (0..reqs.requests.len()).collect();
             let statuses = answer_valid(&indices, refusal, async |valid| {
