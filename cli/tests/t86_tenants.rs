@@ -35,6 +35,20 @@ fn master_in(cluster: &Cluster, name: &str) -> MasterClient {
         .expect("master client")
 }
 
+/// One master (KV leases of 1 ms: removes and evictions right after reads
+/// are not refused) and one store node with a 64 MiB segment.
+async fn one_store_cluster() -> Cluster {
+    let cluster = Cluster::builder()
+        .masters(1)
+        .stores(1)
+        .segment_size("64MiB")
+        .arg("--default_kv_lease_ttl=1")
+        .binary(BIN)
+        .start();
+    cluster.wait_for_segments(1, T).await;
+    cluster
+}
+
 async fn listed(master: &MasterClient) -> Vec<String> {
     master.list_objects("", 1000).await.expect("list").into_iter().map(|o| o.key).collect()
 }
@@ -44,15 +58,7 @@ async fn listed(master: &MasterClient) -> Vec<String> {
 /// collide.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_key_in_two_tenants_is_two_objects_and_each_tenant_sees_only_its_own() {
-    // KV leases of 1 ms: removes right after reads are not refused.
-    let cluster = Cluster::builder()
-        .masters(1)
-        .stores(1)
-        .segment_size("64MiB")
-        .arg("--default_kv_lease_ttl=1")
-        .binary(BIN)
-        .start();
-    cluster.wait_for_segments(1, T).await;
+    let cluster = one_store_cluster().await;
     let (a, b, d) =
         (client_in(&cluster, "team-a").await, client_in(&cluster, "team-b").await, client_in(&cluster, "").await);
     let opts = PutOptions { replicas: 1, ..Default::default() };
@@ -169,14 +175,7 @@ async fn a_certificate_bound_to_a_tenant_acts_in_that_tenant_only() {
 /// so, only when none of its own can go. Other tenants' objects never go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_at_its_quota_evicts_only_its_own_objects_and_is_refused_when_none_can_go() {
-    let cluster = Cluster::builder()
-        .masters(1)
-        .stores(1)
-        .segment_size("64MiB")
-        .arg("--default_kv_lease_ttl=1")
-        .binary(BIN)
-        .start();
-    cluster.wait_for_segments(1, T).await;
+    let cluster = one_store_cluster().await;
     let admin = cluster.client();
     const OBJECT: usize = 10 << 10;
     admin.set_tenant_quota("team-a", 4 * OBJECT as u64).await.expect("quota of team-a");

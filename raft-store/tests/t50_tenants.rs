@@ -19,6 +19,13 @@ fn stored(tenant: &str, key: &str) -> String {
     Tenant::parse(tenant).unwrap().scope(key)
 }
 
+/// Removes the object `key` (its current version), as `reason`.
+fn remove(s: &mut MetaState, key: &str, reason: RemoveReason) {
+    let version = s.object(key).unwrap().version;
+    let removed = apply(s, Command::RemoveObjects { victims: vec![VersionedKey { key: key.into(), version }], reason });
+    assert_eq!(removed, Response::Removed { count: 1 });
+}
+
 fn usage(s: &MetaState, tenant: &str) -> (u64, u64) {
     let u = s.tenant_usage(tenant);
     (u.objects, u.bytes)
@@ -68,27 +75,11 @@ fn each_tenants_usage_follows_its_objects_through_puts_upserts_removals_and_snap
     );
     assert_eq!(usage(&s, "team-a"), (2, 6000));
     // A removal takes the object out of its tenant only.
-    let victim = s.object(&stored("team-a", "k1")).unwrap().version;
-    let removed = apply(
-        &mut s,
-        Command::RemoveObjects {
-            victims: vec![VersionedKey { key: stored("team-a", "k1"), version: victim }],
-            reason: RemoveReason::RemoveAll,
-        },
-    );
-    assert_eq!(removed, Response::Removed { count: 1 });
+    remove(&mut s, &stored("team-a", "k1"), RemoveReason::RemoveAll);
     assert_eq!(usage(&s, "team-a"), (1, 5000));
     assert_eq!(usage(&s, "team-b"), (1, 500));
     // A tenant whose last object goes has no usage left.
-    let victim = s.object(&stored("team-b", "k1")).unwrap().version;
-    let removed = apply(
-        &mut s,
-        Command::RemoveObjects {
-            victims: vec![VersionedKey { key: stored("team-b", "k1"), version: victim }],
-            reason: RemoveReason::Evict,
-        },
-    );
-    assert_eq!(removed, Response::Removed { count: 1 });
+    remove(&mut s, &stored("team-b", "k1"), RemoveReason::Evict);
     assert_eq!(s.tenant_usages().map(|(t, _)| t.to_string()).collect::<Vec<_>>(), ["default", "team-a"]);
     // A restored state derives the same usage from its objects.
     let back = decode_image(&encode_image(&s).unwrap()).unwrap();
