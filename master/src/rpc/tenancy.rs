@@ -19,7 +19,9 @@ pub struct KeySpace {
 }
 
 impl KeySpace {
-    /// The key space of `tenant`.
+    /// The key space of `tenant` (tests: calls get theirs from
+    /// [`KeySpace::of_request`]).
+    #[cfg(test)]
     pub fn of_tenant(tenant: Tenant) -> Self {
         KeySpace { tenant }
     }
