@@ -69,6 +69,16 @@ fn main() -> anyhow::Result<()> {
             Segment { id: 1, size: 1 << 34, endpoint: "127.0.0.1:1".into(), host_id: "h".into(), ..Default::default() };
         client.remount_segments(1, vec![seg]).await?;
         client.remount_segments(2, vec![]).await?;
+        // Both client ids stay registered for the whole run (a short
+        // client TTL would otherwise unmount the segment mid-run).
+        let pinger = cluster.client().map_err(anyhow::Error::msg)?;
+        tokio::spawn(async move {
+            loop {
+                let _ = pinger.ping(1).await;
+                let _ = pinger.ping(2).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
         let mut puts = Vec::with_capacity(ops);
         let mut removes = Vec::with_capacity(ops);
         for i in 0..ops {
@@ -76,7 +86,7 @@ fn main() -> anyhow::Result<()> {
             let t = Instant::now();
             let req =
                 PutStartRequest { client_id: 2, key: key.clone(), size: 4096, replica_num: 1, ..Default::default() };
-            client.put_start(req).await?;
+            client.put_start(req).await.map_err(|e| anyhow::anyhow!("put {i}: {e}"))?;
             client.put_end(2, &key, 1).await?;
             puts.push(t.elapsed());
         }
@@ -98,6 +108,14 @@ fn main() -> anyhow::Result<()> {
     rows.insert("1 client: put p50 (PutStart + PutEnd commit)", format!("{client_ms:.3} ms"));
     rows.insert("1 client: remove p50 (one commit)", format!("{remove_ms:.3} ms"));
     rows.insert("leader: commit (to Raft -> applied)", show(mean_ms(&leader_text, "mooncake_commit_seconds", None)));
+    rows.insert(
+        "leader: Remove RPC handled",
+        show(mean_ms(&leader_text, "mooncake_rpc_duration_seconds", Some("Remove"))),
+    );
+    rows.insert(
+        "leader: PutEnd RPC handled",
+        show(mean_ms(&leader_text, "mooncake_rpc_duration_seconds", Some("PutEnd"))),
+    );
     rows.insert("leader: log fsync", show(mean_ms(&leader_text, "mooncake_fsync_duration_seconds", None)));
     rows.insert(
         "leader: AppendEntries round trip",

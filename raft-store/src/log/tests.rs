@@ -78,6 +78,26 @@ async fn appended_entries_survive_reopen() {
     assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 4)));
 }
 
+/// Appends of one entry (a plain insert) and of several (a batch) mix in
+/// index order, and both survive a reopen; an empty append changes nothing.
+#[tokio::test]
+async fn single_and_batched_appends_survive_reopen_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, mut store) = open_at(dir.path());
+        append(&mut store, 1, 1..=1).await;
+        append(&mut store, 1, 2..=4).await;
+        append(&mut store, 2, 5..=5).await;
+        store.blocking_append(Vec::new()).await.unwrap();
+        append(&mut store, 2, 6..=6).await;
+    }
+    let (_db, mut store) = open_at(dir.path());
+    assert_eq!(indexes(&mut store).await, (1..=6).collect::<Vec<_>>());
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(2, 6)));
+    assert_eq!(store.try_get_log_entries(5..=5).await.unwrap(), vec![blank(2, 5)]);
+}
+
 #[tokio::test]
 async fn vote_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
