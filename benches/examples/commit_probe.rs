@@ -107,25 +107,20 @@ fn main() -> anyhow::Result<()> {
     let show = |m: Option<(f64, f64)>| m.map(|(ms, n)| format!("{ms:.3} ms (n={n})")).unwrap_or_else(|| "-".into());
     rows.insert("1 client: put p50 (PutStart + PutEnd commit)", format!("{client_ms:.3} ms"));
     rows.insert("1 client: remove p50 (one commit)", format!("{remove_ms:.3} ms"));
-    rows.insert("leader: commit (to Raft -> applied)", show(mean_ms(&leader_text, "mooncake_commit_seconds", None)));
-    rows.insert(
-        "leader: Remove RPC handled",
-        show(mean_ms(&leader_text, "mooncake_rpc_duration_seconds", Some("Remove"))),
-    );
-    rows.insert(
-        "leader: PutEnd RPC handled",
-        show(mean_ms(&leader_text, "mooncake_rpc_duration_seconds", Some("PutEnd"))),
-    );
-    rows.insert("leader: log fsync", show(mean_ms(&leader_text, "mooncake_fsync_duration_seconds", None)));
-    rows.insert(
-        "leader: AppendEntries round trip",
-        show(mean_ms(&leader_text, "mooncake_raft_rpc_seconds", Some("append"))),
-    );
-    rows.insert(
-        "follower: AppendEntries handled",
-        show(mean_ms(&follower_text, "mooncake_raft_rpc_handled_seconds", Some("append"))),
-    );
-    rows.insert("follower: log fsync", show(mean_ms(&follower_text, "mooncake_fsync_duration_seconds", None)));
+    // (row, on the leader?, histogram, label value): means from the masters' own metrics.
+    let histograms: [(&str, bool, &str, Option<&str>); 7] = [
+        ("leader: commit (to Raft -> applied)", true, "mooncake_commit_seconds", None),
+        ("leader: Remove RPC handled", true, "mooncake_rpc_duration_seconds", Some("Remove")),
+        ("leader: PutEnd RPC handled", true, "mooncake_rpc_duration_seconds", Some("PutEnd")),
+        ("leader: log fsync", true, "mooncake_fsync_duration_seconds", None),
+        ("leader: AppendEntries round trip", true, "mooncake_raft_rpc_seconds", Some("append")),
+        ("follower: AppendEntries handled", false, "mooncake_raft_rpc_handled_seconds", Some("append")),
+        ("follower: log fsync", false, "mooncake_fsync_duration_seconds", None),
+    ];
+    for (row, on_leader, name, label) in histograms {
+        let text = if on_leader { &leader_text } else { &follower_text };
+        rows.insert(row, show(mean_ms(text, name, label)));
+    }
     println!("commit probe: {ops} ops each, {masters} masters, leader {leader} {master_args:?}");
     for (k, v) in rows {
         println!("  {k:<48} {v}");
