@@ -32,9 +32,8 @@ const EPHEMERAL_FIRST_DEFAULT: u16 = 32_768;
 pub fn free_port() -> std::io::Result<u16> {
     static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let take = |port: u16| HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner).insert(port);
-    let below = ephemeral_first();
-    if below > LOWEST_PORT + 1_000 {
-        for port in candidates(LOWEST_PORT, below).take(FREE_PORT_ATTEMPTS) {
+    if let Some((low, high)) = below_ephemeral() {
+        for port in candidates(low, high).take(FREE_PORT_ATTEMPTS) {
             if TcpListener::bind(("127.0.0.1", port)).is_ok() && take(port) {
                 return Ok(port);
             }
@@ -52,12 +51,14 @@ pub fn free_port() -> std::io::Result<u16> {
     ))
 }
 
-/// The first port of the kernel's ephemeral range.
-fn ephemeral_first() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+/// `[LOWEST_PORT, first port of the kernel's ephemeral range)`, or `None`
+/// when that range leaves fewer than 1,000 ports below it.
+fn below_ephemeral() -> Option<(u16, u16)> {
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(EPHEMERAL_FIRST_DEFAULT)
+        .unwrap_or(EPHEMERAL_FIRST_DEFAULT);
+    (first > LOWEST_PORT + 1_000).then_some((LOWEST_PORT, first))
 }
 
 /// Ports of `[low, high)` in the order this process tries them: from a
@@ -86,13 +87,13 @@ mod tests {
     /// handed out twice by one process.
     #[test]
     fn ports_are_free_distinct_and_below_the_ephemeral_range() {
-        let below = ephemeral_first();
+        let range = below_ephemeral();
         let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
         let distinct: BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len(), "a port was handed out twice: {ports:?}");
         for p in &ports {
-            if below > LOWEST_PORT + 1_000 {
-                assert!((LOWEST_PORT..below).contains(p), "port {p} is outside [{LOWEST_PORT}, {below})");
+            if let Some((low, high)) = range {
+                assert!((low..high).contains(p), "port {p} is outside [{low}, {high})");
             }
             TcpListener::bind(("127.0.0.1", *p)).unwrap_or_else(|e| panic!("port {p} is not free: {e}"));
         }
