@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions};
 use mooncake_local_cluster::Role;
-use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
+use mooncake_testkit::{Cluster, KillOnDrop, free_port, http_get, parse_prometheus, sample_value, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
 const T: Duration = Duration::from_secs(20);
@@ -144,18 +144,26 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
     let out = mooncake(&["snapshot", "save", file.to_str().unwrap(), "--masters", &masters, &admin_of(&source)]);
     assert!(out.contains(&format!("{hash:016x}")), "{out}");
 
-    // Phase 3: a new one-master cluster restored from the file.
+    // Phase 3: a new one-master cluster restored from the file. Its client
+    // TTL outlasts the test: the source's store node never heartbeats to it,
+    // and expiring that node's segment after the default 10 s would change
+    // the state the masters are compared against (on a slow machine, before
+    // the joiner of phase 4 has caught up).
     let addr = format!("127.0.0.1:{}", free_port().unwrap());
     let data = dir.path().join("restored");
-    let mut restored = Command::new(BIN)
-        .args(["master", "--id=1", &format!("--listen={addr}"), &format!("--initial-cluster=1={addr}")])
-        .arg(format!("--data-dir={}", data.display()))
-        .arg(format!("--restore={}", file.display()))
-        .stderr(std::fs::File::create(dir.path().join("restored.log")).unwrap())
-        .spawn()
-        .expect("start restored master");
+    let restored_log = dir.path().join("restored.log");
+    let _restored = KillOnDrop(
+        Command::new(BIN)
+            .args(["master", "--id=1", &format!("--listen={addr}"), &format!("--initial-cluster=1={addr}")])
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--restore={}", file.display()))
+            .arg(RESTORED_CLIENT_TTL)
+            .stderr(std::fs::File::create(&restored_log).unwrap())
+            .spawn()
+            .expect("start restored master"),
+    );
     let mc = MasterClient::new(MasterClientConfig::new(vec![addr.clone()])).unwrap();
-    let restored_hash = wait_until("the restored master to serve", T, || async {
+    let restored_hash = wait_or_show_logs("the restored master to serve", &[&restored_log], || async {
         let info = mc.cluster_info_with_hash_of(&addr).await.ok()?;
         (info.leader_id == 1).then_some(info.state_hash)
     })
@@ -166,26 +174,54 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_hash() {
 
     // Phase 4: a master added later receives the restored state.
     let addr2 = format!("127.0.0.1:{}", free_port().unwrap());
-    let mut joiner = Command::new(BIN)
-        .args(["master", "--id=2", &format!("--listen={addr2}"), "--join"])
-        .arg(format!("--data-dir={}", dir.path().join("joiner").display()))
-        // The secret a restored one-master cluster made for itself, copied as an operator would.
-        .arg(format!("--cluster-secret-file={}", data.join("cluster-secret").display()))
-        .stderr(std::fs::File::create(dir.path().join("joiner.log")).unwrap())
-        .spawn()
-        .expect("start joiner");
+    let joiner_log = dir.path().join("joiner.log");
+    let _joiner = KillOnDrop(
+        Command::new(BIN)
+            .args(["master", "--id=2", &format!("--listen={addr2}"), "--join"])
+            .arg(format!("--data-dir={}", dir.path().join("joiner").display()))
+            // The secret a restored one-master cluster made for itself, copied as an operator would.
+            .arg(format!("--cluster-secret-file={}", data.join("cluster-secret").display()))
+            .arg(RESTORED_CLIENT_TTL)
+            .stderr(std::fs::File::create(&joiner_log).unwrap())
+            .spawn()
+            .expect("start joiner"),
+    );
     // The restored master wrote its cluster's admin token in its data dir.
     let restored_admin = format!("--admin-token-file={}", data.join("admin.token").display());
     mooncake(&["member", "add", "2", &addr2, "--masters", &addr, &restored_admin]);
-    wait_until("the new master to hold the restored state", T, || async {
+    wait_or_show_logs("the new master to hold the restored state", &[&restored_log, &joiner_log], || async {
         let info = mc.cluster_info_with_hash_of(&addr2).await.ok()?;
         (info.state_hash == hash).then_some(())
     })
     .await;
-    let _ = restored.kill();
-    let _ = joiner.kill();
-    let _ = restored.wait();
-    let _ = joiner.wait();
+}
+
+/// The restored cluster's `--client_ttl` in the snapshot test: longer than
+/// the test runs.
+const RESTORED_CLIENT_TTL: &str = "--client_ttl=3600";
+
+/// [`wait_until`] for masters a test started by hand: on a timeout, panics
+/// with the tails of their logs.
+async fn wait_or_show_logs<V, F, Fut>(what: &str, logs: &[&std::path::Path], cond: F) -> V
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<V>>,
+{
+    match mooncake_local_cluster::wait_for(what, T, cond).await {
+        Ok(v) => v,
+        Err(e) => {
+            let tails: Vec<String> = logs
+                .iter()
+                .map(|log| {
+                    let text = std::fs::read_to_string(log).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    format!("--- {}:\n{}", log.display(), tail.join("\n"))
+                })
+                .collect();
+            panic!("{e}\n{}", tails.join("\n"))
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mooncake_client::{Client, ClientConfig, MasterClient, MasterClientConfig, PutOptions};
 use mooncake_local_cluster::Role;
 use mooncake_proto::master::Segment;
-use mooncake_testkit::{Cluster, free_port, http_get, parse_prometheus, sample_value, wait_until};
+use mooncake_testkit::{Cluster, KillOnDrop, free_port, http_get, parse_prometheus, sample_value, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
 /// Bound on one waited-for event.
@@ -257,14 +257,4 @@ async fn a_store_node_is_its_client_id_only_with_its_credential_file() {
     client.put("t55/stranger", &[5u8; 4096], &PutOptions::default()).await.expect("put");
     assert_eq!(client.get("t55/stranger").await.expect("get"), vec![5u8; 4096]);
     client.close().await;
-}
-
-/// A child process killed when the test ends, passed or not.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -5,8 +5,10 @@
 mod cluster;
 mod fake_store;
 mod http;
+mod process;
 
 pub use cluster::{Cluster, ClusterBuilder, wait_until};
 pub use fake_store::acknowledge_fences;
 pub use http::{Sample, http_get, parse_prometheus, sample_value};
 pub use mooncake_local_cluster::{Role, free_port};
+pub use process::KillOnDrop;
