@@ -6,7 +6,9 @@
 
 use mooncake_client::ClientError;
 
-use crate::buffers::Region;
+use mooncake_transfer::CudaDriver;
+
+use crate::buffers::{Readable, Region, Writable, device_copy_failed, read_into, scattered};
 use crate::codes::{self, Code};
 use crate::pool::Staging;
 use crate::session::{ReplicaSpec, Session};
@@ -62,6 +64,8 @@ impl Session {
     }
 
     /// Puts `keys[i]` from the concatenation of `regions[i]` (see [`put_batch`](Self::put_batch)).
+    /// Parts in device memory are copied to the host first; an item whose
+    /// copy fails gets `INVALID_PARAMS`.
     pub fn put_batch_from(
         &self,
         keys: &[String],
@@ -71,37 +75,61 @@ impl Session {
     ) -> Vec<Code> {
         // SAFETY: regions were checked against registered memory; the caller
         // keeps them valid and unwritten for the call.
+        let sources: Vec<Option<Vec<Readable>>> = regions
+            .into_iter()
+            .map(|r| {
+                // SAFETY: as above.
+                let parts = r?.into_iter().map(|p| unsafe { p.readable(&CudaDriver) }).collect::<Result<Vec<_>, _>>();
+                parts.map_err(|e| device_copy_failed(&e)).ok()
+            })
+            .collect();
         let items = keys
             .iter()
-            .zip(regions)
-            .map(|(k, r)| r.map(|parts| (k.as_str(), parts.iter().map(|p| unsafe { p.as_slice() }).collect())))
+            .zip(&sources)
+            .map(|(k, r)| r.as_ref().map(|parts| (k.as_str(), parts.iter().map(|p| &**p).collect())))
             .collect();
         self.put_batch(items, spec, upsert)
     }
 
     /// Reads `keys[i]` into `regions[i]`; each object's size, or a code.
+    /// Regions in device memory receive their bytes once the read of their
+    /// key succeeded.
     pub fn get_batch_into(&self, keys: &[String], regions: Vec<Option<Region>>) -> Vec<Code> {
         let items = keys.iter().zip(regions).map(|(k, r)| r.map(|r| (k.as_str(), r))).collect();
         on_valid(items, |valid| {
             let keys: Vec<&str> = valid.iter().map(|(k, _)| *k).collect();
             // SAFETY: regions were checked against registered memory and
             // carved without overlap; the caller keeps them valid for the call.
-            let bufs: Vec<&mut [u8]> = valid.iter().map(|(_, r)| unsafe { r.as_mut_slice() }).collect();
+            let mut targets: Vec<Writable> = valid.iter().map(|(_, r)| unsafe { r.writable() }).collect();
+            let bufs: Vec<&mut [u8]> = targets.iter_mut().map(Writable::buf).collect();
             let results = self.block_on(self.client().get_batch_into(&keys, bufs));
-            results.iter().map(|r| codes::of_result(r, |n| *n as Code)).collect()
+            results.iter().zip(targets).map(|(r, target)| read_into(r, [target], |n| [n])).collect()
         })
     }
 
-    /// Reads `keys[i]` scattered over `parts[i]`; each object's size, or a code.
+    /// Reads `keys[i]` scattered over `parts[i]`; each object's size, or a
+    /// code. Parts in device memory receive their bytes once the read of
+    /// their key succeeded.
     pub fn get_batch_into_parts(&self, keys: &[String], parts: Vec<Option<Vec<Region>>>) -> Vec<Code> {
         let items = keys.iter().zip(parts).map(|(k, p)| p.map(|p| (k.as_str(), p))).collect();
         on_valid(items, |valid| {
             let keys: Vec<&str> = valid.iter().map(|(k, _)| *k).collect();
-            // SAFETY: as in `get_batch_into`.
+            // SAFETY: regions were checked against registered memory and
+            // carved without overlap; the caller keeps them valid for the call.
+            let mut targets: Vec<Vec<Writable>> =
+                valid.iter().map(|(_, p)| p.iter().map(|r| unsafe { r.writable() }).collect()).collect();
             let mut bufs: Vec<Vec<&mut [u8]>> =
-                valid.iter().map(|(_, p)| p.iter().map(|r| unsafe { r.as_mut_slice() }).collect()).collect();
+                targets.iter_mut().map(|t| t.iter_mut().map(Writable::buf).collect()).collect();
             let results = self.block_on(self.client().get_batch_into_parts(&keys, &mut bufs));
-            results.iter().map(|r| codes::of_result(r, |n| *n as Code)).collect()
+            drop(bufs);
+            results
+                .iter()
+                .zip(targets)
+                .zip(&valid)
+                .map(|((r, targets), (_, parts))| {
+                    read_into(r, targets, |n| scattered(n, parts.iter().map(Region::len)))
+                })
+                .collect()
         })
     }
 
@@ -126,31 +154,32 @@ impl Session {
     /// a code (`INVALID_PARAMS` for a refused destination).
     pub fn get_ranges(&self, keys: &[String], ranges: RangeReads) -> Vec<Vec<Code>> {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // SAFETY: accepted regions were checked and carved (see `get_batch_into_parts`).
+        let mut targets: Vec<Vec<Option<Writable>>> =
+            ranges.iter().map(|rs| rs.iter().map(|(_, r)| r.map(|r| unsafe { r.writable() })).collect()).collect();
         // Refused destinations are read into nothing: an empty range at 0.
-        let mut reads: Vec<Vec<(u64, &mut [u8])>> = ranges
-            .iter()
-            .map(|rs| {
-                rs.iter()
-                    .map(|(src, r)| {
-                        r.map_or((0, &mut [][..]), |r| {
-                            // SAFETY: accepted regions were checked and carved (see `get_batch_into`).
-                            (*src, unsafe { r.as_mut_slice() })
-                        })
-                    })
+        let mut reads: Vec<Vec<(u64, &mut [u8])>> = targets
+            .iter_mut()
+            .zip(&ranges)
+            .map(|(ts, rs)| {
+                ts.iter_mut()
+                    .zip(rs)
+                    .map(|(t, (src, _))| t.as_mut().map_or((0, &mut [][..]), |t| (*src, t.buf())))
                     .collect()
             })
             .collect();
         let results = self.block_on(self.client().get_ranges_batch(&keys, &mut reads));
+        drop(reads);
         results
             .iter()
-            .zip(&ranges)
-            .map(|(per_key, rs)| {
+            .zip(targets)
+            .map(|(per_key, ts)| {
                 per_key
                     .iter()
-                    .zip(rs)
-                    .map(|(r, (_, region))| match region {
+                    .zip(ts)
+                    .map(|(r, target)| match target {
                         None => codes::INVALID_PARAMS,
-                        Some(_) => codes::of_result(r, |n| *n as Code),
+                        Some(t) => read_into(r, [t], |n| [n]),
                     })
                     .collect()
             })

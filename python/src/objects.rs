@@ -7,7 +7,9 @@
 
 use mooncake_client::PutOutcome;
 
-use crate::buffers::Region;
+use mooncake_transfer::CudaDriver;
+
+use crate::buffers::{Region, Writable, device_copy_failed, read_into, scattered};
 use crate::codes::{self, Code};
 use crate::pool::Staging;
 use crate::session::{ReplicaSpec, Session};
@@ -44,23 +46,28 @@ impl Session {
     pub fn put_from(&self, key: &str, region: Region, spec: &ReplicaSpec, upsert: bool) -> Code {
         // SAFETY: `region` was checked against registered memory; the caller
         // keeps it valid and unwritten for the call (register_buffer's contract).
-        let data = unsafe { region.as_slice() };
-        self.put(key, &[data], spec, upsert)
+        match unsafe { region.readable(&CudaDriver) } {
+            Ok(data) => self.put(key, &[&data], spec, upsert),
+            Err(e) => device_copy_failed(&e),
+        }
     }
 
     /// Reads `key` into `region`; its size, or a code.
     pub fn get_into(&self, key: &str, region: Region) -> Code {
-        // SAFETY: `region` was checked against registered memory; the caller
-        // keeps it valid and unshared for the call (register_buffer's contract).
-        let buf = unsafe { region.as_mut_slice() };
-        codes::of_result(&self.block_on(self.client().get_into(key, buf)), |n| *n as Code)
+        self.get_into_parts(key, &[region])
     }
 
     /// Reads `key` scattered over `parts`, in order; its size, or a code.
+    /// Parts in device memory receive their bytes once the read succeeded.
     pub fn get_into_parts(&self, key: &str, parts: &[Region]) -> Code {
-        // SAFETY: as in `get_into`; `parts` were carved without overlap.
-        let mut bufs: Vec<&mut [u8]> = parts.iter().map(|r| unsafe { r.as_mut_slice() }).collect();
-        codes::of_result(&self.block_on(self.client().get_into_parts(key, &mut bufs)), |n| *n as Code)
+        // SAFETY: `parts` were checked against registered memory and carved
+        // without overlap; the caller keeps them valid and unshared for the
+        // call (register_buffer's contract).
+        let mut targets: Vec<Writable> = parts.iter().map(|r| unsafe { r.writable() }).collect();
+        let mut bufs: Vec<&mut [u8]> = targets.iter_mut().map(Writable::buf).collect();
+        let read = self.block_on(self.client().get_into_parts(key, &mut bufs));
+        drop(bufs);
+        read_into(&read, targets, |n| scattered(n, parts.iter().map(Region::len)))
     }
 
     /// Reads `key` into memory of the store's own (the pool, else the heap).

@@ -166,9 +166,12 @@ impl Session {
         &self.hostname
     }
 
-    /// True when a call may use `[ptr, ptr + len)`: registered, or the pool.
-    pub fn usable(&self, ptr: usize, len: usize) -> bool {
-        self.registry.contains(ptr, len) || self.pool.as_ref().is_some_and(|p| p.contains(ptr, len))
+    /// What memory `[ptr, ptr + len)` is when a call may use it
+    /// (registered, or the pool, which is host memory); `None` when not.
+    pub fn usable(&self, ptr: usize, len: usize) -> Option<crate::buffers::Memory> {
+        self.registry.memory_of(ptr, len).or_else(|| {
+            self.pool.as_ref().is_some_and(|p| p.contains(ptr, len)).then_some(crate::buffers::Memory::Host)
+        })
     }
 
     /// One checked range of the caller's memory.

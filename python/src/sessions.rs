@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::future::join_all;
 use mooncake_client::{ClientError, GetSession, PutSession, SessionReads};
 
-use crate::buffers::Region;
+use mooncake_transfer::{CudaDriver, DeviceError};
+
+use crate::buffers::{Readable, Region, Writable, device_copy_failed, finish_all};
 use crate::codes::{self, Code};
 use crate::session::{ReplicaSpec, Session};
 
@@ -22,6 +24,10 @@ pub struct Sessions {
     puts: Mutex<HashMap<String, Arc<PutSession>>>,
     gets: Mutex<HashMap<String, Arc<GetSession>>>,
 }
+
+/// One key's reads of `get_sessions_read`: its index in the call, its
+/// session, and where each range lands.
+type KeyTargets<'a> = (usize, &'a GetSession, Vec<(u64, Writable<'a>)>);
 
 /// One key's ranges of a ranged call: `(offset in the object, memory)`, or
 /// `None` when the key's arguments were refused.
@@ -98,7 +104,12 @@ impl Session {
         let writes = sessions.iter().zip(&ranges).map(|(s, r)| async move {
             let (Some(s), Some(r)) = (s, r) else { return codes::INVALID_PARAMS };
             // SAFETY: each region was checked against registered memory (see `Session::region`).
-            let pieces: Vec<(u64, &[u8])> = r.iter().map(|(o, region)| (*o, unsafe { region.as_slice() })).collect();
+            let sources = r.iter().map(|(o, region)| Ok((*o, unsafe { region.readable(&CudaDriver) }?)));
+            let sources: Vec<(u64, Readable)> = match sources.collect::<Result<_, DeviceError>>() {
+                Ok(sources) => sources,
+                Err(e) => return device_copy_failed(&e),
+            };
+            let pieces: Vec<(u64, &[u8])> = sources.iter().map(|(o, data)| (*o, &**data)).collect();
             codes::of_result(&self.client().put_session_write(s, &pieces).await, |n| *n as Code)
         });
         self.block_on(join_all(writes))
@@ -180,24 +191,36 @@ impl Session {
             keys.iter().map(|k| open.get(k).cloned()).collect()
         };
         // The keys with a session and accepted ranges read in one batch.
+        // Ranges in device memory are read into host copies of their
+        // bytes, copied back whole once the key's read succeeded (the read
+        // says only how many bytes the key's ranges received in all).
         let mut results: Vec<Result<u64, Code>> = vec![Err(codes::INVALID_PARAMS); keys.len()];
-        let mut batch: Vec<SessionReads<'_>> = Vec::new();
-        let mut index = Vec::new();
+        let mut targets: Vec<KeyTargets> = Vec::new();
         for (i, (s, r)) in sessions.iter().zip(&ranges).enumerate() {
             if let (Some(s), Some(r)) = (s, r) {
                 // SAFETY: each region was checked against registered memory
                 // and the regions of one call do not overlap (`carve`).
-                let bufs = r.iter().map(|(o, region)| (*o, unsafe { region.as_mut_slice() })).collect();
-                batch.push((s.as_ref(), bufs));
-                index.push(i);
+                let key_targets =
+                    r.iter().map(|(o, region)| Ok((*o, unsafe { region.writable_prefilled(&CudaDriver) }?)));
+                match key_targets.collect::<Result<Vec<_>, DeviceError>>() {
+                    Ok(t) => targets.push((i, s.as_ref(), t)),
+                    Err(e) => results[i] = Err(device_copy_failed(&e)),
+                }
             }
         }
+        let mut batch: Vec<SessionReads<'_>> =
+            targets.iter_mut().map(|(_, s, t)| (*s, t.iter_mut().map(|(o, w)| (*o, w.buf())).collect())).collect();
         let read = self.block_on(self.client().get_sessions_read(&mut batch));
-        for (i, r) in index.into_iter().zip(read) {
-            results[i] = r.map_err(|e| match e {
-                ClientError::LeaseExpired { .. } => codes::LEASE_EXPIRED,
-                e => codes::of_client(&e),
-            });
+        drop(batch);
+        for ((i, _, t), r) in targets.into_iter().zip(read) {
+            results[i] = match r {
+                Err(ClientError::LeaseExpired { .. }) => Err(codes::LEASE_EXPIRED),
+                Err(e) => Err(codes::of_client(&e)),
+                Ok(n) => {
+                    let (lens, t): (Vec<usize>, Vec<Writable>) = t.into_iter().map(|(_, w)| (w.len(), w)).unzip();
+                    finish_all(t, lens, &CudaDriver).map(|()| n)
+                }
+            };
         }
         let mut open = self.sessions().gets();
         results

@@ -40,7 +40,7 @@ mod transport;
 #[cfg(feature = "ucx")]
 pub mod ucx;
 
-pub use device::{AddressKind, address_kind};
+pub use device::{AddressKind, CudaDriver, DeviceCopy, DeviceError, address_kind};
 pub use engine::{BatchRead, TransferEngine};
 pub use error::TransferError;
 pub use fence::{Fence, SharedFence};

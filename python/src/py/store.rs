@@ -269,17 +269,18 @@ impl MooncakeDistributedStore {
     fn register_buffer(&self, buffer_ptr: i64, size: i64) -> PyResult<Code> {
         let (ptr, len) = (unsigned(buffer_ptr, "buffer_ptr")?, unsigned(size, "size")?);
         let s = session!(self, codes::INVALID_PARAMS);
-        if mooncake_transfer::address_kind(ptr) == mooncake_transfer::AddressKind::Device {
-            tracing::warn!(
+        // GPU memory is accepted and staged through host memory by each call
+        // that uses it (buffers.rs): the routes move host bytes only.
+        let memory = mooncake_transfer::address_kind(ptr);
+        if memory == mooncake_transfer::AddressKind::Device {
+            tracing::info!(
                 ptr,
                 len,
-                "register_buffer refused: the buffer is GPU memory, and this build moves host memory only (its \
-                 routes read and checksum object bytes with the CPU); register host memory (pinned, e.g. \
-                 torch's pin_memory()) and copy to the GPU from it (docs/TRANSFER.md)"
+                "registered a GPU buffer: calls on it copy through host memory with the CUDA driver \
+                 (docs/TRANSFER.md, \"Device (GPU) memory\")"
             );
-            return Ok(codes::INVALID_PARAMS);
         }
-        Ok(match s.registry().register(ptr, len) {
+        Ok(match s.registry().register(ptr, len, memory) {
             Ok(()) => codes::OK,
             Err(e) => {
                 tracing::warn!(ptr, len, reason = ?e, "register_buffer refused");
