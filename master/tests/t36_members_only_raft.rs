@@ -83,6 +83,14 @@ async fn forged_raft_messages_are_refused_and_change_nothing() {
         let refused = c.append_entries(forged(&cluster_id, data.clone(), mac)).await.expect_err("a forged append");
         assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
     }
+    // The same forgeries over the stream leaders send AppendEntries on: the
+    // stream ends with the refusal.
+    for mac in [Vec::new(), vec![0; 32]] {
+        let messages = futures::stream::iter([forged(&cluster_id, data.clone(), mac)]);
+        let mut answers = c.append_entries_stream(messages).await.expect("a stream opens").into_inner();
+        let refused = answers.message().await.expect_err("a forged append on the stream");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    }
 
     // 2. A loop of forged votes for ever higher terms.
     for t in term + 1..term + 21 {
@@ -146,6 +154,14 @@ async fn with_tls_only_master_certificates_may_speak_raft() {
     let refused = ask(mooncake_tls::Role::Client).await.expect_err("a client certificate");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().contains("only from masters"), "{refused:?}");
+    // Nor may a client's certificate open the AppendEntries stream.
+    let tls = cluster.inner.tls_config(mooncake_tls::Role::Client).expect("tls files").expect("a TLS cluster");
+    let ch = mooncake_tls::grpc::endpoint(&addr, Some(&tls)).expect("endpoint").connect().await.expect("tls");
+    let refused = RaftServiceClient::new(ch)
+        .append_entries_stream(futures::stream::empty::<RaftMessage>())
+        .await
+        .expect_err("a client certificate opening the stream");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     ask(mooncake_tls::Role::Master { id: 2 }).await.expect("a member's certificate");
     // Master 4 (a spare) has a certificate of the same CA, but is no member.
     let refused = ask(mooncake_tls::Role::Master { id: 4 }).await.expect_err("not a member");

@@ -32,6 +32,7 @@ pub struct Admission {
     pub raft_key: MacKey,
 }
 
+#[derive(Clone)]
 pub struct RaftServiceImpl {
     raft: Raft,
     /// This master's log (its last log id answers pre-votes).
@@ -49,7 +50,7 @@ pub struct RaftServiceImpl {
     /// the secret it comes from (`secret.rs`).
     raft_key: MacKey,
     /// Requests refused for a bad MAC (logged now and then, not each).
-    forged: std::sync::atomic::AtomicU64,
+    forged: Arc<std::sync::atomic::AtomicU64>,
     /// This master's state checkpoints, for its peers' audits.
     checkpoints: Arc<mooncake_raft_store::Checkpoints>,
 }
@@ -138,14 +139,19 @@ impl RaftServiceImpl {
     /// no longer admits it. Without TLS there is no certificate; the MAC
     /// then stands alone.
     fn check_certificate<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        if req.peer_certs().is_none() {
-            return Ok(());
-        }
-        let id = match crate::rpc::peer::peer_role(req) {
-            Some(mooncake_tls::Role::Master { id }) => id,
-            other => {
+        self.check_peer(&PeerCert::of(req))
+    }
+
+    /// [`check_certificate`](Self::check_certificate) of a certificate
+    /// taken from a request before (a stream's messages are checked
+    /// against the membership as it is when each arrives).
+    fn check_peer(&self, peer: &PeerCert) -> Result<(), Status> {
+        let id = match peer {
+            PeerCert::None => return Ok(()),
+            PeerCert::Master(id) => *id,
+            PeerCert::Other(other) => {
                 return Err(Status::permission_denied(format!(
-                    "raft requests come only from masters; the certificate presented names {other:?}"
+                    "raft requests come only from masters; the certificate presented names {other}"
                 )));
             }
         };
@@ -159,11 +165,30 @@ impl RaftServiceImpl {
         )))
     }
 
+    /// Handles one AppendEntries message (of a call or of a stream).
+    async fn handle_append(&self, peer: &PeerCert, msg: RaftMessage) -> Result<RaftMessage, Status> {
+        let since = std::time::Instant::now();
+        self.check_peer(peer)?;
+        let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> =
+            self.decode_message("append_entries", msg)?;
+        let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
+        self.heard_if_from_leader(&rpc.vote);
+        self.record_sender(&rpc.vote);
+        let result = self.raft.append_entries(rpc).await;
+        let answer = reply(&result);
+        self.observe(kind, since);
+        answer.map(Response::into_inner)
+    }
+
     /// Refuses messages not signed with this cluster's secret, from a peer
     /// whose certificate names no member, or of another cluster; then decodes.
     fn decode<T: DeserializeOwned>(&self, method: &str, req: Request<RaftMessage>) -> Result<T, Status> {
         self.check_certificate(&req)?;
-        let msg = req.into_inner();
+        self.decode_message(method, req.into_inner())
+    }
+
+    /// [`decode`](Self::decode) after the certificate check.
+    fn decode_message<T: DeserializeOwned>(&self, method: &str, msg: RaftMessage) -> Result<T, Status> {
         let parts: [&[u8]; 3] = [method.as_bytes(), msg.cluster_id.as_bytes(), &msg.data];
         self.authenticate(&parts, &msg.mac)?;
         if let Err(e) = self.cluster.check(&msg.cluster_id) {
@@ -175,6 +200,31 @@ impl RaftServiceImpl {
     }
 }
 
+/// What a peer's TLS certificate says, taken once from a request.
+enum PeerCert {
+    /// No TLS: the MAC stands alone.
+    None,
+    /// A master's certificate, naming its id.
+    Master(u64),
+    /// A certificate of something else (its role, for the refusal).
+    Other(String),
+}
+
+impl PeerCert {
+    fn of<T>(req: &Request<T>) -> PeerCert {
+        if req.peer_certs().is_none() {
+            return PeerCert::None;
+        }
+        match crate::rpc::peer::peer_role(req) {
+            Some(mooncake_tls::Role::Master { id }) => PeerCert::Master(id),
+            other => PeerCert::Other(format!("{other:?}")),
+        }
+    }
+}
+
+/// The answers of an AppendEntriesStream, in the order of its messages.
+pub type AppendAnswers = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftMessage, Status>> + Send>>;
+
 fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
     match codec::encode("raft response", value) {
         Ok(data) => Ok(Response::new(RaftMessage { data, ..Default::default() })),
@@ -185,16 +235,35 @@ fn reply<T: Serialize>(value: &T) -> Result<Response<RaftMessage>, Status> {
 #[tonic::async_trait]
 impl RaftService for RaftServiceImpl {
     async fn append_entries(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let since = std::time::Instant::now();
-        let rpc: openraft::raft::AppendEntriesRequest<mooncake_raft_store::TypeConfig> =
-            self.decode("append_entries", req)?;
-        let kind = if rpc.entries.is_empty() { "heartbeat" } else { "append" };
-        self.heard_if_from_leader(&rpc.vote);
-        self.record_sender(&rpc.vote);
-        let result = self.raft.append_entries(rpc).await;
-        let answer = reply(&result);
-        self.observe(kind, since);
-        answer
+        let peer = PeerCert::of(&req);
+        self.handle_append(&peer, req.into_inner()).await.map(Response::new)
+    }
+
+    type AppendEntriesStreamStream = AppendAnswers;
+
+    /// Answers each message of the stream in turn, as `append_entries`; a
+    /// refused message ends the stream with its status.
+    async fn append_entries_stream(
+        &self,
+        req: Request<tonic::Streaming<RaftMessage>>,
+    ) -> Result<Response<AppendAnswers>, Status> {
+        let peer = PeerCert::of(&req);
+        self.check_peer(&peer)?;
+        let state = (self.clone(), peer, req.into_inner(), false);
+        let answers = futures::stream::unfold(state, |(service, peer, mut incoming, ended)| async move {
+            if ended {
+                return None;
+            }
+            let msg = match incoming.message().await {
+                Ok(Some(msg)) => msg,
+                // The leader closed it, or the connection went.
+                Ok(None) | Err(_) => return None,
+            };
+            let answer = service.handle_append(&peer, msg).await;
+            let ended = answer.is_err();
+            Some((answer, (service, peer, incoming, ended)))
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn vote(&self, req: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
