@@ -7,9 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::SinkExt;
 use mooncake_proto::raft::RaftMessage;
-use mooncake_proto::raft::raft_service_client::RaftServiceClient;
 use mooncake_raft_store::{LogId, NodeId, TypeConfig, codec};
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
@@ -20,10 +18,10 @@ use openraft::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tonic::transport::Channel;
 
 use crate::raft::cluster_id::ClusterId;
 use crate::raft::leader_lease::AckClock;
+use crate::raft::peer_transport::{PeerTransport, Rpc};
 use crate::raft::peers_heard::PeersHeard;
 use mooncake_auth::MacKey;
 
@@ -41,9 +39,6 @@ pub struct PreVoteResponse {
     pub granted: bool,
     pub reason: String,
 }
-
-/// How long to wait for a TCP connection to a peer before calling it unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Creates one [`PeerClient`] per target for openraft.
 #[derive(Clone)]
@@ -74,53 +69,13 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 /// The connection to one peer master.
 pub struct PeerClient {
     target: NodeId,
-    client: Option<RaftServiceClient<Channel>>,
-    /// The AppendEntriesStream to the peer, while one is open.
-    stream: Option<AppendStream>,
-    /// The peer answered UNIMPLEMENTED to a stream (a master of an older
-    /// release): AppendEntries go as calls.
-    no_stream: bool,
-    addr: String,
+    transport: PeerTransport,
     cluster: Arc<ClusterId>,
     acks: Arc<AckClock>,
     rpc_seconds: prometheus::HistogramVec,
     flushed: mooncake_raft_store::FlushedLog,
     heard: Arc<PeersHeard>,
     raft_key: MacKey,
-}
-
-#[derive(Clone, Copy)]
-enum Rpc {
-    /// AppendEntries carrying entries.
-    Append,
-    /// AppendEntries without entries.
-    Heartbeat,
-    Vote,
-    Snapshot,
-    /// Not openraft's: "would you vote for me?" (prevote.rs).
-    PreVote,
-}
-
-impl Rpc {
-    fn label(self) -> &'static str {
-        match self {
-            Rpc::Append => "append",
-            Rpc::Heartbeat => "heartbeat",
-            Rpc::Vote => "vote",
-            Rpc::Snapshot => "snapshot",
-            Rpc::PreVote => "pre_vote",
-        }
-    }
-
-    /// The gRPC method, as the MAC names it.
-    fn method(self) -> &'static str {
-        match self {
-            Rpc::Append | Rpc::Heartbeat => "append_entries",
-            Rpc::Vote => "vote",
-            Rpc::Snapshot => "install_snapshot",
-            Rpc::PreVote => "pre_vote",
-        }
-    }
 }
 
 /// The MAC a Raft request of `method` carries (`RaftMessage.mac`).
@@ -133,27 +88,8 @@ type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftE
 impl PeerClient {
     fn new(target: NodeId, addr: &str, factory: NetworkFactory) -> Self {
         let NetworkFactory { cluster, acks, rpc_seconds, flushed, heard, raft_key, tls } = factory;
-        let client = mooncake_tls::grpc::endpoint(addr, tls.as_ref())
-            .ok()
-            .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
-            .map(|ch| {
-                RaftServiceClient::new(ch)
-                    .max_decoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
-                    .max_encoding_message_size(mooncake_proto::GRPC_MESSAGE_MAX_BYTES)
-            });
-        PeerClient {
-            target,
-            client,
-            stream: None,
-            no_stream: false,
-            addr: addr.to_string(),
-            cluster,
-            acks,
-            rpc_seconds,
-            flushed,
-            heard,
-            raft_key,
-        }
+        let transport = PeerTransport::new(target, addr, tls.as_ref());
+        PeerClient { target, transport, cluster, acks, rpc_seconds, flushed, heard, raft_key }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -162,8 +98,8 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        if self.client.is_none() {
-            let e = std::io::Error::other(format!("bad peer address {:?}", self.addr));
+        if !self.transport.has_address() {
+            let e = std::io::Error::other(format!("peer {} has no usable address", self.target));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         }
         let data = codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
@@ -171,10 +107,7 @@ impl PeerClient {
         let mac = raft_mac(&self.raft_key, rpc.method(), &cluster_id, &data);
         let message = RaftMessage { data, error: String::new(), cluster_id, mac };
         let sent = Instant::now();
-        let reply = match rpc {
-            Rpc::Append | Rpc::Heartbeat if !self.no_stream => self.exchange(message, option.hard_ttl()).await,
-            _ => self.unary(rpc, message, option.hard_ttl()).await,
-        };
+        let reply = self.transport.send(rpc, message, option.hard_ttl()).await;
         self.rpc_seconds.with_label_values(&[rpc.label()]).observe(sent.elapsed().as_secs_f64());
         let reply = reply.map_err(|status| transport_error(&status))?;
         if !reply.error.is_empty() {
@@ -189,88 +122,6 @@ impl PeerClient {
         }
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
-}
-
-impl PeerClient {
-    /// One unary call of `rpc`.
-    async fn unary(&mut self, rpc: Rpc, message: RaftMessage, timeout: Duration) -> Result<RaftMessage, tonic::Status> {
-        let Some(client) = self.client.as_mut() else {
-            return Err(tonic::Status::unavailable(format!("bad peer address {:?}", self.addr)));
-        };
-        let mut request = tonic::Request::new(message);
-        request.set_timeout(timeout);
-        let reply = match rpc {
-            Rpc::Append | Rpc::Heartbeat => client.append_entries(request).await,
-            Rpc::Vote => client.vote(request).await,
-            Rpc::Snapshot => client.install_snapshot(request).await,
-            Rpc::PreVote => client.pre_vote(request).await,
-        };
-        reply.map(tonic::Response::into_inner)
-    }
-
-    /// One AppendEntries over the peer's stream, opened first when none is
-    /// (or the last one was left with an answer unread). Any failure drops
-    /// the stream; the next message opens a new one. A peer without streams
-    /// gets a unary call, now and from then on.
-    async fn exchange(&mut self, message: RaftMessage, timeout: Duration) -> Result<RaftMessage, tonic::Status> {
-        if self.stream.as_ref().is_some_and(|s| s.in_flight) {
-            self.stream = None;
-        }
-        if self.stream.is_none() {
-            match self.open_stream(timeout).await {
-                Ok(stream) => self.stream = Some(stream),
-                Err(status) if status.code() == tonic::Code::Unimplemented => {
-                    tracing::info!(peer = self.target, "peer has no AppendEntriesStream (older release): using calls");
-                    self.no_stream = true;
-                    return self.unary(Rpc::Append, message, timeout).await;
-                }
-                Err(status) => return Err(status),
-            }
-        }
-        let Some(stream) = self.stream.as_mut() else {
-            return Err(tonic::Status::internal("append stream vanished"));
-        };
-        // Until its answer is read: a call cancelled in between leaves the
-        // stream one answer behind, and the next call drops it.
-        stream.in_flight = true;
-        let answered = tokio::time::timeout(timeout, async {
-            stream.requests.send(message).await.map_err(|_| tonic::Status::aborted("append stream closed"))?;
-            stream.answers.message().await?.ok_or_else(|| tonic::Status::aborted("append stream ended by the peer"))
-        })
-        .await
-        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer on the append stream in time")));
-        match answered {
-            Ok(answer) => {
-                stream.in_flight = false;
-                Ok(answer)
-            }
-            Err(status) => {
-                self.stream = None;
-                Err(status)
-            }
-        }
-    }
-
-    async fn open_stream(&mut self, timeout: Duration) -> Result<AppendStream, tonic::Status> {
-        let Some(client) = self.client.as_mut() else {
-            return Err(tonic::Status::unavailable(format!("bad peer address {:?}", self.addr)));
-        };
-        let (requests, outgoing) = futures::channel::mpsc::channel(1);
-        let opened = tokio::time::timeout(timeout, client.append_entries_stream(outgoing)).await;
-        let answers = opened
-            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("append stream not opened in time")))?
-            .into_inner();
-        Ok(AppendStream { requests, answers, in_flight: false })
-    }
-}
-
-/// An open AppendEntriesStream: one message sent at a time, its answer read
-/// before the next is sent.
-struct AppendStream {
-    requests: futures::channel::mpsc::Sender<RaftMessage>,
-    answers: tonic::Streaming<RaftMessage>,
-    /// A message was sent whose answer is not read yet.
-    in_flight: bool,
 }
 
 impl PeerClient {
