@@ -145,7 +145,10 @@ pub fn address_kind(ptr: usize) -> AddressKind {
 pub struct CudaDriver;
 
 impl CudaDriver {
-    /// Runs `copy` with the context owning `ptr` current.
+    /// Runs `copy` with the context owning `ptr` current. Memory that names
+    /// no context (virtual memory management: `cuMemCreate` and
+    /// `cuMemMap`, as PyTorch's expandable segments use) is copied with the
+    /// calling thread's current context, which CUDA then requires.
     fn in_context_of(
         cuda: &Entries,
         ptr: usize,
@@ -157,7 +160,9 @@ impl CudaDriver {
         let mut context: *mut c_void = std::ptr::null_mut();
         // SAFETY: the attribute writes a CUcontext, a pointer: `context` is one.
         let status = unsafe { (cuda.get_attribute)((&raw mut context).cast(), ATTRIBUTE_CONTEXT, ptr as c_ulonglong) };
-        check("cuPointerGetAttribute(CONTEXT)", status)?;
+        if status != 0 || context.is_null() {
+            return check(call, copy());
+        }
         // SAFETY: a context the driver just named.
         check("cuCtxPushCurrent", unsafe { (cuda.push)(context) })?;
         let copied = check(call, copy());
