@@ -210,16 +210,11 @@ where
     match mooncake_local_cluster::wait_for(what, T, cond).await {
         Ok(v) => v,
         Err(e) => {
-            let tails: Vec<String> = logs
+            let tails: String = logs
                 .iter()
-                .map(|log| {
-                    let text = std::fs::read_to_string(log).unwrap_or_default();
-                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                    let tail: Vec<&str> = tail.into_iter().rev().collect();
-                    format!("--- {}:\n{}", log.display(), tail.join("\n"))
-                })
+                .map(|log| format!("--- {}:\n{}", log.display(), mooncake_local_cluster::log_tail(log, 40)))
                 .collect();
-            panic!("{e}\n{}", tails.join("\n"))
+            panic!("{e}\n{tails}")
         }
     }
 }

@@ -408,13 +408,8 @@ impl LocalCluster {
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();
         for n in self.nodes.values() {
-            let text = std::fs::read_to_string(&n.log).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(lines).collect();
             out.push_str(&format!("---- {:?} {} ({}) ----\n", n.role, n.id, n.log.display()));
-            for l in tail.into_iter().rev() {
-                out.push_str(l);
-                out.push('\n');
-            }
+            out.push_str(&log_tail(&n.log, lines));
         }
         out
     }
@@ -492,4 +487,12 @@ impl Drop for LocalCluster {
         }
         self.remove_store_segments();
     }
+}
+
+/// The last `lines` lines of the log file at `path`, each ending in a
+/// newline ("" when it cannot be read), for failure messages.
+pub fn log_tail(path: &std::path::Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+    tail.into_iter().rev().flat_map(|l| [l, "\n"]).collect()
 }

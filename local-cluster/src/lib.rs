@@ -18,7 +18,9 @@ mod ports;
 mod wait;
 
 pub use binary::find_binary;
-pub use cluster::{LocalCluster, LocalClusterBuilder, SECRET_FILE, STORE_CLIENT_ID_BASE, STORE_DISK_FILE, TLS_TENANTS};
+pub use cluster::{
+    LocalCluster, LocalClusterBuilder, SECRET_FILE, STORE_CLIENT_ID_BASE, STORE_DISK_FILE, TLS_TENANTS, log_tail,
+};
 pub use node::{Node, Role};
 pub use ports::free_port;
 pub use wait::wait_for;

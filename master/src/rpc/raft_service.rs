@@ -249,19 +249,16 @@ impl RaftService for RaftServiceImpl {
     ) -> Result<Response<AppendAnswers>, Status> {
         let peer = PeerCert::of(&req);
         self.check_peer(&peer)?;
-        let state = (self.clone(), peer, req.into_inner(), false);
-        let answers = futures::stream::unfold(state, |(service, peer, mut incoming, ended)| async move {
-            if ended {
-                return None;
-            }
+        // tonic ends the stream at the first `Err` it is given.
+        let state = (self.clone(), peer, req.into_inner());
+        let answers = futures::stream::unfold(state, |(service, peer, mut incoming)| async move {
             let msg = match incoming.message().await {
                 Ok(Some(msg)) => msg,
                 // The leader closed it, or the connection went.
                 Ok(None) | Err(_) => return None,
             };
             let answer = service.handle_append(&peer, msg).await;
-            let ended = answer.is_err();
-            Some((answer, (service, peer, incoming, ended)))
+            Some((answer, (service, peer, incoming)))
         });
         Ok(Response::new(Box::pin(answers)))
     }
