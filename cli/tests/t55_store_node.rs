@@ -33,14 +33,15 @@ async fn segments_of(cluster: &Cluster, client_id: u64) -> Option<Vec<Segment>> 
 /// Waits until the leader lists exactly one segment for `client_id`, other
 /// than `not` when given.
 async fn wait_for_segment(cluster: &Cluster, client_id: u64, not: Option<u64>, what: &str) -> Segment {
-    wait_until(what, WAIT, || async {
-        let owned = segments_of(cluster, client_id).await?;
-        match owned.as_slice() {
-            [one] if Some(one.id) != not => Some(one.clone()),
-            _ => None,
-        }
-    })
-    .await
+    cluster
+        .wait_until(what, WAIT, || async {
+            let owned = segments_of(cluster, client_id).await?;
+            match owned.as_slice() {
+                [one] if Some(one.id) != not => Some(one.clone()),
+                _ => None,
+            }
+        })
+        .await
 }
 
 /// Segment files of `client_id` in /dev/shm.

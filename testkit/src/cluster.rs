@@ -143,6 +143,20 @@ impl Cluster {
             }
         }
     }
+    /// [`wait_until`] that prints the cluster's logs before it panics.
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, timeout: Duration, cond: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        match mooncake_local_cluster::wait_for(what, timeout, cond).await {
+            Ok(v) => v,
+            Err(e) => {
+                self.dump_logs();
+                panic!("{e}")
+            }
+        }
+    }
     pub async fn wait_for_segments(&self, n: u64, timeout: Duration) {
         if let Err(e) = self.inner.wait_for_segments(n, timeout).await {
             self.dump_logs();
