@@ -203,8 +203,12 @@ async fn reclaim_puts(ctx: &DutyContext) {
         t.puts.forget(&gone);
         t.fences.forget(&gone);
         let mut arenas = t.puts.returnable();
-        // The planted bug returns other terms' arenas at once, unfenced.
+        // The planted bug returns other terms' arenas at once, and its
+        // fences go on admitting writes under them.
         let unfenced = if ctx.unsafe_arena_reuse {
+            let with_segments: Vec<(ArenaId, SegmentId)> =
+                held.arenas.iter().filter(|(id, _)| foreign.contains(id)).copied().collect();
+            t.fences.admit_unsafely(&with_segments);
             foreign
         } else {
             arenas.extend(foreign);

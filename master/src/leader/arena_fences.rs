@@ -108,6 +108,10 @@ pub struct ArenaFences {
     latest: HashMap<SegmentId, u64>,
     /// The newest fence version of this term each segment's owner acknowledged.
     acked: HashMap<SegmentId, u64>,
+    /// DEVELOPMENT ONLY (`--dev-unsafe-arena-reuse`): arenas returned without
+    /// being taken back, which every fence goes on admitting (their store
+    /// nodes are never told). Empty in every real run.
+    unfenced: BTreeSet<(SegmentId, ArenaId)>,
 }
 
 impl ArenaFences {
@@ -119,7 +123,16 @@ impl ArenaFences {
             revoking: BTreeMap::new(),
             latest: HashMap::new(),
             acked: HashMap::new(),
+            unfenced: BTreeSet::new(),
         }
+    }
+
+    /// DEVELOPMENT ONLY, the planted bug of `--dev-unsafe-arena-reuse`: the
+    /// arenas are returned without being taken back, and every later fence
+    /// still admits WRITEs under them, as a leader that never told their
+    /// store nodes would.
+    pub fn admit_unsafely(&mut self, arenas: &[(ArenaId, SegmentId)]) {
+        self.unfenced.extend(arenas.iter().map(|(id, segment)| (*segment, *id)));
     }
 
     /// Starts taking back each arena (with its segment) not already being
@@ -198,7 +211,12 @@ impl ArenaFences {
         SegmentFence {
             segment,
             version: self.version(segment),
-            live: in_state.into_iter().filter(|id| !self.is_revoking(*id)).map(|id| id.0).collect(),
+            live: in_state
+                .into_iter()
+                .filter(|id| !self.is_revoking(*id))
+                .chain(self.unfenced.range((segment, ArenaId(0))..=(segment, ArenaId(u64::MAX))).map(|(_, id)| *id))
+                .map(|id| id.0)
+                .collect(),
             next: next.0,
         }
     }
@@ -211,6 +229,16 @@ mod tests {
     const S1: SegmentId = SegmentId(1);
     const S2: SegmentId = SegmentId(2);
     const LIVE: Duration = Duration::from_secs(65);
+
+    #[test]
+    fn the_planted_bug_keeps_returned_arenas_in_their_own_segments_fences() {
+        let mut f = ArenaFences::new(2);
+        assert_eq!(f.fence(S1, [ArenaId(6)], ArenaId(9)).live, BTreeSet::from([6]));
+        f.admit_unsafely(&[(ArenaId(3), S1), (ArenaId(4), S2)]);
+        // Returned: gone from the state, still admitted on their own segment only.
+        assert_eq!(f.fence(S1, [ArenaId(6)], ArenaId(9)).live, BTreeSet::from([3, 6]));
+        assert_eq!(f.fence(S2, [], ArenaId(9)).live, BTreeSet::from([4]));
+    }
 
     #[test]
     fn an_arena_is_ready_once_its_owner_acknowledged_a_fence_without_it() {

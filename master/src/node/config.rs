@@ -250,9 +250,11 @@ pub struct MasterConfig {
     #[arg(long = "dev-unsafe-unfenced-removals", hide_short_help = true)]
     pub dev_unsafe_unfenced_removals: bool,
     /// DEVELOPMENT ONLY — CORRUPTS OBJECTS. A new leader returns the arenas
-    /// of earlier terms at once instead of after the release timeout, so a
-    /// range a deposed leader handed to a stalled writer can be given to
-    /// another writer while the first still writes. Exists so the chaos
+    /// of earlier terms at once instead of after the release timeout, and
+    /// never takes them back from their store nodes (its fences go on
+    /// admitting writes under them), so a range a deposed leader handed to
+    /// a stalled writer can be given to another writer while the first
+    /// still writes, and both writes land. Exists so the chaos
     /// harness can prove it catches that; never use it in production.
     #[arg(long = "dev-unsafe-arena-reuse", hide_short_help = true)]
     pub dev_unsafe_arena_reuse: bool,
