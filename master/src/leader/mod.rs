@@ -60,7 +60,7 @@ impl TermState {
             term,
             elected_at: now,
             kv: KvLeases::new(unsafe_unfenced),
-            puts: PutTable::default(),
+            puts: PutTable::for_term(term),
             copies: CopyTable::default(),
             fences: ArenaFences::new(term),
             heartbeats: HashMap::new(),

@@ -152,7 +152,7 @@ mod tests {
     use mooncake_raft_store::{ArenaId, PlacedReplica};
     use mooncake_segment::{ClientId, Range, SegmentId};
 
-    use super::super::tests::{MB, ask, cand, fewer, placed, table};
+    use super::super::tests::{MB, ask, cand, fewer, placed, table, table_in_term};
     use super::super::{Candidate, PutTable, REVOKE_QUARANTINE, aligned};
     use super::ChunkCover;
 
@@ -190,6 +190,22 @@ mod tests {
         // Overflowing ranges are outside, not a panic.
         let huge = vec![PlacedReplica { range: Range::new(u64::MAX - 10, 100), ..c[0].clone() }; 2];
         assert!(outside(t.chunk_covers(ClientId(7), id, &huge)));
+    }
+
+    #[test]
+    fn a_deposed_leaders_chunk_id_is_unknown_to_the_next_term_whoever_holds_that_id_now() {
+        let t0 = Instant::now();
+        let cands = [cand(1, "h1")];
+        let mut old = table_in_term(4, 1, 4 * MB);
+        let (old_id, old_ranges) = chunk(&mut old, 7, MB, &cands, t0);
+        // The next leader hands its first chunk to another writer, and one to 7.
+        let mut new = table_in_term(5, 1, 4 * MB);
+        let (other, _) = chunk(&mut new, 8, MB, &cands, t0);
+        let (mine, _) = chunk(&mut new, 7, MB, &cands, t0);
+        assert!(old_id != other && old_id != mine, "ids {old_id}, {other}, {mine}");
+        let end: Vec<PlacedReplica> =
+            old_ranges.iter().map(|r| PlacedReplica { range: Range::new(r.range.offset, 4096), ..r.clone() }).collect();
+        assert_eq!(new.chunk_covers(ClientId(7), old_id, &end), ChunkCover::Unknown);
     }
 
     #[test]

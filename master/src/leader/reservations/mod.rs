@@ -243,7 +243,9 @@ pub struct PutTable {
     held: Vec<(Vec<ArenaId>, Instant)>,
     /// Arenas not this term's, and when this leader first saw each.
     foreign_seen: HashMap<ArenaId, Instant>,
-    /// Writer chunks by id (ids count up within the term).
+    /// Writer chunks by id: the term in the high 32 bits, then a count, so
+    /// an id a deposed leader handed out never names a chunk of this term
+    /// (a PutEnd into it is recorded as a deposed leader's reservation).
     chunks: HashMap<u64, Chunk>,
     next_chunk: u64,
 }
@@ -269,6 +271,11 @@ pub fn aligned(len: u64) -> u64 {
 }
 
 impl PutTable {
+    /// The reservations of leadership term `term`: none yet.
+    pub fn for_term(term: u64) -> Self {
+        PutTable { next_chunk: term.min(u64::from(u32::MAX)) << 32, ..PutTable::default() }
+    }
+
     /// The reservation of `key`, if a put of it is in flight.
     pub fn find(&self, key: &str) -> Option<&Reservation> {
         self.active.get(key)
@@ -631,7 +638,12 @@ mod tests {
 
     /// A table with an open arena of `len` on each of segments 1..=n.
     pub(super) fn table(n: u64, len: u64) -> PutTable {
-        let mut t = PutTable::default();
+        table_in_term(0, n, len)
+    }
+
+    /// `n` segments with one arena of `len` bytes each, in term `term`.
+    pub(super) fn table_in_term(term: u64, n: u64, len: u64) -> PutTable {
+        let mut t = PutTable::for_term(term);
         for s in 1..=n {
             assert_eq!(t.add_arena(arena(100 + s, s, 0, len), SEG), None);
         }
