@@ -8,6 +8,8 @@
 //! thread keeps the blocking sync off the runtime's workers, so RPCs and
 //! reads go on while it runs.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
@@ -37,14 +39,26 @@ pub(crate) struct Job {
 pub(crate) struct Flusher {
     tx: Option<SyncSender<Job>>,
     thread: Option<JoinHandle<()>>,
+    /// Jobs submitted whose callbacks have not all run yet.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Flusher {
     pub(crate) fn start(sync: DataSync, flushed: FlushedLog) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(FLUSH_QUEUE_MAX);
-        let thread =
-            std::thread::Builder::new().name("raft-log-flusher".into()).spawn(move || run(&sync, &flushed, &rx))?;
-        Ok(Flusher { tx: Some(tx), thread: Some(thread) })
+        let pending = Arc::new(AtomicUsize::new(0));
+        let counted = pending.clone();
+        let thread = std::thread::Builder::new()
+            .name("raft-log-flusher".into())
+            .spawn(move || run(&sync, &flushed, &rx, &counted))?;
+        Ok(Flusher { tx: Some(tx), thread: Some(thread), pending })
+    }
+
+    /// Whether every job submitted so far is synced and completed: a sync
+    /// made now by the caller then comes after all of them, and completing
+    /// a callback at once keeps openraft's completions in order.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
     }
 
     /// Syncs everything written before this call, then records `job.last`
@@ -52,7 +66,9 @@ impl Flusher {
     pub(crate) fn submit(&self, job: Job) -> Result<(), std::io::Error> {
         let gone = || std::io::Error::other("log flusher thread has stopped");
         let tx = self.tx.as_ref().ok_or_else(gone)?;
+        self.pending.fetch_add(1, Ordering::AcqRel);
         tx.send(job).map_err(|returned| {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
             if let Some(cb) = returned.0.callback {
                 cb.log_io_completed(Err(gone()));
             }
@@ -61,7 +77,7 @@ impl Flusher {
     }
 }
 
-fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>) {
+fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>, pending: &AtomicUsize) {
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
@@ -74,11 +90,13 @@ fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>) {
         for job in &waiting {
             flushed.advance_written(job.cuts, job.last);
         }
+        let done = waiting.len();
         for job in waiting {
             if let Some(cb) = job.callback {
                 cb.log_io_completed(Ok(()));
             }
         }
+        pending.fetch_sub(done, Ordering::AcqRel);
     }
 }
 

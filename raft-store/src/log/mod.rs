@@ -5,7 +5,8 @@
 //! Durability promise: nothing is acknowledged before it is on stable storage.
 //! `save_vote`, `truncate` and `purge` return only after [`DataSync::sync`];
 //! `append` calls openraft's callback only after a sync covering the batch
-//! (group commit on the flusher thread, see `group_commit.rs`) — except for the
+//! (group commit on the flusher thread, see `group_commit.rs`, or the
+//! caller's own sync when nothing waits there) — except for the
 //! entries this node writes as the leader of its current term, whose sync
 //! runs while they are replicated and is tracked in [`FlushedLog`] (see
 //! `flushed.rs` for why that keeps every acknowledgement quorum-durable).
@@ -481,12 +482,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         };
         // The leader's own entries replicate while they sync (flushed.rs);
         // anything else is acknowledged only once synced.
-        let job = if own {
+        if own {
             callback.log_io_completed(Ok(()));
-            Job { callback: None, last, cuts }
-        } else {
-            Job { callback: Some(callback), last, cuts }
-        };
+            let job = Job { callback: None, last, cuts };
+            return self.flusher.submit(job).map_err(|e| StorageIOError::write_logs(&e).into());
+        }
+        if self.flusher.is_idle() {
+            // A follower's append with nothing queued before it (followers
+            // receive one AppendEntries at a time, each carrying all the
+            // leader batched): synced right here, on openraft's core task,
+            // and completed at once. Handing it to the flusher thread and
+            // back costs two thread wake-ups, which an idle VM serves
+            // slowly, on every commit's critical path.
+            if let Err(e) = self.sync.sync() {
+                crate::fatal::storage_failed("sync of the Raft log", &e);
+            }
+            self.flushed.advance_written(cuts, last);
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
+        let job = Job { callback: Some(callback), last, cuts };
         self.flusher.submit(job).map_err(|e| StorageIOError::write_logs(&e).into())
     }
 

@@ -267,6 +267,38 @@ async fn only_this_nodes_entries_as_leader_of_its_term_are_synced_while_they_rep
     assert_eq!(flushed.index(), 1, "a truncation cuts the synced prefix back");
 }
 
+/// Counts syncs.
+#[derive(Default)]
+struct CountingObserver(std::sync::atomic::AtomicU64);
+
+impl crate::StoreObserver for CountingObserver {
+    fn synced(&self, _took: std::time::Duration) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_followers_appends_are_synced_and_recorded_before_openraft_hears_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    let observer = std::sync::Arc::new(CountingObserver::default());
+    let sync = DataSync::open(db.clone(), dir.path(), true, observer.clone()).unwrap();
+    let mut store = LogStore::open(&db, sync).unwrap().with_own_id(1).unwrap();
+    store.save_vote(&Vote::new_committed(3, 2)).await.unwrap();
+    let flushed = store.flushed();
+    for (n, last) in [(1u64, 2u64), (2, 5), (3, 6)] {
+        let before = observer.0.load(std::sync::atomic::Ordering::SeqCst);
+        let first = flushed.index() + 1;
+        // Another leader's entries: completed only after a sync covers them.
+        store
+            .blocking_append((first..=last).map(|i| Entry { log_id: log_id(3, i), payload: EntryPayload::Blank }))
+            .await
+            .unwrap();
+        assert!(observer.0.load(std::sync::atomic::Ordering::SeqCst) > before, "append {n}: completed unsynced");
+        assert_eq!(flushed.index(), last, "append {n}: completed before the synced prefix covered it");
+    }
+}
+
 /// A leader's unsynced entries may live on in followers only: it must
 /// not resume its old term after a restart (see `with_own_id`).
 #[tokio::test]
