@@ -183,9 +183,9 @@ async fn a_store_node_paused_past_its_ttl_comes_back_under_a_new_segment() {
     let node = cluster.inner.store_client_id(1);
     let old = wait_for_segment(&cluster, node, None, "the store node's segment").await;
     // Paused once it serves (its start-up line), not between the masters
-    // recording its mount and the node reading their answer: a node
-    // stopped there once did not come back within WAIT, a case of its
-    // own that this test does not claim.
+    // recording its mount and the node reading their answer: once, in a
+    // loaded full run, a node paused there did not come back within WAIT
+    // (not reproduced alone since), a case this test does not claim.
     let log = cluster.inner.node(Role::Store, 1).expect("store 1").log.clone();
     cluster
         .wait_until("the store node to serve", WAIT, || async {
