@@ -17,34 +17,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use mooncake_benches::metrics::{histogram_mean_ms as mean_ms, scrape};
 use mooncake_local_cluster::LocalCluster;
 use mooncake_proto::master::{PutStartRequest, Segment};
-
-fn scrape(addr: &str) -> anyhow::Result<String> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    Ok(body)
-}
-
-/// `name_sum` and `name_count` of a histogram (optionally one label value).
-fn mean_ms(text: &str, name: &str, label: Option<&str>) -> Option<(f64, f64)> {
-    let pick = |suffix: &str| {
-        text.lines()
-            .filter(|l| l.starts_with(&format!("{name}_{suffix}")))
-            .find(|l| label.is_none_or(|v| l.contains(&format!("\"{v}\""))))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-    };
-    let (sum, count) = (pick("sum")?, pick("count")?);
-    (count > 0.0).then(|| (sum / count * 1e3, count))
-}
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

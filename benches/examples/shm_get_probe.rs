@@ -14,37 +14,16 @@
 // Test support: a failed unwrap or expect is the probe failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use mooncake_benches::baseline::raw_tcp::prefaulted;
 use mooncake_benches::cluster::{Cluster, Spec};
+use mooncake_benches::metrics::{histogram_mean_ms, scrape};
 use mooncake_client::remote;
 use mooncake_transfer::{Protocol, TcpConfig};
 
 const OBJECT_BYTES: usize = 4 << 20;
 const OBJECTS: usize = 40;
-
-fn scrape(addr: &str) -> anyhow::Result<String> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    Ok(body)
-}
-
-/// The mean of a histogram of the leader's metrics with `label`, in ms.
-fn mean_ms(text: &str, name: &str, label: &str) -> Option<f64> {
-    let pick = |suffix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(&format!("{name}_{suffix}")) && l.contains(label))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-    };
-    let (sum, count) = (pick("sum")?, pick("count")?);
-    (count > 0.0).then(|| sum / count * 1e3)
-}
 
 fn p50_ms(mut v: Vec<Duration>) -> f64 {
     v.sort();
@@ -93,14 +72,14 @@ fn main() -> anyhow::Result<()> {
         }
         let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await.map_err(anyhow::Error::msg)?;
         let node = cluster.node(mooncake_local_cluster::Role::Master, leader).expect("leader");
-        let handled = mean_ms(&scrape(&node.http)?, "mooncake_rpc_duration_seconds", "\"GetReplicaList\"");
+        let handled = histogram_mean_ms(&scrape(&node.http)?, "mooncake_rpc_duration_seconds", Some("GetReplicaList"));
         let runtime = if current_thread { "current-thread" } else { "2 workers" };
         println!("shm get probe: {rounds} gets of 4 MiB over {OBJECTS} objects, client runtime {runtime}, p50");
         println!("  get_into (whole)                      {:.3} ms", p50_ms(whole));
         println!("  GetReplicaList, between copies        {:.3} ms", p50_ms(list));
         println!("  copy + crc32c from shm                {:.3} ms", p50_ms(copy));
         println!("  GetReplicaList, back to back          {:.3} ms", p50_ms(lists_alone));
-        let handled = handled.map_or("-".to_string(), |ms| format!("{ms:.3} ms"));
+        let handled = handled.map_or("-".to_string(), |(ms, _)| format!("{ms:.3} ms"));
         println!("  GetReplicaList handled on the leader  {handled} (mean)");
         anyhow::Ok(())
     })

@@ -52,6 +52,7 @@ pub mod failover;
 pub mod fleet;
 #[cfg(feature = "baselines")]
 pub mod meta;
+pub mod metrics;
 pub mod report;
 pub mod scale;
 #[cfg(feature = "baselines")]

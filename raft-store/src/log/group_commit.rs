@@ -5,8 +5,10 @@
 //! makes everything written so far durable with one sync, records the synced
 //! prefix in [`FlushedLog`], then completes every callback that was waiting,
 //! in order; appends that arrive during a sync share the next one. The
-//! thread keeps the blocking sync off the runtime's workers, so RPCs and
-//! reads go on while it runs.
+//! thread keeps the leader's blocking sync off the runtime's workers, so
+//! RPCs and reads go on while it runs. A follower's append submitted while
+//! nothing waits for the thread is synced by its caller instead
+//! ([`Flusher::submit`] says why).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +43,9 @@ pub(crate) struct Flusher {
     thread: Option<JoinHandle<()>>,
     /// Jobs submitted whose callbacks have not all run yet.
     pending: Arc<AtomicUsize>,
+    /// What the thread syncs and records, for a job synced by its caller.
+    sync: DataSync,
+    flushed: FlushedLog,
 }
 
 impl Flusher {
@@ -48,22 +53,30 @@ impl Flusher {
         let (tx, rx) = sync_channel(FLUSH_QUEUE_MAX);
         let pending = Arc::new(AtomicUsize::new(0));
         let counted = pending.clone();
+        let (thread_sync, thread_flushed) = (sync.clone(), flushed.clone());
         let thread = std::thread::Builder::new()
             .name("raft-log-flusher".into())
-            .spawn(move || run(&sync, &flushed, &rx, &counted))?;
-        Ok(Flusher { tx: Some(tx), thread: Some(thread), pending })
-    }
-
-    /// Whether every job submitted so far is synced and completed: a sync
-    /// made now by the caller then comes after all of them, and completing
-    /// a callback at once keeps openraft's completions in order.
-    pub(crate) fn is_idle(&self) -> bool {
-        self.pending.load(Ordering::Acquire) == 0
+            .spawn(move || run(&thread_sync, &thread_flushed, &rx, &counted))?;
+        Ok(Flusher { tx: Some(tx), thread: Some(thread), pending, sync, flushed })
     }
 
     /// Syncs everything written before this call, then records `job.last`
     /// as flushed and completes its callback.
+    ///
+    /// A job with a callback (a follower's append) submitted while nothing
+    /// waits for the thread is synced right here, on the caller's task, and
+    /// completed at once: followers receive one AppendEntries at a time,
+    /// each carrying all the leader batched, so there is nothing to group,
+    /// and handing the job to the thread and back costs two thread
+    /// wake-ups (slow on an idle VM) on every commit's critical path. With
+    /// jobs queued it goes to the thread, behind them, so completions stay
+    /// in order. Jobs without a callback (the leader's own entries, which
+    /// replicate while they sync) always go to the thread.
     pub(crate) fn submit(&self, job: Job) -> Result<(), std::io::Error> {
+        if job.callback.is_some() && self.pending.load(Ordering::Acquire) == 0 {
+            sync_and_complete(&self.sync, &self.flushed, vec![job]);
+            return Ok(());
+        }
         let gone = || std::io::Error::other("log flusher thread has stopped");
         let tx = self.tx.as_ref().ok_or_else(gone)?;
         self.pending.fetch_add(1, Ordering::AcqRel);
@@ -81,22 +94,29 @@ fn run(sync: &DataSync, flushed: &FlushedLog, rx: &Receiver<Job>, pending: &Atom
     while let Ok(first) = rx.recv() {
         let mut waiting = vec![first];
         waiting.extend(rx.try_iter());
-        // A failed sync ends the process (crash-only, `fatal.rs`): the
-        // leader's own entries were reported appended before their sync, so
-        // there is nobody to hand this error to that could undo that.
-        if let Err(e) = sync.sync() {
-            crate::fatal::storage_failed("sync of the Raft log", &e);
-        }
-        for job in &waiting {
-            flushed.advance_written(job.cuts, job.last);
-        }
         let done = waiting.len();
-        for job in waiting {
-            if let Some(cb) = job.callback {
-                cb.log_io_completed(Ok(()));
-            }
-        }
+        sync_and_complete(sync, flushed, waiting);
         pending.fetch_sub(done, Ordering::AcqRel);
+    }
+}
+
+/// One sync covering every job in `jobs` (all written before it), then
+/// each job's last entry recorded as synced and its callback completed, in
+/// order.
+fn sync_and_complete(sync: &DataSync, flushed: &FlushedLog, jobs: Vec<Job>) {
+    // A failed sync ends the process (crash-only, `fatal.rs`): the leader's
+    // own entries were reported appended before their sync, so there is
+    // nobody to hand this error to that could undo that.
+    if let Err(e) = sync.sync() {
+        crate::fatal::storage_failed("sync of the Raft log", &e);
+    }
+    for job in &jobs {
+        flushed.advance_written(job.cuts, job.last);
+    }
+    for job in jobs {
+        if let Some(cb) = job.callback {
+            cb.log_io_completed(Ok(()));
+        }
     }
 }
 

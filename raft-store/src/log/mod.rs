@@ -462,7 +462,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Writes `entries` in one batch (readable on return) and hands
     /// `callback` to the flusher, which completes it once a sync covers the
-    /// batch (group commit). A write failure goes to both.
+    /// batch (group commit, or a sync right here when nothing is queued).
+    /// A write failure goes to both.
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
@@ -482,26 +483,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         };
         // The leader's own entries replicate while they sync (flushed.rs);
         // anything else is acknowledged only once synced.
-        if own {
+        let job = if own {
             callback.log_io_completed(Ok(()));
-            let job = Job { callback: None, last, cuts };
-            return self.flusher.submit(job).map_err(|e| StorageIOError::write_logs(&e).into());
-        }
-        if self.flusher.is_idle() {
-            // A follower's append with nothing queued before it (followers
-            // receive one AppendEntries at a time, each carrying all the
-            // leader batched): synced right here, on openraft's core task,
-            // and completed at once. Handing it to the flusher thread and
-            // back costs two thread wake-ups, which an idle VM serves
-            // slowly, on every commit's critical path.
-            if let Err(e) = self.sync.sync() {
-                crate::fatal::storage_failed("sync of the Raft log", &e);
-            }
-            self.flushed.advance_written(cuts, last);
-            callback.log_io_completed(Ok(()));
-            return Ok(());
-        }
-        let job = Job { callback: Some(callback), last, cuts };
+            Job { callback: None, last, cuts }
+        } else {
+            Job { callback: Some(callback), last, cuts }
+        };
         self.flusher.submit(job).map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
