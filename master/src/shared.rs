@@ -66,6 +66,11 @@ pub struct Shared {
     pub write_path: WritePath,
     pub tiers: Tiers,
     pub auth: Auth,
+    /// True while a master started with `--restore` has not yet snapshotted
+    /// the restored state and purged its log (`node/store.rs`): a master
+    /// added before that would replicate the log, which lacks the restored
+    /// state, so membership changes wait.
+    pub restoring: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What makes a read of the applied state linearizable and durable: the

@@ -218,7 +218,9 @@ pub struct MasterConfig {
     pub snapshot_logs: u64,
     /// Start a NEW one-master cluster from a snapshot file (`mooncake
     /// snapshot save`). Needs an empty --data-dir and an --initial-cluster of
-    /// this master alone; grow it afterwards with `mooncake member add`.
+    /// this master alone; grow it afterwards with `mooncake member add`
+    /// (answered UNAVAILABLE, and retried by the CLI, until the restored
+    /// state is snapshotted for new masters, a moment after start).
     #[arg(long)]
     pub restore: Option<PathBuf>,
     /// DEVELOPMENT ONLY — BREAKS LINEARIZABILITY. Serve reads from any master's

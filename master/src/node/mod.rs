@@ -114,7 +114,7 @@ impl MasterNode {
             identity::bootstrap(&raft, &cluster.0).await?;
         }
         if cfg.restore.is_some() {
-            tasks.push(tokio::spawn(store::compact_after_restore(raft.clone())));
+            tasks.push(tokio::spawn(store::compact_after_restore(raft.clone(), shared.restoring.clone())));
         }
         tracing::info!(id = cfg.id, grpc = %grpc_addr, http = ?http_addr, data_dir = %cfg.data_dir.display(), "master started");
         Ok(MasterNode { shared, grpc_addr, http_addr, stop, tasks })
@@ -265,6 +265,7 @@ fn shared_handles(
             fence_wakes: Arc::new(crate::leader::arena_fences::FenceWakes::default()),
             unsafe_ignore_tenants: cfg.dev_unsafe_ignore_tenants,
         },
+        restoring: Arc::new(std::sync::atomic::AtomicBool::new(cfg.restore.is_some())),
     })
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use mooncake_raft_store::{LogStore, Raft, StateMachineStore, StoreOptions, open_store};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::metrics::{MasterMetrics, MetricsObserver};
 use crate::node::config::MasterConfig;
@@ -67,8 +68,10 @@ fn restore_from(sm: &StateMachineStore, file: &std::path::Path) -> anyhow::Resul
 
 /// After a restore, snapshot and purge the log at once, so masters added
 /// later receive the restored state as a snapshot (the log alone does not
-/// contain it).
-pub(super) async fn compact_after_restore(raft: Raft) {
+/// contain it); then clears `restoring`, which holds membership changes
+/// back until here (a failure leaves it set: adding a master would lose the
+/// restored state on it).
+pub(super) async fn compact_after_restore(raft: Raft, restoring: Arc<AtomicBool>) {
     let deadline = Duration::from_secs(60);
     let leading = raft.wait(Some(deadline)).state(openraft::ServerState::Leader, "restored master leads").await;
     if let Err(e) = leading {
@@ -89,8 +92,20 @@ pub(super) async fn compact_after_restore(raft: Raft) {
             let upto = m.snapshot.map(|l| l.index).unwrap_or(0);
             if let Err(e) = raft.trigger().purge_log(upto).await {
                 tracing::error!(error = %e, "purge after restore");
+                return;
+            }
+            // The purge runs later in openraft's core: only once it is done
+            // must a new master start from the snapshot.
+            let purged = raft
+                .wait(Some(deadline))
+                .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge after restore")
+                .await;
+            if let Err(e) = purged {
+                tracing::error!(error = %e, "purge after restore did not complete");
+                return;
             }
             tracing::info!(snapshot_index = upto, "restored state snapshotted; new masters will receive it");
+            restoring.store(false, Ordering::Release);
         }
         Err(e) => tracing::error!(error = %e, "snapshot after restore did not complete"),
     }

@@ -72,6 +72,11 @@ fn answer(status: Status, detail: impl Into<String>) -> RpcResult<AdminResponse>
 impl AdminService for AdminServiceImpl {
     async fn add_learner(&self, req: Request<AddLearnerRequest>) -> RpcResult<AdminResponse> {
         admin!(self, req, "AddLearner");
+        if self.shared.restoring.load(std::sync::atomic::Ordering::Acquire) {
+            let msg = "this master was restored from a snapshot file and is still snapshotting that state for new \
+                       masters (its log lacks it); retry in a moment, or see its log if this persists";
+            return answer(Status::with(ErrorCode::Unavailable, msg), "");
+        }
         let r = req.into_inner();
         if r.node_id == 0 || !r.addr.contains(':') {
             return answer(Status::with(ErrorCode::InvalidParams, "need a node id > 0 and an address HOST:PORT"), "");
