@@ -297,6 +297,12 @@ impl MasterClient {
     }
 
     /// The leader's view of the cluster (following redirects).
+    /// BatchProbeKey: existence without KV leases.
+    pub async fn batch_probe_key(&self, keys: Vec<String>) -> Result<Attempted<Vec<ExistKeyResponse>>, MasterError> {
+        let req = BatchExistKeyRequest { keys };
+        Ok(self.ask(req, async |mut c, r| c.batch_probe_key(r).await).await?.map(|b| b.responses))
+    }
+
     pub async fn cluster_info(&self) -> Result<GetClusterInfoResponse, MasterError> {
         let req = GetClusterInfoRequest { local_view: false, with_state_hash: false };
         Ok(self.ask(req, async |mut c, r| c.get_cluster_info(r).await).await?.reply)

@@ -127,6 +127,7 @@ scripted_methods! {
     batch_put_revoke: BatchPutRevokeRequest => BatchPutRevokeResponse,
     batch_get_replica_list: BatchGetReplicaListRequest => BatchGetReplicaListResponse,
     batch_exist_key: BatchExistKeyRequest => BatchExistKeyResponse,
+    batch_probe_key: BatchExistKeyRequest => BatchExistKeyResponse,
     batch_remove: BatchRemoveRequest => BatchRemoveResponse,
     take_copies: TakeCopiesRequest => TakeCopiesResponse,
     report_copy: ReportCopyRequest => ReportCopyResponse,

@@ -118,6 +118,10 @@ pub struct WritePath {
     /// `--dev-unsafe-chunk-reuse`: a chunk's space is reclaimed as soon as
     /// it is granted (the planted bug of `jepsen/tests/t95`).
     pub unsafe_chunk_reuse: bool,
+    /// `--dev-unsafe-hold-freed-ranges`: revoked puts' and returned chunks'
+    /// ranges hold their arenas for this long instead of freeing them at
+    /// once (the planted bug of the availability checker).
+    pub unsafe_hold_freed: Option<std::time::Duration>,
 }
 
 /// Copies between tiers (`copies.rs`, `tiering.rs`): the knobs and the

@@ -242,6 +242,28 @@ fn never_read_objects_go_before_read_ones_and_the_least_recently_read_first() {
 }
 
 #[test]
+fn a_put_counts_as_a_use_as_a_read_does() {
+    let t0 = Instant::now();
+    let leader = leader_elected_at(t0);
+    let mut s = one_segment(100);
+    for key in ["read-early", "written-late", "read-late"] {
+        complete(&mut s, key, 20, 1, Pin::None);
+    }
+    complete(&mut s, "unused", 20, 1, Pin::None);
+    // The leader saw "written-late" committed after "read-early" was read:
+    // it is the more recently used (an LRU), whatever its commit order.
+    grant(&leader, "read-early", t0 + 2 * SEC);
+    leader.with(|t| t.kv.note_writes(&[KeyHash::of("written-late")], t0 + 3 * SEC)).expect("leading");
+    grant(&leader, "read-late", t0 + 4 * SEC);
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0));
+    assert_eq!(keys(&chosen), vec!["unused", "read-early", "written-late", "read-late"]);
+    // A put leases nothing: a fresh object is evictable when least recently used.
+    leader.with(|t| t.kv.note_writes(&[KeyHash::of("unused")], t0 + 10 * SEC)).expect("leading");
+    let chosen = victims(&s, &leader, t0 + 10 * SEC, &policy(0.5, 1.0));
+    assert_eq!(keys(&chosen), vec!["read-early", "written-late", "read-late", "unused"]);
+}
+
+#[test]
 fn older_objects_go_before_newer_ones() {
     let t0 = Instant::now();
     let leader = leader_elected_at(t0);
@@ -315,6 +337,31 @@ fn a_new_leader_evicts_nothing_within_one_lease_ttl_of_its_election() {
     // And a master that does not lead decides nothing.
     leader.observe(None, reelected + 20 * SEC);
     assert!(leader.with(|_| ()).is_none());
+}
+
+#[test]
+fn the_election_grace_covers_only_what_existed_before_the_leader_applied_its_own_term() {
+    let t0 = Instant::now();
+    let mut s = one_segment(100);
+    for i in 0..4 {
+        complete(&mut s, &format!("old{i}"), 10, 1, Pin::None);
+    }
+    let p = policy(0.5, 1.0);
+    let leader = leader_elected_at(t0);
+    // Before the leader applied an entry of its term, nothing is bounded.
+    leader.with(|t| t.note_applied(Some(0), s.next_object_version())).expect("leading");
+    let bound = s.next_object_version();
+    for i in 0..5 {
+        complete(&mut s, &format!("new{i}"), 10, 1, Pin::None);
+    }
+    assert!(victims(&s, &leader, t0 + LEASE_TTL / 2, &p).is_empty(), "no bound yet: every object is in the grace");
+    leader.with(|t| t.note_applied(Some(1), bound)).expect("leading");
+    leader.with(|t| t.note_applied(Some(1), s.next_object_version())).expect("leading");
+    let chosen = victims(&s, &leader, t0 + LEASE_TTL / 2, &p);
+    let mut chosen = keys(&chosen);
+    chosen.sort();
+    assert_eq!(chosen, vec!["new0", "new1", "new2", "new3", "new4"], "the first bound holds; old objects wait");
+    assert_eq!(victims(&s, &leader, t0 + LEASE_TTL, &p).len(), 9, "after one TTL every object may go");
 }
 
 #[test]

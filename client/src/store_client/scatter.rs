@@ -138,12 +138,28 @@ impl Client {
     }
 
     /// Existence of many keys in one master call per [`BATCH_ITEMS_MAX`]
-    /// keys (linearizable, as [`exists`](Self::exists)).
+    /// keys (linearizable, as [`exists`](Self::exists)); each key found is
+    /// KV-leased, as Mooncake's `batch_is_exist`.
     pub async fn batch_exists(&self, keys: &[&str]) -> Vec<Result<bool, ClientError>> {
+        self.existence(keys, false).await
+    }
+
+    /// [`batch_exists`](Self::batch_exists) without KV leases (upstream
+    /// 0.3.14's `batch_probe_key`): a lookup that pins nothing, so probing
+    /// many keys never keeps eviction from making room for the next put.
+    pub async fn batch_probe(&self, keys: &[&str]) -> Vec<Result<bool, ClientError>> {
+        self.existence(keys, true).await
+    }
+
+    async fn existence(&self, keys: &[&str], lease_free: bool) -> Vec<Result<bool, ClientError>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(BATCH_ITEMS_MAX) {
             let names = chunk.iter().map(|k| k.to_string()).collect();
-            match self.master.batch_exist_key(names).await {
+            let answers = match lease_free {
+                true => self.master.batch_probe_key(names).await,
+                false => self.master.batch_exist_key(names).await,
+            };
+            match answers {
                 Ok(r) => {
                     out.extend(r.reply.iter().map(|e| item_status(e.status.as_ref(), r.attempts).map(|()| e.exists)))
                 }

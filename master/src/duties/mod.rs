@@ -15,6 +15,8 @@ use mooncake_segment::{ClientId, SegmentId};
 use openraft::ServerState;
 use tokio::sync::watch;
 
+use mooncake_raft_store::StateReader;
+
 use crate::leader::LeaderState;
 use crate::leader::decisions;
 use crate::metrics::MasterMetrics;
@@ -49,11 +51,15 @@ pub struct DutyContext {
     pub unsafe_expire_after_stall: bool,
 }
 
-/// Follows Raft metrics: keeps the leader-local soft state to the term, and
-/// logs one line per leadership change and per membership change.
+/// Follows Raft metrics: keeps the leader-local soft state to the term,
+/// bounds the election's KV-lease grace once the leader has applied an
+/// entry of its own term (`TermState::note_applied`: objects committed
+/// after that need no grace), and logs one line per leadership change and
+/// per membership change.
 pub async fn follow_leadership(
     mut raft_metrics: watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
     leader: Arc<LeaderState>,
+    reader: StateReader,
     metrics: Arc<MasterMetrics>,
 ) {
     let mut known_leader = None;
@@ -65,6 +71,11 @@ pub async fn follow_leadership(
             (m.state == ServerState::Leader, m.current_term, m.id, m.current_leader, membership)
         };
         leader.observe(leading.then_some(term), Instant::now());
+        if leading && leader.with(|t| t.grace_unbounded()) == Some(true) {
+            // The state first, then the soft state (lock order, leader.rs).
+            let (applied, next) = reader.read(|s| (s.applied_term(), s.next_object_version()));
+            leader.with(|t| t.note_applied(applied, next));
+        }
         if current != known_leader {
             match current {
                 Some(l) => tracing::info!(node = id, leader = l, term, this_node_leads = leading, "leader changed"),

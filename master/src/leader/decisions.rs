@@ -88,8 +88,11 @@ pub fn eviction_candidates_on(state: &MetaState, tier: Tier, segment: Option<Seg
 /// The candidates to evict to free about `target` bytes: neither leased nor
 /// being removed; unpinned before soft-pinned (a soft pin with a TTL counts
 /// until `wall_ms` passes its deadline); those kept on another tier
-/// (nothing is lost) before the others; never read (by this leader, within
-/// the access horizon) before least recently read; oldest first.
+/// (nothing is lost) before the others; then least recently used first, a
+/// put's commit counting as a use as a read does (an LRU): objects this
+/// leader saw no use of (committed and last read under an earlier leader,
+/// or beyond the access horizon) before those it did, oldest commit first;
+/// then the least recent use first.
 pub fn choose_victims(
     mut candidates: Vec<Candidate>,
     term: &TermState,
@@ -101,11 +104,11 @@ pub fn choose_victims(
     if target == 0 {
         return Vec::new();
     }
-    candidates.retain(|c| !term.is_kv_leased(c.hash, now, ttl) && !term.kv.is_fenced(c.hash));
+    candidates.retain(|c| !term.is_version_leased(c.hash, c.object.version, now, ttl) && !term.kv.is_fenced(c.hash));
     candidates.sort_by(|a, b| {
         let rank = |c: &Candidate| {
             let soft = c.pin.soft_at(c.committed_ms, wall_ms);
-            (soft, !c.kept_elsewhere, term.kv.last_read(c.hash, ttl), c.committed_ms)
+            (soft, !c.kept_elsewhere, term.kv.last_used(c.hash), c.committed_ms)
         };
         rank(a).cmp(&rank(b)).then_with(|| a.object.key.cmp(&b.object.key))
     });

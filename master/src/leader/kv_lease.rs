@@ -46,10 +46,26 @@ impl KeyHash {
     }
 }
 
-/// How long a key's last read is remembered for eviction order after its
-/// lease expired. Older reads count as "never read" (evicted first, oldest
-/// object first), which keeps the map bounded by the keys read in this window.
+/// How long a key's last use (read or write) is remembered for eviction
+/// order after its lease expired. Older uses count as "not used by this
+/// leader" (evicted first, oldest commit first), which keeps the map bounded
+/// by the keys used in this window.
 pub const ACCESS_HORIZON: Duration = Duration::from_secs(3600);
+
+/// What this leader saw of one key: the end of its latest KV lease (none
+/// for a key only written) and its latest use, a read or a commit.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    leased_until: Option<Instant>,
+    used: Instant,
+}
+
+impl Seen {
+    /// The last moment this record matters: its lease's end or its use.
+    fn last(&self) -> Instant {
+        self.leased_until.map_or(self.used, |u| u.max(self.used))
+    }
+}
 
 /// A removal in flight on one key.
 struct Fence {
@@ -67,9 +83,9 @@ pub struct KvLeases {
     /// nothing (the race this module closes, kept so the chaos harness and
     /// the stress test can prove they catch it).
     unsafe_unfenced: bool,
-    /// Key → end of its latest lease. Kept after expiry (until
-    /// [`ACCESS_HORIZON`]) as the key's last read, for eviction order.
-    leased_until: HashMap<KeyHash, Instant>,
+    /// Key → its lease and last use. Kept after the lease expired (until
+    /// [`ACCESS_HORIZON`]) as the key's recency, for eviction order.
+    seen: HashMap<KeyHash, Seen>,
     fences: HashMap<KeyHash, Fence>,
 }
 
@@ -77,7 +93,7 @@ impl KvLeases {
     /// Leases and fences as described above; `unsafe_unfenced` only for the
     /// deliberately broken build.
     pub fn new(unsafe_unfenced: bool) -> Self {
-        KvLeases { unsafe_unfenced, leased_until: HashMap::new(), fences: HashMap::new() }
+        KvLeases { unsafe_unfenced, seen: HashMap::new(), fences: HashMap::new() }
     }
 
     /// Leases every key of `keys` until `now + ttl`, or — when a removal of
@@ -92,15 +108,27 @@ impl KvLeases {
         }
         let until = now + ttl;
         for k in keys {
-            let e = self.leased_until.entry(*k).or_insert(until);
-            *e = (*e).max(until);
+            let e = self.seen.entry(*k).or_insert(Seen { leased_until: None, used: now });
+            e.leased_until = Some(e.leased_until.map_or(until, |u| u.max(until)));
+            e.used = e.used.max(now);
         }
         Ok(())
     }
 
+    /// `keys` were written (their puts committed) at `now`: as recent as a
+    /// read for eviction order, but not leased (as upstream's PutEnd, whose
+    /// lease is 0: a fresh object may be evicted at once when it is the
+    /// least recently used).
+    pub fn note_writes(&mut self, keys: &[KeyHash], now: Instant) {
+        for k in keys {
+            let e = self.seen.entry(*k).or_insert(Seen { leased_until: None, used: now });
+            e.used = e.used.max(now);
+        }
+    }
+
     /// Whether `key` holds an unexpired lease at `now`.
     pub fn is_leased(&self, key: KeyHash, now: Instant) -> bool {
-        self.leased_until.get(&key).is_some_and(|until| now < *until)
+        self.seen.get(&key).and_then(|s| s.leased_until).is_some_and(|until| now < until)
     }
 
     /// Whether a removal of `key` is in flight.
@@ -108,9 +136,10 @@ impl KvLeases {
         self.fences.contains_key(&key)
     }
 
-    /// The last time `key` was leased to a reader (its last read), if remembered.
-    pub fn last_read(&self, key: KeyHash, ttl: Duration) -> Option<Instant> {
-        self.leased_until.get(&key).map(|until| until.checked_sub(ttl).unwrap_or(*until))
+    /// The last time `key` was read (leased to a reader) or written, if
+    /// this leader saw it within [`ACCESS_HORIZON`].
+    pub fn last_used(&self, key: KeyHash) -> Option<Instant> {
+        self.seen.get(&key).map(|s| s.used)
     }
 
     /// Fences `key`: readers wait until [`KvLeases::lift`] is called as
@@ -133,18 +162,18 @@ impl KvLeases {
             }
         }
         if removed {
-            self.leased_until.remove(&key);
+            self.seen.remove(&key);
         }
     }
 
-    /// Forgets reads older than [`ACCESS_HORIZON`] (their leases long expired).
+    /// Forgets uses older than [`ACCESS_HORIZON`] (their leases long expired).
     pub fn prune(&mut self, now: Instant) {
-        self.leased_until.retain(|_, until| now.saturating_duration_since(*until) < ACCESS_HORIZON);
+        self.seen.retain(|_, s| now.saturating_duration_since(s.last()) < ACCESS_HORIZON);
     }
 
     /// Keys whose lease has not expired at `now`.
     pub fn lease_count(&self, now: Instant) -> usize {
-        self.leased_until.values().filter(|until| now < **until).count()
+        self.seen.values().filter(|s| s.leased_until.is_some_and(|u| now < u)).count()
     }
 
     /// Keys with a removal in flight.
@@ -199,7 +228,22 @@ mod tests {
         assert!(l.is_leased(k("a"), t0 + TTL / 2) && l.is_leased(k("b"), t0));
         assert!(!l.is_leased(k("a"), t0 + TTL), "the lease ends after one ttl");
         assert!(!l.is_leased(k("c"), t0));
-        assert_eq!(l.last_read(k("a"), TTL), Some(t0));
+        assert_eq!(l.last_used(k("a")), Some(t0));
+    }
+
+    #[test]
+    fn a_write_is_a_use_but_no_lease() {
+        let t0 = Instant::now();
+        let mut l = KvLeases::default();
+        l.note_writes(&[k("w")], t0 + TTL);
+        assert!(!l.is_leased(k("w"), t0 + TTL), "a put leases nothing");
+        assert_eq!(l.last_used(k("w")), Some(t0 + TTL));
+        admit(&mut l, &[k("w")], t0);
+        assert_eq!(l.last_used(k("w")), Some(t0 + TTL), "an earlier read does not make it older");
+        assert!(l.is_leased(k("w"), t0 + TTL / 2), "but it leases");
+        l.note_writes(&[k("w")], t0 + 2 * TTL);
+        assert_eq!(l.last_used(k("w")), Some(t0 + 2 * TTL));
+        assert!(!l.is_leased(k("w"), t0 + 2 * TTL));
     }
 
     #[test]
@@ -245,11 +289,11 @@ mod tests {
         admit(&mut l, &[k("a"), k("b")], t0);
         l.fence(k("a"));
         l.lift(k("a"), true);
-        assert_eq!(l.last_read(k("a"), TTL), None);
+        assert_eq!(l.last_used(k("a")), None);
         l.prune(t0 + TTL + ACCESS_HORIZON / 2);
-        assert!(l.last_read(k("b"), TTL).is_some());
+        assert!(l.last_used(k("b")).is_some());
         l.prune(t0 + TTL + ACCESS_HORIZON);
-        assert_eq!(l.last_read(k("b"), TTL), None);
+        assert_eq!(l.last_used(k("b")), None);
     }
 
     #[test]

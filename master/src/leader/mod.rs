@@ -52,6 +52,11 @@ pub struct TermState {
     /// counts as unheard for longer than this.
     hearing_since: Instant,
     first_seen: HashMap<ObjectVersion, Instant>,
+    /// Objects of this version and above were committed after everything
+    /// earlier leaders committed was applied here: no earlier leader can
+    /// have leased them, so the election's grace does not cover them.
+    /// `None` until this leader has applied an entry of its own term.
+    grace_below: Option<ObjectVersion>,
 }
 
 impl TermState {
@@ -66,7 +71,34 @@ impl TermState {
             heartbeats: HashMap::new(),
             hearing_since: now,
             first_seen: HashMap::new(),
+            grace_below: None,
         }
+    }
+
+    /// Whether the objects the election's grace covers are not bounded yet.
+    pub fn grace_unbounded(&self) -> bool {
+        self.grace_below.is_none()
+    }
+
+    /// What a state read found: the term of its last applied entry and the
+    /// next object version. The first read that shows an entry of this
+    /// term bounds the objects earlier leaders can have leased (read as soon
+    /// as the applied log reaches the term: `duties::follow_leadership`).
+    pub fn note_applied(&mut self, applied_term: Option<u64>, next_version: ObjectVersion) {
+        if self.grace_below.is_none() && applied_term == Some(self.term) {
+            self.grace_below = Some(next_version);
+        }
+    }
+
+    /// Whether the object `version` of `key` may be under a KV lease at
+    /// `now`: one this leader granted, or — within one TTL of its election —
+    /// one an earlier leader may have granted, unless the object was
+    /// committed after everything earlier leaders committed was applied
+    /// ([`note_applied`](Self::note_applied)). So a cache filled after an
+    /// election can evict at once; only what existed then waits out the TTL.
+    pub fn is_version_leased(&self, key: KeyHash, version: ObjectVersion, now: Instant, ttl: Duration) -> bool {
+        let in_grace = now < self.elected_at + ttl && self.grace_below.is_none_or(|below| version < below);
+        in_grace || self.kv.is_leased(key, now)
     }
 
     /// Whether a reader may hold a KV lease on `key` at `now`: one this

@@ -267,6 +267,15 @@ pub struct MasterConfig {
     /// reclaimed too early; never use it in production.
     #[arg(long = "dev-unsafe-chunk-reuse", hide_short_help = true)]
     pub dev_unsafe_chunk_reuse: bool,
+    /// DEVELOPMENT ONLY — REFUSES PUTS. The ranges of a revoked put and of a
+    /// returned writer chunk hold their arena for 30 s (the quarantine of
+    /// releases before stop 43) instead of freeing it at once, so a
+    /// churning cache's freed bytes sit in arenas nobody can return and
+    /// puts are refused while evictable bytes exist. Exists so the chaos
+    /// harness can prove its availability checker catches that; never use
+    /// it in production.
+    #[arg(long = "dev-unsafe-hold-freed-ranges", hide_short_help = true)]
+    pub dev_unsafe_hold_freed_ranges: bool,
     /// DEVELOPMENT ONLY — LOSES OBJECTS. A leader that was paused or stalled
     /// expires the clients it could not hear meanwhile, at once, instead of
     /// restarting their TTLs. Exists so the chaos harness can prove it

@@ -251,6 +251,7 @@ fn shared_handles(
             arena_grants: Default::default(),
             chunk_valid: Duration::from_secs(cfg.put_start_discard_timeout_sec).min(cfg.capability_ttl()) / 2,
             unsafe_chunk_reuse: cfg.dev_unsafe_chunk_reuse,
+            unsafe_hold_freed: cfg.dev_unsafe_hold_freed_ranges.then_some(Duration::from_secs(30)),
         },
         tiers: Tiers {
             policy: tiers,
@@ -306,6 +307,7 @@ fn background_tasks(
     tasks.push(tokio::spawn(duties::follow_leadership(
         shared.raft.metrics(),
         shared.leader.clone(),
+        shared.reader.clone(),
         shared.metrics.clone(),
     )));
     tasks.push(tokio::spawn(crate::objects::copies::run(shared.clone())));

@@ -28,6 +28,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
         cfg.dev_unsafe_unfenced_removals,
         cfg.dev_unsafe_arena_reuse,
         cfg.dev_unsafe_chunk_reuse,
+        cfg.dev_unsafe_hold_freed_ranges,
         cfg.dev_unsafe_expire_after_stall,
         cfg.dev_unsafe_ignore_tenants,
         store_opts.dev_unsafe_tampered_checkpoints,
@@ -39,6 +40,7 @@ pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::
             unfenced_removals = cfg.dev_unsafe_unfenced_removals,
             arena_reuse = cfg.dev_unsafe_arena_reuse,
             chunk_reuse = cfg.dev_unsafe_chunk_reuse,
+            hold_freed_ranges = cfg.dev_unsafe_hold_freed_ranges,
             expire_after_stall = cfg.dev_unsafe_expire_after_stall,
             ignore_tenants = cfg.dev_unsafe_ignore_tenants,
             "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"

@@ -10,8 +10,9 @@
 //!
 //! Why nothing another writer was promised can be overwritten: a chunk is
 //! a reservation like a PutStart's, held by one writer, counted in each of
-//! its arenas until returned (then held for the revoke quarantine) or
-//! expired (held until the release timeout after it was reserved), and
+//! its arenas until returned (the arena's own return is then fenced on its
+//! store node) or expired (held until the release timeout after it was
+//! reserved), and
 //! ranges are handed out once in an arena's life (`reservations.rs`). A new
 //! leader knows nothing of its predecessor's chunks: a PutEnd into one is
 //! recorded as any PutEnd of a deposed leader's reservation
@@ -120,7 +121,8 @@ fn granted(shared: &Shared, id: u64, placed: &[PlacedReplica]) -> ReserveChunkRe
 /// ReturnChunk: the writer is done with its chunk.
 pub fn return_chunk(shared: &Shared, req: &ReturnChunkRequest) -> Status {
     let client = ClientId(req.client_id);
-    match shared.leader.with(|t| t.puts.return_chunk(client, req.chunk_id, Instant::now())) {
+    let hold = shared.write_path.unsafe_hold_freed.map(|d| Instant::now() + d);
+    match shared.leader.with(|t| t.puts.return_chunk(client, req.chunk_id, hold)) {
         None => shared.not_leader(),
         Some(true) => Status::ok(),
         Some(false) => invalid(MetaError::InvalidParams(format!(

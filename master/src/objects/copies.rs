@@ -547,7 +547,7 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
     };
     let reservation = Copy::reservation_key(copy.id);
     if !req.error.is_empty() {
-        shared.leader.with(|t| t.puts.revoke(&reservation, client, now));
+        shared.leader.with(|t| t.puts.revoke(&reservation, client, None));
         shared.metrics.copies_failed(copy.purpose).inc();
         tracing::warn!(key = %copy.key, executor = %client, purpose = copy.purpose.name(), error = %req.error, "copy failed");
         return Status::ok();

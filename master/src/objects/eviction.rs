@@ -132,9 +132,16 @@ async fn round_where(shared: &Shared, tier: Tier, need_bytes: u64, segment: Opti
             ..shared.write_path.eviction_policy
         },
     };
+    // Room promised to puts in flight is as good as used: a watermark that
+    // ignored it let a busy leader fill the segment with reservations and
+    // refuse the next puts while the duty found nothing to do.
+    let reserved = match tier {
+        Tier::Dram => shared.leader.with(|t| t.puts.reserved_bytes()).unwrap_or(0),
+        Tier::Ssd => 0,
+    };
     let target = match segment {
         Some(_) => need_bytes,
-        None => decisions::eviction_target(used, capacity, &policy, need_bytes),
+        None => decisions::eviction_target(used.saturating_add(reserved).min(capacity), capacity, &policy, need_bytes),
     };
     if target == 0 {
         return 0;

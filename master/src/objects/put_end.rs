@@ -14,6 +14,7 @@ use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
+use crate::leader::kv_lease::KeyHash;
 use crate::leader::reservations::{ChunkCover, Reservation};
 use crate::leader::tiering::OffloadMode;
 use crate::rpc::convert;
@@ -126,20 +127,27 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
         })
         .collect();
     // The commits are applied (or refused): those ranges are not being
-    // written any more. With eager offload, the new objects are copied to
+    // written any more. A committed object is as recent as a read for
+    // eviction (an LRU). With eager offload, the new objects are copied to
     // disk first, and the copy duty is woken for them.
     let eager = shared.tiers.policy.offload == OffloadMode::Eager;
+    let now = std::time::Instant::now();
     let fresh = shared.leader.with(|t| {
         let mut fresh = false;
+        let mut written = Vec::with_capacity(reqs.len());
         for (req, status) in reqs.iter().zip(&out) {
             if req.chunk_id == 0 {
                 t.puts.finish(&req.key, ClientId(req.client_id));
             }
-            if eager && status.error_code() == ErrorCode::Ok {
-                t.copies.note_fresh(&req.key);
-                fresh = true;
+            if status.error_code() == ErrorCode::Ok {
+                written.push(KeyHash::of(&req.key));
+                if eager {
+                    t.copies.note_fresh(&req.key);
+                    fresh = true;
+                }
             }
         }
+        t.kv.note_writes(&written, now);
         fresh
     });
     if fresh == Some(true) {

@@ -23,10 +23,10 @@ use crate::shared::Shared;
 /// or run an eviction round) before it gives up.
 const PLACE_ROUNDS_MAX: usize = 12;
 /// Eviction rounds one PutStart may run. A round evicts on each segment a
-/// replica found no room on, twice the previous round's bytes there (the
-/// object's size, then 2x, 4x, 8x: freed bytes may be scattered, or in
-/// arenas not returned yet), so one put evicts at most 15x its size per
-/// replica it places; a round that finds nothing to evict ends them early.
+/// replica found no room on `eviction_ratio` of the segment, or twice the
+/// previous round's bytes there if more (the object's size, then 2x, 4x,
+/// 8x: freed bytes may be scattered, or in arenas not returned yet); a round
+/// that finds nothing to evict ends them early.
 const EVICT_ROUNDS_MAX: u32 = 4;
 
 /// The placement candidates of a put and whether the key exists.
@@ -208,16 +208,23 @@ fn placed(shared: &Shared, ask: &PutAsk, p: &[PlacedReplica]) -> PutStartRespons
 /// Round `evictions` (0-based) of making room for a put that found none on
 /// `missing` of its segments: room is made on the segments that had none,
 /// the emptiest first, one per missing replica (never more than the put
-/// will place), `2^evictions` times its size on each. Once eviction cannot
-/// help any more, the put takes what room there is.
+/// will place). A round frees at least `eviction_ratio` of the segment
+/// (Mooncake's `--eviction_ratio`), or `2^evictions` times the put's size
+/// if that is more: room made ahead for the puts that follow, so that
+/// concurrent puts into a full segment do not each evict their own size and
+/// take each other's (each then running out of rounds, refused while the
+/// segment held evictable bytes). Once eviction cannot help any more, the
+/// put takes what room there is.
 async fn make_room(shared: &Shared, ask: &PutAsk, look: &Look, round: &mut Round, missing: usize, evictions: u32) {
-    let full: Vec<SegmentId> =
-        look.candidates.iter().map(|c| c.segment).filter(|s| round.excluded.contains(s)).take(missing).collect();
-    let per_segment = aligned(ask.size_bytes).saturating_mul(1 << evictions);
+    let full: Vec<&Candidate> =
+        look.candidates.iter().filter(|c| round.excluded.contains(&c.segment)).take(missing).collect();
+    let ratio = shared.write_path.eviction_policy.eviction_ratio;
     let mut evicted = 0;
     if evictions < EVICT_ROUNDS_MAX {
-        for segment in full {
-            evicted += eviction::round_for_put(shared, segment, per_segment).await;
+        for c in full {
+            let ahead = (c.capacity_bytes as f64 * ratio) as u64;
+            let need = aligned(ask.size_bytes).saturating_mul(1 << evictions).max(ahead);
+            evicted += eviction::round_for_put(shared, c.segment, need).await;
         }
     }
     if evicted == 0 {
@@ -379,8 +386,8 @@ pub fn not_ready(key: &str) -> Status {
 /// PutRevoke: the writer gave up; the key is free at once.
 pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
     let client = ClientId(req.client_id);
-    let now = Instant::now();
-    match shared.leader.with(|t| t.puts.revoke(&req.key, client, now)) {
+    let hold = shared.write_path.unsafe_hold_freed.map(|d| Instant::now() + d);
+    match shared.leader.with(|t| t.puts.revoke(&req.key, client, hold)) {
         None => shared.not_leader(),
         Some(Revoke::Revoked) => Status::ok(),
         Some(Revoke::Ending) => Status::with(

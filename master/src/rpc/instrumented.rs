@@ -80,6 +80,7 @@ instrument! {
     batch_put_revoke: BatchPutRevokeRequest => BatchPutRevokeResponse, "BatchPutRevoke";
     batch_get_replica_list: BatchGetReplicaListRequest => BatchGetReplicaListResponse, "BatchGetReplicaList";
     batch_exist_key: BatchExistKeyRequest => BatchExistKeyResponse, "BatchExistKey";
+    batch_probe_key: BatchExistKeyRequest => BatchExistKeyResponse, "BatchProbeKey";
     batch_remove: BatchRemoveRequest => BatchRemoveResponse, "BatchRemove";
     take_copies: TakeCopiesRequest => TakeCopiesResponse, "TakeCopies";
     report_copy: ReportCopyRequest => ReportCopyResponse, "ReportCopy";

@@ -5,7 +5,7 @@
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use super::{ClientEntry, MetaState, ObjectMeta, RequestClock, RetiredObject, SegmentEntry};
-use crate::command::{Arena, ArenaId, CredentialHash, ReplicaPlacement, Response, Tier};
+use crate::command::{Arena, ArenaId, CredentialHash, ObjectVersion, ReplicaPlacement, Response, Tier};
 use crate::error::MetaError;
 
 impl MetaState {
@@ -72,6 +72,15 @@ impl MetaState {
     pub fn arena_holding(&self, segment: SegmentId, range: Range) -> Option<&Arena> {
         let (_, id) = self.arenas_by_offset.range(..=(segment, range.offset)).next_back()?;
         self.arenas.get(id).filter(|a| a.segment == segment && a.holds(range))
+    }
+    /// The version the next object committed will get (versions only grow).
+    pub fn next_object_version(&self) -> ObjectVersion {
+        ObjectVersion(self.next_version)
+    }
+    /// The term of the last applied entry: once it is a leader's own term,
+    /// everything earlier leaders committed is applied.
+    pub fn applied_term(&self) -> Option<u64> {
+        self.last_applied.map(|l| l.leader_id.term)
     }
     /// The id the next arena granted will get (ids only grow).
     pub fn next_arena_id(&self) -> ArenaId {

@@ -10,7 +10,7 @@ use mooncake_raft_store::PlacedReplica;
 use mooncake_segment::ClientId;
 
 use super::Candidate;
-use super::{Need, PutTable, REVOKE_QUARANTINE, Reserve, Round, aligned};
+use super::{Need, PutTable, Reserve, Round, aligned};
 
 /// A writer chunk: ranges (one per replica, distinct segments, same
 /// length) one writer places small objects in by itself, so each of its
@@ -86,15 +86,18 @@ impl PutTable {
         ChunkCover::Inside
     }
 
-    /// The writer is done with chunk `id`: its ranges are held for the
-    /// revoke quarantine (a write it gave up on may still be in a socket
-    /// buffer). False when `client` holds no such chunk here.
-    pub fn return_chunk(&mut self, client: ClientId, id: u64, now: Instant) -> bool {
+    /// The writer is done with chunk `id` (it sends ReturnChunk once every
+    /// put placed in it has its answer): its ranges no longer hold their
+    /// arenas, as a revoked put's (a TCP write it gave up on is refused once
+    /// the arena is fenced for its return). False when `client` holds no
+    /// such chunk here.
+    /// (`hold_until`: only the planted bug `--dev-unsafe-hold-freed-ranges`.)
+    pub fn return_chunk(&mut self, client: ClientId, id: u64, hold_until: Option<Instant>) -> bool {
         if self.chunks.get(&id).is_none_or(|c| c.client != client) {
             return false;
         }
         if let Some(c) = self.chunks.remove(&id) {
-            self.hold(&c.replicas, now + REVOKE_QUARANTINE);
+            self.let_go(&c.replicas, hold_until);
         }
         true
     }
@@ -153,7 +156,7 @@ mod tests {
     use mooncake_segment::{ClientId, Range, SegmentId};
 
     use super::super::tests::{MB, ask, cand, fewer, placed, table, table_in_term};
-    use super::super::{Candidate, PutTable, REVOKE_QUARANTINE, aligned};
+    use super::super::{Candidate, PutTable, aligned};
     use super::ChunkCover;
 
     /// A chunk reserved on the given segments.
@@ -209,7 +212,7 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_holds_its_arena_until_returned_and_quarantined_or_expired_and_released() {
+    fn a_chunk_holds_its_arena_until_returned_or_expired_and_released() {
         let t0 = Instant::now();
         let (discard, release) = (Duration::from_secs(30), Duration::from_secs(600));
         let mut t = table(1, 4 * MB);
@@ -217,9 +220,10 @@ mod tests {
         let (returned, _) = chunk(&mut t, 7, MB, &cands, t0);
         let (stalled, _) = chunk(&mut t, 8, MB, &cands, t0);
         t.relieve(SegmentId(1));
-        assert!(!t.return_chunk(ClientId(8), returned, t0), "only its writer returns a chunk");
-        assert!(t.return_chunk(ClientId(7), returned, t0));
-        assert!(!t.return_chunk(ClientId(7), returned, t0), "returned once");
+        assert!(!t.return_chunk(ClientId(8), returned, None), "only its writer returns a chunk");
+        assert!(t.return_chunk(ClientId(7), returned, None));
+        assert!(!t.return_chunk(ClientId(7), returned, None), "returned once");
+        assert!(t.returnable().is_empty(), "the stalled writer's chunk still holds the arena");
         assert_eq!(t.chunk_covers(ClientId(7), returned, &[]), ChunkCover::Unknown);
         t.expire(t0 + discard, discard, release);
         assert_eq!(
@@ -229,7 +233,7 @@ mod tests {
         );
         t.expire(t0 + discard + Duration::from_millis(1), discard, release);
         assert_eq!(t.chunk_count(), 0, "the stalled writer's chunk expired");
-        t.expire(t0 + REVOKE_QUARANTINE, discard, release);
+        t.expire(t0 + release / 2, discard, release);
         assert!(t.returnable().is_empty(), "the stalled writer may still be writing into its chunk");
         t.expire(t0 + release, discard, release);
         assert_eq!(t.returnable(), vec![ArenaId(101)]);

@@ -8,9 +8,19 @@
 //! (committed, revoked, expired). An arena is sealed when a put does not fit
 //! in it (its untouched tail is trimmed back to the segment) and returned
 //! (`ArenaReturn`) once no reservation in it can still be written: committed,
-//! or past the revoke quarantine, or past the release timeout. So a writer
+//! revoked or returned by its writer, or past the release timeout. So a writer
 //! that stalls never finds its range given to someone else while the arena
 //! lives, and a late PutEnd into a returned arena is refused by apply.
+//!
+//! A put its writer revoked (or a writer chunk it returned) frees its arena
+//! at once: the writer sends the revoke only once its own writes ended
+//! (shared-memory copies run on the put's task; TCP writes it gave up on may
+//! still sit in a socket buffer), and the arena's return waits until its
+//! store node fenced it (`arena_fences.rs`: the node refuses every write
+//! under the arena and has none still moving bytes). Holding such ranges for
+//! a quarantine as well (30 s until stop 43) kept a churning cache's freed
+//! space in arenas nobody could return: every put into a full segment was
+//! refused while it held evictable bytes.
 //!
 //! Arenas of other terms (a deposed leader's) are never used: they are
 //! returned only `release_after` after this leader first saw them.
@@ -31,11 +41,6 @@ use mooncake_segment::{ALLOC_ALIGN_BYTES, ClientId, Range, SegmentId};
 /// for the release timeout); large later ones amortise the grant commit.
 pub const ARENA_START_BYTES: u64 = 4 << 20;
 pub const ARENA_MAX_BYTES: u64 = 256 << 20;
-
-/// How long the range of a revoked put is held before its arena may be
-/// returned: a write the client gave up on may still be in a store node's
-/// socket buffer. Longer than the client's transfer request timeout.
-pub const REVOKE_QUARANTINE: Duration = Duration::from_secs(30);
 
 /// A put in flight: ranges reserved, bytes being written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -291,6 +296,13 @@ impl PutTable {
         self.arenas.contains_key(&arena)
     }
 
+    /// Bytes of memory reserved for puts in flight (PutStart answered, no
+    /// PutEnd yet), over all their replicas: room already promised, which
+    /// the eviction watermark counts as used.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.active.values().flat_map(|r| r.replicas.iter()).map(|p| p.range.len).sum()
+    }
+
     /// Own arenas: (count, bytes).
     pub fn arena_usage(&self) -> (usize, u64) {
         (self.arenas.len(), self.arenas.values().map(|a| a.arena.len_bytes()).sum())
@@ -473,9 +485,10 @@ impl PutTable {
         Some(r)
     }
 
-    /// The writer gave up: the key is free at once, the ranges are held for
-    /// the quarantine. False when `client` has no put of `key` in flight.
-    pub fn revoke(&mut self, key: &str, client: ClientId, now: Instant) -> Revoke {
+    /// The writer gave up: the key is free at once, and its ranges no longer
+    /// hold their arenas (module doc: the arena's return is fenced), unless
+    /// `hold_until` (only the planted bug `--dev-unsafe-hold-freed-ranges`).
+    pub fn revoke(&mut self, key: &str, client: ClientId, hold_until: Option<Instant>) -> Revoke {
         match self.active.get(key) {
             Some(r) if r.client == client && r.ending > 0 => return Revoke::Ending,
             Some(r) if r.client == client => {}
@@ -483,7 +496,7 @@ impl PutTable {
             None => return Revoke::NotInFlight,
         }
         if let Some(r) = self.active.remove(key) {
-            self.hold(&r.replicas, now + REVOKE_QUARANTINE);
+            self.let_go(&r.replicas, hold_until);
         }
         Revoke::Revoked
     }
@@ -536,6 +549,15 @@ impl PutTable {
             }
         }
         self.expire_client_chunks(client, release_after);
+    }
+
+    /// Frees the arenas of `replicas` of ranges nobody writes any more: at
+    /// once, or at `hold_until` (the planted bug's hold).
+    pub(super) fn let_go(&mut self, replicas: &[PlacedReplica], hold_until: Option<Instant>) {
+        match hold_until {
+            None => self.release(&replicas.iter().map(|p| p.arena).collect::<Vec<_>>()),
+            Some(until) => self.hold(replicas, until),
+        }
     }
 
     /// Holds the arenas of `replicas` (a put's or a chunk's ranges that may
@@ -685,7 +707,7 @@ mod tests {
             Reserve::Taken,
             "another size is another put"
         );
-        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Revoked);
+        assert_eq!(t.revoke("k", ClientId(1), None), Revoke::Revoked);
         assert!(
             matches!(t.reserve(&ask("k", 2, 100, 2), &cands, &fewer(), t0), Reserve::Placed(_)),
             "revoke frees the key"
@@ -708,7 +730,7 @@ mod tests {
         // two nothing could hold.
         let one = placed(t.reserve(&ask("j", 1, 100, 3), &[cand(1, "h1")], &Round::default(), t0));
         assert_eq!(one.iter().map(|r| r.segment.0).collect::<Vec<_>>(), vec![1]);
-        t.revoke("j", ClientId(1), t0);
+        t.revoke("j", ClientId(1), None);
         // Two segments for two replicas, one of them full: room is asked for
         // the one replica missing, fewer only once allowed.
         let r = t.reserve(
@@ -936,30 +958,31 @@ mod tests {
         let c = [cand(1, "h1")];
         placed(t.reserve(&ask("k", 1, 100, 1), &c, &fewer(), t0));
         assert_eq!(t.begin_end("k", ClientId(2)).map(|r| r.client), Some(ClientId(1)), "another writer's end");
-        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Revoked, "another writer's end marks nothing");
+        assert_eq!(t.revoke("k", ClientId(1), None), Revoke::Revoked, "another writer's end marks nothing");
         placed(t.reserve(&ask("k", 1, 100, 1), &c, &fewer(), t0));
         assert!(t.begin_end("k", ClientId(1)).is_some());
-        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::Ending);
+        assert_eq!(t.revoke("k", ClientId(1), None), Revoke::Ending);
         assert!(t.finish("k", ClientId(1)).is_some(), "the end finishes the put");
-        assert_eq!(t.revoke("k", ClientId(1), t0), Revoke::NotInFlight);
+        assert_eq!(t.revoke("k", ClientId(1), None), Revoke::NotInFlight);
     }
 
     #[test]
-    fn revoked_and_expired_puts_hold_their_arena_until_the_writer_cannot_be_writing() {
+    fn a_revoked_put_frees_its_arena_at_once_and_an_expired_one_holds_it_until_the_writer_cannot_be_writing() {
         let t0 = Instant::now();
         let (discard, release) = (Duration::from_secs(30), Duration::from_secs(600));
         let mut t = table(1, 4 * MB);
         placed(t.reserve(&ask("revoked", 1, 100, 1), &[cand(1, "h1")], &fewer(), t0));
         placed(t.reserve(&ask("stalled", 2, 100, 1), &[cand(1, "h1")], &fewer(), t0));
         t.relieve(SegmentId(1));
-        assert_eq!(t.revoke("revoked", ClientId(9), t0), Revoke::OtherWriter, "only its writer revokes a put");
+        assert_eq!(t.revoke("revoked", ClientId(9), None), Revoke::OtherWriter, "only its writer revokes a put");
         assert!(t.find("revoked").is_some(), "another client's revoke changes nothing");
-        assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::Revoked);
-        assert_eq!(t.revoke("revoked", ClientId(1), t0), Revoke::NotInFlight, "a second revoke finds nothing");
+        assert_eq!(t.revoke("revoked", ClientId(1), None), Revoke::Revoked);
+        assert_eq!(t.revoke("revoked", ClientId(1), None), Revoke::NotInFlight, "a second revoke finds nothing");
+        assert!(t.returnable().is_empty(), "the stalled put still holds the arena");
         assert!(t.expire(t0 + discard, discard, release).is_empty(), "exactly the timeout is not past it");
         assert_eq!(t.expire(t0 + discard + Duration::from_millis(1), discard, release), vec!["stalled".to_string()]);
         assert!(t.find("stalled").is_none(), "its key is free");
-        t.expire(t0 + REVOKE_QUARANTINE, discard, release);
+        t.expire(t0 + release / 2, discard, release);
         assert!(t.returnable().is_empty(), "the stalled writer may still be writing");
         t.expire(t0 + release, discard, release);
         assert_eq!(t.returnable(), vec![ArenaId(101)]);

@@ -557,6 +557,20 @@ impl MasterService for MasterServiceImpl {
         answer_batch(&keys, answers).await
     }
 
+    async fn batch_probe_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
+        let space = match self.space(&req) {
+            Ok(space) => space,
+            Err(s) => return ok(refused(s)),
+        };
+        let (keys, refusals) = space.stored_all(&req.into_inner().keys);
+        let answers = async {
+            let mut answers = self.probe_keys(&keys).await?;
+            with_refusals(&mut answers, refusals);
+            Ok(answers)
+        };
+        answer_batch(&keys, answers).await
+    }
+
     async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {
         // Forced, it ignores KV leases and pins: an admin operation (else
         // ListObjects and a forced BatchRemove would be a forced RemoveAll).

@@ -94,4 +94,19 @@ impl MasterServiceImpl {
         };
         self.shared.read_leased(&names, answer, |r| r.exists).await
     }
+
+    /// Existence of each key without a KV lease (BatchProbeKey): the same
+    /// linearizable read as [`exist_keys`](Self::exist_keys), but an
+    /// existing key is not pinned, so a probe never keeps eviction off it.
+    pub(super) async fn probe_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
+        let answer = |s: &MetaState| -> Vec<ExistKeyResponse> {
+            keys.iter()
+                .map(|k| match validate_stored_key(k) {
+                    Ok(()) => self.exist_key(s, k),
+                    Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
+                })
+                .collect()
+        };
+        self.shared.read(answer).await
+    }
 }
