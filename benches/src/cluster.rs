@@ -23,11 +23,11 @@ const START_PER_STORE: Duration = Duration::from_millis(300);
 
 /// The shape of a cluster.
 #[derive(Clone, Copy, Debug)]
-pub struct Spec {
+pub struct Spec<'a> {
     pub masters: u64,
     pub stores: u64,
     /// Segment size of every store node (e.g. `1GiB`).
-    pub segment_size: &'static str,
+    pub segment_size: &'a str,
     /// Store nodes touch every page at start (`--prefault`).
     pub prefault: bool,
 }
@@ -43,13 +43,18 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts the cluster and waits for a leader and every segment.
-    pub async fn start(exe: &Path, spec: Spec, master_args: &[String]) -> anyhow::Result<Cluster> {
+    pub async fn start(exe: &Path, spec: Spec<'_>, master_args: &[String]) -> anyhow::Result<Cluster> {
         Self::start_with_tls(exe, spec, master_args, false).await
     }
 
     /// [`start`](Self::start), with mutual TLS everywhere when `tls` (a
     /// development PKI in the cluster's dir; its clients use it too).
-    pub async fn start_with_tls(exe: &Path, spec: Spec, master_args: &[String], tls: bool) -> anyhow::Result<Cluster> {
+    pub async fn start_with_tls(
+        exe: &Path,
+        spec: Spec<'_>,
+        master_args: &[String],
+        tls: bool,
+    ) -> anyhow::Result<Cluster> {
         Self::launch(exe, spec, master_args, tls, &[]).await
     }
 
@@ -57,7 +62,7 @@ impl Cluster {
     /// (`--ucx`: the data bench's UCX rows).
     pub async fn start_with_store_args(
         exe: &Path,
-        spec: Spec,
+        spec: Spec<'_>,
         master_args: &[String],
         store_args: &[&str],
     ) -> anyhow::Result<Cluster> {
@@ -66,7 +71,7 @@ impl Cluster {
 
     async fn launch(
         exe: &Path,
-        spec: Spec,
+        spec: Spec<'_>,
         master_args: &[String],
         tls: bool,
         store_args: &[&str],

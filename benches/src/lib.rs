@@ -58,6 +58,7 @@ pub mod scale;
 #[cfg(feature = "baselines")]
 pub mod small;
 pub mod stats;
+pub mod trace;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -80,6 +81,9 @@ pub enum Scenario {
     Watch,
     /// Not part of `all`: minutes at its default size.
     Scale,
+    /// The store as a cache: a request trace replayed against ours,
+    /// upstream and the LRU bound (not part of `all`: it needs a trace).
+    Trace,
     All,
 }
 
@@ -104,7 +108,7 @@ impl Scenario {
     fn needs_baselines(self) -> bool {
         match self {
             Scenario::Meta | Scenario::Small | Scenario::Failover | Scenario::All => true,
-            Scenario::Data | Scenario::Disk | Scenario::Scale | Scenario::Watch => false,
+            Scenario::Data | Scenario::Disk | Scenario::Scale | Scenario::Watch | Scenario::Trace => false,
         }
     }
 }
@@ -159,6 +163,60 @@ pub struct BenchArgs {
     /// 100, also with `--quick`).
     #[arg(long)]
     pub stores: Option<u64>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+/// The flags of `mooncake bench trace`; each defaults to
+/// [`trace::Plan::new`]'s value for the run (full or `--quick`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TraceArgs {
+    /// `trace`: the request trace to replay, JSON lines with `timestamp` and
+    /// `hash_ids` [default: ../shared/traces/conversation_trace.jsonl].
+    #[arg(long = "trace", value_name = "FILE")]
+    pub path: Option<PathBuf>,
+    /// `trace`: requests replayed, from the trace's start (default 3000;
+    /// `--quick` 400).
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// `trace`: concurrent clients, each replaying every N-th request
+    /// (default 4; `--quick` 2).
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// `trace`: bytes per block, e.g. 32KiB (default).
+    #[arg(long = "block-bytes", value_parser = mooncake_client::parse_size)]
+    pub block_bytes: Option<u64>,
+    /// `trace`: the one store node's segment, e.g. 256MiB (default;
+    /// `--quick` 64MiB); the upstream store gets the same.
+    #[arg(long = "segment-size", value_parser = mooncake_client::parse_size)]
+    pub segment_bytes: Option<u64>,
+    /// `trace`: replay at the trace's timestamps divided by this (0, the
+    /// default: each client's next request as soon as its last ended).
+    #[arg(long)]
+    pub speedup: Option<f64>,
+    /// `trace`: which calls load and store blocks (default: both, one
+    /// replay each).
+    #[arg(long = "mode", value_enum)]
+    pub modes: Vec<trace::Mode>,
+}
+
+impl TraceArgs {
+    /// The plan these flags make of the run's default.
+    pub fn plan(&self, quick: bool) -> trace::Plan {
+        let mut p = trace::Plan::new(quick);
+        if let Some(path) = &self.path {
+            p.trace = path.clone();
+        }
+        p.requests = self.requests.unwrap_or(p.requests);
+        p.clients = self.clients.unwrap_or(p.clients);
+        p.block_bytes = self.block_bytes.unwrap_or(p.block_bytes);
+        p.segment_bytes = self.segment_bytes.unwrap_or(p.segment_bytes);
+        p.speedup = self.speedup.unwrap_or(p.speedup);
+        if !self.modes.is_empty() {
+            p.modes = self.modes.clone();
+        }
+        p
+    }
 }
 
 /// What every scenario gets: the run's mode, the binary that runs the
@@ -206,6 +264,7 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
             Scenario::Disk => vec![disk::run(&mut ctx).await],
             Scenario::Watch => vec![watch::run(&mut ctx).await],
             Scenario::Scale => scale_phases(&mut ctx, &args).await,
+            Scenario::Trace => vec![trace::run(&mut ctx, &args.trace.plan(args.quick)).await],
             Scenario::All => continue,
         };
         for result in results {

@@ -35,6 +35,9 @@ use crate::Ctx;
 use crate::baseline::{Proc, find_program, free_port, wait_until};
 use crate::report::{Cell, Column, Section};
 use crate::stats::{Budget, Samples};
+use crate::trace::file::Request;
+use crate::trace::outcome::Outcome;
+use crate::trace::replay::Shape;
 
 /// The pip requirement: 0.3.13 and its post-releases (PyPI serves 0.3.13.post1).
 pub const WHEEL: &str = "mooncake-transfer-engine-non-cuda==0.3.13.*";
@@ -449,6 +452,34 @@ impl Upstream {
         let (get, _) = self.phase(get, clients, load, &stored).await?;
         self.clear().await?;
         Ok([put, get])
+    }
+
+    /// Replays `shares[w]` (requests of a trace) on client process `w`, all
+    /// at once (`trace_job` of the driver); their outcomes, waiting at most
+    /// `timeout` for each.
+    pub async fn trace(
+        &mut self,
+        shares: &[Vec<&Request>],
+        shape: Shape,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Outcome>> {
+        self.ensure_clients(shares.len()).await?;
+        for (c, share) in self.clients.iter_mut().zip(shares) {
+            let requests: Vec<(u64, &[u64])> = share.iter().map(|r| (r.timestamp_ms, r.blocks.as_slice())).collect();
+            let job = json!({
+                "op": "trace",
+                "requests": requests,
+                "block_bytes": shape.block_bytes,
+                "speedup": shape.speedup,
+                "mode": shape.mode.name(),
+            });
+            c.send(&job).await?;
+        }
+        let mut out = Vec::with_capacity(shares.len());
+        for c in &mut self.clients[..shares.len()] {
+            out.push(serde_json::from_value(c.reply(timeout).await?).context("an upstream driver's trace answer")?);
+        }
+        Ok(out)
     }
 
     /// `remove_all(force=True)`.

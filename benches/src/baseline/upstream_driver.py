@@ -18,11 +18,17 @@ Writes number i from 0 up; reads cycle over the first `stored` numbers;
 "remove" removes each of them once. The answer: the latency of every
 successful op in ns (the Rust side computes the percentiles), bytes and keys
 moved, failed keys with the first few return codes, wall time, ops done.
+
+A trace job ({"op": "trace", "requests": [[timestamp_ms, [block ids]], ...],
+"block_bytes", "speedup", "mode": "batch"|"single"}) replays a client's share
+of a request trace as benches/src/trace/replay.rs does for ours, and answers
+the fields of benches/src/trace/outcome.rs.
 """
 
 import ctypes
 import json
 import os
+import struct
 import sys
 import time
 
@@ -85,10 +91,99 @@ def one_op(store, op, keys, ptr, size):
     return (1, size if moves else 0, None) if rc == ok else (0, 0, rc)
 
 
+# Upstream's return codes the trace replay tells apart.
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+BLOCK_MIX = 0x9E3779B97F4A7C15
+
+
+def block(block_id, nbytes):
+    """The bytes of a trace block (benches/src/trace/blocks.rs)."""
+    unit = struct.pack("<QQ", block_id, (block_id * BLOCK_MIX) & 0xFFFFFFFFFFFFFFFF)
+    return (unit * (nbytes // 16 + 1))[:nbytes]
+
+
+def trace_job(store, buf, job):
+    """One client's share of a trace: per request, batch_is_exist of its
+    blocks, a load of the stored prefix (each block's bytes checked), a store
+    of the blocks after what was loaded."""
+    bb, mode, speedup, reqs = job["block_bytes"], job["mode"], job["speedup"], job["requests"]
+    most = max((len(ids) for _, ids in reqs), default=0)
+    loads = buf.ptr(2 * most * bb)
+    stores = loads + most * bb
+    out = {"requests": 0, "refs": 0, "hits": 0, "lost_after_lookup": 0, "stored": 0, "kept_existing": 0,
+           "failed": 0, "corrupt": 0, "error_texts": [], "load_ns": [], "store_ns": []}
+
+    def failed(what, kind="failed"):
+        out[kind] += 1
+        if len(out["error_texts"]) < ERROR_TEXTS_MAX:
+            out["error_texts"].append(what)
+
+    start = time.monotonic()
+    for ts, ids in reqs:
+        if speedup > 0:
+            wait = start + ts / 1e3 / speedup - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        keys = [f"trace/{i}" for i in ids]
+        t = time.perf_counter_ns()
+        prefix = 0
+        for rc in store.batch_is_exist(keys):
+            if rc != 1:
+                if rc < 0:
+                    failed(f"batch_is_exist {keys[prefix]}: returned {rc}")
+                break
+            prefix += 1
+        loaded = 0
+        if prefix:
+            ptrs = [loads + k * bb for k in range(prefix)]
+            if mode == "batch":
+                rcs = store.batch_get_into(keys[:prefix], ptrs, [bb] * prefix)
+            else:
+                rcs = [store.get_into(k, p, bb) for k, p in zip(keys[:prefix], ptrs)]
+            for k, rc in enumerate(rcs):
+                if rc == bb and ctypes.string_at(ptrs[k], bb) == block(ids[k], bb):
+                    loaded += 1
+                    continue
+                if rc == bb:
+                    failed(f"get {keys[k]}: not the block's bytes", "corrupt")
+                elif rc == OBJECT_NOT_FOUND:
+                    out["lost_after_lookup"] += 1
+                else:
+                    failed(f"get {keys[k]}: returned {rc}")
+                break
+        out["load_ns"].append(time.perf_counter_ns() - t)
+        out["requests"] += 1
+        out["refs"] += len(ids)
+        out["hits"] += loaded
+        if loaded < len(ids):
+            rest, rest_keys = ids[loaded:], keys[loaded:]
+            ptrs = [stores + k * bb for k in range(len(rest))]
+            for i, p in zip(rest, ptrs):
+                ctypes.memmove(p, block(i, bb), bb)
+            t = time.perf_counter_ns()
+            if mode == "batch":
+                rcs = store.batch_put_from(rest_keys, ptrs, [bb] * len(rest))
+            else:
+                rcs = [store.put_from(k, p, bb) for k, p in zip(rest_keys, ptrs)]
+            out["store_ns"].append(time.perf_counter_ns() - t)
+            for k, rc in zip(rest_keys, rcs):
+                if rc == 0:
+                    out["stored"] += 1
+                elif rc == OBJECT_ALREADY_EXISTS:
+                    out["kept_existing"] += 1
+                else:
+                    failed(f"put {k}: returned {rc}")
+    out["wall_ns"] = int((time.monotonic() - start) * 1e9)
+    return out
+
+
 def run_job(store, buf, job):
     """The timed loop; stops as stats::Budget on the Rust side does."""
     if job["op"] == "clear":
         return {"removed": store.remove_all(True)}
+    if job["op"] == "trace":
+        return trace_job(store, buf, job)
     op, size, batch = job["op"], job["size"], job["batch"]
     ptr = buf.ptr(size * batch)
     reads = op not in ("put", "put_meta", "batch_put")
