@@ -29,18 +29,27 @@ use mooncake_raft_store::{MetaError, PlacedReplica};
 use mooncake_segment::ClientId;
 
 use crate::leader::reservations::{Reserve, Round, Spreading, aligned, arena_cap};
-use crate::objects::puts::{Grant, candidates, grant_arena, replica_pb};
+use crate::objects::puts::{Grant, Relief, candidates, grant_arena, replica_pb};
 use crate::rpc::errors::invalid;
 use crate::shared::Shared;
 
-/// Rounds of arena grants one ReserveChunk may go through.
-const CHUNK_ROUNDS_MAX: usize = 4;
+/// Rounds of arena grants one ReserveChunk may go through (each halving
+/// of the chunk's length starts another).
+const CHUNK_ROUNDS_MAX: usize = 12;
+
+/// A chunk is halved, on segments without room for it whole, down to room
+/// for this many objects of the size its writer asked for: below that a
+/// chunk saves its writer few round trips.
+const CHUNK_SLOTS_MIN: u64 = 8;
 
 /// The largest chunk a writer may ask for.
 pub const CHUNK_MAX_BYTES: u64 = 64 << 20;
 
-/// ReserveChunk: a chunk for the writer, granting arenas as needed but
-/// never evicting (a writer refused puts the usual way, which evicts).
+/// ReserveChunk: a chunk for the writer, granting arenas as needed (a
+/// shorter chunk where no segment has the asked length contiguous) but
+/// never evicting: a chunk needs contiguous room, which an LRU's scattered
+/// victims rarely make, so evicting for it would empty a fragmented cache
+/// (a writer refused puts the usual way, which evicts what each needs).
 pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> ReserveChunkResponse {
     let refuse = |s: Status| ReserveChunkResponse { status: Some(s), ..Default::default() };
     let no_room = |why: String| {
@@ -60,6 +69,10 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
     }
     let client = ClientId(req.client_id);
     let mut round = Round::default();
+    // The chunk's length: asked, then halved while no segment has that
+    // much contiguous room (a full cache's free bytes lie in the holes
+    // eviction left), down to CHUNK_SLOTS_MIN of the writer's objects.
+    let mut halvings = 0u32;
     for _ in 0..CHUNK_ROUNDS_MAX {
         let found = shared.reader.read(|s| candidates(s, req.min_len, &[]));
         let cands = match found {
@@ -72,7 +85,7 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
         }
         // A chunk fits in one arena of the smallest segment it may go to.
         let cap = cands.iter().map(|c| arena_cap(c.capacity_bytes)).min().unwrap_or(0);
-        let len = aligned(req.len).min(cap);
+        let len = aligned(aligned(req.len).min(cap) >> halvings).max(aligned(req.min_len));
         if len < aligned(req.min_len) {
             return no_room(format!("at most {len} bytes fit one arena, {} asked at least", req.min_len));
         }
@@ -93,12 +106,16 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
             }
             Some(Err(Reserve::NeedArenas(wanted))) => {
                 for (segment, arena_len) in wanted {
-                    match grant_arena(shared, segment, arena_len, len).await {
+                    match grant_arena(shared, segment, arena_len, len, Relief::None).await {
                         Grant::Room => round.granted.push(segment),
                         Grant::NoRoom => round.excluded.push(segment),
                         Grant::NotLeading => return refuse(shared.not_leader()),
                     }
                 }
+            }
+            Some(Err(Reserve::NoRoom { .. })) if (len >> 1) >= aligned(req.min_len).saturating_mul(CHUNK_SLOTS_MIN) => {
+                halvings += 1;
+                round = Round::default();
             }
             Some(Err(_)) => return no_room(format!("fewer than {replicas} segments have {len} bytes free")),
         }

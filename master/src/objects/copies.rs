@@ -30,7 +30,7 @@ use crate::leader::TermState;
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
 use crate::leader::tiering::{Copy, OffloadMode, Purpose};
 use crate::objects::eviction;
-use crate::objects::puts::{Grant, grant_arena};
+use crate::objects::puts::{Grant, Relief, grant_arena};
 use crate::raft::proposer::now_ms;
 use crate::rpc::convert;
 use crate::rpc::errors::{meta_status, response_status};
@@ -326,7 +326,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
     let wanted = shared.leader.with(|t| reserve_copies(t, shared, purpose, plans, room, scanned_to, now));
     let wanted = wanted.unwrap_or_default();
     for (segment, len, unit) in &wanted {
-        if let Grant::NotLeading = grant_arena(shared, *segment, *len, *unit).await {
+        if let Grant::NotLeading = grant_arena(shared, *segment, *len, *unit, Relief::GiveBack).await {
             return false;
         }
     }

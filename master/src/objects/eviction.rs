@@ -89,6 +89,87 @@ pub async fn round_for_quota(shared: &Shared, tenant: &Tenant, except: &str, nee
     remove_victims(shared, Tier::Dram, need_bytes, victims, guard, false).await
 }
 
+/// What holds the bytes of a memory segment a put found no room on: the
+/// words of its refusal (a put is refused only when nothing evictable could
+/// make the room; this says what held it instead).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldBack {
+    pub capacity_bytes: u64,
+    /// Free of objects and outside arenas (in holes smaller than the put,
+    /// or the put would have taken them), and the largest such hole.
+    pub free_bytes: u64,
+    pub largest_hole_bytes: u64,
+    /// Free of objects but inside arenas: promised to puts and writer
+    /// chunks in flight, or waiting for their store node to let go.
+    pub free_in_arenas_bytes: u64,
+    /// Objects under a KV lease (read within `default_kv_lease_ttl`, or
+    /// covered by a new leader's grace) or being removed.
+    pub leased_bytes: u64,
+    pub hard_pinned_bytes: u64,
+    /// Objects eviction could take now.
+    pub evictable_bytes: u64,
+}
+
+impl HeldBack {
+    /// The bytes of `segment` by what holds them; `None` when this master
+    /// does not lead or the segment is gone.
+    pub fn of(shared: &Shared, segment: SegmentId) -> Option<HeldBack> {
+        let ttl = shared.write_path.eviction_policy.kv_lease_ttl;
+        let (capacity_bytes, free, objects) = shared.reader.read(|s| {
+            let g = s.segment(segment)?;
+            let objects: Vec<(KeyHash, mooncake_raft_store::ObjectVersion, Pin, u64)> = s
+                .objects()
+                .filter_map(|o| {
+                    let bytes: u64 = o.replicas.iter().filter(|r| r.segment == segment).map(|r| r.range.len).sum();
+                    (bytes > 0).then(|| (KeyHash::of(&o.key), o.version, o.pin, bytes))
+                })
+                .collect();
+            let (grantable, largest) = s.grantable_bytes(segment);
+            Some((g.capacity_bytes(), (grantable, largest, g.free_bytes().saturating_sub(grantable)), objects))
+        })?;
+        let (free_bytes, largest_hole_bytes, free_in_arenas_bytes) = free;
+        let now = Instant::now();
+        shared.leader.with(|t| {
+            let mut held = HeldBack {
+                capacity_bytes,
+                free_bytes,
+                largest_hole_bytes,
+                free_in_arenas_bytes,
+                ..HeldBack::default()
+            };
+            for (hash, version, pin, bytes) in objects {
+                if pin == Pin::Hard {
+                    held.hard_pinned_bytes += bytes;
+                } else if t.is_version_leased(hash, version, now, ttl) || t.kv.is_fenced(hash) {
+                    held.leased_bytes += bytes;
+                } else {
+                    held.evictable_bytes += bytes;
+                }
+            }
+            held
+        })
+    }
+}
+
+impl std::fmt::Display for HeldBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes: {} free outside arenas (largest hole {}), {} free inside arenas (promised to puts or writer \
+             chunks in flight, or waiting for their store node to let go), {} in objects read within the KV lease \
+             TTL (or kept by a new leader's grace, or being removed), {} hard-pinned, {} in objects evictable but \
+             not freeing room here yet",
+            self.capacity_bytes,
+            self.free_bytes,
+            self.largest_hole_bytes,
+            self.free_in_arenas_bytes,
+            self.leased_bytes,
+            self.hard_pinned_bytes,
+            self.evictable_bytes
+        )
+    }
+}
+
 /// Under the soft-state lock (after the state read: lock order,
 /// `leader.rs`): keeps the `candidates` `usable` keeps, drops the leased
 /// and fenced ones, ranks the rest,

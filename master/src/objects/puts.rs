@@ -131,7 +131,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
                 for (segment, len) in wanted {
-                    match grant_arena(shared, segment, len, aligned(ask.size_bytes)).await {
+                    match grant_arena(shared, segment, len, aligned(ask.size_bytes), Relief::GiveBack).await {
                         Grant::Room => round.granted.push(segment),
                         Grant::NoRoom => round.excluded.push(segment),
                         Grant::NotLeading => return refuse(shared.not_leader()),
@@ -139,15 +139,7 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                 }
             }
             Reserve::NoRoom { .. } if round.allow_fewer => {
-                let segments = match ask.min_replicas {
-                    1 => "no segment has".to_string(),
-                    n => format!("fewer than min_replicas {n} segments have"),
-                };
-                return refuse(invalid(MetaError::NoAvailableHandle(format!(
-                    "{segments} {} free contiguous bytes for {:?} (after evicting what could be evicted)",
-                    aligned(ask.size_bytes),
-                    ask.key
-                ))));
+                return refuse(invalid(MetaError::NoAvailableHandle(no_room(shared, &ask, &look))));
             }
             Reserve::NoRoom { missing } => {
                 make_room(shared, &ask, &look, &mut round, missing, evictions).await;
@@ -160,6 +152,28 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
          put it again",
         ask.key
     ))))
+}
+
+/// Why a put found no room once eviction could not help: on each candidate
+/// segment, what holds its bytes ([`eviction::HeldBack`]).
+fn no_room(shared: &Shared, ask: &PutAsk, look: &Look) -> String {
+    let segments = match ask.min_replicas {
+        1 => "no segment has".to_string(),
+        n => format!("fewer than min_replicas {n} segments have"),
+    };
+    let held: Vec<String> = look
+        .candidates
+        .iter()
+        .take(4)
+        .filter_map(|c| eviction::HeldBack::of(shared, c.segment).map(|h| format!("segment {} of {h}", c.segment)))
+        .collect();
+    format!(
+        "{segments} {} free contiguous bytes for {:?} and eviction could not make room: {}; retry once leases \
+         expire, or give the cluster more memory",
+        aligned(ask.size_bytes),
+        ask.key,
+        held.join("; ")
+    )
 }
 
 /// The put a PutStart asks for, and its preferred segments; refused when
@@ -233,6 +247,16 @@ async fn make_room(shared: &Shared, ask: &PutAsk, look: &Look, round: &mut Round
     round.excluded.clear();
 }
 
+/// Whether an arena grant that finds no room may first give back what
+/// this leader holds unused on the segment (and wait up to
+/// [`TAKE_BACK_WAIT`] for its store node): a put may; a writer chunk, which
+/// goes shorter instead, may not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Relief {
+    GiveBack,
+    None,
+}
+
 /// What an arena grant for a put came to.
 pub(crate) enum Grant {
     /// The segment's open arena has room for the put (granted now, or by a
@@ -245,10 +269,12 @@ pub(crate) enum Grant {
 }
 
 /// Grants this leader an arena of `len` (at least `min_len`) on `segment`,
-/// unless a concurrent put already did. Under pressure it first gives back
-/// the tail of the segment's open arena and every own arena with nothing in
-/// flight.
-pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64) -> Grant {
+/// unless a concurrent put already did. With [`Relief::GiveBack`], under
+/// pressure it first gives back the tail of the segment's open arena and
+/// every own arena with nothing in flight (waiting briefly for the store
+/// node to let go of them). A grant the applied state shows cannot succeed
+/// (no hole of `min_len` outside arenas) is not proposed.
+pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, min_len: u64, relief: Relief) -> Grant {
     let _one_grant_at_a_time = shared.write_path.arena_grants.lock().await;
     let Some((term, room)) = shared.leader.with(|t| (t.term, t.puts.has_room(segment, min_len))) else {
         return Grant::NotLeading;
@@ -259,9 +285,16 @@ pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, m
     // The segment's holes first (as many as make `len`, each at least the
     // object); then again after giving back what this leader holds but
     // does not use.
-    for relieve_first in [false, true] {
+    let tries: &[bool] = match relief {
+        Relief::GiveBack => &[false, true],
+        Relief::None => &[false],
+    };
+    for &relieve_first in tries {
         if relieve_first {
             relieve(shared, segment).await;
+        }
+        if !shared.reader.read(|s| s.has_grantable_hole(segment, min_len)) {
+            continue;
         }
         let grant = Command::ArenaGrant { segment, len_bytes: len, unit_bytes: min_len, term };
         match shared.write_path.proposer.propose(grant).await {

@@ -89,6 +89,28 @@ impl MetaState {
         Ok(Response::ArenaGranted(arena))
     }
 
+    /// Whether an `ArenaGrant` of pieces of at least `unit_bytes` on
+    /// `segment` would find one: a hole that large, free of objects and
+    /// outside every arena. A leader asks before proposing a grant that
+    /// apply would refuse (each refusal is a commit).
+    pub fn has_grantable_hole(&self, segment: SegmentId, unit_bytes: u64) -> bool {
+        let Some(seg) = self.segments.get(&segment) else { return false };
+        let align = seg.tier().align_bytes();
+        let unit = unit_bytes.checked_next_multiple_of(align).unwrap_or(u64::MAX).max(align);
+        seg.alloc
+            .free_extents()
+            .filter(|e| e.len >= unit)
+            .any(|e| self.gaps_outside_arenas(segment, e).iter().any(|g| g.len >= unit))
+    }
+
+    /// Bytes of `segment` free of objects and outside every arena (what
+    /// the next arena grants may take), and the largest such hole.
+    pub fn grantable_bytes(&self, segment: SegmentId) -> (u64, u64) {
+        let Some(seg) = self.segments.get(&segment) else { return (0, 0) };
+        let gaps: Vec<Range> = seg.alloc.free_extents().flat_map(|e| self.gaps_outside_arenas(segment, e)).collect();
+        (gaps.iter().map(|g| g.len).sum(), gaps.iter().map(|g| g.len).max().unwrap_or(0))
+    }
+
     /// The parts of `extent` (of `segment`) not covered by any arena.
     fn gaps_outside_arenas(&self, segment: SegmentId, extent: Range) -> Vec<Range> {
         let mut gaps = Vec::new();
