@@ -18,6 +18,14 @@ pub fn scrape(addr: &str) -> anyhow::Result<String> {
     Ok(body)
 }
 
+/// The value of gauge or counter `name` (a line without labels).
+pub fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+}
+
 /// The mean of histogram `name` in ms and its count, from its `_sum` and
 /// `_count` lines (with `label`, those carrying that label value); `None`
 /// when absent or empty.
@@ -36,6 +44,14 @@ pub fn histogram_mean_ms(text: &str, name: &str, label: Option<&str>) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_read_from_its_own_line_only() {
+        let text = "# HELP x_bytes X\nx_bytes_total 9\nx_bytes 42\n";
+        assert_eq!(value(text, "x_bytes"), Some(42.0));
+        assert_eq!(value(text, "x_bytes_total"), Some(9.0));
+        assert_eq!(value(text, "y"), None);
+    }
 
     #[test]
     fn the_mean_is_the_labelled_sum_over_its_count() {

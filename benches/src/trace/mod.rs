@@ -125,6 +125,87 @@ impl Plan {
     }
 }
 
+/// How full the segment is while a replay runs: the `mooncake_used_bytes`
+/// of a master over its `mooncake_capacity_bytes`, every
+/// [`Occupancy::EVERY`], on a thread of its own. A cache serves hits from
+/// what it holds, so a replay below its LRU bound shows here whether
+/// eviction kept room idle.
+struct Occupancy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl Occupancy {
+    const EVERY: Duration = Duration::from_millis(100);
+    /// Samples count once the segment was this full (the cache's steady state).
+    const FULL_FROM: f64 = 0.9;
+
+    fn sample(http: String) -> Occupancy {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(text) = crate::metrics::scrape(&http) {
+                    let used = crate::metrics::value(&text, "mooncake_used_bytes");
+                    let capacity = crate::metrics::value(&text, "mooncake_capacity_bytes");
+                    if let (Some(u), Some(c)) = (used, capacity.filter(|c| *c > 0.0)) {
+                        samples.push(u / c);
+                    }
+                }
+                std::thread::sleep(Self::EVERY);
+            }
+            samples
+        });
+        Occupancy { stop, thread }
+    }
+
+    /// The mean share of the segment in use, in %, from the first sample at
+    /// [`Occupancy::FULL_FROM`] on; `None` if it never got that full.
+    fn finish(self) -> Option<f64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let samples = self.thread.join().unwrap_or_default();
+        let full: Vec<f64> = samples.into_iter().skip_while(|s| *s < Self::FULL_FROM).collect();
+        (!full.is_empty()).then(|| full.iter().sum::<f64>() / full.len() as f64 * 100.0)
+    }
+}
+
+/// The leader's calls a replay makes, whose mean handling time the trace
+/// table shows (where a request's time goes on the master).
+const LEADER_CALLS: [&str; 8] = [
+    "BatchProbeKey",
+    "BatchGetReplicaList",
+    "GetReplicaList",
+    "ReserveChunk",
+    "BatchPutStart",
+    "PutStart",
+    "BatchPutEnd",
+    "PutEnd",
+];
+
+/// The leader's mean handling time (ms) and count of each of
+/// [`LEADER_CALLS`], and of its commits (`commit`), from its `/metrics`;
+/// the leader is the master with `mooncake_raft_is_leader 1`.
+fn leader_rpcs(cluster: &Cluster) -> Vec<(String, f64, f64)> {
+    let leader = cluster.master_ids().into_iter().find_map(|id| {
+        let node = cluster.node(mooncake_local_cluster::Role::Master, id)?;
+        let text = crate::metrics::scrape(&node.http).ok()?;
+        (crate::metrics::value(&text, "mooncake_raft_is_leader") == Some(1.0)).then_some(text)
+    });
+    let Some(text) = leader else { return Vec::new() };
+    let mut out: Vec<(String, f64, f64)> = LEADER_CALLS
+        .iter()
+        .filter_map(|m| {
+            let (ms, n) = crate::metrics::histogram_mean_ms(&text, "mooncake_rpc_duration_seconds", Some(m))?;
+            Some((m.to_string(), ms, n))
+        })
+        .collect();
+    if let Some((ms, n)) = crate::metrics::histogram_mean_ms(&text, "mooncake_commit_seconds", None) {
+        out.push(("commit".into(), ms, n));
+    }
+    out
+}
+
 /// Client `w`'s share of `requests` of `clients`: every `clients`-th, from `w`.
 fn shares(requests: &[Request], clients: usize) -> Vec<Vec<&Request>> {
     (0..clients).map(|w| requests.iter().skip(w).step_by(clients).collect()).collect()
@@ -171,6 +252,7 @@ pub async fn run(ctx: &mut Ctx, plan: &Plan) -> anyhow::Result<Section> {
     }
     section.tables.push(goals(&runs, lru));
     section.tables.push(results(&runs, lru, unbounded));
+    section.tables.push(leader_table(&runs));
     section.note(format!(
         "{} requests ({} block references) of {}; {} clients; blocks of {} bytes; one segment of {} MiB ({} blocks); {}",
         requests.len(),
@@ -188,7 +270,8 @@ pub async fn run(ctx: &mut Ctx, plan: &Plan) -> anyhow::Result<Section> {
     section.note(
         "hit % = blocks loaded with the right bytes as the stored prefix of their request, over all block \
          references; lookups: ours a lease-free batch probe, upstream's batch_is_exist; lost = found by the lookup, \
-         gone at the load (a miss)",
+         gone at the load (a miss); full % = the mean share of the segment holding objects once it first was 90 % \
+         full (ours: a master's metrics every 100 ms)",
     );
     Ok(section)
 }
@@ -210,6 +293,8 @@ async fn ours(ctx: &mut Ctx, plan: &Plan, requests: &[Request], mode: Mode) -> a
     }
     let shares = shares(requests, plan.clients);
     let shape = plan.shape(mode);
+    let http = cluster.node(mooncake_local_cluster::Role::Master, 1).map(|n| n.http.clone()).unwrap_or_default();
+    let sampler = Occupancy::sample(http);
     let start = Instant::now();
     let replays = clients.iter().zip(&shares).map(|(c, share)| replay::replay(c, share, shape, start));
     let all = tokio::time::timeout(REPLAY_TIMEOUT, futures::future::join_all(replays))
@@ -219,6 +304,8 @@ async fn ours(ctx: &mut Ctx, plan: &Plan, requests: &[Request], mode: Mode) -> a
     for o in all {
         total.merge(o);
     }
+    total.full_pct = sampler.finish();
+    total.leader_ms = leader_rpcs(&cluster);
     for c in clients {
         c.close().await;
     }
@@ -271,7 +358,7 @@ async fn upstream_replay(
     }
 }
 
-fn find<'a>(runs: &'a [Run], ours: bool, mode: Mode) -> Option<&'a Outcome> {
+fn find(runs: &[Run], ours: bool, mode: Mode) -> Option<&Outcome> {
     runs.iter().find(|r| (r.system == "mooncake-rs") == ours && r.mode == mode).map(|r| &r.outcome)
 }
 
@@ -326,6 +413,7 @@ fn results(runs: &[Run], lru: Hits, unbounded: Hits) -> Table {
             ("failed", "failed"),
             ("corrupt", "corrupt"),
             ("lost", "lost"),
+            ("full_pct", "full %"),
             ("requests_per_s", "req/s"),
             ("load_p50_ms", "load p50"),
             ("load_p99_ms", "load p99"),
@@ -350,6 +438,7 @@ fn results(runs: &[Run], lru: Hits, unbounded: Hits) -> Table {
             Cell::Int(o.failed),
             Cell::Int(o.corrupt),
             Cell::Int(o.lost_after_lookup),
+            Cell::opt(o.full_pct, 1),
             Cell::Num(o.requests_per_s(), 1),
             ms(&load, true),
             ms(&load, false),
@@ -360,8 +449,23 @@ fn results(runs: &[Run], lru: Hits, unbounded: Hits) -> Table {
     for (name, h) in [("exact LRU, same capacity", lru), ("unbounded cache", unbounded)] {
         let mut row = vec![Cell::text(name), Cell::text("-"), Cell::Missing, Cell::Num(h.rate() * 100.0, 2)];
         row.push(Cell::opt(ratio(h.rate(), Some(lru.rate())), 2));
-        row.extend(std::iter::repeat_n(Cell::Missing, 9));
+        row.extend(std::iter::repeat_n(Cell::Missing, 10));
         t.row(row);
+    }
+    t
+}
+
+/// Where our requests' time went on the leader: per call, its mean
+/// handling time and how many were made, per mode.
+fn leader_table(runs: &[Run]) -> Table {
+    let mut t = Table::new(
+        "mooncake-rs: the leader's calls during each replay (mean ms as handled, count)",
+        cols(&[("mode", "mode"), ("call", "call"), ("mean_ms", "mean ms"), ("count", "count")]),
+    );
+    for r in runs.iter().filter(|r| r.system == "mooncake-rs") {
+        for (call, ms, n) in &r.outcome.leader_ms {
+            t.row(vec![Cell::text(r.mode.name()), Cell::text(call), Cell::Num(*ms, 3), Cell::Int(*n as u64)]);
+        }
     }
     t
 }

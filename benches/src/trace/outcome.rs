@@ -39,6 +39,14 @@ pub struct Outcome {
     pub store_ns: Vec<u64>,
     /// The replay's wall time, in ns.
     pub wall_ns: u64,
+    /// The mean share of the segment in use once it was full, in %
+    /// (measured apart from the replay; `None` where not measured).
+    #[serde(default)]
+    pub full_pct: Option<f64>,
+    /// Ours: the leader's calls (name, mean ms handled, count), measured
+    /// apart from the replay.
+    #[serde(default)]
+    pub leader_ms: Vec<(String, f64, f64)>,
 }
 
 impl Outcome {
