@@ -2,6 +2,7 @@
 Mooncake's wheel in the same run, through the same Python API.
 
     python -m mooncake_rs.bench [--quick] [--json] [--masters HOST:PORT,...]
+    python -m mooncake_rs.bench --trace FILE [--quick] [--json] [--requests N] ...
 
 For each object size (4 KiB, 64 KiB, 4 MiB) and client thread count (1, 8)
 it measures ``put_from``, ``get_into`` and ``batch_get_into`` (registered
@@ -27,6 +28,9 @@ venv in ``$MOONCAKE_UPSTREAM_VENV`` or ``~/.cache/mooncake-rs/upstream-venv-0.3.
 Both stores' segments are written once and cleared before the timed phases
 (no first-touch page faults in either). This file runs under either
 library's Python: it imports neither at the top.
+
+With ``--trace FILE`` it replays a request trace instead, as a KV cache's
+connector would (``mooncake_rs.bench_trace``).
 """
 
 import argparse
@@ -290,20 +294,26 @@ def find_mooncake(explicit):
                      "(cargo build --release --bin mooncake)")
 
 
+def start_our_masters(args, procs, logs):
+    """``args.masters``, or the masters of a ``mooncake up --stores=0`` started in ``procs``."""
+    if args.masters:
+        return args.masters
+    up = procs.start([find_mooncake(args.mooncake_bin), "up", "--stores=0",
+                      "--dir=" + tempfile.mkdtemp(prefix="ours-cluster-", dir=logs)],
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return re.match(r"masters: (\S+)", read_line(up, "mooncake up", START_TIMEOUT_S)).group(1)
+
+
 def start_ours(args, procs, logs):
-    masters = args.masters
-    if not masters:
-        up = procs.start([find_mooncake(args.mooncake_bin), "up", "--stores=0", "--dir=" + tempfile.mkdtemp(prefix="ours-cluster-", dir=logs)],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        masters = re.match(r"masters: (\S+)", read_line(up, "mooncake up", START_TIMEOUT_S)).group(1)
-    return System(sys.executable, "ours", masters, "P2PHANDSHAKE", procs, logs)
+    return System(sys.executable, "ours", start_our_masters(args, procs, logs), "P2PHANDSHAKE", procs, logs)
 
 
-def start_upstream(procs, logs):
-    """Upstream's master and processes, or why not."""
+def start_upstream_master(procs, logs):
+    """Upstream's ``mooncake_master`` (with its HTTP metadata server) started
+    in ``procs``: ``(python, master address, metadata URL)``, or ``(None, why, None)``."""
     python, master = UPSTREAM_VENV / "bin" / "python", UPSTREAM_VENV / "bin" / "mooncake_master"
     if not (python.exists() and master.exists()):
-        return None, f"no upstream venv at {UPSTREAM_VENV} (`mooncake bench` creates it)"
+        return None, f"no upstream venv at {UPSTREAM_VENV} (`mooncake bench` creates it)", None
     rpc, http, metrics = free_port(), free_port(), free_port()
     with open(Path(logs) / "upstream-master.log", "w") as log:
         procs.start([str(master), f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
@@ -318,10 +328,17 @@ def start_upstream(procs, logs):
             break
         except OSError:
             if time.monotonic() > deadline:
-                return None, "upstream mooncake_master did not listen"
+                return None, "upstream mooncake_master did not listen", None
             time.sleep(0.1)
-    metadata = f"http://127.0.0.1:{http}/metadata"
-    return System(str(python), "upstream", f"127.0.0.1:{rpc}", metadata, procs, logs), ""
+    return python, f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
+
+
+def start_upstream(procs, logs):
+    """Upstream's master and processes, or why not."""
+    python, master, metadata = start_upstream_master(procs, logs)
+    if python is None:
+        return None, master
+    return System(str(python), "upstream", master, metadata, procs, logs), ""
 
 
 def run(args):
@@ -402,16 +419,29 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=2.0, help="length of each timed phase")
     p.add_argument("--rounds", type=int, default=1,
                    help="run each phase this often per system (alternating); report the median round")
+    t = p.add_argument_group("trace replay (mooncake_rs.bench_trace)")
+    t.add_argument("--trace", default="", metavar="FILE",
+                   help="replay this request trace (JSON lines: timestamp ms, hash_ids) instead")
+    t.add_argument("--requests", type=int, default=0, help="requests of the trace replayed (1500; --quick 300)")
+    t.add_argument("--block-bytes", type=int, default=32 * KiB, help="bytes of one block (32768)")
+    t.add_argument("--clients", type=int, default=1, help="client processes, each with its share of the segment")
+    t.add_argument("--mode", choices=["batch", "single", "both"], default="both",
+                   help="batch calls (vLLM's connector) or one call per block")
+    p.add_argument("--segment-bytes", type=int, default=0,
+                   help="with --trace: the segment bytes of all clients together (256 MiB; --quick 64 MiB)")
     p.add_argument("--warm-bytes", type=int, default=WARM_BYTES, help=argparse.SUPPRESS)
     p.add_argument("--role", choices=["orchestrate", "store", "client"], default="orchestrate", help=argparse.SUPPRESS)
     p.add_argument("--impl", choices=["ours", "upstream"], default="ours", help=argparse.SUPPRESS)
     p.add_argument("--metadata", default="P2PHANDSHAKE", help=argparse.SUPPRESS)
-    p.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.role == "store":
         return store_role(args)
     if args.role == "client":
         return client_role(args)
+    if args.trace:
+        from mooncake_rs import bench_trace
+
+        return bench_trace.main(args)
     if args.quick:
         args.seconds, args.warm_bytes = 0.3, 256 * MiB
     ours, upstream, note = run(args)

@@ -21,6 +21,7 @@ def test_the_same_key_in_two_tenants_is_two_objects(stores, store):
     assert a.put("t88/only-a", b"x") == 0
     assert b.is_exist("t88/only-a") == 0
     assert b.batch_is_exist(["t88/k", "t88/only-a"]) == [1, 0]
+    assert b.batch_probe_key(["t88/k", "t88/only-a"]) == [1, 0] and b.probe_key("t88/only-a") == 0
     # b's reads leased its object for 0.5 s: remove_all skips it till then.
     wait_for("b's remove_all to remove b's one object", 5, lambda: b.remove_all(False) == 1, interval_s=0.1)
     assert a.get("t88/k") == b"from a" and a.get("t88/only-a") == b"x"

@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
@@ -19,6 +19,7 @@ use super::replica::ReplicaDescriptor;
 use crate::batches::RangeReads;
 use crate::buffers::{Region, carve};
 use crate::codes::{self, Code};
+use crate::probe::ProbePolicy;
 use crate::session::StoreState;
 use crate::setup::{SetupArgs, TlsPaths};
 
@@ -518,15 +519,46 @@ impl MooncakeDistributedStore {
         Ok(py.detach(|| s.get_batch_into_parts(&keys, regions)))
     }
 
-    /// 1 exists, 0 does not, -1 error.
+    /// 1 exists, 0 does not, -1 error; a key found is KV-leased, as upstream's.
     fn is_exist(&self, py: Python<'_>, key: &str) -> PyResult<Code> {
         let s = session!(self, -1);
         Ok(py.detach(|| s.exists(key)))
     }
 
+    /// 1 exists, 0 does not, -1 error; each key found is KV-leased
+    /// (`default_kv_lease_ttl`), as upstream's.
     fn batch_is_exist(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<Code>> {
         let s = session!(self, vec![-1; keys.len()]);
         Ok(py.detach(|| s.batch_exists(&keys)))
+    }
+
+    /// `batch_probe_key(keys, policy="none", candidate_size=1)` (upstream
+    /// 0.3.14): as `batch_is_exist` without KV leases; with `"LastHitOnly"`
+    /// the last all-hit group of `candidate_size` keys of the leading hits
+    /// is leased (crate::probe). `ValueError` for another policy or a
+    /// `candidate_size` below 1.
+    #[pyo3(signature = (keys, policy="none", candidate_size=1))]
+    fn batch_probe_key(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        policy: &str,
+        candidate_size: i64,
+    ) -> PyResult<Vec<Code>> {
+        let policy = ProbePolicy::parse(policy, candidate_size).map_err(PyValueError::new_err)?;
+        let s = session!(self, vec![-1; keys.len()]);
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(py.detach(|| s.batch_probe(&keys, policy)))
+    }
+
+    /// `probe_key(key)` (upstream 0.3.14): 1 exists, 0 does not, -1 error;
+    /// no KV lease.
+    fn probe_key(&self, py: Python<'_>, key: String) -> PyResult<Code> {
+        let s = session!(self, -1);
+        let keys = [key];
+        Ok(py.detach(|| s.batch_probe(&keys, ProbePolicy::None)).first().copied().unwrap_or(-1))
     }
 
     fn get_size(&self, py: Python<'_>, key: &str) -> PyResult<Code> {
