@@ -22,6 +22,7 @@ use mooncake_proto::master::GetReplicaListResponse;
 use tokio::task::JoinSet;
 
 use crate::access::Access;
+use crate::availability::{PutRefusal, PutSource};
 use crate::history::Outcome;
 use crate::lease::{LeaseOp, LeaseOutcome, LeaseRecord};
 use crate::rng::Rng;
@@ -169,7 +170,19 @@ async fn put_round(ctx: &Arc<Ctx>, round: u64) -> Vec<String> {
             match &result {
                 Ok(Ok(PutOutcome::Stored)) => {}
                 Ok(Ok(PutOutcome::KeptExisting)) => ctx.shared.note_put_failure("kept existing", || key.clone()),
-                Ok(Err(e)) => ctx.shared.note_put_failure(&failure_cause(e), || e.to_string()),
+                Ok(Err(e)) => {
+                    ctx.shared.note_put_failure(&failure_cause(e), || e.to_string());
+                    ctx.shared.note_refusal(e, |message, complete_ns| PutRefusal {
+                        source: PutSource::Lease,
+                        key: key.clone(),
+                        size_bytes: LEASE_OBJECT_BYTES as u64,
+                        replicas: LEASE_PUT.replicas,
+                        min_replicas: LEASE_PUT.min_replicas,
+                        invoke_ns,
+                        complete_ns,
+                        message,
+                    });
+                }
                 Err(_) => ctx.shared.note_put_failure("timed out", || format!("no answer in {OP_TIMEOUT:?}")),
             }
             let outcome = match result {

@@ -4,16 +4,19 @@
 //! Key types: [`OpRecord`] and [`History`] (written as `history.jsonl` by
 //! [`write_jsonl`], read by [`read_jsonl`]); [`check_linearizable`], a per-key
 //! Wing–Gong/Lowe linearizability checker returning a [`Verdict`]; the
-//! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`]; and
-//! [`check_kv_leases`] over the lease workload's [`LeaseRecord`]s; and
-//! [`event_feed::check_event_feed`] over what a watcher saw.
+//! final-state checkers [`no_lost_acked_puts`] and [`cluster_health`];
+//! [`check_kv_leases`] over the lease workload's [`LeaseRecord`]s;
+//! [`event_feed::check_event_feed`] over what a watcher saw; and
+//! [`availability::check_availability`] over the puts refused for room.
 //!
 //! That core (`history`, `jsonl`, `model`, `wgl`, `memo`, `explain`,
-//! `linearizability`, `checkers`, `lease`, `event_feed`) is pure: it starts no processes, touches no
-//! network and uses no other mooncake crate. The orchestration modules that
+//! `linearizability`, `checkers`, `lease`, `event_feed`, `availability`)
+//! is pure: it starts no processes, touches no network and uses no other
+//! mooncake crate. The orchestration modules that
 //! run masters in network namespaces, inject faults and record histories
 //! build on it, never the other way round.
 
+pub mod availability;
 mod checkers;
 mod error;
 pub mod event_feed;
@@ -49,6 +52,7 @@ pub mod safety;
 // Orchestration: the cluster under test, workloads, stall writers, nemesis,
 // end-of-run byte checks, runs and reports.
 pub mod access;
+pub mod availability_run;
 pub mod chaos_cluster;
 pub mod committed_bytes;
 pub mod disk_objects;
@@ -68,6 +72,7 @@ pub mod stall_process;
 pub mod stall_writer;
 pub mod store_kill;
 pub mod tenant_probe;
+pub mod term_watch;
 pub mod tier_reader;
 pub mod workload;
 pub mod zone_loss;

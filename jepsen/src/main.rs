@@ -38,8 +38,10 @@ struct Common {
     bin: Option<PathBuf>,
     /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to every master
     /// (`--dev-unsafe-stale-reads`, `--dev-unsafe-no-fsync`,
-    /// `--dev-unsafe-unfenced-removals`, `--dev-unsafe-arena-reuse`, `--dev-unsafe-chunk-reuse` or `--dev-unsafe-expire-after-stall`) to
-    /// show the checkers catch the bug. Never part of a real run.
+    /// `--dev-unsafe-unfenced-removals`, `--dev-unsafe-arena-reuse`,
+    /// `--dev-unsafe-chunk-reuse`, `--dev-unsafe-hold-freed-ranges` or
+    /// `--dev-unsafe-expire-after-stall`) to show the checkers catch the
+    /// bug. Never part of a real run.
     #[arg(long = "master-flag")]
     master_flags: Vec<String>,
     /// DEVELOPMENT ONLY: pass a deliberately unsafe flag to the workload's

@@ -304,6 +304,17 @@ impl CheckerVerdict {
         }
     }
 
+    /// The availability checker: no put refused for room while the live
+    /// segments had room for it by the bound (`availability.rs`);
+    /// `checked` is the refusals it judged.
+    pub fn from_availability(v: &crate::availability::AvailabilityVerdict) -> Self {
+        let mut problems: Vec<String> = v.violations.iter().take(PROBLEMS_MAX).map(|v| v.to_string()).collect();
+        if v.counts.violations > problems.len() {
+            problems.push(format!("... and {} more", v.counts.violations - problems.len()));
+        }
+        CheckerVerdict { checker: "availability".into(), valid: v.is_valid(), checked: v.counts.judged, problems }
+    }
+
     /// `verified` reads returned bytes some put wrote; `corrupt_reads` did not.
     pub fn data_integrity(corrupt_reads: u64, verified: u64) -> Self {
         let problems = if corrupt_reads == 0 {
@@ -368,6 +379,8 @@ pub struct RunReport {
     pub tenant_probe: crate::tenant_probe::TenantProbeReport,
     /// `zone-loss`: every loss of the zone (`zone_loss.rs`).
     pub zone_outages: Vec<crate::zone_loss::ZoneOutage>,
+    /// What the availability checker judged (scenarios it runs in).
+    pub availability: Option<crate::availability::AvailabilityCounts>,
 }
 
 fn commit() -> String {
@@ -421,6 +434,7 @@ impl RunReport {
             put_failures: BTreeMap::new(),
             tenant_probe: Default::default(),
             zone_outages: Vec::new(),
+            availability: None,
         }
     }
 
@@ -478,6 +492,9 @@ impl RunReport {
                 o.reads,
                 o.remounted_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
             );
+        }
+        if let Some(a) = &self.availability {
+            let _ = writeln!(s, "availability: {a}");
         }
         let l = &self.kv_leases;
         let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
@@ -550,6 +567,18 @@ pub fn write_stall_history(dir: &Path, puts: &[crate::stall_process::StallPut]) 
 /// [`TierRead`](crate::tier_reader::TierRead) a line.
 pub fn write_tier_reads(dir: &Path, reads: &[crate::tier_reader::TierRead]) -> anyhow::Result<()> {
     write_json_lines(&dir.join("tier-reads.jsonl"), reads)
+}
+
+/// Writes the puts refused for room as `refusals.jsonl` and the masters'
+/// terms as `terms.jsonl` (the availability checker's input besides the
+/// histories), one JSON object a line.
+pub fn write_refusals(
+    dir: &Path,
+    refusals: &[crate::availability::PutRefusal],
+    terms: &[crate::term_watch::TermSample],
+) -> anyhow::Result<()> {
+    write_json_lines(&dir.join("refusals.jsonl"), refusals)?;
+    write_json_lines(&dir.join("terms.jsonl"), terms)
 }
 
 /// Writes the lease workload's record as `lease-history.jsonl`, one JSON

@@ -17,6 +17,7 @@ use mooncake_client::{Client, ClientError, MasterClient};
 use tokio::sync::Mutex;
 
 use crate::access::Access;
+use crate::availability_run;
 use crate::chaos_cluster::{
     ChaosCluster, ClusterOptions, EVICTION_HIGH_WATERMARK_RATIO, EVICTION_RATIO, KV_LEASE_TTL, STORE_SEGMENT_BYTES,
 };
@@ -33,7 +34,7 @@ use crate::nemesis::{DiskFullOutcome, FaultEvent, Nemesis, STALL_WAIT_MAX, find_
 use crate::net::Network;
 use crate::preload::{self, Preload};
 use crate::report::{
-    CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_stall_history, write_tier_reads,
+    CheckerVerdict, LeaseReport, RunReport, write_lease_history, write_refusals, write_stall_history, write_tier_reads,
 };
 use crate::rng::Rng;
 use crate::scenario::Scenario;
@@ -41,6 +42,7 @@ use crate::stall_process::{StallCounts, StallPut, StallSpawn, StallWriters};
 use crate::stall_writer::{STALL_OBJECT_BYTES, STALL_PUTS_PER_ROUND};
 use crate::store_kill::StoreKill;
 use crate::tenant_probe::{self, TenantProbeOptions, TenantProbeReport};
+use crate::term_watch::{self, TermSample};
 use crate::tier_reader::{self, TierRead, TierReaderOptions};
 use crate::workload::{self, Shared, WorkloadOptions, decode_value};
 use crate::zone_loss::ZoneOutage;
@@ -113,6 +115,8 @@ struct Extras {
     tenant_probe: TenantProbeReport,
     /// `zone-loss`: every loss of the zone.
     zone_outages: Vec<ZoneOutage>,
+    /// The masters' terms through the run (`term_watch.rs`).
+    terms: Vec<TermSample>,
 }
 
 /// Runs one scenario and writes its report; `Ok` even when a checker finds a
@@ -239,6 +243,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         tokio::spawn(tier_reader::run(tier_opts, shared.clone()))
     });
     let workload = tokio::spawn(workload::run(wl_opts, shared.clone()));
+    let terms = tokio::spawn(term_watch::run(access.clone(), addrs.clone(), shared.clone()));
     let leases = tokio::spawn(lease_workload::run(lease_opts, shared.clone()));
     let probe_opts = TenantProbeOptions {
         access: access.clone(),
@@ -285,6 +290,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
     shared.stop.store(true, Ordering::Relaxed);
     workload.await.context("workload task")?.context("workload")?;
     leases.await.context("lease workload task")?.context("lease workload")?;
+    let terms = terms.await.context("term watch task")?;
     let tenant_probe = probe.await.context("tenant probe task")?.context("tenant probe")?;
     let tier_reads = match tier_reader {
         Some(t) => t.await.context("tier reader task")?.context("tier reader")?,
@@ -311,6 +317,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         watcher,
         tenant_probe,
         zone_outages: std::mem::take(&mut nemesis.zone_outages),
+        terms,
     };
     finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
 }
@@ -406,6 +413,7 @@ async fn finish(
         watcher,
         tenant_probe,
         zone_outages,
+        terms,
     } = extras;
     let (voters, addrs) = {
         let c = cluster.lock().await;
@@ -445,6 +453,8 @@ async fn finish(
     let lease_config =
         LeaseCheckConfig { ttl_ns: KV_LEASE_TTL.as_nanos() as u64, margin_ns: LEASE_MARGIN.as_nanos() as u64 };
     let leases = check_kv_leases(&lease_records, &lease_config);
+    let refusals = shared.refusals();
+    let availability = availability_run::check_run(&refusals, &history, &lease_records, &faults, &terms, opts.clients);
     let evicted = cluster.lock().await.evicted_objects();
     let put_failures = shared.put_failures();
     let acked_puts =
@@ -462,6 +472,9 @@ async fn finish(
         CheckerVerdict::tenant_isolation(&tenant_probe),
     ];
     checkers.extend(stall_puts.as_ref().map(CheckerVerdict::from_stall_puts));
+    if opts.scenario.checks_availability() {
+        checkers.push(CheckerVerdict::from_availability(&availability));
+    }
     if opts.scenario.faults().contains(&crate::scenario::Fault::FollowerBursts) {
         checkers.push(CheckerVerdict::from_leader_stability(&check_leader_stability(&windows)));
     }
@@ -514,6 +527,7 @@ async fn finish(
     report.put_failures = put_failures;
     report.tenant_probe = tenant_probe;
     report.zone_outages = zone_outages;
+    report.availability = opts.scenario.checks_availability().then_some(availability.counts);
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);
     report.follower_windows = windows;
@@ -525,6 +539,7 @@ async fn finish(
     // Only a passing run drops the store nodes' disk files (evidence).
     cluster.lock().await.keep_disks = !report.valid;
     write_lease_history(dir, &lease_records)?;
+    write_refusals(dir, &refusals, &terms)?;
     if let Some((puts, _)) = &stall {
         write_stall_history(dir, puts)?;
     }

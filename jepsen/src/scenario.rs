@@ -254,6 +254,31 @@ impl Scenario {
         self == Scenario::UcxStores
     }
 
+    /// The availability checker judges the puts refused for room
+    /// (`availability.rs`): its bound knows the register and lease
+    /// workloads and the tenant probe on two 4 MiB memory segments, with
+    /// master faults (any leader change is seen by the term watch) and
+    /// kills of the faulted store node. Not where something else holds
+    /// room it cannot see: stall writers, a preloaded segment, disk tiers,
+    /// or faults whose effect on room outlasts their heal (a skewed wall
+    /// clock dates commits, a full or power-cut disk, a wiped master).
+    pub fn checks_availability(self) -> bool {
+        let judged = |f: &Fault| {
+            matches!(
+                f,
+                Fault::IsolateLeader
+                    | Fault::Halves
+                    | Fault::Ring
+                    | Fault::OneWay
+                    | Fault::Kill
+                    | Fault::Pause
+                    | Fault::Loss
+                    | Fault::Membership
+            )
+        };
+        self.store_segment_size() == STORE_SEGMENT_SIZE && !self.preloads() && self.faults().iter().all(judged)
+    }
+
     pub fn needs_stall_writers(self) -> bool {
         self.faults().contains(&Fault::KillUnderStall)
     }
@@ -273,5 +298,19 @@ impl FromStr for Scenario {
             let names: Vec<&str> = ALL.iter().map(|s| s.name()).collect();
             format!("unknown scenario {s:?}; one of: {}", names.join(", "))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn availability_is_judged_only_where_the_bound_knows_what_holds_room() {
+        let judged: Vec<&str> = ALL.iter().filter(|sc| sc.checks_availability()).map(|sc| sc.name()).collect();
+        assert_eq!(
+            judged,
+            ["baseline", "isolate-leader", "halves", "ring", "one-way", "kill", "pause", "membership", "loss", "mixed"]
+        );
     }
 }

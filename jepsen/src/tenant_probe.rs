@@ -31,7 +31,7 @@ use crate::workload::{OBJECT_BYTES, OP_TIMEOUT, Shared, connect_with_retry, deco
 /// The two tenants of the probe.
 pub const PROBE_TENANTS: [&str; 2] = ["jepsen-a", "jepsen-b"];
 /// A round every this often.
-const ROUND_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const ROUND_INTERVAL: Duration = Duration::from_millis(100);
 /// Crossings kept at most (the count goes on in `checked`'s terms: a
 /// broken build crosses on every round).
 const CROSSINGS_MAX: usize = 1_000;

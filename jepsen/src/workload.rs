@@ -23,6 +23,7 @@ use mooncake_proto::ErrorCode;
 use tokio::sync::Mutex;
 
 use crate::access::Access;
+use crate::availability::{PutRefusal, PutSource};
 use crate::history::{OpKind, OpRecord, Outcome, ProcessId};
 use crate::lease::LeaseRecord;
 use crate::rng::Rng;
@@ -104,7 +105,16 @@ pub struct Shared {
     /// Why puts of either workload were not acknowledged, by cause (the
     /// report's `put failures` line: a run whose puts all failed says why).
     put_failures: std::sync::Mutex<BTreeMap<String, PutFailures>>,
+    /// Puts of either workload refused with `NO_AVAILABLE_HANDLE` (at most
+    /// [`REFUSALS_MAX`]), for the availability checker.
+    refusals: std::sync::Mutex<Vec<PutRefusal>>,
 }
+
+/// Refusals kept in [`Shared::refusals`] at most (each about 1 KiB with
+/// the master's message): a cache refusing most puts makes about 50 a
+/// second (23,000 in 5 min before stop 43). Past it the checker judges
+/// those kept, so it can only miss violations, never invent one.
+const REFUSALS_MAX: usize = 100_000;
 
 /// Puts that failed for one cause: how many, and the first one's message.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -189,6 +199,7 @@ impl Shared {
             lease_disk_only_reads: AtomicU64::new(0),
             lease_stored: Mutex::new(Vec::new()),
             put_failures: std::sync::Mutex::new(BTreeMap::new()),
+            refusals: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -201,6 +212,24 @@ impl Shared {
             entry.first = message();
         }
         entry.count += 1;
+    }
+
+    /// Records a put refused with `NO_AVAILABLE_HANDLE` (the answer came
+    /// now); other errors are not recorded.
+    pub fn note_refusal(&self, e: &ClientError, refused: impl FnOnce(String, u64) -> PutRefusal) {
+        if e.code() != Some(ErrorCode::NoAvailableHandle) {
+            return;
+        }
+        let refusal = refused(e.to_string(), self.now_ns());
+        let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        if refusals.len() < REFUSALS_MAX {
+            refusals.push(refusal);
+        }
+    }
+
+    /// Every put refused for room so far.
+    pub fn refusals(&self) -> Vec<PutRefusal> {
+        self.refusals.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every put failure so far, by cause.
@@ -414,15 +443,16 @@ async fn client_loop(p: u64, reader: Client, writer: Client, shared: Arc<Shared>
             _ => None,
         };
         let invoke_ns = shared.now_ns();
-        let outcome = match tokio::time::timeout(OP_TIMEOUT, perform(&reader, &writer, &key, op, &shared)).await {
-            Ok(o) => o,
-            Err(_) => {
-                if put.is_some() {
-                    shared.note_put_failure("timed out", || format!("no answer in {OP_TIMEOUT:?}"));
+        let outcome =
+            match tokio::time::timeout(OP_TIMEOUT, perform(&reader, &writer, &key, op, &shared, invoke_ns)).await {
+                Ok(o) => o,
+                Err(_) => {
+                    if put.is_some() {
+                        shared.note_put_failure("timed out", || format!("no answer in {OP_TIMEOUT:?}"));
+                    }
+                    Outcome::Unknown
                 }
-                Outcome::Unknown
-            }
-        };
+            };
         let complete_ns = Some(shared.now_ns());
         drop(put);
         let record = OpRecord { process: ProcessId(p), key, op, invoke_ns, complete_ns, outcome };
@@ -449,14 +479,26 @@ fn definitely_failed(e: &ClientError) -> bool {
         )
 }
 
-async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared: &Shared) -> Outcome {
+async fn perform(reader: &Client, writer: &Client, key: &str, op: OpKind, shared: &Shared, invoke_ns: u64) -> Outcome {
     match op {
         OpKind::Put { value } => {
             let result = writer.put(key, &object_bytes(value), &PINNED_TWO_REPLICAS).await;
             match &result {
                 Ok(PutOutcome::Stored) => {}
                 Ok(PutOutcome::KeptExisting) => shared.note_put_failure("kept existing", || key.to_string()),
-                Err(e) => shared.note_put_failure(&failure_cause(e), || e.to_string()),
+                Err(e) => {
+                    shared.note_put_failure(&failure_cause(e), || e.to_string());
+                    shared.note_refusal(e, |message, complete_ns| PutRefusal {
+                        source: PutSource::Register,
+                        key: key.to_string(),
+                        size_bytes: OBJECT_BYTES as u64,
+                        replicas: PINNED_TWO_REPLICAS.replicas,
+                        min_replicas: PINNED_TWO_REPLICAS.min_replicas,
+                        invoke_ns,
+                        complete_ns,
+                        message,
+                    });
+                }
             }
             match result {
                 Ok(PutOutcome::Stored) => Outcome::Ok,
