@@ -38,6 +38,11 @@ fn cluster(extra: &[&str]) -> Cluster {
         // Short KV leases: a new leader counts every object as leased for
         // one lease TTL, and this test needs eviction within seconds.
         .arg("--default_kv_lease_ttl=500")
+        // The memory tier's duty evicts down to 90 % by 5 % a round (the
+        // defaults run fuller): with 32 objects of room, a quarter of the 40
+        // put must leave memory for disk.
+        .arg("--eviction_high_watermark_ratio=0.9")
+        .arg("--eviction_ratio=0.05")
         .store_arg("--heartbeat-interval-ms=100")
         .binary(BIN);
     for a in extra {

@@ -3,8 +3,8 @@
 //! back ([`ArenaFences`]), client heartbeats, and when this leader first saw
 //! each object retired by an upsert. None of it is replicated. A new leader
 //! starts empty and is conservative instead: for one KV-lease TTL after its
-//! election every object counts as leased, and every known client counts as
-//! seen at the election.
+//! election every object that existed when it took over counts as leased,
+//! and every known client counts as seen at the election.
 //!
 //! **Lock order.** The soft state is one mutex, and it is never locked while
 //! the applied state is being read: callers read the state (`StateReader`),
@@ -99,13 +99,6 @@ impl TermState {
     pub fn is_version_leased(&self, key: KeyHash, version: ObjectVersion, now: Instant, ttl: Duration) -> bool {
         let in_grace = now < self.elected_at + ttl && self.grace_below.is_none_or(|below| version < below);
         in_grace || self.kv.is_leased(key, now)
-    }
-
-    /// Whether a reader may hold a KV lease on `key` at `now`: one this
-    /// leader granted, or — within one TTL of its election — one an earlier
-    /// leader may have granted.
-    pub fn is_kv_leased(&self, key: KeyHash, now: Instant, ttl: Duration) -> bool {
-        now < self.elected_at + ttl || self.kv.is_leased(key, now)
     }
 
     /// When `client` was last heard from (the election, and the end of a
@@ -229,14 +222,14 @@ impl LeaderState {
     /// leased is refused instead (its index is in the answer's `refused`).
     /// `None` when not leading. The fences lift when the guard is finished
     /// or dropped.
-    pub fn fence_removals(self: &Arc<Self>, keys: &[KeyHash], force: bool) -> Option<Fenced> {
+    pub fn fence_removals(self: &Arc<Self>, keys: &[(KeyHash, ObjectVersion)], force: bool) -> Option<Fenced> {
         let now = Instant::now();
         let ttl = self.kv_lease_ttl;
         let (term, refused) = self.with(|t| {
             let refused: Vec<bool> = keys
                 .iter()
-                .map(|k| {
-                    let leased = !force && t.is_kv_leased(*k, now, ttl);
+                .map(|(k, version)| {
+                    let leased = !force && t.is_version_leased(*k, *version, now, ttl);
                     if !leased {
                         t.kv.fence(*k);
                     }
@@ -245,7 +238,7 @@ impl LeaderState {
                 .collect();
             (t.term, refused)
         })?;
-        let fenced = keys.iter().zip(&refused).filter(|(_, r)| !**r).map(|(k, _)| *k).collect();
+        let fenced = keys.iter().zip(&refused).filter(|(_, r)| !**r).map(|((k, _), _)| *k).collect();
         Some(Fenced { guard: FenceGuard { leader: self.clone(), term, keys: fenced, lifted: false }, refused })
     }
 
@@ -321,20 +314,30 @@ mod tests {
     use super::*;
 
     const TTL: Duration = Duration::from_millis(100);
+    /// The version of the objects the removal tests remove.
+    const V: ObjectVersion = ObjectVersion(1);
 
     fn k(s: &str) -> KeyHash {
         KeyHash::of(s)
     }
 
     #[test]
-    fn a_new_leader_treats_everything_as_leased_for_one_ttl() {
+    fn a_new_leader_treats_everything_that_existed_as_leased_for_one_ttl() {
         let t0 = Instant::now();
         let mut t = TermState::new(3, t0, false);
-        assert!(t.is_kv_leased(k("k"), t0 + TTL / 2, TTL));
-        assert!(!t.is_kv_leased(k("k"), t0 + TTL * 2, TTL));
+        let (old, new) = (ObjectVersion(4), ObjectVersion(5));
+        assert!(t.is_version_leased(k("k"), new, t0 + TTL / 2, TTL), "no bound yet: every version");
+        t.note_applied(Some(2), ObjectVersion(1));
+        assert!(t.is_version_leased(k("k"), new, t0 + TTL / 2, TTL), "an earlier term's entry bounds nothing");
+        t.note_applied(Some(3), new);
+        assert!(t.is_version_leased(k("k"), old, t0 + TTL / 2, TTL));
+        assert!(!t.is_version_leased(k("k"), new, t0 + TTL / 2, TTL), "committed after the bound");
+        t.note_applied(Some(3), ObjectVersion(9));
+        assert!(!t.is_version_leased(k("k"), ObjectVersion(8), t0 + TTL / 2, TTL), "the first bound holds");
+        assert!(!t.is_version_leased(k("k"), old, t0 + TTL * 2, TTL));
         assert!(t.kv.admit_readers(&[k("k")], t0 + TTL * 2, TTL).is_ok());
-        assert!(t.is_kv_leased(k("k"), t0 + TTL * 2 + TTL / 2, TTL));
-        assert!(!t.is_kv_leased(k("k"), t0 + TTL * 4, TTL));
+        assert!(t.is_version_leased(k("k"), old, t0 + TTL * 2 + TTL / 2, TTL));
+        assert!(!t.is_version_leased(k("k"), old, t0 + TTL * 4, TTL));
     }
 
     #[test]
@@ -382,13 +385,13 @@ mod tests {
         // Elected long enough ago that the post-election grace is over.
         s.observe(Some(1), Instant::now() - TTL * 2);
         assert_eq!(s.with(|t| t.kv.admit_readers(&[k("leased")], Instant::now(), TTL).is_ok()), Some(true));
-        let f = s.fence_removals(&[k("free"), k("leased")], false).unwrap();
+        let f = s.fence_removals(&[(k("free"), V), (k("leased"), V)], false).unwrap();
         assert_eq!(f.refused, vec![false, true]);
         assert_eq!(f.guard.keys(), &[k("free")]);
         assert!(s.with(|t| t.kv.is_fenced(k("free"))).unwrap());
         f.guard.lift(|_| true);
         assert!(!s.with(|t| t.kv.is_fenced(k("free"))).unwrap());
-        let forced = s.fence_removals(&[k("leased")], true).unwrap();
+        let forced = s.fence_removals(&[(k("leased"), V)], true).unwrap();
         assert_eq!(forced.refused, vec![false]);
         drop(forced);
         assert!(!s.with(|t| t.kv.is_fenced(k("leased"))).unwrap(), "dropping the guard lifts the fence");
@@ -399,7 +402,7 @@ mod tests {
     async fn reader_behind_a_fence() -> (Arc<LeaderState>, Fenced, tokio::task::JoinHandle<Result<(), AdmitError>>) {
         let s = Arc::new(LeaderState::new(TTL));
         s.observe(Some(1), Instant::now() - TTL * 2);
-        let fenced = s.fence_removals(&[k("a")], false).unwrap();
+        let fenced = s.fence_removals(&[(k("a"), V)], false).unwrap();
         let reader = {
             let s = s.clone();
             tokio::spawn(async move { s.admit_readers(&[k("a")]).await })

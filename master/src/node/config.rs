@@ -224,6 +224,13 @@ pub struct MasterConfig {
     /// Applied entries between snapshots.
     #[arg(long = "snapshot-logs", default_value_t = DEFAULT_SNAPSHOT_LOGS)]
     pub snapshot_logs: u64,
+    /// Log entries the leader's group commit replicates at once (1 to
+    /// `IN_FLIGHT_BATCHES_MAX`). More overlap their fsyncs and round trips;
+    /// fewer gather more concurrent writes into each entry, which costs the
+    /// masters' CPUs less per write (docs/PERFORMANCE.md, "The store as a
+    /// cache").
+    #[arg(long = "batches-in-flight", default_value_t = crate::raft::proposer::DEFAULT_BATCHES_IN_FLIGHT)]
+    pub batches_in_flight: usize,
     /// Start a NEW one-master cluster from a snapshot file (`mooncake
     /// snapshot save`). Needs an empty --data-dir and an --initial-cluster of
     /// this master alone; grow it afterwards with `mooncake member add`
@@ -377,6 +384,13 @@ impl MasterConfig {
             return Err(format!(
                 "--grpc-peer-connections-max {} must be in 1..=--grpc-connections-max ({}), which must be positive",
                 self.grpc_peer_connections_max, self.grpc_connections_max
+            ));
+        }
+        if !(1..=crate::raft::proposer::IN_FLIGHT_BATCHES_MAX).contains(&self.batches_in_flight) {
+            return Err(format!(
+                "--batches-in-flight {} must be in 1..={}",
+                self.batches_in_flight,
+                crate::raft::proposer::IN_FLIGHT_BATCHES_MAX
             ));
         }
         unit("eviction_high_watermark_ratio", self.eviction_high_watermark_ratio)?;

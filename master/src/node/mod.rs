@@ -205,6 +205,7 @@ fn shared_handles(
         metrics.raft.batch_commands.clone(),
         metrics.raft.commit.clone(),
         flushed.clone(),
+        cfg.batches_in_flight,
     );
     let policy = EvictionPolicy {
         high_watermark_ratio: cfg.eviction_high_watermark_ratio,

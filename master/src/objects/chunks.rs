@@ -85,7 +85,7 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
         }
         // A chunk fits in one arena of the smallest segment it may go to.
         let cap = cands.iter().map(|c| arena_cap(c.capacity_bytes)).min().unwrap_or(0);
-        let len = aligned(aligned(req.len).min(cap) >> halvings).max(aligned(req.min_len));
+        let len = aligned(aligned(req.len).min(cap) >> halvings);
         if len < aligned(req.min_len) {
             return no_room(format!("at most {len} bytes fit one arena, {} asked at least", req.min_len));
         }

@@ -64,7 +64,7 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
         };
     }
     if !todo.is_empty() {
-        let hashes: Vec<KeyHash> = todo.iter().map(|(i, _)| KeyHash::of(&keys[*i])).collect();
+        let hashes: Vec<(KeyHash, ObjectVersion)> = todo.iter().map(|(i, v)| (KeyHash::of(&keys[*i]), *v)).collect();
         let Some(fenced) = shared.leader.fence_removals(&hashes, force) else {
             return vec![shared.not_leader(); keys.len()];
         };
@@ -122,7 +122,7 @@ pub async fn remove_all(shared: &Shared, tenant: &Tenant, force: bool) -> Result
     if victims.is_empty() {
         return Ok(0);
     }
-    let hashes: Vec<KeyHash> = victims.iter().map(|v| KeyHash::of(&v.key)).collect();
+    let hashes: Vec<(KeyHash, ObjectVersion)> = victims.iter().map(|v| (KeyHash::of(&v.key), v.version)).collect();
     let fenced = shared.leader.fence_removals(&hashes, force).ok_or_else(|| shared.not_leader())?;
     let go: Vec<_> = victims.into_iter().zip(&fenced.refused).filter(|(_, r)| !**r).map(|(v, _)| v).collect();
     let cmds: Vec<Command> = go

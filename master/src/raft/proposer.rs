@@ -16,9 +16,12 @@ use crate::rpc::errors::{internal, unavailable, write_error_status};
 /// Proposals waiting for a batch. Bounds memory under overload; callers wait
 /// (backpressure) when it is full.
 pub const PROPOSAL_QUEUE_MAX: usize = 16_384;
-/// Batches being replicated at once. More overlaps fsync and network round
-/// trips; each costs one entry in openraft's pipeline.
-pub const IN_FLIGHT_BATCHES_MAX: usize = 4;
+/// Batches being replicated at once, at most (`--batches-in-flight`). More
+/// overlaps fsync and network round trips; each costs one entry in
+/// openraft's pipeline.
+pub const IN_FLIGHT_BATCHES_MAX: usize = 16;
+/// `--batches-in-flight` by default.
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 4;
 
 struct Proposal {
     cmds: Vec<Command>,
@@ -41,9 +44,11 @@ impl Proposer {
         batch_sizes: prometheus::Histogram,
         commit_seconds: prometheus::Histogram,
         flushed: FlushedLog,
+        in_flight: usize,
     ) -> Self {
         let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
-        tokio::spawn(batch_loop(raft, rx, batch_sizes, commit_seconds, flushed));
+        let in_flight = in_flight.clamp(1, IN_FLIGHT_BATCHES_MAX);
+        tokio::spawn(batch_loop(raft, rx, batch_sizes, commit_seconds, flushed, in_flight));
         Proposer { tx }
     }
 
@@ -70,8 +75,9 @@ async fn batch_loop(
     batch_sizes: prometheus::Histogram,
     commit_seconds: prometheus::Histogram,
     flushed: FlushedLog,
+    in_flight: usize,
 ) {
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT_BATCHES_MAX));
+    let permits = Arc::new(Semaphore::new(in_flight));
     let mut carry: Option<Proposal> = None;
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else { return };
