@@ -33,6 +33,8 @@ enum Step {
     NotFound {
         expired: bool,
     },
+    /// OBJECT_ALREADY_EXISTS.
+    Exists,
 }
 
 /// A master that answers from a script: per method, a queue of steps, and
@@ -77,6 +79,7 @@ impl Scripted {
                 ..Status::with(ErrorCode::ObjectNotFound, "put expired: its arena was returned; put again")
             },
             Step::NotFound { expired: false } => Status::with(ErrorCode::ObjectNotFound, "object not found"),
+            Step::Exists => Status::with(ErrorCode::ObjectAlreadyExists, "object already exists"),
         };
         let mut reply = R::default();
         reply.set_status(status);
@@ -280,6 +283,20 @@ async fn a_put_that_expires_twice_fails_with_put_expired() {
     assert_eq!(e.code(), Some(ErrorCode::ObjectNotFound), "Mooncake's code for it");
     assert!(e.to_string().contains("put again"), "{e}");
     assert_eq!((at_m.calls("put_start"), at_m.calls("put_end")), (2, 2), "put again once, not forever");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_put_end_that_lost_to_another_writers_put_keeps_that_object() {
+    // Another writer's put of the key (in a writer chunk, which reserves no
+    // key) was recorded between this put's PutStart and its PutEnd.
+    let (m, at_m) = master(Step::Ok).await;
+    at_m.then("put_end", [Step::Exists]);
+    let client = store_client(&m).await;
+    let outcome = client.put("k", b"value", &PutOptions::default()).await.expect("the first writer wins");
+    assert_eq!(outcome, mooncake_client::PutOutcome::KeptExisting);
+    assert_eq!((at_m.calls("put_start"), at_m.calls("put_end")), (1, 1));
+    assert_eq!(at_m.calls("put_revoke"), 0, "the leader ended the reservation with its answer");
     client.close().await;
 }
 

@@ -83,11 +83,14 @@ impl Client {
         let kept: Vec<bool> = written.iter().map(|w| w.as_ref().err().is_some_and(is_already_exists)).collect();
         let placements: Vec<&[Replica]> = started.reply.iter().map(|r| r.replicas.as_slice()).collect();
         let ended = self.end_slice(items, written, &placements, opts, upsert).await;
+        // A PutEnd answered "already exists" lost to another writer's put of
+        // the key (as `put_once`): kept too.
         let mut results: Vec<Result<PutOutcome, ClientError>> = ended
             .into_iter()
             .zip(kept)
             .map(|(r, kept)| match (r, kept) {
                 (Err(_), true) => Ok(PutOutcome::KeptExisting),
+                (Err(e), false) if !upsert && is_already_exists(&e) => Ok(PutOutcome::KeptExisting),
                 (r, _) => r.map(|()| PutOutcome::Stored),
             })
             .collect();

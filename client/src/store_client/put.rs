@@ -202,6 +202,11 @@ impl Client {
         };
         match result {
             Ok(()) => Ok(PutOutcome::Stored),
+            // Another writer's put of the key was recorded first (a put in a
+            // writer chunk reserves no key, so its PutEnd can win the race
+            // with this PutStart's): the first writer wins, as when the
+            // PutStart finds the key. The leader ended this reservation.
+            Err(e) if !upsert && is_already_exists(&e) => Ok(PutOutcome::KeptExisting),
             // Only an expiry answered on the PutEnd's first attempt proves
             // nothing was recorded; a retried PutEnd carries its request id,
             // so one that did commit answers OK rather than this.
