@@ -104,6 +104,10 @@ pub struct WritePath {
     pub eviction_policy: crate::leader::decisions::EvictionPolicy,
     /// One eviction round at a time.
     pub eviction_round: tokio::sync::Mutex<()>,
+    /// Puts ring it when their commits took the memory tier past the high
+    /// watermark: the eviction duty runs at once instead of at its next
+    /// tick, so room is made ahead of the puts that follow.
+    pub eviction_wake: tokio::sync::Notify,
     /// How long after its commit an object's bytes may be cut out of an
     /// earlier term's arena (`arena_cuts.rs`): every WRITE grant over them
     /// has expired, the clock skew between two leaders included.

@@ -1,7 +1,7 @@
 //! Background work of a master: following leadership (to reset the
 //! leader-local soft state), and the leader's duties (client expiry,
-//! eviction, reclaim of puts, arenas and replaced objects), each decision
-//! proposed as a command.
+//! eviction — its own loop, woken by puts past the watermark — reclaim of
+//! puts, arenas and replaced objects), each decision proposed as a command.
 //! Every loop has a name, bounded units of work, and stops with the node.
 
 pub mod book;
@@ -124,11 +124,30 @@ pub async fn leader_duties(ctx: DutyContext) {
         let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
         let book = &ctx.shared.duties;
         book.round(book::CLIENT_EXPIRY, expire_clients(&ctx, expire_all)).await;
-        book.round(book::EVICTION, crate::objects::eviction::round(&ctx.shared, 0)).await;
         ctx.shared.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
             book.round(book::RECLAIM, reclaim_puts(&ctx)).await;
         }
+    }
+}
+
+/// The leader's memory eviction ahead of need: a round every [`DUTY_TICK`],
+/// and at once when a put's commit took the memory tier past the high
+/// watermark (`WritePath::eviction_wake`): writers that fill the tier
+/// faster than a round a tick frees would otherwise find it full and evict
+/// in their own path. Idle on followers.
+pub async fn eviction_duty(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(DUTY_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shared.write_path.eviction_wake.notified() => {}
+        }
+        if shared.leader.with(|_| ()).is_none() {
+            continue;
+        }
+        shared.duties.round(book::EVICTION, crate::objects::eviction::round(&shared, 0)).await;
     }
 }
 

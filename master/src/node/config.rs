@@ -22,7 +22,7 @@ pub const DEFAULT_KV_LEASE_TTL_MS: u64 = 10_000;
 /// one at 100 %); ours also evicts in a put's path when a segment is full,
 /// so the headroom need only cover one duty tick of writes
 /// (docs/PERFORMANCE.md, "The store as a cache").
-pub const DEFAULT_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.97;
+pub const DEFAULT_EVICTION_HIGH_WATERMARK_RATIO: f64 = 0.98;
 /// Share of used bytes one eviction round frees, and of a full segment a
 /// put evicts at once (Mooncake 0.3.13: 0.05; see the watermark for why less).
 pub const DEFAULT_EVICTION_RATIO: f64 = 0.02;
@@ -556,7 +556,7 @@ mod tests {
     fn defaults_match_mooncake() {
         let cfg = parse(&["--id", "1", "--data-dir", "/tmp/x", "--initial-cluster", "1=127.0.0.1:1"]).unwrap();
         assert_eq!(cfg.default_kv_lease_ttl_ms, 10_000);
-        assert_eq!(cfg.eviction_high_watermark_ratio, 0.97);
+        assert_eq!(cfg.eviction_high_watermark_ratio, 0.98);
         assert_eq!(cfg.eviction_ratio, 0.02);
         assert_eq!(cfg.client_ttl_sec, 10);
         assert_eq!(cfg.put_start_discard_timeout_sec, 30);

@@ -248,6 +248,7 @@ fn shared_handles(
             proposer,
             eviction_policy: policy,
             eviction_round: Default::default(),
+            eviction_wake: tokio::sync::Notify::new(),
             cut_after,
             arena_grants: Default::default(),
             chunk_valid: Duration::from_secs(cfg.put_start_discard_timeout_sec).min(cfg.capability_ttl()) / 2,
@@ -312,6 +313,7 @@ fn background_tasks(
         shared.metrics.clone(),
     )));
     tasks.push(tokio::spawn(crate::objects::copies::run(shared.clone())));
+    tasks.push(tokio::spawn(duties::eviction_duty(shared.clone())));
     tasks.push(tokio::spawn(duties::leader_duties(DutyContext {
         shared: shared.clone(),
         client_ttl: Duration::from_secs(cfg.client_ttl_sec),

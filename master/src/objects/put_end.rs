@@ -11,7 +11,7 @@
 
 use mooncake_proto::master::PutEndRequest;
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement};
+use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Tier};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::leader::kv_lease::KeyHash;
@@ -153,7 +153,20 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     if fresh == Some(true) {
         shared.tiers.copy_wake.notify_one();
     }
+    wake_eviction_past_watermark(shared);
     out
+}
+
+/// Wakes the eviction duty when the memory tier, with the room promised to
+/// puts in flight, is past the high watermark (state first, then the soft
+/// state: lock order, `leader.rs`).
+fn wake_eviction_past_watermark(shared: &Shared) {
+    let (used, capacity) = shared.reader.read(|s| (s.tier_used_bytes(Tier::Dram), s.tier_capacity_bytes(Tier::Dram)));
+    let reserved = shared.leader.with(|t| t.puts.reserved_bytes()).unwrap_or(0);
+    let watermark = capacity as f64 * shared.write_path.eviction_policy.high_watermark_ratio;
+    if capacity > 0 && used.saturating_add(reserved) as f64 > watermark {
+        shared.write_path.eviction_wake.notify_one();
+    }
 }
 
 /// The answer of a PutEnd decided before its put is looked at: a malformed
