@@ -101,6 +101,10 @@ async fn the_same_key_in_two_tenants_is_two_objects_and_each_tenant_sees_only_it
     a.remove("k", false).await.expect("a removes its k");
     assert!(!a.exists("k").await.unwrap());
     assert_eq!(b.get("k").await.unwrap(), b"bytes of b, longer", "b's k survives a's remove");
+    // That read leased b's k for the cluster's 1 ms KV lease: a RemoveAll
+    // within it keeps k (as it must), so let the lease run out first (a
+    // RemoveAll in the same millisecond removed 1 of 2, 1 run in 5).
+    tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(b.remove_all(false).await.expect("b's remove_all"), 2);
     assert!(!b.exists("only-a").await.unwrap());
     assert_eq!(a.get("only-a").await.unwrap(), b"a alone", "a's objects survive b's remove_all");
