@@ -234,17 +234,7 @@ pub async fn run(ctx: &mut Ctx, plan: &Plan) -> anyhow::Result<Section> {
     for &mode in &plan.modes {
         let outcome = ours(ctx, plan, &requests, mode).await?;
         section.failed_ops += outcome.failed + outcome.corrupt;
-        if outcome.failed + outcome.corrupt > 0 {
-            let msg = format!(
-                "mooncake-rs {}: {} failed, {} corrupt; first: {}",
-                mode.name(),
-                outcome.failed,
-                outcome.corrupt,
-                outcome.error_texts.join("; ")
-            );
-            ctx.progress.say(&format!("trace: {msg}"));
-            section.note(msg);
-        }
+        note_failures(ctx, &mut section, "mooncake-rs", mode, &outcome);
         runs.push(Run { system: "mooncake-rs".into(), mode, outcome });
         if let Some(outcome) = upstream_replay(ctx, &mut section, &mut up, plan, &requests, mode).await {
             runs.push(Run { system: format!("upstream {version}"), mode, outcome });
@@ -274,6 +264,23 @@ pub async fn run(ctx: &mut Ctx, plan: &Plan) -> anyhow::Result<Section> {
          full (ours: a master's metrics every 100 ms)",
     );
     Ok(section)
+}
+
+/// Says (on the progress line and in the section's notes) what of `who`'s
+/// replay of `mode` failed or read corrupt bytes, if anything did.
+fn note_failures(ctx: &mut Ctx, section: &mut Section, who: &str, mode: Mode, o: &Outcome) {
+    if o.failed + o.corrupt == 0 {
+        return;
+    }
+    let msg = format!(
+        "{who} {}: {} failed, {} corrupt; first: {}",
+        mode.name(),
+        o.failed,
+        o.corrupt,
+        o.error_texts.join("; ")
+    );
+    ctx.progress.say(&format!("trace: {msg}"));
+    section.note(msg);
 }
 
 /// Our replay of `mode` on a cluster of its own (an empty cache).
@@ -335,17 +342,7 @@ async fn upstream_replay(
             for o in all {
                 total.merge(o);
             }
-            if total.failed + total.corrupt > 0 {
-                let msg = format!(
-                    "upstream {}: {} failed, {} corrupt; first: {}",
-                    mode.name(),
-                    total.failed,
-                    total.corrupt,
-                    total.error_texts.join("; ")
-                );
-                ctx.progress.say(&format!("trace: {msg}"));
-                section.note(msg);
-            }
+            note_failures(ctx, section, "upstream", mode, &total);
             Some(total)
         }
         Err(e) => {

@@ -81,32 +81,27 @@ impl MasterServiceImpl {
         Ok(answers)
     }
 
+    /// ExistKey of each of `keys` on the applied state; invalid keys
+    /// answered INVALID_PARAMS.
+    fn existence(&self, s: &MetaState, keys: &[String]) -> Vec<ExistKeyResponse> {
+        keys.iter()
+            .map(|k| match validate_stored_key(k) {
+                Ok(()) => self.exist_key(s, k),
+                Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
+            })
+            .collect()
+    }
+
     /// ExistKey of each key, leased when it exists (as Mooncake's).
     pub(super) async fn exist_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let answer = |s: &MetaState| -> Vec<ExistKeyResponse> {
-            keys.iter()
-                .map(|k| match validate_stored_key(k) {
-                    Ok(()) => self.exist_key(s, k),
-                    Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
-                })
-                .collect()
-        };
-        self.shared.read_leased(&names, answer, |r| r.exists).await
+        self.shared.read_leased(&names, |s| self.existence(s, keys), |r| r.exists).await
     }
 
     /// Existence of each key without a KV lease (BatchProbeKey): the same
     /// linearizable read as [`exist_keys`](Self::exist_keys), but an
     /// existing key is not pinned, so a probe never keeps eviction off it.
     pub(super) async fn probe_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
-        let answer = |s: &MetaState| -> Vec<ExistKeyResponse> {
-            keys.iter()
-                .map(|k| match validate_stored_key(k) {
-                    Ok(()) => self.exist_key(s, k),
-                    Err(e) => ExistKeyResponse { status: Some(invalid(e)), exists: false },
-                })
-                .collect()
-        };
-        self.shared.read(answer).await
+        self.shared.read(|s| self.existence(s, keys)).await
     }
 }
