@@ -125,33 +125,31 @@ struct FullAfterFailover {
     client: Client,
     values: Vec<(String, Vec<u8>)>,
     leader: u64,
-    /// When the fill ended: the objects' age counts from here.
-    filled: tokio::time::Instant,
 }
 
 async fn full_cache_after_a_failover() -> FullAfterFailover {
-    // A 1 s capability TTL: the bytes of objects older than 12 s may leave
-    // the old leader's arenas (arena_cuts.rs). The fill (30 of 32 MiB) stays
-    // under the high watermark: the old leader's eviction duty must not
-    // evict objects whose count dies with it.
+    // The default capability TTL (60 s): by their age alone, the objects'
+    // bytes could leave the old leader's arenas only 71 s after their
+    // commit (arena_cuts.rs), far beyond these tests; they leave once the
+    // new leader took those arenas back from the store nodes. The fill
+    // (30 of 32 MiB) stays under the high watermark: the old leader's
+    // eviction duty must not evict objects whose count dies with it.
     let mut cluster = Cluster::builder()
         .masters(3)
         .stores(2)
         .segment_size("16MiB")
         .binary(BIN)
         .arg("--default_kv_lease_ttl=100")
-        .arg("--capability_ttl_sec=1")
         .arg("--eviction_high_watermark_ratio=0.99")
         .start();
     cluster.wait_for_segments(2, Duration::from_secs(20)).await;
     let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
     let values = fill(&client, 30, 1 << 20).await;
-    let filled = tokio::time::Instant::now();
     let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
     cluster.kill(old);
     let (leader, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
     assert_ne!(leader, old);
-    FullAfterFailover { cluster, client, values, leader, filled }
+    FullAfterFailover { cluster, client, values, leader }
 }
 
 /// The same right after a failover: every object of the full cache lives
@@ -160,16 +158,18 @@ async fn full_cache_after_a_failover() -> FullAfterFailover {
 /// still be writing there). What eviction freed there used to stay
 /// unusable, so the put evicted up to 15x its size on each segment, found no
 /// room still, and failed: one put emptied the cache. Now the new leader
-/// evicts there only objects whose WRITE grants have expired (committed at
-/// least the capability TTL plus clock skews ago: 12 s here) and cuts their
-/// bytes out of the old arena; until then a put is refused and evicts
-/// nothing.
+/// takes the old arenas back from their store nodes at once (no WRITE
+/// under them lands any more), evicts there once they are, and cuts the
+/// evicted bytes out of the old arena: the put is stored within seconds,
+/// not after the objects' 71 s by age (the default capability TTL and
+/// clock skews), and evicts about its own size. Without the take-back
+/// the put is refused past the 20 s this waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_into_a_full_cache_after_a_failover_evicts_about_its_own_size() {
-    let FullAfterFailover { cluster, client, values, leader, .. } = full_cache_after_a_failover().await;
+    let FullAfterFailover { cluster, client, values, leader } = full_cache_after_a_failover().await;
     let big = value(2_000, 2 << 20);
     let refused = std::cell::Cell::new(0);
-    wait_until("the put after the failover", Duration::from_secs(40), || async {
+    wait_until("the put after the failover", Duration::from_secs(20), || async {
         match client.put("big", &big, &PutOptions { replicas: 2, ..Default::default() }).await {
             Ok(PutOutcome::Stored) => Some(()),
             _ => {
@@ -197,14 +197,13 @@ async fn a_put_into_a_full_cache_after_a_failover_evicts_about_its_own_size() {
 /// After a failover, what a remove frees lies in the old leader's arenas
 /// too: before, a cache emptied by `remove_all` (vLLM's connector reset)
 /// took no put for the release timeout (10 minutes), with nothing left to
-/// evict. Bytes of objects old enough are now cut out of those arenas as
-/// they are removed, so the next put fits at once.
+/// evict. Once the new leader took the old arenas back from their store
+/// nodes (within a second of its election), the bytes of removed objects
+/// are cut out of those arenas as they are removed, so the next put fits
+/// at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_failover_the_bytes_a_remove_all_frees_take_new_puts() {
-    let FullAfterFailover { cluster, client, values, leader, filled } = full_cache_after_a_failover().await;
-    // Bytes may leave an old arena once every WRITE grant over them has
-    // expired: 1 s capability TTL + 5 s skew + 1 s + 5 s between leaders.
-    tokio::time::sleep_until(filled + Duration::from_secs(13)).await;
+    let FullAfterFailover { cluster, client, values, leader } = full_cache_after_a_failover().await;
     // The new leader counts every object as leased for one KV lease TTL
     // after its election (and its eviction duty may take some first):
     // remove until none is left.
@@ -213,11 +212,62 @@ async fn after_a_failover_the_bytes_a_remove_all_frees_take_new_puts() {
         (all_readable(&client, &values).await == 0).then_some(())
     })
     .await;
+    // Removed before the store nodes let go of the old arenas, bytes wait
+    // for it (a heartbeat), then are cut.
     let big = value(2_000, 2 << 20);
-    let stored = client.put("big", &big, &PutOptions { replicas: 2, ..Default::default() }).await;
-    assert!(matches!(stored, Ok(PutOutcome::Stored)), "the emptied cache took no put: {stored:?}");
+    wait_until("a put into the emptied cache", Duration::from_secs(5), || async {
+        let stored = client.put("big", &big, &PutOptions { replicas: 2, ..Default::default() }).await;
+        matches!(stored, Ok(PutOutcome::Stored)).then_some(())
+    })
+    .await;
     assert_eq!(client.get("big").await.expect("get big"), big);
     assert!(cluster.metric(leader, "mooncake_arena_cut_bytes_total") > 0.0, "nothing was cut");
+    client.close().await;
+}
+
+/// A new leader takes its predecessor's arenas back from the store nodes
+/// at once (so the bytes evictions and removes free there can take new
+/// puts): a writer the deposed leader had granted a range is then refused
+/// UNAUTHORIZED on its next write, and its put goes through the new
+/// leader instead. Without the take-back its writes would go on landing
+/// (they did for the 10-minute release timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_writer_is_refused_once_the_new_leader_took_its_arena_back() {
+    use mooncake_client::remote;
+    use mooncake_proto::master::PutStartRequest;
+    use mooncake_transfer::frame::Status;
+    use mooncake_transfer::{TcpConfig, TcpTransport, TransferError, Transport};
+
+    let mut cluster = Cluster::builder().masters(3).stores(2).segment_size("16MiB").binary(BIN).start();
+    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
+    let key = "in-flight";
+    let data = value(3_000, 64 << 10);
+    let start = PutStartRequest {
+        client_id: client.client_id(),
+        key: key.into(),
+        size: data.len() as u64,
+        replica_num: 1,
+        ..Default::default()
+    };
+    let granted = client.master().put_start(start).await.expect("PutStart on the old leader").remove(0);
+    let target = remote(&granted);
+    let tcp = TcpTransport::new(TcpConfig::default()).expect("transport");
+    let half = data.len() / 2;
+    tcp.write(&target, granted.offset, &data[..half]).await.expect("the first half under the old leader");
+    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    cluster.kill(old);
+    let (new, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert_ne!(new, old);
+    let refused = wait_until("the old grant to be refused", Duration::from_secs(10), || async {
+        tcp.write(&target, granted.offset + half as u64, &data[half..]).await.err()
+    })
+    .await;
+    assert!(matches!(refused, TransferError::Remote { status: Status::Unauthorized, .. }), "{refused:?}");
+    // The writer (here, the library) puts again through the new leader.
+    let stored = client.put(key, &data, &PutOptions { replicas: 1, ..Default::default() }).await;
+    assert!(matches!(stored, Ok(PutOutcome::Stored)), "{stored:?}");
+    assert_eq!(client.get(key).await.expect("get"), data);
     client.close().await;
 }
 

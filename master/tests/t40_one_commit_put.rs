@@ -261,3 +261,48 @@ async fn a_put_end_after_the_leader_restarted_in_its_own_term_is_still_recorded(
     let fresh = client.put_start(ask("fresh", 4096, 0)).await.expect("put start");
     assert_ne!(fresh[0].arena_id, reserved[0].arena_id, "the old arena is not reused");
 }
+
+/// Issue 38, finding 1: after a leader change, a PutEnd from a client that
+/// never registered named free bytes of the deposed leader's arena (another
+/// writer's removed object, or a put still being written) and was
+/// committed with no WRITE grant; the READ grant that followed returned
+/// the removed object's bytes. A new leader now records a PutEnd it holds
+/// no reservation for only when every range carries the WRITE capability
+/// it was handed out with; the writer's own late PutEnd still is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_end_without_the_ranges_write_grant_is_refused_after_a_leader_change() {
+    const STRANGER: u64 = 666;
+    let mut cluster = Cluster::builder().masters(3).master_bin(BIN).start();
+    let (old, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let client = cluster.client();
+    client.remount_segments(STORE, vec![segment(1, 64 << 20)]).await.expect("mount");
+    client.remount_segments(WRITER, vec![]).await.expect("register");
+    let removed = client.put_start(ask("removed", 4096, 0)).await.expect("put start");
+    client.put_end_with(end("removed", 4096, &removed)).await.expect("put end");
+    client.remove("removed", false).await.expect("remove");
+    let writing = client.put_start(ask("writing", 4096, 0)).await.expect("a put in flight across the change");
+    cluster.kill(old);
+    let (new, _) = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert_ne!(new, old);
+    let stripped = |replicas: &[Replica]| -> Vec<Replica> {
+        replicas.iter().map(|r| Replica { capability: Vec::new(), ..r.clone() }).collect()
+    };
+    let forged = |replicas: &[Replica]| -> Vec<Replica> {
+        replicas.iter().map(|r| Replica { capability: vec![1; r.capability.len()], ..r.clone() }).collect()
+    };
+    for (what, target) in [("the removed object's", &removed), ("the put in flight's", &writing)] {
+        for replicas in [stripped(target), forged(target)] {
+            let claim = PutEndRequest { client_id: STRANGER, key: "stolen".into(), ..end("stolen", 4096, &replicas) };
+            let e = client.put_end_with(claim).await.expect_err("a claim without the grant");
+            assert!(matches!(e, MasterError::PutExpired { .. }), "claim of {what} range: {e:?}");
+            assert!(e.to_string().contains("capability"), "the refusal says why: {e}");
+        }
+        // A capability for a neighbouring range does not cover this one.
+        let moved: Vec<Replica> = target.iter().map(|r| Replica { offset: r.offset + 4096, ..r.clone() }).collect();
+        let claim = PutEndRequest { client_id: STRANGER, key: "stolen".into(), ..end("stolen", 4096, &moved) };
+        assert!(client.put_end_with(claim).await.is_err(), "a grant names its range");
+    }
+    assert!(client.list_objects("stolen", 10).await.expect("list").is_empty(), "nothing was recorded");
+    client.put_end_with(end("writing", 4096, &writing)).await.expect("the writer's own late PutEnd");
+    assert_eq!(client.list_objects("writing", 10).await.expect("list").len(), 1);
+}

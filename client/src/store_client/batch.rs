@@ -12,7 +12,7 @@ use crate::error::ClientError;
 use crate::master_client::Attempted;
 use crate::remote::remote;
 
-use super::put::{is_already_exists, is_put_expired, parts_crc32c, parts_len};
+use super::put::{is_already_exists, is_grant_refused, is_put_expired, parts_crc32c, parts_len};
 use super::{BATCH_ITEMS_MAX, Client, PutOptions, PutOutcome, item_status};
 
 impl Client {
@@ -94,11 +94,12 @@ impl Client {
                 (r, _) => r.map(|()| PutOutcome::Stored),
             })
             .collect();
-        // A put whose reservation expired on the way (a leader change) is
+        // A put whose reservation expired on the way (a leader change), or
+        // whose WRITE grant a store node refused (its arena taken back), is
         // put again on its own, like `put` does (which counts it).
         let mut counted = vec![false; results.len()];
         for (i, r) in results.iter_mut().enumerate() {
-            if r.as_ref().is_err_and(is_put_expired) {
+            if r.as_ref().is_err_and(|e| is_put_expired(e) || is_grant_refused(e)) {
                 let (key, data) = items[i];
                 tracing::info!(key, "batch put expired on the way (leader change?); putting it again");
                 *r = self.put_object(key, data, opts, upsert).await;

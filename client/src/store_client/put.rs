@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 use futures::future::join_all;
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master::{PutEndRequest, PutStartRequest, Replica};
+use mooncake_transfer::TransferError;
+use mooncake_transfer::frame::Status;
 
 use crate::error::ClientError;
 use crate::master_client::MasterError;
@@ -192,7 +194,20 @@ impl Client {
             Err(e) if !upsert && is_already_exists(&e) => return Ok(PutOutcome::KeptExisting),
             other => other.map_err(PutFailure::Other)?,
         };
-        let result = self.write_replicas(&replicas, data).await;
+        let result = match self.write_replicas(&replicas, data).await {
+            // The store node refused the put's WRITE grant: its arena was
+            // taken back (a new leader fenced the deposed one's arenas) or
+            // the grant expired. Nothing was recorded; a new PutStart gets
+            // a new grant. The revoke only tidies up a reservation this
+            // leader may still hold.
+            Err(e) if is_grant_refused(&e) => {
+                if let Err(revoke) = self.master.put_revoke(self.client_id, key).await {
+                    tracing::debug!(key, error = %revoke, "put revoke after a refused WRITE grant");
+                }
+                return Err(PutFailure::Expired(e));
+            }
+            result => result,
+        };
         let result = match result {
             Ok(()) => {
                 let end = self.put_end_request(key, size, checksum, &replicas, opts, upsert);
@@ -298,6 +313,14 @@ pub(super) const PUT_ATTEMPTS_MAX: u32 = 2;
 /// only attempt: nothing was recorded, and putting again is safe.
 pub(super) fn is_put_expired(e: &ClientError) -> bool {
     matches!(e, ClientError::Master(MasterError::PutExpired { .. })) && e.is_definite()
+}
+
+/// A store node refused a WRITE's grant (UNAUTHORIZED): its arena was
+/// taken back from the node, or the capability expired or is not the
+/// node's. Nothing can have been recorded for it, and a new PutStart gets
+/// a new grant: the put is put again.
+pub(super) fn is_grant_refused(e: &ClientError) -> bool {
+    matches!(e, ClientError::Transfer(TransferError::Remote { status: Status::Unauthorized, .. }))
 }
 
 /// Why one attempt of a put failed.

@@ -124,6 +124,12 @@ pub async fn leader_duties(ctx: DutyContext) {
         let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
         let book = &ctx.shared.duties;
         book.round(book::CLIENT_EXPIRY, expire_clients(&ctx, expire_all)).await;
+        // DEV-UNSAFE: the planted bug of --dev-unsafe-arena-reuse returns
+        // earlier terms' arenas unfenced; keeping them out would hide it.
+        if !ctx.unsafe_arena_reuse {
+            arenas::keep_out_earlier_terms(&ctx.shared);
+        }
+        crate::objects::arena_cuts::cut_waiting(&ctx.shared).await;
         ctx.shared.metrics.leader_duty_rounds.inc();
         if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
             book.round(book::RECLAIM, reclaim_puts(&ctx)).await;

@@ -14,6 +14,14 @@
 //! partitioned) holds its arenas until every grant over them has expired
 //! (`grants_live` in [`ArenaFences::ready`]).
 //!
+//! A new leader also *keeps out* its predecessors' arenas at once
+//! ([`ArenaFences::keep_out`]): revoked the same way, but not returned
+//! until the release timeout (their unused bytes may still be written by
+//! a stalled shared-memory writer, which no fence binds). Once taken back,
+//! the bytes their removed objects freed can be cut out at once
+//! (`objects/arena_cuts.rs`): nothing but such a writer could still write
+//! there, and an object's own writer finished before its commit.
+//!
 //! Versions: `term << 32 | n`, `n` counting this term's revokes, so a
 //! new leader's fences are newer than any earlier leader's and a store node
 //! can keep the highest it saw. A segment not revoked from this term has
@@ -84,6 +92,9 @@ struct Revoking {
     /// The first fence version of `segment` without it.
     version: u64,
     since: Instant,
+    /// To be returned once let go ([`ArenaFences::revoke`]), or only kept
+    /// out of the fences ([`ArenaFences::keep_out`]).
+    returning: bool,
 }
 
 /// What one segment's fence says: which arenas a WRITE may name.
@@ -136,17 +147,38 @@ impl ArenaFences {
     }
 
     /// Starts taking back each arena (with its segment) not already being
-    /// taken back; whether any was new (the owners must be told).
+    /// taken back, to return it once its owner let go ([`ready`](Self::ready));
+    /// whether any was new (the owners must be told).
     pub fn revoke(&mut self, arenas: &[(ArenaId, SegmentId)], now: Instant) -> bool {
-        let fresh: Vec<_> = arenas.iter().filter(|(id, _)| !self.revoking.contains_key(id)).collect();
+        self.leave_out(arenas, now, true)
+    }
+
+    /// Leaves each arena out of its segment's fences without returning it:
+    /// an earlier term's arena, whose unused bytes wait for the release
+    /// timeout (a shared-memory writer, which no fence binds, may still
+    /// write there) while the bytes its removed objects freed may be cut
+    /// out once it is taken back ([`is_taken_back`](Self::is_taken_back)).
+    /// Whether any was new (the owners must be told).
+    pub fn keep_out(&mut self, arenas: &[(ArenaId, SegmentId)], now: Instant) -> bool {
+        self.leave_out(arenas, now, false)
+    }
+
+    fn leave_out(&mut self, arenas: &[(ArenaId, SegmentId)], now: Instant, returning: bool) -> bool {
+        let mut fresh = Vec::new();
+        for (id, segment) in arenas {
+            match self.revoking.get_mut(id) {
+                Some(r) => r.returning |= returning,
+                None => fresh.push((*id, *segment)),
+            }
+        }
         if fresh.is_empty() {
             return false;
         }
         self.revokes += 1;
         let version = self.base | (self.revokes & u64::from(u32::MAX));
         for (id, segment) in fresh {
-            self.revoking.insert(*id, Revoking { segment: *segment, version, since: now });
-            self.latest.insert(*segment, version);
+            self.revoking.insert(id, Revoking { segment, version, since: now, returning });
+            self.latest.insert(segment, version);
         }
         true
     }
@@ -162,16 +194,26 @@ impl ArenaFences {
 
     /// Arenas that may be returned now: their owner acknowledged a fence
     /// without them, or they were revoked longer than `grants_live` ago
-    /// (every WRITE grant over them has expired).
+    /// (every WRITE grant over them has expired). Only arenas revoked to be
+    /// returned count, not those only kept out.
     pub fn ready(&self, now: Instant, grants_live: Duration) -> Vec<ArenaId> {
         self.revoking
             .iter()
-            .filter(|(_, r)| {
-                self.acked.get(&r.segment).is_some_and(|a| *a >= r.version)
-                    || now.saturating_duration_since(r.since) >= grants_live
-            })
+            .filter(|(_, r)| r.returning && self.let_go(r, now, grants_live))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Whether `id` was revoked and is [`ready`](Self::ready): no WRITE
+    /// under it can land any more (shared-memory copies aside, which no
+    /// fence binds).
+    pub fn is_taken_back(&self, id: ArenaId, now: Instant, grants_live: Duration) -> bool {
+        self.revoking.get(&id).is_some_and(|r| self.let_go(r, now, grants_live))
+    }
+
+    fn let_go(&self, r: &Revoking, now: Instant, grants_live: Duration) -> bool {
+        self.acked.get(&r.segment).is_some_and(|a| *a >= r.version)
+            || now.saturating_duration_since(r.since) >= grants_live
     }
 
     /// The arenas were returned, or are gone with their segment.
@@ -255,13 +297,31 @@ mod tests {
         assert!(f.ready(t0, LIVE).is_empty());
         f.ack(S1, v - 1);
         assert!(f.ready(t0, LIVE).is_empty(), "an older fence still lets arena 7 through");
+        assert!(!f.is_taken_back(ArenaId(7), t0, LIVE));
         f.ack(S1, v);
         assert_eq!(f.ready(t0, LIVE), vec![ArenaId(7)]);
+        assert!(f.is_taken_back(ArenaId(7), t0, LIVE));
+        assert!(!f.is_taken_back(ArenaId(6), t0, LIVE), "never revoked");
         f.forget(&[ArenaId(7)]);
         assert!(!f.is_revoking(ArenaId(7)));
         // S2's owner never answers: its arena waits for every grant to expire.
         assert!(f.ready(t0 + LIVE - Duration::from_millis(1), LIVE).is_empty());
         assert_eq!(f.ready(t0 + LIVE, LIVE), vec![ArenaId(8)]);
+    }
+
+    #[test]
+    fn an_arena_kept_out_is_taken_back_but_never_ready_until_revoked() {
+        let t0 = Instant::now();
+        let mut f = ArenaFences::new(3);
+        assert!(f.keep_out(&[(ArenaId(2), S1)], t0));
+        assert!(!f.keep_out(&[(ArenaId(2), S1)], t0), "already kept out");
+        let fence = f.fence(S1, [ArenaId(2), ArenaId(5)], ArenaId(9));
+        assert_eq!(fence.live, BTreeSet::from([5]), "a kept-out arena leaves the fence");
+        f.ack(S1, f.version(S1));
+        assert!(f.is_taken_back(ArenaId(2), t0, LIVE));
+        assert!(f.ready(t0, LIVE).is_empty(), "kept out, not to be returned");
+        assert!(!f.revoke(&[(ArenaId(2), S1)], t0), "no new fence: the node already let go");
+        assert_eq!(f.ready(t0, LIVE), vec![ArenaId(2)]);
     }
 
     #[test]

@@ -27,13 +27,17 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mooncake_raft_store::ObjectVersion;
-use mooncake_segment::ClientId;
+use mooncake_raft_store::{ArenaId, ObjectVersion};
+use mooncake_segment::{ClientId, Range};
 
 use crate::leader::arena_fences::ArenaFences;
 use crate::leader::kv_lease::{FenceWait, KeyHash, KvLeases};
 use crate::leader::reservations::PutTable;
 use crate::leader::tiering::CopyTable;
+
+/// Freed pieces of earlier terms' arenas kept waiting for their arena's
+/// take-back at most; beyond, a piece is left to its arena's return.
+pub const CUTS_WAITING_MAX: usize = 1 << 20;
 
 /// Soft state of one leadership term.
 pub struct TermState {
@@ -46,6 +50,10 @@ pub struct TermState {
     pub copies: CopyTable,
     /// Arenas being taken back from their store nodes (`arena_fences.rs`).
     pub fences: ArenaFences,
+    /// Bytes removed objects freed in earlier terms' arenas, waiting for
+    /// their arena to be taken back before they are cut out of it
+    /// (`objects/arena_cuts.rs`); at most [`CUTS_WAITING_MAX`].
+    pub cuts_waiting: Vec<(ArenaId, Range)>,
     heartbeats: HashMap<ClientId, Instant>,
     /// Since when this leader could hear every client: its election, or
     /// the end of the last stall of its own (`restart_hearing`). Nobody
@@ -68,6 +76,7 @@ impl TermState {
             puts: PutTable::for_term(term),
             copies: CopyTable::default(),
             fences: ArenaFences::new(term),
+            cuts_waiting: Vec::new(),
             heartbeats: HashMap::new(),
             hearing_since: now,
             first_seen: HashMap::new(),

@@ -70,6 +70,23 @@ pub fn take_acks(shared: &Shared, client: ClientId, acks: &[FenceAck]) {
     }
 }
 
+/// Keeps every arena an earlier term granted out of its segment's fences
+/// (`ArenaFences::keep_out`): once its store node let go, the bytes its
+/// removed objects free are cut out at once (`arena_cuts.rs`), and a
+/// deposed leader's writer still writing over TCP is refused and puts
+/// again. Its unused bytes still wait for the release timeout.
+pub fn keep_out_earlier_terms(shared: &Shared) {
+    let Some(term) = shared.leader.with(|t| t.term) else { return };
+    let earlier: Vec<(ArenaId, SegmentId)> =
+        shared.reader.read(|s| s.arenas().filter(|a| a.term < term).map(|a| (a.id, a.segment)).collect());
+    if earlier.is_empty() {
+        return;
+    }
+    if shared.leader.with(|t| t.fences.keep_out(&earlier, Instant::now())) == Some(true) {
+        shared.auth.fence_wakes.moved.notify_waiters();
+    }
+}
+
 /// Takes `arenas` (nothing is written to them any more) back from their
 /// store nodes and returns, through the log, those whose store nodes let go
 /// of them (`arena_fences.rs`): the others are returned by a later call,

@@ -64,6 +64,29 @@ impl CapabilityIssuer {
         }
     }
 
+    /// Checks that `replica` (echoed back in a PutEnd) carries a WRITE
+    /// capability this cluster issued for its segment (as owned in
+    /// `state`), its arena and a range covering its own, still valid on
+    /// this master's clock: the proof that the sender was handed that
+    /// range. Why not, when it does not.
+    pub fn check_write(&self, state: &MetaState, replica: &Replica) -> Result<(), String> {
+        let segment = SegmentId(replica.segment_id);
+        let Some(owner) = state.segment(segment).map(|s| s.owner) else {
+            return Err(format!("segment {} is not mounted", segment.0));
+        };
+        let requested =
+            Requested { segment_id: segment.0, offset: replica.offset, len: replica.len, access: Access::Write };
+        let cap = capability::verify(&self.key(segment, owner), &replica.capability, &requested, unix_ms_now())
+            .map_err(|e| format!("its WRITE capability for segment {}: {e}", segment.0))?;
+        if cap.arena != replica.arena_id {
+            return Err(format!(
+                "its WRITE capability is for arena {}, the replica names arena {}",
+                cap.arena, replica.arena_id
+            ));
+        }
+        Ok(())
+    }
+
     fn key(&self, segment: SegmentId, owner: ClientId) -> Arc<SegmentKey> {
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(key) = keys.get(&(segment, owner)) {

@@ -240,13 +240,21 @@ async fn round_where(shared: &Shared, tier: Tier, need_bytes: u64, segment: Opti
         Some(seg) => young_in(shared, &candidates, tier, seg, wall_ms),
         None => Vec::new(),
     };
-    // Bytes too young to be cut out of an earlier term's arena free
-    // nothing a put could use there (this term's own arenas excepted).
+    // Bytes too young to be cut out of an earlier term's arena not yet
+    // taken back free nothing a put could use there (this term's own
+    // arenas excepted).
+    let now = Instant::now();
     let usable = |t: &TermState, candidates: Vec<Candidate>| -> Vec<Candidate> {
         candidates
             .into_iter()
             .enumerate()
-            .filter(|(i, _)| young_in.get(*i).copied().flatten().is_none_or(|a| t.puts.owns(a)))
+            .filter(|(i, _)| {
+                young_in
+                    .get(*i)
+                    .copied()
+                    .flatten()
+                    .is_none_or(|a| t.puts.owns(a) || arena_cuts::taken_back(shared, t, a, now))
+            })
             .map(|(_, c)| c)
             .collect()
     };

@@ -17,6 +17,8 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 use crate::leader::kv_lease::KeyHash;
 use crate::leader::reservations::{ChunkCover, Reservation};
 use crate::leader::tiering::OffloadMode;
+use crate::objects::capabilities::CapabilityIssuer;
+use crate::objects::quotas;
 use crate::rpc::convert;
 use crate::rpc::errors::{internal, invalid, response_status};
 use crate::shared::Shared;
@@ -94,13 +96,14 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     };
     // Plans answered from the state (a retry's first answer) must rest on
     // synced state.
+    let grants = &shared.auth.capabilities;
     let plans: Vec<EndPlan> = shared
         .read_durable(|s| {
             reqs.iter()
                 .zip(known)
                 .map(|(req, known)| match known {
-                    Known::Reserved(res) => plan_end(s, req, res, &owned),
-                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, req, in_flight, cover, &owned),
+                    Known::Reserved(res) => plan_end(s, req, res, &owned, grants),
+                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, req, in_flight, cover, &owned, grants),
                 })
                 .collect()
         })
@@ -187,7 +190,13 @@ fn answered_already(s: &MetaState, req: &PutEndRequest) -> Option<EndPlan> {
 
 /// Decides one PutEnd against the applied state (`owned`: arenas this
 /// leader granted).
-fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>, owned: &[ArenaId]) -> EndPlan {
+fn plan_end(
+    s: &MetaState,
+    req: &PutEndRequest,
+    reservation: Option<Reservation>,
+    owned: &[ArenaId],
+    grants: &CapabilityIssuer,
+) -> EndPlan {
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
@@ -218,7 +227,7 @@ fn plan_end(s: &MetaState, req: &PutEndRequest, reservation: Option<Reservation>
             "{:?}: this put expired and another put of the key is in flight",
             req.key
         )))),
-        None => plan_unknown_end(s, req, echoed, owned),
+        None => plan_unknown_end(s, req, echoed, owned, grants),
     }
 }
 
@@ -232,6 +241,7 @@ fn plan_chunk_end(
     in_flight: Option<ClientId>,
     cover: ChunkCover,
     owned: &[ArenaId],
+    grants: &CapabilityIssuer,
 ) -> EndPlan {
     if let Some(answer) = answered_already(s, req) {
         return answer;
@@ -258,7 +268,7 @@ fn plan_chunk_end(
     match cover {
         ChunkCover::Inside => commit_echoed(req, echoed),
         ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
-        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned),
+        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned, grants),
     }
 }
 
@@ -268,7 +278,13 @@ fn plan_chunk_end(
 /// this leader did not grant: their granter handed each range out once, so
 /// only this writer can have been given them. In its own arenas this leader
 /// knows every reservation, so an unknown one there has expired.
-fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>, owned: &[ArenaId]) -> EndPlan {
+fn plan_unknown_end(
+    s: &MetaState,
+    req: &PutEndRequest,
+    echoed: Vec<PlacedReplica>,
+    owned: &[ArenaId],
+    grants: &CapabilityIssuer,
+) -> EndPlan {
     let client = ClientId(req.client_id);
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
@@ -287,6 +303,18 @@ fn plan_unknown_end(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplic
              and its space was reclaimed); put it again",
             req.key
         ))));
+    }
+    // Only the writer a range was handed to holds its WRITE capability:
+    // anyone else naming free bytes of an earlier term's arena (another
+    // tenant's removed object, or a put still being written) is refused.
+    if let Some(why) = req.replicas.iter().find_map(|r| grants.check_write(s, r).err()) {
+        return EndPlan::Answer(invalid(MetaError::PutExpired(format!(
+            "{:?}: this master holds no reservation for it and {why}; put it again",
+            req.key
+        ))));
+    }
+    if let Some(refused) = quotas::over_quota_at_end(s, &req.key, req.size, req.upsert) {
+        return EndPlan::Answer(refused);
     }
     commit_echoed(req, echoed)
 }

@@ -14,6 +14,8 @@
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_segment::tenant::{Tenant, tenant_of};
 
+use mooncake_raft_store::MetaState;
+
 use crate::leader::reservations::PutAsk;
 use crate::shared::Shared;
 
@@ -91,6 +93,24 @@ pub fn chunk_put_allowed(shared: &Shared, stored_key: &str, size: u64) -> Result
             "a put placed in a writer chunk evicts nothing: put it the usual way (PutStart)".into(),
         )),
     }
+}
+
+/// The refusal of a PutEnd recorded without a reservation (a put an
+/// earlier leader started) whose `size` bytes would take the tenant of
+/// `stored_key` past its quota in `s`; `None` when it fits. No eviction
+/// runs for it: it was placed before this leader could admit it.
+pub fn over_quota_at_end(s: &MetaState, stored_key: &str, size: u64, upsert: bool) -> Option<Status> {
+    let tenant = tenant_of(stored_key);
+    let quota = s.tenant_quota(tenant)?;
+    // An upsert replaces the object it finds: its bytes go.
+    let replaced = match upsert {
+        true => s.object(stored_key).map_or(0, |o| o.size_bytes),
+        false => 0,
+    };
+    let used = s.tenant_usage(tenant).bytes.saturating_sub(replaced);
+    (used.saturating_add(size) > quota).then(|| {
+        exceeded(tenant, quota, "a put started before a leader change evicts nothing for it: put it again".into())
+    })
 }
 
 /// Whether `tenant` has a quota (writer chunks are not handed to it).
