@@ -245,3 +245,51 @@ async fn a_tenant_at_its_quota_evicts_only_its_own_objects_and_is_refused_when_n
     let used = admin.list_tenants().await.unwrap().into_iter().find(|t| t.name == "team-d").map(|t| t.used_bytes);
     assert_eq!(used, Some(2 * OBJECT as u64));
 }
+
+/// Issue 38, finding 2: quotas did not bound. One batch of 8 hard-pinned
+/// 1 MiB objects into a 1 MiB quota stored all 8 (each item was checked
+/// alone against the applied usage), and the small puts of one batch
+/// placed in a writer chunk all passed their check at once. Now the leader
+/// counts the tenant's puts in flight at PutStart and the state machine
+/// refuses any commit past the quota: the tenant ends at its quota, hard
+/// pins included, and every other item is refused TENANT_QUOTA_EXCEEDED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_never_takes_a_tenant_past_its_quota_on_any_path() {
+    let cluster = one_store_cluster().await;
+    let admin = cluster.client();
+    const MB: usize = 1 << 20;
+    admin.set_tenant_quota("team-e", MB as u64).await.expect("quota");
+    let e = client_in(&cluster, "team-e").await;
+    let pinned = PutOptions { replicas: 1, pin: mooncake_client::Pin::Hard, ..Default::default() };
+    let values: Vec<(String, Vec<u8>)> = (0..8u8).map(|i| (format!("k{i}"), vec![i; MB])).collect();
+    let items: Vec<(&str, &[u8])> = values.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
+    let results = e.put_batch(&items, &pinned).await;
+    let stored = results.iter().filter(|r| matches!(r, Ok(PutOutcome::Stored))).count();
+    assert_eq!(stored, 1, "{results:?}");
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(r.code(), Some(ErrorCode::TenantQuotaExceeded), "{r}");
+    }
+    assert_eq!(admin_used(&cluster, "team-e").await, Some(MB as u64));
+
+    // Small puts in a writer chunk the client held before its tenant got a
+    // quota: one batch of 6 into room for 2 more.
+    const SMALL: usize = 10 << 10;
+    let f = client_in(&cluster, "team-f").await;
+    let opts = PutOptions { replicas: 1, ..Default::default() };
+    f.put("c0", &vec![0u8; SMALL], &opts).await.expect("a small put, in a writer chunk");
+    admin.set_tenant_quota("team-f", 3 * SMALL as u64).await.expect("quota");
+    let values: Vec<(String, Vec<u8>)> = (1..7u8).map(|i| (format!("c{i}"), vec![i; SMALL])).collect();
+    let items: Vec<(&str, &[u8])> = values.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
+    let results = f.put_batch(&items, &opts).await;
+    assert!(f.stats().puts_in_chunks.load(std::sync::atomic::Ordering::Relaxed) > 1, "the chunk path ran");
+    let stored = results.iter().filter(|r| matches!(r, Ok(PutOutcome::Stored))).count();
+    assert!(stored <= 2, "{stored} of 6 stored into room for 2: {results:?}");
+    let used = admin_used(&cluster, "team-f").await;
+    assert!(used.is_some_and(|u| u <= 3 * SMALL as u64), "team-f past its quota: {used:?}");
+}
+
+/// The bytes `name`'s objects take, as the admin lists tenants.
+async fn admin_used(cluster: &Cluster, name: &str) -> Option<u64> {
+    let tenants = cluster.client().list_tenants().await.expect("list tenants");
+    tenants.into_iter().find(|t| t.name == name).map(|t| t.used_bytes)
+}

@@ -12,7 +12,9 @@
 //! id, the checksum of the whole value). A deposed leader's reservations
 //! must outlive such a writer: if a new leader handed their space to other
 //! objects, the second half lands on those objects' committed bytes, which
-//! the committed-bytes checker ([`crate::committed_bytes`]) sees.
+//! the committed-bytes checker ([`crate::committed_bytes`]) sees. (The real
+//! build also keeps the old arenas out of the store nodes' fences, so a
+//! second half written after the new leader took over is refused.)
 //!
 //! It speaks to the harness through stdout, one JSON [`StallLine`] a line;
 //! its logs go to stderr. It never exits by itself: the harness kills it.

@@ -45,15 +45,20 @@ fn arena_reuse_under_stalled_writers_is_caught_and_the_real_build_passes_the_sam
 
     // Phase 2, why: the same schedule on the real build passes every
     // checker, and was not vacuous: the writers stalled across leader
-    // kills, new leaders recorded their puts, and every replica was read.
+    // kills and their puts ended (a new leader keeps the deposed one's
+    // arenas out of the store nodes' fences at once, so a second half
+    // written after that is refused and the put fails; one written before
+    // is recorded by the new leader), and every replica was read.
     let good_results = tempfile::tempdir().expect("results dir");
     let Some(good) = chaos_run(Vec::new(), good_results.path()) else { return };
     let failed: Vec<&CheckerVerdict> = good.checkers.iter().filter(|c| !c.valid).collect();
     assert!(good.valid, "the real build failed: {failed:?}");
     let stalls = good.stall_writers.expect("stall writer counts");
     assert!(stalls.stalls >= 4, "too few stalls: {stalls:?}");
-    assert!(stalls.ok > 10, "too few stalled puts recorded by a new leader: {stalls:?}");
+    assert!(stalls.ok + stalls.error > 10, "too few stalled puts ended: {stalls:?}");
     assert_eq!(stalls.expired, 0, "the real build let stalled puts expire: {stalls:?}");
     assert!(good.committed_bytes.replicas > 100, "too few replicas read: {:?}", good.committed_bytes);
-    assert!(verdict(&good, "stall_puts").checked > 0, "no acknowledged stall put was read back");
+    if stalls.ok > 0 {
+        assert!(verdict(&good, "stall_puts").checked > 0, "no acknowledged stall put was read back");
+    }
 }

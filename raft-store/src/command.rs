@@ -386,6 +386,18 @@ pub enum Command {
     ///
     /// Retry: idempotent.
     SetTenantQuota { tenant: String, bytes: u64 },
+    /// `PutCommit` bounded by the tenant's quota: refused
+    /// (`QuotaExceeded`, nothing changes) when the object would take its
+    /// tenant's objects past the quota the state holds (an upsert's
+    /// replaced object no longer counting), so a tenant never holds more
+    /// than its quota, however many puts race (each commit in a batch sees
+    /// the ones before it). The leader proposes it for tenants with a
+    /// quota, plain `PutCommit` otherwise (masters of the previous release
+    /// still decode a log of tenants without quotas).
+    ///
+    /// Retry: as `PutCommit` (a retry of the same commit answers its
+    /// version, whatever the quota says now).
+    PutCommitInQuota(NewObject),
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

@@ -33,6 +33,9 @@ pub enum MetaError {
     /// The caller named a client id registered under another credential.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// The put would take its tenant past its quota: nothing was recorded.
+    #[error("tenant quota exceeded: {0}")]
+    QuotaExceeded(String),
 }
 
 /// A local storage failure: what failed and where.

@@ -144,7 +144,7 @@ pub fn put_object(
 }
 
 /// How many variants [`Command`] has: [`command_variant`] numbers them.
-pub const COMMAND_VARIANTS: usize = 21;
+pub const COMMAND_VARIANTS: usize = 22;
 
 /// The position of `cmd`'s variant in [`Command`] (its first encoded
 /// byte). The match is exhaustive: a new variant does not compile here
@@ -173,6 +173,7 @@ pub fn command_variant(cmd: &Command) -> usize {
         Command::DropCorrupt { .. } => 18,
         Command::ArenaCut { .. } => 19,
         Command::SetTenantQuota { .. } => 20,
+        Command::PutCommitInQuota(_) => 21,
     }
 }
 
@@ -413,7 +414,17 @@ fn random_put(
     let existing = rng.pick(objects).map(|o| o.key.clone());
     let key = match existing {
         Some(k) if rng.one_in(4) => k,
-        _ => format!("k{}", rng.below(64)),
+        // Some in the tenants `SetTenantQuota` gives quotas to.
+        // A quarter in the tenant `SetTenantQuota` gives quotas to (no
+        // draw of its own: logs of earlier seeds keep their shape).
+        _ => {
+            let n = rng.below(64);
+            let key = format!("k{n}");
+            match (n % 4, mooncake_segment::tenant::Tenant::parse("team-a")) {
+                (0, Ok(team)) => team.scope(&key),
+                _ => key,
+            }
+        }
     };
     let largest = if rng.one_in(4) { 5000 } else { 2048 };
     let size = 1 + rng.below(largest);
@@ -445,15 +456,20 @@ fn random_put(
         let stray = PlacedReplica { segment: SegmentId(1), arena: ArenaId(rng.below(4)), range };
         replicas.push(taken.unwrap_or(stray));
     }
-    Command::PutCommit(NewObject {
+    let checksum = rng.below(3) as u32;
+    let new = NewObject {
         client: writer,
         key,
         size_bytes: size,
-        checksum: rng.below(3) as u32,
+        checksum,
         pin: [Pin::None, Pin::Soft, Pin::Hard, Pin::SoftFor { ttl_ms: 50 }][rng.below(4) as usize],
         replicas,
         upsert: rng.one_in(3),
-    })
+    };
+    match checksum {
+        0 => Command::PutCommitInQuota(new),
+        _ => Command::PutCommit(new),
+    }
 }
 
 /// A random `AddReplica`: a copy of an object to a segment without one,

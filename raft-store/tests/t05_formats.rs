@@ -224,6 +224,7 @@ fn command_cases() -> Vec<(Command, &'static str)> {
         ),
         (Command::ArenaCut { arena: ArenaId(2), ranges: vec![Range::new(8192, 4096)] }, "13020180408020"),
         (Command::SetTenantQuota { tenant: "team-a".into(), bytes: 1 << 30 }, "14067465616d2d618080808004"),
+        (Command::PutCommitInQuota(new_object(Pin::Hard, false)), "1509016b64effdb6f50d0201010140800100"),
     ]
 }
 
@@ -284,9 +285,10 @@ fn meta_error_position(e: &MetaError) -> usize {
         MetaError::SegmentAlreadyExists(_) => 7,
         MetaError::PutExpired(_) => 8,
         MetaError::PermissionDenied(_) => 9,
+        MetaError::QuotaExceeded(_) => 10,
     }
 }
-const META_ERROR_VARIANTS: usize = 10;
+const META_ERROR_VARIANTS: usize = 11;
 
 fn meta_error_cases() -> Vec<(MetaError, &'static str)> {
     vec![
@@ -300,6 +302,7 @@ fn meta_error_cases() -> Vec<(MetaError, &'static str)> {
         (MetaError::SegmentAlreadyExists("x".into()), "070178"),
         (MetaError::PutExpired("x".into()), "080178"),
         (MetaError::PermissionDenied("x".into()), "090178"),
+        (MetaError::QuotaExceeded("x".into()), "0a0178"),
     ]
 }
 

@@ -11,7 +11,8 @@ mod common;
 
 use common::*;
 use mooncake_raft_store::{
-    Command, MetaState, RemoveReason, Response, TenantUsage, VersionedKey, decode_image, encode_image,
+    Command, MetaError, MetaState, NewObject, RemoveReason, Response, TenantUsage, VersionedKey, decode_image,
+    encode_image,
 };
 use mooncake_segment::tenant::Tenant;
 
@@ -85,4 +86,40 @@ fn each_tenants_usage_follows_its_objects_through_puts_upserts_removals_and_snap
     let back = decode_image(&encode_image(&s).unwrap()).unwrap();
     assert_eq!(back.tenant_usages().collect::<Vec<_>>(), s.tenant_usages().collect::<Vec<_>>());
     s.check_invariants().unwrap();
+}
+
+/// Issue 38, finding 2: one batch of 8 hard-pinned 1 MiB puts into a 1 MiB
+/// quota committed all 8 (each checked alone against the applied usage,
+/// by the leader). `PutCommitInQuota` checks at apply, each commit of a
+/// batch seeing the ones before it: the tenant ends at its quota, hard
+/// pins included, and every refusal changes nothing. A retry of a commit
+/// that was applied still answers its version; an upsert counts only what
+/// it adds; a tenant without a quota and plain `PutCommit` are unbounded.
+#[test]
+fn commits_in_quota_never_take_a_tenant_past_it_even_in_one_batch() {
+    const MB: u64 = 1 << 20;
+    let mut s = three_node_cluster(64 << 20);
+    ok(&mut s, Command::SetTenantQuota { tenant: "team-a".into(), bytes: MB });
+    let arena = grant_pieces(&mut s, 1, 16 * MB, 4096, 1);
+    let hard = |i: u64| NewObject {
+        pin: mooncake_raft_store::Pin::Hard,
+        ..new_object(W1, &stored("team-a", &format!("k{i}")), MB, &[(&arena, i * MB)])
+    };
+    let batch = Command::Batch((0..8).map(|i| Command::PutCommitInQuota(hard(i))).collect());
+    let Response::Batch(answers) = apply(&mut s, batch) else { panic!("a batch answers a batch") };
+    let committed = answers.iter().filter(|a| matches!(a, Response::Committed { .. })).count();
+    assert_eq!(committed, 1, "{answers:?}");
+    assert!(answers[1..].iter().all(|a| matches!(a, Response::Err(MetaError::QuotaExceeded(_)))), "{answers:?}");
+    assert_eq!(usage(&s, "team-a"), (1, MB));
+    // Refused, it changed nothing; a retry of the applied one answers it.
+    let e = refused(&mut s, Command::PutCommitInQuota(hard(1)));
+    assert!(e.to_string().contains("team-a") && e.to_string().contains("quota"), "{e}");
+    assert!(matches!(apply(&mut s, Command::PutCommitInQuota(hard(0))), Response::Committed { .. }));
+    // An upsert of the one object by one of the same size fits.
+    let again = NewObject { upsert: true, ..new_object(W1, &stored("team-a", "k0"), MB, &[(&arena, 9 * MB)]) };
+    assert!(matches!(apply(&mut s, Command::PutCommitInQuota(again)), Response::Committed { .. }));
+    assert_eq!(usage(&s, "team-a").1, MB);
+    // Other tenants, and plain PutCommit, are not bounded by it.
+    let other = new_object(W1, &stored("team-b", "k"), 2 * MB, &[(&arena, 10 * MB)]);
+    assert!(matches!(apply(&mut s, Command::PutCommitInQuota(other)), Response::Committed { .. }));
 }

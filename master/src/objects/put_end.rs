@@ -12,6 +12,7 @@
 use mooncake_proto::master::PutEndRequest;
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Tier};
+use mooncake_segment::tenant::tenant_of;
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::leader::kv_lease::KeyHash;
@@ -46,20 +47,37 @@ enum Known {
 
 /// What to do with one PutEnd.
 enum EndPlan {
-    Propose(NewObject, u64),
+    Propose(Commit),
     Answer(Status),
 }
 
+/// A commit to propose: the object, the PutEnd's request id (0: none),
+/// and whether its tenant has a quota (then apply bounds it).
+struct Commit {
+    new: NewObject,
+    request_id: u64,
+    in_quota: bool,
+}
+
 impl EndPlan {
-    /// The command to propose: `PutCommit`, applied at most once per request id.
+    /// The commit of `new` for the PutEnd of `request_id`, as `s` bounds it.
+    fn propose(s: &MetaState, new: NewObject, request_id: u64) -> EndPlan {
+        let in_quota = s.tenant_quota(tenant_of(&new.key)).is_some();
+        EndPlan::Propose(Commit { new, request_id, in_quota })
+    }
+
+    /// The command to propose: `PutCommitInQuota` for a tenant with a
+    /// quota, else `PutCommit`; applied at most once per request id.
     fn command(&self) -> Option<Command> {
-        match self {
-            EndPlan::Propose(new, 0) => Some(Command::PutCommit(new.clone())),
-            EndPlan::Propose(new, id) => {
-                Some(Command::Once { request_id: *id, cmd: Box::new(Command::PutCommit(new.clone())) })
-            }
-            EndPlan::Answer(_) => None,
-        }
+        let EndPlan::Propose(c) = self else { return None };
+        let commit = match c.in_quota {
+            true => Command::PutCommitInQuota(c.new.clone()),
+            false => Command::PutCommit(c.new.clone()),
+        };
+        Some(match c.request_id {
+            0 => commit,
+            id => Command::Once { request_id: id, cmd: Box::new(commit) },
+        })
     }
 }
 
@@ -219,7 +237,7 @@ fn plan_end(
                 replicas: r.replicas,
                 upsert: r.upsert,
             };
-            EndPlan::Propose(new, req.request_id)
+            EndPlan::propose(s, new, req.request_id)
         }
         // This writer's put expired and another writer's put of the key is
         // in flight (the first writer wins).
@@ -266,7 +284,7 @@ fn plan_chunk_end(
         return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
     }
     match cover {
-        ChunkCover::Inside => commit_echoed(req, echoed),
+        ChunkCover::Inside => commit_echoed(s, req, echoed),
         ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
         ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned, grants),
     }
@@ -316,12 +334,12 @@ fn plan_unknown_end(
     if let Some(refused) = quotas::over_quota_at_end(s, &req.key, req.size, req.upsert) {
         return EndPlan::Answer(refused);
     }
-    commit_echoed(req, echoed)
+    commit_echoed(s, req, echoed)
 }
 
 /// The commit of a put recorded from what its writer sent: its ranges,
 /// size, checksum, pin and upsert (or the refusal of a malformed pin).
-fn commit_echoed(req: &PutEndRequest, echoed: Vec<PlacedReplica>) -> EndPlan {
+fn commit_echoed(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>) -> EndPlan {
     let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
         Ok(pin) => pin,
         Err(e) => return EndPlan::Answer(invalid(e)),
@@ -335,5 +353,5 @@ fn commit_echoed(req: &PutEndRequest, echoed: Vec<PlacedReplica>) -> EndPlan {
         replicas: echoed,
         upsert: req.upsert,
     };
-    EndPlan::Propose(new, req.request_id)
+    EndPlan::propose(s, new, req.request_id)
 }

@@ -5,11 +5,14 @@
 //! `TENANT_QUOTA_EXCEEDED` only when nothing of the tenant's is left to
 //! evict. Other tenants' objects are never evicted for it.
 //!
-//! The check is the leader's, at PutStart, against the applied usage: puts
-//! of one tenant racing each other can each pass it, so a tenant may go
-//! past its quota by what is in flight (its puts between PutStart and
-//! PutEnd), and the next put brings it back. Writer chunks are not handed
-//! to a tenant with a quota (its small puts take the PutStart path).
+//! The leader admits a put at PutStart against the applied usage plus the
+//! tenant's puts in flight (so the items of one batch count each other),
+//! evicting ahead; the bound itself is the state machine's: every commit
+//! of a tenant with a quota is a `PutCommitInQuota`, refused at apply when
+//! it would take the tenant past its quota, whatever path placed it
+//! (PutStart, writer chunks, a put a deposed leader started, upserts), so
+//! concurrent puts cannot overshoot it. Writer chunks are not handed to a
+//! tenant with a quota (its small puts take the PutStart path).
 
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_segment::tenant::{Tenant, tenant_of};
@@ -23,20 +26,24 @@ use crate::shared::Shared;
 const QUOTA_ROUNDS_MAX: u32 = 4;
 
 /// How far `ask` would take its tenant past its quota, in bytes (0: it fits
-/// or the tenant has none), and the tenant.
+/// or the tenant has none), counting the tenant's other puts in flight,
+/// and the tenant.
 fn over_quota(shared: &Shared, ask: &PutAsk) -> (u64, Option<u64>, String) {
     let tenant = tenant_of(&ask.key).to_string();
-    shared.reader.read(|s| {
-        let Some(quota) = s.tenant_quota(&tenant) else { return (0, None, tenant.clone()) };
+    let (after, quota) = shared.reader.read(|s| {
+        let Some(quota) = s.tenant_quota(&tenant) else { return (0, None) };
         let used = s.tenant_usage(&tenant).bytes;
         // An upsert replaces the object it finds: its bytes go.
         let replaced = match ask.upsert {
             true => s.object(&ask.key).map_or(0, |o| o.size_bytes),
             false => 0,
         };
-        let after = used.saturating_sub(replaced).saturating_add(ask.size_bytes);
-        (after.saturating_sub(quota), Some(quota), tenant.clone())
-    })
+        (used.saturating_sub(replaced).saturating_add(ask.size_bytes), Some(quota))
+    });
+    let Some(quota) = quota else { return (0, None, tenant) };
+    // The state first, then the soft state (lock order, leader.rs).
+    let in_flight = shared.leader.with(|t| t.puts.tenant_in_flight(&tenant, &ask.key)).unwrap_or(0);
+    (after.saturating_add(in_flight).saturating_sub(quota), Some(quota), tenant)
 }
 
 /// Admits `ask` under its tenant's quota, evicting the tenant's own
@@ -54,7 +61,11 @@ pub async fn admit(shared: &Shared, ask: &PutAsk) -> Result<(), Status> {
         let tenant = Tenant::parse(&name).unwrap_or_default();
         // An upsert's own object is replaced, not evicted: it frees nothing.
         if crate::objects::eviction::round_for_quota(shared, &tenant, &ask.key, over).await == 0 {
-            return Err(exceeded(&name, quota, "nothing of its own is left to evict (leased or hard-pinned)".into()));
+            return Err(exceeded(
+                &name,
+                quota,
+                "nothing of its own is left to evict (leased, hard-pinned, or its puts in flight)".into(),
+            ));
         }
     }
     match over_quota(shared, ask) {

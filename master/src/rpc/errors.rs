@@ -35,6 +35,7 @@ pub fn meta_status(e: &MetaError) -> Status {
         // the reason (below) tells our clients to put again.
         MetaError::PutExpired(_) => ErrorCode::ObjectNotFound,
         MetaError::PermissionDenied(_) => ErrorCode::PermissionDenied,
+        MetaError::QuotaExceeded(_) => ErrorCode::TenantQuotaExceeded,
     };
     let reason = match e {
         MetaError::PutExpired(_) => StatusReason::PutExpired,

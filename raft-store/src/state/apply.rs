@@ -105,6 +105,7 @@ impl MetaState {
             Command::ArenaTrim { arena, keep_bytes } => self.trim_arena(*arena, *keep_bytes).map_err(Stop::from),
             Command::ArenaReturn { arenas } => return Ok(self.return_arenas(arenas)),
             Command::PutCommit(new) => return self.put_commit(new),
+            Command::PutCommitInQuota(new) => return self.put_commit_in_quota(new),
             Command::ReleaseRetired { versions } => return self.release_retired(versions),
             Command::AddReplica { key, version, replica } => return self.add_replica(key, *version, replica),
             Command::DropTierReplicas { victims, tier } => return self.drop_tier_replicas(victims, *tier),

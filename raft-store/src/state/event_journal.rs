@@ -25,7 +25,7 @@ impl Clone for PendingEvents {
 /// replica lists it changes (its puts are [`Cause::Put`]).
 fn cause_of(cmd: &Command) -> Cause {
     match cmd {
-        Command::PutCommit(_) => Cause::Upsert,
+        Command::PutCommit(_) | Command::PutCommitInQuota(_) => Cause::Upsert,
         Command::RemoveVersion { .. } | Command::RemoveObjects { reason: RemoveReason::RemoveAll, .. } => Cause::Remove,
         Command::RemoveObjects { reason: RemoveReason::Evict, .. } | Command::DropTierReplicas { .. } => Cause::Evict,
         Command::ExpireClient { .. } | Command::ExpireClientKeepDisk { .. } => Cause::Expiry,

@@ -5,11 +5,13 @@
 //!
 //! [`ObjectIndex`]: super::objects::ObjectIndex
 
-use mooncake_segment::tenant::Tenant;
+use mooncake_segment::tenant::{Tenant, tenant_of};
 use serde::Serialize;
 
 use super::MetaState;
+use super::apply::Applied;
 use super::validation::invalid;
+use crate::command::{NewObject, Response};
 use crate::error::MetaError;
 
 /// What a tenant's objects take: how many, and their bytes (each object
@@ -45,6 +47,34 @@ impl MetaState {
             n => self.tenant_quotas.insert(tenant.name().to_string(), n),
         };
         Ok(())
+    }
+
+    /// `Command::PutCommitInQuota`: `PutCommit` once the object fits its
+    /// tenant's quota. A retry of an applied commit, and a put of a key
+    /// that exists (not an upsert), get `PutCommit`'s answer.
+    pub(super) fn put_commit_in_quota(&mut self, new: &NewObject) -> Applied {
+        let existing = self.objects.get(&new.key);
+        let retry = existing.is_some_and(|o| {
+            o.writer == new.client
+                && o.checksum == new.checksum
+                && o.replicas.iter().map(|r| (r.segment, r.range)).eq(new.replicas.iter().map(|r| (r.segment, r.range)))
+        });
+        if retry || (existing.is_some() && !new.upsert) {
+            return self.put_commit(new);
+        }
+        let tenant = tenant_of(&new.key);
+        if let Some(quota) = self.tenant_quota(tenant) {
+            let replaced = existing.map_or(0, |o| o.size_bytes);
+            let used = self.tenant_usage(tenant).bytes.saturating_sub(replaced);
+            if used.saturating_add(new.size_bytes) > quota {
+                return Ok(Response::Err(MetaError::QuotaExceeded(format!(
+                    "tenant {tenant:?} holds {used} of its {quota} bytes; {:?} ({} bytes) does not fit: remove some \
+                     of its objects, or raise the quota",
+                    new.key, new.size_bytes
+                ))));
+            }
+        }
+        self.put_commit(new)
     }
 
     /// The quota of tenant `name` in bytes, if it has one.

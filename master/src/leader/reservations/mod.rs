@@ -303,6 +303,17 @@ impl PutTable {
         self.active.values().flat_map(|r| r.replicas.iter()).map(|p| p.range.len).sum()
     }
 
+    /// Bytes of the objects of `tenant` (by stored key) being put now,
+    /// each once at its size, `except` one key (a repeated ask of it):
+    /// what its quota counts besides its stored objects.
+    pub fn tenant_in_flight(&self, tenant: &str, except: &str) -> u64 {
+        self.active
+            .iter()
+            .filter(|(key, _)| key.as_str() != except && mooncake_segment::tenant::tenant_of(key) == tenant)
+            .map(|(_, r)| r.size_bytes)
+            .sum()
+    }
+
     /// Own arenas: (count, bytes).
     pub fn arena_usage(&self) -> (usize, u64) {
         (self.arenas.len(), self.arenas.values().map(|a| a.arena.len_bytes()).sum())
