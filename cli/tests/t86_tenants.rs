@@ -216,6 +216,15 @@ async fn a_tenant_at_its_quota_evicts_only_its_own_objects_and_is_refused_when_n
     assert_eq!(metric("mooncake_tenant_used_bytes", "team-a"), Some(4.0 * OBJECT as f64));
     assert_eq!(metric("mooncake_tenant_objects", "team-b"), Some(3.0));
     assert_eq!(metric("mooncake_tenant_quota_bytes", "team-c"), Some(2.0 * OBJECT as f64));
+    // Issue 38: a client that is not the admin lists its own tenant only.
+    let own = master_in(&cluster, "team-b").list_tenants().await.expect("a tenant lists itself");
+    let names: Vec<&str> = own.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["team-b"], "another tenant's name, usage or quota was shown");
+    // A bad name is refused before anything is proposed (no log entry).
+    let index = cluster.info(1).await.expect("info").last_log_index;
+    let e = admin.set_tenant_quota("no spaces", 1).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidParams), "{e}");
+    assert_eq!(cluster.info(1).await.expect("info").last_log_index, index, "the refusal was committed");
 
     // Hard-pinned objects never go: past its quota team-c is refused.
     let pinned = PutOptions { replicas: 1, pin: mooncake_client::Pin::Hard, ..Default::default() };

@@ -139,6 +139,11 @@ pub struct MasterConfig {
     /// one more is refused UNAVAILABLE, to watch through another master.
     #[arg(long = "max-watchers", default_value_t = crate::rpc::watch::DEFAULT_MAX_WATCHERS)]
     pub max_watchers: usize,
+    /// Most `Watch` streams one peer address holds on this master at once
+    /// (one more is refused UNAVAILABLE), so one client cannot lock every
+    /// other out; capped at --max-watchers.
+    #[arg(long = "max-watchers-per-peer", default_value_t = crate::rpc::watch::DEFAULT_MAX_WATCHERS_PER_PEER)]
+    pub max_watchers_per_peer: usize,
     /// Object events each master keeps in memory for watchers that resume
     /// (about 450 bytes each); a watcher further behind resyncs from a
     /// listing (docs/EVENTS.md).
@@ -385,6 +390,9 @@ impl MasterConfig {
                 "--grpc-peer-connections-max {} must be in 1..=--grpc-connections-max ({}), which must be positive",
                 self.grpc_peer_connections_max, self.grpc_connections_max
             ));
+        }
+        if self.max_watchers_per_peer == 0 {
+            return Err("--max-watchers-per-peer must be positive (it is capped at --max-watchers)".into());
         }
         if !(1..=crate::raft::proposer::IN_FLIGHT_BATCHES_MAX).contains(&self.batches_in_flight) {
             return Err(format!(

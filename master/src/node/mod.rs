@@ -235,7 +235,11 @@ fn shared_handles(
         disk_alarm: Arc::new(crate::raft::disk_space::DiskAlarm::default()),
         duties,
         events: sm.events(),
-        watchers: Arc::new(crate::rpc::watch::Watchers::new(cfg.max_watchers, cfg.dev_unsafe_skip_events)),
+        watchers: Arc::new(crate::rpc::watch::Watchers::new(
+            cfg.max_watchers,
+            cfg.max_watchers_per_peer,
+            cfg.dev_unsafe_skip_events,
+        )),
         listings: Default::default(),
         read_path: ReadPath {
             barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.raft.read_batch.clone()),

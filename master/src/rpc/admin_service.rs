@@ -225,6 +225,11 @@ impl AdminService for AdminServiceImpl {
     async fn set_tenant_quota(&self, req: Request<SetTenantQuotaRequest>) -> RpcResult<AdminResponse> {
         admin!(self, req, "SetTenantQuota");
         let r = req.into_inner();
+        // Refused before anything is proposed (apply would refuse it too,
+        // after a commit).
+        if let Err(e) = mooncake_segment::tenant::Tenant::parse(&r.tenant) {
+            return answer(Status::with(ErrorCode::InvalidParams, format!("tenant {:?}: {e}", r.tenant)), "");
+        }
         let cmd = mooncake_raft_store::Command::SetTenantQuota { tenant: r.tenant.clone(), bytes: r.quota_bytes };
         match self.shared.write_path.proposer.propose(cmd).await {
             Ok(answer_of) => match answer_of.err() {
@@ -242,11 +247,21 @@ impl AdminService for AdminServiceImpl {
         }
     }
 
-    async fn list_tenants(&self, _req: Request<ListTenantsRequest>) -> RpcResult<ListTenantsResponse> {
+    /// Every tenant for an admin; for anyone else only the caller's own
+    /// (its name, usage and quota), never other tenants'.
+    async fn list_tenants(&self, req: Request<ListTenantsRequest>) -> RpcResult<ListTenantsResponse> {
+        let refused = |s: Status| Ok(Response::new(ListTenantsResponse { status: Some(s), tenants: vec![] }));
+        let only = match self.shared.auth.roles.require_admin(&req, "ListTenants") {
+            Ok(()) => None,
+            Err(_) => match crate::rpc::tenancy::KeySpace::of_request(&req) {
+                Ok(space) => Some(space.tenant().name().to_string()),
+                Err(s) => return refused(s),
+            },
+        };
         if let Err(s) = self.shared.barrier().await {
-            return Ok(Response::new(ListTenantsResponse { status: Some(s), tenants: vec![] }));
+            return refused(s);
         }
-        let tenants = self.shared.reader.read(|st| {
+        let tenants: Vec<TenantInfo> = self.shared.reader.read(|st| {
             let mut by_name: std::collections::BTreeMap<String, TenantInfo> = std::collections::BTreeMap::new();
             for (name, quota) in st.tenant_quotas() {
                 by_name
@@ -262,6 +277,10 @@ impl AdminService for AdminServiceImpl {
             }
             by_name.into_values().collect()
         });
+        let tenants = match only {
+            None => tenants,
+            Some(own) => tenants.into_iter().filter(|t| t.name == own).collect(),
+        };
         Ok(Response::new(ListTenantsResponse { status: Some(Status::ok()), tenants }))
     }
 

@@ -3,11 +3,15 @@
 //! clone: the indexes are shared), under its revision, so the later pages
 //! (`at_revision`) come from the same state however the objects changed
 //! meanwhile. A watcher resyncs from such a listing and watches from its
-//! revision + 1 (docs/EVENTS.md). At most [`LISTINGS_MAX`] copies, each
-//! for [`LISTING_KEPT`]; they are this master's (a later page asked of
-//! another master, or after a restart, is refused: list again).
+//! revision + 1 (docs/EVENTS.md). Each peer address has its own
+//! [`LISTINGS_PER_PEER`] copies (a new one replaces that peer's oldest, so
+//! one client listing in a loop cannot push out another's pages), at most
+//! [`LISTINGS_MAX`] in all, each for [`LISTING_KEPT`]; they are this
+//! master's (a later page asked of another master, or from another
+//! address, or after a restart, is refused: list again).
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -18,32 +22,46 @@ use crate::rpc::tenancy::KeySpace;
 
 /// How long the state of a paged listing is kept after its first page.
 pub const LISTING_KEPT: Duration = Duration::from_secs(60);
-/// Listings kept at once (the oldest goes first).
-pub const LISTINGS_MAX: usize = 8;
+/// Listings kept at once, of all peers (the oldest goes first).
+pub const LISTINGS_MAX: usize = 64;
+/// Listings kept at once for one peer address (its oldest goes first).
+pub const LISTINGS_PER_PEER: usize = 4;
+
+/// One kept listing: whose, at which revision, since when, the state.
+struct Kept {
+    peer: Option<IpAddr>,
+    revision: u64,
+    at: Instant,
+    state: Arc<MetaState>,
+}
 
 /// The states paged listings are read from.
 #[derive(Default)]
 pub struct Listings {
-    kept: Mutex<VecDeque<(u64, Instant, Arc<MetaState>)>>,
+    kept: Mutex<VecDeque<Kept>>,
 }
 
 impl Listings {
-    /// Keeps `state`, read at `revision`, for the pages after the first.
-    pub fn keep(&self, revision: u64, state: MetaState, now: Instant) {
+    /// Keeps `state`, read at `revision`, for `peer`'s pages after the first.
+    pub fn keep(&self, peer: Option<IpAddr>, revision: u64, state: MetaState, now: Instant) {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.retain(|(r, at, _)| *r != revision && now.duration_since(*at) < LISTING_KEPT);
-        if kept.len() >= LISTINGS_MAX {
+        kept.retain(|k| !(k.peer == peer && k.revision == revision) && now.duration_since(k.at) < LISTING_KEPT);
+        if kept.iter().filter(|k| k.peer == peer).count() >= LISTINGS_PER_PEER {
+            if let Some(oldest) = kept.iter().position(|k| k.peer == peer) {
+                kept.remove(oldest);
+            }
+        } else if kept.len() >= LISTINGS_MAX {
             kept.pop_front();
         }
-        kept.push_back((revision, now, Arc::new(state)));
+        kept.push_back(Kept { peer, revision, at: now, state: Arc::new(state) });
     }
 
-    /// The state kept at `revision`, if it still is.
-    pub fn at(&self, revision: u64, now: Instant) -> Option<Arc<MetaState>> {
+    /// The state kept for `peer` at `revision`, if it still is.
+    pub fn at(&self, peer: Option<IpAddr>, revision: u64, now: Instant) -> Option<Arc<MetaState>> {
         let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         kept.iter()
-            .find(|(r, at, _)| *r == revision && now.duration_since(*at) < LISTING_KEPT)
-            .map(|(_, _, s)| s.clone())
+            .find(|k| k.peer == peer && k.revision == revision && now.duration_since(k.at) < LISTING_KEPT)
+            .map(|k| k.state.clone())
     }
 }
 
@@ -104,18 +122,39 @@ pub fn page<'a>(
 mod tests {
     use super::*;
 
+    fn peer(n: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, n]))
+    }
+
     #[test]
-    fn a_kept_listing_is_found_by_revision_until_it_expires() {
+    fn a_kept_listing_is_found_by_its_peer_and_revision_until_it_expires() {
         let l = Listings::default();
         let t0 = Instant::now();
-        l.keep(7, MetaState::default(), t0);
-        assert!(l.at(7, t0 + Duration::from_secs(1)).is_some());
-        assert!(l.at(8, t0).is_none());
-        assert!(l.at(7, t0 + LISTING_KEPT).is_none(), "expired");
-        for r in 0..LISTINGS_MAX as u64 {
-            l.keep(100 + r, MetaState::default(), t0);
+        l.keep(peer(1), 7, MetaState::default(), t0);
+        assert!(l.at(peer(1), 7, t0 + Duration::from_secs(1)).is_some());
+        assert!(l.at(peer(1), 8, t0).is_none());
+        assert!(l.at(peer(2), 7, t0).is_none(), "another peer's listing");
+        assert!(l.at(peer(1), 7, t0 + LISTING_KEPT).is_none(), "expired");
+    }
+
+    /// Issue 38: the kept listings were shared by all clients, so one
+    /// client listing in a loop made every other client's next page fail.
+    #[test]
+    fn a_peer_listing_in_a_loop_pushes_out_only_its_own_listings() {
+        let l = Listings::default();
+        let t0 = Instant::now();
+        l.keep(peer(1), 7, MetaState::default(), t0);
+        for r in 0..10 * LISTINGS_MAX as u64 {
+            l.keep(peer(2), 100 + r, MetaState::default(), t0);
         }
-        assert!(l.at(7, t0).is_none(), "the oldest made room");
-        assert!(l.at(100, t0).is_some());
+        assert!(l.at(peer(1), 7, t0).is_some(), "another peer's listing survives");
+        let last = 100 + 10 * LISTINGS_MAX as u64 - 1;
+        assert!(l.at(peer(2), last, t0).is_some());
+        assert!(l.at(peer(2), last - LISTINGS_PER_PEER as u64, t0).is_none(), "its own oldest made room");
+        // Many peers: the oldest of all goes once the total is reached.
+        for n in 0..LISTINGS_MAX as u8 {
+            l.keep(peer(10 + n), 1, MetaState::default(), t0);
+        }
+        assert!(l.at(peer(1), 7, t0).is_none());
     }
 }

@@ -8,12 +8,17 @@
 //! the history no longer holds what it needs it is told so (`compacted`)
 //! and the stream ends. A caught-up watcher hears the revision it is
 //! through every [`PROGRESS_EVERY`], so it resumes from there, not from its
-//! last event. At most `--max-watchers` streams per master; each ends when
-//! the master stops.
+//! last event. At most `--max-watchers` streams per master, and at most
+//! `--max-watchers-per-peer` from one peer address (so one client cannot
+//! lock every other out); a start past the master's head is refused (it
+//! would wait for revisions that may never come, holding a slot). Each
+//! stream ends when the master stops.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::Stream;
@@ -35,20 +40,30 @@ pub const REVISIONS_PER_MESSAGE: usize = 256;
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Default of `--max-watchers`.
 pub const DEFAULT_MAX_WATCHERS: usize = 256;
+/// Default of `--max-watchers-per-peer`.
+pub const DEFAULT_MAX_WATCHERS_PER_PEER: usize = 16;
+/// A start this many revisions past a master's head cannot be one a
+/// lagging master has yet to apply: it is refused as invalid, not as
+/// unavailable.
+const REVISIONS_AHEAD_MAX: u64 = 1 << 32;
 
 /// The open watches of this master, against its cap.
 #[derive(Debug)]
 pub struct Watchers {
     open: AtomicUsize,
     max: usize,
+    /// Streams per peer address, against `per_peer`. A leaf lock.
+    by_peer: Mutex<HashMap<IpAddr, usize>>,
+    per_peer: usize,
     /// `--dev-unsafe-skip-events`: leave out the first event of every 7th
     /// revision (the planted gap the chaos harness must catch).
     skip_events: bool,
 }
 
 impl Watchers {
-    pub fn new(max: usize, skip_events: bool) -> Self {
-        Watchers { open: AtomicUsize::new(0), max, skip_events }
+    pub fn new(max: usize, per_peer: usize, skip_events: bool) -> Self {
+        let per_peer = per_peer.min(max);
+        Watchers { open: AtomicUsize::new(0), max, by_peer: Mutex::new(HashMap::new()), per_peer, skip_events }
     }
 
     /// Streams open now.
@@ -56,19 +71,65 @@ impl Watchers {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// A slot for one more stream, unless the cap is reached.
-    fn take(self: &Arc<Self>) -> Option<Slot> {
+    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.by_peer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for one more stream from `peer`, or why not.
+    fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<Slot, Status> {
+        if let Some(ip) = peer {
+            let mut peers = self.peers();
+            let n = peers.entry(ip).or_insert(0);
+            if *n >= self.per_peer {
+                return Err(Status::with(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "{ip} holds {} watches on this master already (--max-watchers-per-peer); end one, or \
+                         watch through another master",
+                        self.per_peer
+                    ),
+                ));
+            }
+            *n += 1;
+        }
         let taken = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1));
-        taken.is_ok().then(|| Slot(self.clone()))
+        let slot = Slot { watchers: self.clone(), peer, counted: taken.is_ok() };
+        match taken {
+            Ok(_) => Ok(slot),
+            Err(_) => Err(Status::with(
+                ErrorCode::Unavailable,
+                format!(
+                    "this master serves {} watches already (--max-watchers); watch through another master or raise \
+                     the cap",
+                    self.max
+                ),
+            )),
+        }
     }
 }
 
 /// One open stream; given back when the stream is dropped.
-struct Slot(Arc<Watchers>);
+struct Slot {
+    watchers: Arc<Watchers>,
+    peer: Option<IpAddr>,
+    /// Counted against the total (a slot refused by it is not).
+    counted: bool,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        if self.counted {
+            self.watchers.open.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(ip) = self.peer {
+            let mut peers = self.watchers.peers();
+            if let Some(n) = peers.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    peers.remove(&ip);
+                }
+            }
+        }
     }
 }
 
@@ -96,13 +157,13 @@ struct Cursor {
     _slot: Slot,
 }
 
-/// The stream for `req` on this master (`master_id`), until `stop`.
+/// The stream for `req` from `peer` on this master (`master_id`), until `stop`.
 pub fn open(
     history: Arc<EventHistory>,
     watchers: &Arc<Watchers>,
     master_id: u64,
     space: Result<KeySpace, Status>,
-    req: WatchRequest,
+    (req, peer): (WatchRequest, Option<IpAddr>),
     stop: watch::Receiver<bool>,
 ) -> WatchStream {
     let refused = |status: Status| {
@@ -113,18 +174,16 @@ pub fn open(
         Ok(space) => space,
         Err(status) => return refused(status),
     };
-    let Some(slot) = watchers.take() else {
-        return refused(Status::with(
-            ErrorCode::Unavailable,
-            format!(
-                "this master serves {} watches already (--max-watchers); watch through another master or raise the \
-                 cap",
-                watchers.max
-            ),
-        ));
+    let head = history.last();
+    if let Err(status) = check_start(req.from_revision, head) {
+        return refused(status);
+    }
+    let slot = match watchers.take(peer) {
+        Ok(slot) => slot,
+        Err(status) => return refused(status),
     };
     let after = match req.from_revision {
-        0 => history.last(),
+        0 => head,
         from => from - 1,
     };
     let cursor = Cursor {
@@ -146,6 +205,22 @@ pub fn open(
         let message = c.next().await?;
         Some((Ok(message), c))
     }))
+}
+
+/// A start at `from` (0: now) on a master whose head is `head`: at most
+/// the next revision. A little past it, this master may lag the one the
+/// watcher heard from (UNAVAILABLE: retry, or another master); far past
+/// it, no master has it (INVALID_PARAMS).
+fn check_start(from: u64, head: u64) -> Result<(), Status> {
+    let next = head.saturating_add(1);
+    if from <= next {
+        return Ok(());
+    }
+    let (code, what) = match from - next > REVISIONS_AHEAD_MAX {
+        true => (ErrorCode::InvalidParams, "no master has it; watch from 0 (now) or a revision you were sent"),
+        false => (ErrorCode::Unavailable, "this master may lag: retry, or watch through another master"),
+    };
+    Err(Status::with(code, format!("from_revision {from} is past this master's head ({head}): {what}")))
 }
 
 impl Cursor {
@@ -262,5 +337,48 @@ fn event_pb(e: ev::ObjectEvent) -> ObjectEvent {
             replicas: replicas_pb(replicas),
             cause: cause.name().into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(n: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, n]))
+    }
+
+    /// Issue 38: 256 streams from one client locked every other watcher
+    /// out. One peer now holds at most its own share; the others still get
+    /// theirs, and a stream given back frees its peer's slot.
+    #[test]
+    fn one_peer_cannot_take_every_watch_slot() {
+        let w = Arc::new(Watchers::new(8, 3, false));
+        let mine: Vec<Slot> = (0..3).map(|_| w.take(peer(1)).expect("within the peer's share")).collect();
+        let e = w.take(peer(1)).err().expect("past the peer's share");
+        assert_eq!(e.error_code(), ErrorCode::Unavailable);
+        assert!(e.message.contains("--max-watchers-per-peer"), "{}", e.message);
+        let others: Vec<Slot> = (2..7).map(|n| w.take(peer(n)).expect("another peer")).collect();
+        assert_eq!(w.open(), 8);
+        let e = w.take(peer(9)).err().expect("the total is reached");
+        assert!(e.message.contains("--max-watchers"), "{}", e.message);
+        assert!(w.peers().get(&IpAddr::from([10, 0, 0, 9])).is_none(), "a refused slot holds nothing");
+        drop(mine);
+        assert_eq!(w.open(), 5);
+        assert!(w.take(peer(1)).is_ok(), "given back");
+        drop(others);
+    }
+
+    /// Issue 38: a watch from u64::MAX answered through u64::MAX - 1 and
+    /// then held its slot forever.
+    #[test]
+    fn a_start_past_the_head_is_refused() {
+        assert!(check_start(0, 10).is_ok());
+        assert!(check_start(11, 10).is_ok(), "the next revision");
+        let lagging = check_start(15, 10).expect_err("a little ahead");
+        assert_eq!(lagging.error_code(), ErrorCode::Unavailable, "{}", lagging.message);
+        let never = check_start(u64::MAX, 10).expect_err("far ahead");
+        assert_eq!(never.error_code(), ErrorCode::InvalidParams, "{}", never.message);
+        assert!(never.message.contains("past this master's head (10)"), "{}", never.message);
     }
 }

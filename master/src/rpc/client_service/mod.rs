@@ -69,7 +69,9 @@ impl MasterService for MasterServiceImpl {
     async fn watch(&self, req: Request<WatchRequest>) -> RpcResult<Self::WatchStream> {
         let s = &self.shared;
         let space = self.space(&req);
-        ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, space, req.into_inner(), self.stop.clone()))
+        let peer = req.remote_addr().map(|a| a.ip());
+        let asked = (req.into_inner(), peer);
+        ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, space, asked, self.stop.clone()))
     }
 
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
@@ -381,6 +383,7 @@ impl MasterService for MasterServiceImpl {
             Ok(space) => space,
             Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
         };
+        let peer = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
         let limit = match r.limit as usize {
             0 => LIST_DEFAULT,
@@ -411,12 +414,12 @@ impl MasterService for MasterServiceImpl {
                 });
                 first.await.map(|(objects, more, revision, state)| {
                     if let Some(state) = state {
-                        self.shared.listings.keep(revision, state, now);
+                        self.shared.listings.keep(peer, revision, state, now);
                     }
                     (objects, more, revision)
                 })
             }
-            at => match self.shared.listings.at(at, now) {
+            at => match self.shared.listings.at(peer, at, now) {
                 Some(state) => {
                     let (objects, more) = read(&state);
                     Ok((objects, more, at))
