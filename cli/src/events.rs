@@ -52,6 +52,12 @@ pub struct EventsArgs {
     /// Leave out the legacy fields (`type`, `block_hashes`, `parent_block_hash`).
     #[arg(long = "no-legacy-compat")]
     no_legacy_compat: bool,
+    /// Bind an endpoint other hosts can reach although the feed is neither
+    /// encrypted nor authenticated (no ZMQ CURVE here): anyone who connects
+    /// reads every key of the watched tenant. Without it only loopback
+    /// endpoints are bound.
+    #[arg(long)]
+    insecure: bool,
 }
 
 pub async fn run(a: EventsArgs) -> anyhow::Result<()> {
@@ -78,6 +84,7 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<()> {
             legacy_compat: !a.no_legacy_compat,
             ..Default::default()
         },
+        insecure: a.insecure,
     };
     eprintln!("publishing KV events on {} (Ctrl-C stops)", a.endpoint);
     let stop = async {
@@ -85,8 +92,9 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<()> {
     };
     let p = mooncake_zmq_events::run(master, cfg, stop).await?;
     eprintln!(
-        "published {} events in {} messages ({} resyncs); resume with --from-revision {}",
-        p.events, p.messages, p.resyncs, p.next_revision
+        "published {} events in {} messages ({} resyncs, {} subscribers disconnected for not reading); resume with \
+         --from-revision {}",
+        p.events, p.messages, p.resyncs, p.dropped_subscribers, p.next_revision
     );
     Ok(())
 }

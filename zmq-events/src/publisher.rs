@@ -3,20 +3,22 @@
 //! socket in upstream's wire format (`format.rs`), one message per
 //! revision. Because the feed comes from the watch, it has no gap across
 //! master failovers, and a bridge restarted with `--from-revision` goes on
-//! where it stopped. A subscriber that stops reading holds the bridge back
-//! (ZMTP over TCP: the PUB socket waits); the watch absorbs that up to the
-//! masters' history, and past it the bridge resyncs: one message with a
-//! "cleared" event, then the listed objects as stored.
+//! where it stopped. Publishing never waits for a subscriber (`zmtp.rs`:
+//! each has its own bounded queue, and one that stops reading is
+//! disconnected), so the bridge only ever waits for the watch; if it falls
+//! behind the masters' history it resyncs: one message with a "cleared"
+//! event, then the listed objects as stored. A non-loopback endpoint needs
+//! `insecure` (no CURVE here: anyone who reaches the port reads the feed).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use mooncake_client::{MasterClient, WatchError, WatchItem, Watcher};
-use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 
 use crate::format::{FeedEvent, FeedOptions, encode_batch};
 use crate::translate::Translator;
+use crate::zmtp::{BindError, Publisher, TcpEndpoint};
 
 /// Objects per page of a resync's listing (read at one revision).
 const RESYNC_PAGE: u32 = 10_000;
@@ -36,10 +38,15 @@ pub enum Sequence {
 /// Why the bridge stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
-    #[error("cannot bind the ZMQ endpoint {endpoint}: {source}")]
-    Bind { endpoint: String, source: zeromq::ZmqError },
-    #[error("publishing failed: {0}")]
-    Send(zeromq::ZmqError),
+    #[error("cannot publish on the ZMQ endpoint: {0}")]
+    Bind(#[from] BindError),
+    #[error(
+        "{endpoint} is reachable from other hosts, and this feed has no encryption or authentication (no ZMQ \
+         CURVE): every key of the tenant it watches would reach anyone who connects. Bind a loopback address \
+         (tcp://127.0.0.1:PORT) and reach it through a tunnel, or pass --insecure on a network only trusted \
+         hosts reach"
+    )]
+    Insecure { endpoint: String },
 }
 
 /// What the bridge did.
@@ -48,6 +55,8 @@ pub struct Published {
     pub messages: u64,
     pub events: u64,
     pub resyncs: u64,
+    /// Subscribers disconnected because they stopped reading.
+    pub dropped_subscribers: u64,
     /// The revision to resume from.
     pub next_revision: u64,
 }
@@ -60,10 +69,12 @@ pub struct BridgeConfig {
     pub from_revision: u64,
     pub sequence: Sequence,
     pub options: FeedOptions,
+    /// Bind a non-loopback endpoint although nothing protects the feed.
+    pub insecure: bool,
 }
 
 struct Bridge {
-    socket: PubSocket,
+    socket: Publisher,
     cfg: BridgeConfig,
     translator: Translator,
     published: Published,
@@ -75,9 +86,9 @@ fn now_ms() -> i64 {
 }
 
 impl Bridge {
-    async fn publish(&mut self, revision: u64, events: &[FeedEvent]) -> Result<(), FeedError> {
+    fn publish(&mut self, revision: u64, events: &[FeedEvent]) {
         if events.is_empty() {
-            return Ok(());
+            return;
         }
         let seq = match self.cfg.sequence {
             Sequence::Revision => revision,
@@ -85,14 +96,12 @@ impl Bridge {
         };
         let payload = encode_batch(now_ms(), self.next_event_id, events, &self.cfg.options);
         // Frames: the (empty) topic, the sequence, the payload.
-        let mut message = ZmqMessage::from(Bytes::new());
-        message.push_back(Bytes::copy_from_slice(&seq.to_be_bytes()));
-        message.push_back(Bytes::from(payload));
-        self.socket.send(message).await.map_err(FeedError::Send)?;
+        let frames = [Bytes::new(), Bytes::copy_from_slice(&seq.to_be_bytes()), Bytes::from(payload)];
+        let delivery = self.socket.publish(&frames);
+        self.published.dropped_subscribers += delivery.dropped as u64;
         self.next_event_id += events.len() as u64;
         self.published.messages += 1;
         self.published.events += events.len() as u64;
-        Ok(())
     }
 
     /// The history is gone: "cleared", then every listed object as stored.
@@ -126,9 +135,7 @@ impl Bridge {
             };
             events.extend(self.translator.translate(&stored));
         }
-        if let Err(e) = self.publish(revision, &events).await {
-            tracing::warn!(error = %e, "publishing the resync failed");
-        }
+        self.publish(revision, &events);
         self.published.resyncs += 1;
         Some(revision)
     }
@@ -148,8 +155,15 @@ pub async fn run(
     cfg: BridgeConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Published, FeedError> {
-    let mut socket = PubSocket::new();
-    socket.bind(&cfg.endpoint).await.map_err(|source| FeedError::Bind { endpoint: cfg.endpoint.clone(), source })?;
+    let endpoint = TcpEndpoint::parse(&cfg.endpoint)?;
+    if !endpoint.is_loopback().await {
+        match cfg.insecure {
+            false => return Err(FeedError::Insecure { endpoint: cfg.endpoint.clone() }),
+            true => tracing::warn!(endpoint = %cfg.endpoint,
+                "publishing KV events unencrypted and unauthenticated to anyone who reaches this port (--insecure)"),
+        }
+    }
+    let socket = Publisher::bind(&endpoint).await?;
     let mut watcher = Watcher::new(master.clone(), cfg.prefix.clone(), cfg.from_revision);
     let mut bridge =
         Bridge { socket, cfg, translator: Translator::default(), published: Published::default(), next_event_id: 1 };
@@ -162,11 +176,15 @@ pub async fn run(
         match item {
             Ok(WatchItem::Revision { revision, events }) => {
                 let feed: Vec<FeedEvent> = events.iter().flat_map(|e| bridge.translator.translate(e)).collect();
-                bridge.publish(revision, &feed).await?;
+                bridge.publish(revision, &feed);
             }
             Ok(WatchItem::Progress { .. }) => {}
             Err(WatchError::Compacted { .. }) => {
-                if let Some(revision) = bridge.resync(&master).await {
+                let resynced = tokio::select! {
+                    _ = &mut stop => break,
+                    resynced = bridge.resync(&master) => resynced,
+                };
+                if let Some(revision) = resynced {
                     watcher = Watcher::new(master.clone(), bridge.cfg.prefix.clone(), revision + 1);
                 } else {
                     tokio::time::sleep(Duration::from_millis(200)).await;
