@@ -60,6 +60,14 @@ pub struct StoreArgs {
     /// byte of this process (docs/SECURITY.md).
     #[arg(long = "ucx-trusted-fabric", requires = "ucx")]
     pub ucx_trusted_fabric: bool,
+    /// TESTS ONLY. Serve UCX although no transport UCX opened does RMA in a
+    /// NIC: over TCP or shared memory UCX emulates RMA and any peer that
+    /// reaches the node's UCX worker can read any byte of this process or
+    /// crash it. Without it such a node refuses to start.
+    #[arg(long = "ucx-allow-emulated-rma", env = "MOONCAKE_UCX_ALLOW_EMULATED_RMA", num_args = 0..=1,
+        default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new())]
+    pub ucx_allow_emulated_rma: bool,
     /// HTTP address for /health, /metrics (Prometheus text) and /standalone
     /// (what an inference process on this host needs to use this node as its
     /// store: Python's `setup_dummy(…, "<this address>")`).
@@ -173,6 +181,7 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.prefault = a.prefault;
     cfg.shm_segment = !a.anonymous;
     cfg.serve_ucx = a.ucx;
+    cfg.ucx_allow_emulated_rma = a.ucx_allow_emulated_rma;
     cfg.protocol = Protocol::Tcp;
     cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_interval_ms);
     cfg.disk_segment = a.disk_segment.clone();

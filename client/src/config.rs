@@ -45,6 +45,12 @@ pub struct ClientConfig {
     /// Also serve this node's memory segment to UCX readers (one-sided
     /// reads; `mooncake store --ucx`). Needs the `ucx` feature.
     pub serve_ucx: bool,
+    /// TESTS ONLY: serve UCX although no transport UCX opened does RMA in a
+    /// NIC (TCP, shared memory: UCX emulates RMA, and any peer that reaches
+    /// the worker can read any address of this process, or crash it).
+    /// Without it such a node refuses to start (`--ucx-allow-emulated-rma`,
+    /// docs/SECURITY.md).
+    pub ucx_allow_emulated_rma: bool,
     pub tcp: TcpConfig,
     /// Mutual TLS for every connection this client makes (masters, store
     /// nodes) and accepts (its own segment's transfer server). Overrides
@@ -108,6 +114,7 @@ impl ClientConfig {
             prefault: false,
             shm_segment: true,
             serve_ucx: false,
+            ucx_allow_emulated_rma: false,
             tcp: TcpConfig::default(),
             tls: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,

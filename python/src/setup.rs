@@ -84,8 +84,16 @@ pub fn apply_identity_env(cfg: &mut ClientConfig, var: impl Fn(&str) -> Option<S
 
 /// Whether `value` (of [`PREFAULT_ENV`]) asks for prefaulting.
 pub fn prefault_wanted(value: Option<&str>) -> bool {
+    env_flag(value)
+}
+
+/// Whether an environment flag's value says yes (1, true, yes, on).
+pub fn env_flag(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
+
+/// Serve UCX although UCX emulates RMA here (tests only; docs/SECURITY.md).
+pub const UCX_ALLOW_EMULATED_RMA_ENV: &str = "MOONCAKE_UCX_ALLOW_EMULATED_RMA";
 
 /// Largest local buffer: it is allocated and pre-faulted at setup.
 pub const LOCAL_BUFFER_MAX_BYTES: u64 = 1 << 40;
@@ -300,6 +308,9 @@ impl SetupArgs {
         // serves them there only when its operator says the fabric is
         // trusted (`mooncake store --ucx-trusted-fabric`, docs/SECURITY.md).
         cfg.serve_ucx = serves_ucx(cfg.protocol, cfg.global_segment_size, cfg.tls.is_some());
+        // Tests only, as `mooncake store --ucx-allow-emulated-rma`: without
+        // an RDMA NIC, UCX emulates RMA and its worker exposes this process.
+        cfg.ucx_allow_emulated_rma = env_flag(std::env::var(UCX_ALLOW_EMULATED_RMA_ENV).ok().as_deref());
         apply_identity_env(&mut cfg, |name| std::env::var(name).ok())?;
         if cfg.global_segment_size > 0 {
             cfg.transfer_listen = host.listen_addr(port)?;

@@ -10,7 +10,11 @@
  * as safe from any thread. Returned integers are UCS status codes
  * (0 = UCS_OK, negative = error), except where a comment says otherwise.
  */
+/* open_memstream */
+#define _POSIX_C_SOURCE 200809L
+
 #include <poll.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +128,27 @@ int32_t mc_ucx_address(mc_ucx_t *ucx, void **buf, size_t *len) {
 }
 
 void mc_ucx_free_buf(void *buf) { free(buf); }
+
+/* What ucp_context_print_info says of the context (its memory domains and
+ * transport resources, one "# resource N : md M dev D flags -- tl/dev"
+ * line each), as a NUL-terminated text in *buf (free with
+ * mc_ucx_free_buf). */
+int32_t mc_ucx_context_info(mc_ucx_t *ucx, char **buf, size_t *len) {
+    char *text = NULL;
+    size_t length = 0;
+    FILE *stream = open_memstream(&text, &length);
+    if (stream == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    ucp_context_print_info(ucx->context, stream);
+    if (fclose(stream) != 0) {
+        free(text);
+        return UCS_ERR_IO_ERROR;
+    }
+    *buf = text;
+    *len = length;
+    return UCS_OK;
+}
 
 /* Maps [addr, addr + len) for remote access, asking for remote reads only
  * when remote_write is 0. UCX 1.13 registers with full remote access

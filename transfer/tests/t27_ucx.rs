@@ -198,3 +198,21 @@ fn ucx_keys_round_trip_and_malformed_ones_are_refused() {
     let empty_rkey = frame::encode_ucx_key(&frame::UcxKey { worker: vec![1], rkey: vec![], base: 0 });
     assert_eq!(frame::decode_ucx_key(&empty_rkey), None, "an empty remote key");
 }
+
+/// Issue 38, finding 4: over UCX's TCP and shared-memory transports UCX
+/// emulates RMA, and a key holder read the store node's heap (a get at
+/// 0x1000 crashed it). The worker says which transports it opened and
+/// whether any does RMA in a NIC; store nodes refuse `--ucx` without one
+/// (`client/src/store_node/local_segment.rs`). Here (`UCX_TLS` without
+/// rc or dc, as `.ci/run` sets it) none does.
+#[test]
+fn the_worker_tells_emulated_rma_from_a_nics() {
+    let worker = UcxWorker::start().unwrap_or_else(|e| panic!("UCX starts (see UCX_TLS): {e}"));
+    let transports = worker.transports().to_vec();
+    assert!(!transports.is_empty(), "UCX listed no transport");
+    assert!(transports.iter().all(|t| t.contains('/')), "{transports:?}");
+    let tls = std::env::var("UCX_TLS").unwrap_or_default();
+    if !tls.is_empty() && !["rc", "dc", "gga", "ib", "all", "^"].iter().any(|t| tls.contains(t)) {
+        assert!(!worker.has_hardware_rma(), "UCX_TLS={tls} has no RMA in a NIC, yet {transports:?} said so");
+    }
+}

@@ -92,7 +92,7 @@ impl LocalSegment {
         let registry = Arc::new(SegmentRegistry::new());
         registry.register(id, memory.clone())?;
         if cfg.serve_ucx {
-            serve_ucx(&registry)?;
+            serve_ucx(&registry, cfg.ucx_allow_emulated_rma)?;
         }
         let disk = match &cfg.disk_segment {
             Some(path) => Some(open_disk(cfg, client_id, path, &registry)?),
@@ -427,9 +427,10 @@ fn fresh_segment_id(not: Option<SegmentId>) -> SegmentId {
     }
 }
 
-/// Serves the node's memory segments over UCX too (`ClientConfig::serve_ucx`).
+/// Serves the node's memory segments over UCX too (`ClientConfig::serve_ucx`),
+/// only where a NIC does the RMA unless `allow_emulated` (tests).
 #[cfg(feature = "ucx")]
-fn serve_ucx(registry: &SegmentRegistry) -> Result<(), ClientError> {
+fn serve_ucx(registry: &SegmentRegistry, allow_emulated: bool) -> Result<(), ClientError> {
     use mooncake_transfer::ucx::{UcxExports, UcxWorker};
     let worker = UcxWorker::start().map_err(|err| {
         ClientError::Config(format!(
@@ -437,13 +438,63 @@ fn serve_ucx(registry: &SegmentRegistry) -> Result<(), ClientError> {
              lists what this host has), or leave UCX off"
         ))
     })?;
+    if let Some(refusal) = emulated_rma_refusal(worker.transports(), worker.has_hardware_rma(), allow_emulated) {
+        return Err(ClientError::Config(refusal));
+    }
     registry.serve_ucx(Arc::new(UcxExports::new(worker)));
     tracing::info!(version = %UcxWorker::library_version(), "serving the segment over UCX too");
     Ok(())
 }
 
+/// Why serving UCX over `transports` is refused: none of them does RMA in
+/// a NIC (`hardware`), and emulation was not allowed (`allow_emulated`).
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+pub(crate) fn emulated_rma_refusal(transports: &[String], hardware: bool, allow_emulated: bool) -> Option<String> {
+    if hardware {
+        return None;
+    }
+    if allow_emulated {
+        tracing::warn!(
+            ?transports,
+            "--ucx-allow-emulated-rma: UCX emulates RMA here; any peer that reaches this \
+            node's UCX worker can read any byte of this process (a test setting)"
+        );
+        return None;
+    }
+    Some(format!(
+        "serving UCX: no transport UCX opened here does RMA in a NIC ({}): UCX would emulate it, and then any peer \
+         that reaches this node's UCX worker can read any byte of this process (its keys included) or crash it. \
+         Serve UCX where an RDMA NIC carries it (UCX_TLS with rc or dc), leave --ucx off, or, for tests only, \
+         add --ucx-allow-emulated-rma (docs/SECURITY.md)",
+        match transports.is_empty() {
+            true => "UCX did not list them".to_string(),
+            false => transports.join(", "),
+        }
+    ))
+}
+
 /// Without the `ucx` feature, `ClientConfig::validate` refuses `serve_ucx`.
 #[cfg(not(feature = "ucx"))]
-fn serve_ucx(_registry: &SegmentRegistry) -> Result<(), ClientError> {
+fn serve_ucx(_registry: &SegmentRegistry, _allow_emulated: bool) -> Result<(), ClientError> {
     Err(ClientError::Config("serving UCX needs a build with the `ucx` feature".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 38, finding 4: over UCX's TCP or shared-memory transports a
+    /// key holder read the store node's heap (a get at 0x1000 crashed it).
+    /// Such a node now refuses to serve UCX unless a test says otherwise.
+    #[test]
+    fn ucx_is_served_only_where_a_nic_does_the_rma_unless_a_test_allows_emulation() {
+        let emulated = vec!["tcp/lo".to_string(), "posix/memory".to_string()];
+        let refusal = emulated_rma_refusal(&emulated, false, false).expect("refused");
+        assert!(refusal.contains("tcp/lo, posix/memory"), "{refusal}");
+        assert!(refusal.contains("--ucx-allow-emulated-rma"), "{refusal}");
+        assert!(emulated_rma_refusal(&[], false, false).is_some_and(|r| r.contains("did not list")));
+        assert_eq!(emulated_rma_refusal(&emulated, false, true), None, "a test allows it");
+        let rdma = vec!["rc_mlx5/mlx5_0:1".to_string()];
+        assert_eq!(emulated_rma_refusal(&rdma, true, false), None);
+    }
 }

@@ -54,6 +54,7 @@ unsafe extern "C" {
     pub(super) fn mc_ucx_free(ucx: *mut McUcx);
     pub(super) fn mc_ucx_address(ucx: *mut McUcx, buf: *mut *mut c_void, len: *mut usize) -> i32;
     pub(super) fn mc_ucx_free_buf(buf: *mut c_void);
+    pub(super) fn mc_ucx_context_info(ucx: *mut McUcx, buf: *mut *mut c_char, len: *mut usize) -> i32;
     pub(super) fn mc_ucx_map(
         ucx: *mut McUcx,
         addr: *mut c_void,

@@ -174,6 +174,8 @@ struct Shared {
     queue: Mutex<Vec<Command>>,
     ucx: UcxPtr,
     address: Arc<[u8]>,
+    /// The transports UCX opened (`tl/device`), read once at start.
+    transports: Vec<String>,
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -234,10 +236,13 @@ impl UcxWorker {
                 return Err(err);
             }
         };
+        // Read before the thread starts: afterwards only it uses the context.
+        let transports = context_transports(ucx);
         let shared = Arc::new(Shared {
             queue: Mutex::new(Vec::new()),
             ucx,
             address: address.into(),
+            transports,
             stopping: AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -265,6 +270,21 @@ impl UcxWorker {
     /// This worker's address, which a peer connects to.
     pub fn address(&self) -> &Arc<[u8]> {
         &self.shared.address
+    }
+
+    /// The transports UCX opened, as `tl/device` (`tcp/eth0`,
+    /// `rc_mlx5/mlx5_0:1`); empty if UCX would not say.
+    pub fn transports(&self) -> &[String] {
+        &self.shared.transports
+    }
+
+    /// Whether a peer's read of an exported region is done by a NIC that
+    /// checks the region's key (RDMA: `rc_*`, `dc_*`, `gga_*`), rather than
+    /// emulated by this worker (TCP, shared memory, UD), where a peer that
+    /// reaches the worker can read any address of this process
+    /// (docs/SECURITY.md).
+    pub fn has_hardware_rma(&self) -> bool {
+        hardware_rma(&self.shared.transports)
     }
 
     /// The UCX library's version.
@@ -389,6 +409,37 @@ fn worker_address(ucx: UcxPtr) -> Result<Vec<u8>, UcxError> {
     // SAFETY: the buffer came from mc_ucx_address.
     unsafe { ffi::mc_ucx_free_buf(buf) };
     Ok(address)
+}
+
+/// The transports of `ucx`'s context, from `ucp_context_print_info`'s
+/// resource lines (`# resource 1 : md 1 dev 1 flags -- tcp/lo`).
+fn context_transports(ucx: UcxPtr) -> Vec<String> {
+    let mut buf: *mut std::ffi::c_char = std::ptr::null_mut();
+    let mut len = 0usize;
+    // SAFETY: a live context, valid out-pointers.
+    let status = unsafe { ffi::mc_ucx_context_info(ucx.0, &mut buf, &mut len) };
+    if status != 0 || buf.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the shim returned a malloc'd text of `len` bytes.
+    let text = String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }).into_owned();
+    // SAFETY: the buffer came from mc_ucx_context_info.
+    unsafe { ffi::mc_ucx_free_buf(buf.cast()) };
+    parse_transports(&text)
+}
+
+/// The `tl/device` of every resource line of `ucp_context_print_info`.
+fn parse_transports(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.trim_start_matches('#').trim_start().starts_with("resource"))
+        .filter_map(|l| l.rsplit_once("-- ").map(|(_, tl)| tl.trim().to_string()))
+        .filter(|tl| !tl.is_empty())
+        .collect()
+}
+
+/// Whether any of `transports` does RMA in a NIC that checks keys.
+fn hardware_rma(transports: &[String]) -> bool {
+    transports.iter().any(|t| ["rc_", "dc_", "gga"].iter().any(|p| t.starts_with(p)))
 }
 
 /// One endpoint and the keys unpacked on it.
@@ -758,5 +809,23 @@ impl Thread {
             }
         }
         self.retired.push(Retired { generation: endpoint.generation, rkeys: endpoint.rkeys.into_values().collect() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transports_are_read_from_the_resource_lines_and_only_rc_dc_gga_are_hardware_rma() {
+        let info = "#\n# UCP context\n#\n#     component 1  :  tcp\n#            md 1  :  component 1  tcp \n\
+                    #      resource 1  :  md 1  dev 1  flags -- tcp/lo\n\
+                    #      resource 4  :  md 3  dev 3  flags -- posix/memory\n#\n";
+        let tls = parse_transports(info);
+        assert_eq!(tls, ["tcp/lo", "posix/memory"]);
+        assert!(!hardware_rma(&tls));
+        assert!(!hardware_rma(&["ud_verbs/mlx5_0:1".to_string()]), "UD has no RMA: emulated");
+        assert!(hardware_rma(&["tcp/lo".to_string(), "rc_mlx5/mlx5_0:1".to_string()]));
+        assert!(hardware_rma(&["dc_mlx5/mlx5_0:1".to_string()]));
     }
 }
