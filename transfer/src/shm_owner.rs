@@ -14,11 +14,20 @@
 //! The lock file itself is removed on a clean exit. Taking the lock checks
 //! that the path still names the file that was locked (a previous holder may
 //! remove it in between), so removal never lets two holders in at once.
+//!
+//! Other users of the host. `/dev/shm` is writable by everyone and the
+//! identities are public, so another local user could create the lock file
+//! first and hold it, keeping the store node from ever starting. The lock
+//! file is created mode 0600 and opened without following links, and one
+//! owned by another user is not ours to lock: it is removed and created
+//! again (a node running as root can; one that cannot says whose file it
+//! is and what to do). Segment files of another user are never ours
+//! either: the sweep leaves them (with a warning) instead of failing.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use mooncake_segment::{FileIdentity, SHM_NAME_MAX_BYTES, SegmentId};
@@ -71,13 +80,27 @@ impl ShmOwner {
         validate_identity(identity)?;
         let lock_path = dir.join(format!("{identity}{LOCK_SUFFIX}"));
         for _ in 0..LOCK_ATTEMPTS_MAX {
-            let lock_file = OpenOptions::new()
+            let opened = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
-                .open(&lock_path)
-                .map_err(|source| owner_io("open", &lock_path, source))?;
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&lock_path);
+            let lock_file = match opened {
+                Ok(file) => file,
+                // A symbolic link where the lock belongs: never ours.
+                Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                    fs::remove_file(&lock_path).map_err(|source| owner_io("remove a link at", &lock_path, source))?;
+                    continue;
+                }
+                Err(source) => return Err(owner_io("open", &lock_path, source)),
+            };
+            if !owned_by_us(&lock_file) {
+                remove_foreign_lock(&lock_path, &lock_file)?;
+                continue;
+            }
             lock_exclusive(&lock_file, &lock_path)?;
             // The previous holder may have removed the file between our open
             // and our lock: then we hold a lock nobody else can see. Retry.
@@ -127,7 +150,15 @@ impl ShmOwner {
                 break;
             }
             let path = entry.path();
-            let size_bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            let meta = entry.metadata().ok();
+            // SAFETY: geteuid(2) cannot fail.
+            let ours = unsafe { libc::geteuid() };
+            if let Some(owner) = meta.as_ref().map(MetadataExt::uid).filter(|uid| *uid != ours) {
+                tracing::warn!(path = %path.display(), owner, "a file named as this node's segment belongs to another \
+                    user: left alone (not a predecessor's)");
+                continue;
+            }
+            let size_bytes = meta.map(|m| m.len()).unwrap_or(0);
             match fs::remove_file(&path) {
                 Ok(()) => removed.push(StaleFile { path, size_bytes }),
                 // Gone already (an operator, or a previous sweep racing us).
@@ -168,6 +199,41 @@ fn validate_identity(identity: &str) -> Result<(), TransferError> {
         )));
     }
     Ok(())
+}
+
+/// Whether `file` belongs to this process's effective user.
+fn owned_by_us(file: &File) -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    let ours = unsafe { libc::geteuid() };
+    file.metadata().is_ok_and(|m| m.uid() == ours)
+}
+
+/// `path` (opened as `file`) is another user's: a lock file nobody of ours
+/// made. Removes it so the next try creates our own, or says whose it is.
+fn remove_foreign_lock(path: &Path, file: &File) -> Result<(), TransferError> {
+    let owner = file.metadata().map(|m| m.uid()).unwrap_or(u32::MAX);
+    match fs::remove_file(path) {
+        Ok(()) => {
+            tracing::warn!(path = %path.display(), owner, "removed a lock file of another user (it could have kept \
+                this node from starting)");
+            Ok(())
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(owner_io(
+            "claim",
+            path,
+            io::Error::new(
+                err.kind(),
+                format!(
+                    "the lock file belongs to uid {owner}, not to this node's user (uid {}), and cannot be removed \
+                     ({err}): another local user may be holding it to keep this node from starting. Remove it as \
+                     root, or run the store node as root",
+                    // SAFETY: geteuid(2) cannot fail.
+                    unsafe { libc::geteuid() }
+                ),
+            ),
+        )),
+    }
 }
 
 /// Takes an exclusive `flock` without waiting.
@@ -280,6 +346,45 @@ mod tests {
             owner.segment_file_name(SegmentId(0x0123_4567_89ab_cdef)),
             "mooncake-00000000000000aa-0123456789abcdef"
         );
+    }
+
+    /// Issue 38, finding 6: another local user created the lock file first
+    /// and held it, and the store node could never start. A lock file of
+    /// another user is not ours: it is replaced by our own (mode 0600), and
+    /// another user's look-alike segment file is left alone. Needs root (to
+    /// give files away); otherwise it says so and passes.
+    #[test]
+    fn another_users_lock_file_is_replaced_and_its_look_alikes_left_alone() {
+        // SAFETY: geteuid(2) cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root to make files of another user");
+            return;
+        }
+        let nobody = 65_534;
+        let dir = TempDir::new();
+        let d = dir.path();
+        let squatted = touch(d, "mooncake-00000000000000aa-lock", 0);
+        std::os::unix::fs::chown(&squatted, Some(nobody), Some(nobody)).unwrap();
+        // The squatter holds it locked too.
+        let held = File::open(&squatted).unwrap();
+        // SAFETY: flock(2) on a descriptor `held` owns.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        let theirs = touch(d, "mooncake-00000000000000aa-0123456789abcdef", 1);
+        std::os::unix::fs::chown(&theirs, Some(nobody), Some(nobody)).unwrap();
+        let mine = touch(d, "mooncake-00000000000000aa-00000000000000ff", 1);
+        let owner = ShmOwner::acquire(d, "mooncake-00000000000000aa").expect("the squatted lock is replaced");
+        drop(owner);
+        // A link planted where the lock belongs is not followed.
+        let target = touch(d, "elsewhere", 0);
+        std::os::unix::fs::symlink(&target, d.join("mooncake-00000000000000aa-lock")).unwrap();
+        let owner = ShmOwner::acquire(d, "mooncake-00000000000000aa").expect("the planted link is replaced");
+        assert!(!fs::symlink_metadata(owner.lock_path()).unwrap().file_type().is_symlink());
+        let meta = fs::metadata(owner.lock_path()).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600), "our own lock file, for us alone");
+        let removed = owner.remove_stale().expect("another user's file does not fail the sweep");
+        assert_eq!(removed.iter().map(|f| f.path.clone()).collect::<Vec<_>>(), vec![mine]);
+        assert!(theirs.exists(), "another user's file was removed");
+        drop(held);
     }
 
     #[test]
