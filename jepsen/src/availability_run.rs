@@ -36,9 +36,8 @@ const ARENAS_APART: u64 = 4;
 /// Putting clients of every run besides the register workload's writers:
 /// the lease workload's client and the tenant probe's two.
 const OTHER_WRITERS: u64 = 3;
-/// Objects the tenant probe creates per round and reads (its shared key in
-/// both tenants, and tenant b's own key; its hand-made `claimed` object is
-/// removed at once, never read, so it holds nothing), and the shortest time between rounds
+/// Objects the tenant probe creates per round (its shared key in both
+/// tenants, and tenant b's own key), and the shortest time between rounds
 /// (`tenant_probe::ROUND_INTERVAL`): it keeps at most the objects of the
 /// rounds of one lease TTL, plus the round in progress, leased.
 const PROBE_OBJECTS_PER_ROUND: u64 = 3;
