@@ -274,9 +274,7 @@ impl MetaState {
         let placements: Vec<ReplicaPlacement> =
             new.replicas.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
         if let Some(existing) = self.objects.get(&new.key) {
-            let same =
-                existing.writer == new.client && existing.checksum == new.checksum && existing.replicas == placements;
-            if same {
+            if is_retry_of(existing, new) {
                 return Ok(Response::Committed { version: existing.version });
             }
             if !new.upsert {
@@ -384,4 +382,13 @@ pub fn validate_new_object(new: &NewObject) -> Result<(), MetaError> {
         )));
     }
     Ok(())
+}
+
+/// Whether `new` repeats the commit that recorded `existing`: the same
+/// writer, checksum and ranges (a retried PutEnd), which answers that
+/// commit's version.
+pub(super) fn is_retry_of(existing: &ObjectMeta, new: &NewObject) -> bool {
+    existing.writer == new.client
+        && existing.checksum == new.checksum
+        && existing.replicas.iter().map(|r| (r.segment, r.range)).eq(new.replicas.iter().map(|r| (r.segment, r.range)))
 }

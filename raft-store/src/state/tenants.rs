@@ -54,11 +54,7 @@ impl MetaState {
     /// that exists (not an upsert), get `PutCommit`'s answer.
     pub(super) fn put_commit_in_quota(&mut self, new: &NewObject) -> Applied {
         let existing = self.objects.get(&new.key);
-        let retry = existing.is_some_and(|o| {
-            o.writer == new.client
-                && o.checksum == new.checksum
-                && o.replicas.iter().map(|r| (r.segment, r.range)).eq(new.replicas.iter().map(|r| (r.segment, r.range)))
-        });
+        let retry = existing.is_some_and(|o| super::arenas::is_retry_of(o, new));
         if retry || (existing.is_some() && !new.upsert) {
             return self.put_commit(new);
         }
