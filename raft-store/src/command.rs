@@ -398,6 +398,23 @@ pub enum Command {
     /// Retry: as `PutCommit` (a retry of the same commit answers its
     /// version, whatever the quota says now).
     PutCommitInQuota(NewObject),
+    /// `MountSegment` that dedicates `segment` to `tenant` (a valid name,
+    /// else `INVALID_PARAMS`): only that tenant's objects are ever placed
+    /// or copied on it, so a UCX key to it reaches that tenant's bytes only
+    /// (docs/TENANTS.md). Mounting a segment mounted already under another
+    /// dedication (or none) is refused (`SEGMENT_ALREADY_EXISTS`, nothing
+    /// changes); so is a plain `MountSegment` of a dedicated one. The leader
+    /// proposes it for store nodes started with `--tenant`, plain
+    /// `MountSegment` otherwise (masters of the previous release still
+    /// decode a log without dedicated segments).
+    ///
+    /// Retry: as `MountSegment`.
+    MountTenantSegment { client: ClientId, credential: CredentialHash, segment: SegmentSpec, tenant: String },
+    /// `RemountSegments` whose segments are all dedicated to `tenant` (as
+    /// `MountTenantSegment`).
+    ///
+    /// Retry: as `RemountSegments`.
+    RemountTenantSegments { client: ClientId, credential: CredentialHash, segments: Vec<SegmentSpec>, tenant: String },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

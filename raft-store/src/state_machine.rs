@@ -31,7 +31,7 @@ use crate::events::EventHistory;
 use crate::fatal;
 use crate::log::flushed::FlushedLog;
 use crate::snapshot::raft_file::{SnapshotPath, StoredSnapshot};
-use crate::state::{MetaState, StateImage};
+use crate::state::{MetaState, StateImage, StateImageV1};
 use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 
 /// Newest version of the state image (the first 4 bytes of every
@@ -43,7 +43,7 @@ use crate::type_config::{Entry, LogId, NodeId, TypeConfig};
 /// images 1 to 6 too; their data dirs and snapshot files are refused before
 /// any image is read: `data_dir/mod.rs`, `snapshot/export_file.rs`.)
 /// The bytes of each version are pinned by `tests/t05_formats.rs`.
-pub const SNAPSHOT_SCHEMA_VERSION: u32 = 2;
+pub const SNAPSHOT_SCHEMA_VERSION: u32 = 3;
 
 const SNAPSHOT_TREE: &str = "sm_snapshot";
 /// A restored state (`--restore`): the base the log applies on top of until
@@ -314,8 +314,13 @@ pub fn decode_image(data: &[u8]) -> Result<MetaState, StoreError> {
     };
     let image = match u32::from_le_bytes(*version) {
         SNAPSHOT_SCHEMA_VERSION => codec::decode::<StateImage>("state image", body)?,
+        // Schema 2: before dedicated segments.
+        2 => {
+            let (v1, quotas) = codec::decode::<(StateImageV1, Vec<(String, u64)>)>("state image (schema 2)", body)?;
+            StateImage::join(v1, (quotas, Vec::new()))
+        }
         // Schema 1: before tenants' quotas.
-        1 => codec::decode::<crate::state::StateImageV1>("state image (schema 1)", body)?.into(),
+        1 => codec::decode::<StateImageV1>("state image (schema 1)", body)?.into(),
         found => return Err(StoreError::SchemaVersion { found, supported: SNAPSHOT_SCHEMA_VERSION }),
     };
     MetaState::from_image(image)

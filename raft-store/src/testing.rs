@@ -144,7 +144,7 @@ pub fn put_object(
 }
 
 /// How many variants [`Command`] has: [`command_variant`] numbers them.
-pub const COMMAND_VARIANTS: usize = 22;
+pub const COMMAND_VARIANTS: usize = 24;
 
 /// The position of `cmd`'s variant in [`Command`] (its first encoded
 /// byte). The match is exhaustive: a new variant does not compile here
@@ -174,6 +174,8 @@ pub fn command_variant(cmd: &Command) -> usize {
         Command::ArenaCut { .. } => 19,
         Command::SetTenantQuota { .. } => 20,
         Command::PutCommitInQuota(_) => 21,
+        Command::MountTenantSegment { .. } => 22,
+        Command::RemountTenantSegments { .. } => 23,
     }
 }
 
@@ -217,6 +219,27 @@ fn generated_segment(id: u64, size: u64) -> SegmentSpec {
 
 fn owner_of(id: u64) -> ClientId {
     ClientId(100 + id % 3)
+}
+
+/// The store node whose segments the generator dedicates to
+/// [`DEDICATED_TENANT`] when it mounts them itself.
+const DEDICATED_NODE: ClientId = ClientId(102);
+/// The tenant [`DEDICATED_NODE`]'s segments serve (one `random_put` gives
+/// a quarter of its keys to).
+const DEDICATED_TENANT: &str = "team-a";
+
+/// A mount by `client` of `segments` (one: `MountSegment`), dedicated to
+/// [`DEDICATED_TENANT`] when `client` is [`DEDICATED_NODE`] (no draw of its
+/// own: logs of earlier seeds keep their shape).
+fn mount_as(client: ClientId, mut segments: Vec<SegmentSpec>, remount: bool) -> Command {
+    let credential = credential_of(client);
+    let tenant = DEDICATED_TENANT.to_string();
+    match (client == DEDICATED_NODE, remount) {
+        (false, false) => mount_cmd(client, segments.remove(0)),
+        (false, true) => remount_cmd(client, segments),
+        (true, false) => Command::MountTenantSegment { client, credential, segment: segments.remove(0), tenant },
+        (true, true) => Command::RemountTenantSegments { client, credential, segments, tenant },
+    }
 }
 
 /// A segment id: one that is mounted three times in four, else any of the
@@ -275,7 +298,7 @@ pub fn random_command(rng: &mut Rng, state: &MetaState) -> Command {
         8 => {
             let node = ClientId(100 + rng.below(3));
             let ids = (1..=SEGMENT_IDS).filter(|id| owner_of(*id) == node && !rng.one_in(3));
-            remount_cmd(node, ids.map(|id| generated_segment(id, SEGMENT_BYTES)).collect())
+            mount_as(node, ids.map(|id| generated_segment(id, SEGMENT_BYTES)).collect(), true)
         }
         9..=11 => Command::RemoveObjects {
             victims: random_versions(rng, &objects, true),
@@ -393,9 +416,9 @@ fn random_mount(rng: &mut Rng, writer: ClientId) -> Command {
     let id = 1 + rng.below(SEGMENT_IDS);
     let owner = if rng.one_in(8) { writer } else { owner_of(id) };
     let size = if rng.one_in(6) { [16_384, 65_536][rng.below(2) as usize] } else { SEGMENT_BYTES };
-    let mut cmd = mount_cmd(owner, generated_segment(id, size));
+    let mut cmd = mount_as(owner, vec![generated_segment(id, size)], false);
     if rng.one_in(10)
-        && let Command::MountSegment { credential, .. } = &mut cmd
+        && let Command::MountSegment { credential, .. } | Command::MountTenantSegment { credential, .. } = &mut cmd
     {
         *credential = credential_of(ClientId(999)); // an impostor
     }
@@ -420,7 +443,7 @@ fn random_put(
         _ => {
             let n = rng.below(64);
             let key = format!("k{n}");
-            match (n % 4, mooncake_segment::tenant::Tenant::parse("team-a")) {
+            match (n % 4, mooncake_segment::tenant::Tenant::parse(DEDICATED_TENANT)) {
                 (0, Ok(team)) => team.scope(&key),
                 _ => key,
             }

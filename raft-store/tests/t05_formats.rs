@@ -225,6 +225,24 @@ fn command_cases() -> Vec<(Command, &'static str)> {
         (Command::ArenaCut { arena: ArenaId(2), ranges: vec![Range::new(8192, 4096)] }, "13020180408020"),
         (Command::SetTenantQuota { tenant: "team-a".into(), bytes: 1 << 30 }, "14067465616d2d618080808004"),
         (Command::PutCommitInQuota(new_object(Pin::Hard, false)), "1509016b64effdb6f50d0201010140800100"),
+        (
+            Command::MountTenantSegment {
+                client: CLIENT,
+                credential: CREDENTIAL,
+                segment: spec(Tier::Dram),
+                tenant: "team-a".into(),
+            },
+            "160907070707070707070707070707070707070707070707070707070707070707070180804003683a310168017a00022f6d067465616d2d61",
+        ),
+        (
+            Command::RemountTenantSegments {
+                client: CLIENT,
+                credential: CREDENTIAL,
+                segments: vec![spec(Tier::Dram)],
+                tenant: "team-a".into(),
+            },
+            "17090707070707070707070707070707070707070707070707070707070707070707010180804003683a310168017a00022f6d067465616d2d61",
+        ),
     ]
 }
 
@@ -490,6 +508,7 @@ fn image_v1() -> StateImage {
         }],
         detached: vec![(SEGMENT, DetachedDisk { since_ms: 5, credential: CREDENTIAL })],
         tenant_quotas: Vec::new(),
+        segment_tenants: Vec::new(),
     }
 }
 
@@ -520,9 +539,44 @@ const IMAGE_V2: &str = concat!(
     "0707070707070707070707070707070702067465616d2d618080808004067465616d2d628020",
 );
 
+/// The schema-3 image: the schema-2 one, and its memory segment dedicated
+/// to the default tenant (whose object is on it).
+fn image_v3() -> StateImage {
+    StateImage { segment_tenants: vec![(MEMORY, "default".into())], ..image_v2() }
+}
+
+/// The snapshot image of schema 3 (schema 2 and dedicated segments), header included.
+const IMAGE_V3: &str = concat!(
+    "030000000102012a0101010101030102030301026e3102026e3203026e3380d095ffbc3107020180804003683a310168017a",
+    "01022f6d090280804003683a320168017a00022f6e0902016b03640509010100802003e807020170068020effdb6f50d0901",
+    "0200802002060109010707070707070707070707070707070707070707070707070707070707070707024de807004e000408",
+    "0178a0fb91ffbc31010102018080048080040202010501720101804080200401010507070707070707070707070707070707",
+    "0707070707070707070707070707070702067465616d2d618080808004067465616d2d62802001020764656661756c74",
+);
+
+#[test]
+fn the_snapshot_image_of_schema_3_is_pinned_and_a_state_without_dedicated_segments_is_written_as_before() {
+    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 3, "a new snapshot schema version needs its own golden image\n{RULES}");
+    let state = MetaState::from_image(image_v3()).expect("the fixed image is consistent");
+    state.check_invariants().expect("the fixed state keeps the invariants");
+    let actual = hex(&encode_image(&state).expect("encode"));
+    assert!(actual == IMAGE_V3, "the snapshot image changed\n  golden: {IMAGE_V3}\n  actual: {actual}\n{RULES}");
+    let back = decode_image(&unhex(IMAGE_V3)).expect("decode the golden image");
+    assert_eq!(back.to_image(), image_v3(), "{RULES}");
+    assert_eq!(back.segment(MEMORY).and_then(|s| s.tenant()), Some("default"));
+    let v2 = MetaState::from_image(image_v2()).expect("consistent");
+    assert_ne!(back.state_hash(), v2.state_hash(), "the dedicated segments count in the state hash");
+    // Without dedicated segments the image is schema 2 (or 1), byte for byte.
+    assert_eq!(hex(&encode_image(&v2).unwrap()), IMAGE_V2);
+    // A dedication naming an unknown segment, or no tenant, is a corrupt image.
+    for bad in [vec![(SegmentId(77), "default".to_string())], vec![(MEMORY, "bad name".to_string())]] {
+        let e = MetaState::from_image(StateImage { segment_tenants: bad.clone(), ..image_v2() });
+        assert!(e.is_err(), "{bad:?} was taken");
+    }
+}
+
 #[test]
 fn the_snapshot_image_of_schema_2_is_pinned_and_a_state_without_quotas_is_written_as_schema_1() {
-    assert_eq!(SNAPSHOT_SCHEMA_VERSION, 2, "a new snapshot schema version needs its own golden image\n{RULES}");
     let state = MetaState::from_image(image_v2()).expect("the fixed image is consistent");
     let actual = hex(&encode_image(&state).expect("encode"));
     assert!(actual == IMAGE_V2, "the snapshot image changed\n  golden: {IMAGE_V2}\n  actual: {actual}\n{RULES}");
@@ -583,7 +637,7 @@ fn images_of_pre_release_builds_are_refused() {
     assert!(matches!(e, StoreError::PreRelease { .. }), "{e}");
     assert!(e.to_string().contains("pre-release build") && e.to_string().contains("--join"), "{e}");
     let e = decode_image(&[6, 0, 0, 0, 0xab]).map(|_| ()).expect_err("a schema this version does not know");
-    assert!(matches!(e, StoreError::SchemaVersion { found: 6, supported: 2 }), "{e}");
+    assert!(matches!(e, StoreError::SchemaVersion { found: 6, supported: 3 }), "{e}");
 }
 
 #[test]
@@ -591,11 +645,11 @@ fn a_snapshot_file_is_pinned() {
     let file = encode_snapshot_file(&[5, 0, 0, 0, 0xab], 42, 0x1122_3344_5566_7788);
     assert_eq!(
         hex(&file),
-        "4d43534e41506631020000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
+        "4d43534e41506631030000002a0000000000000088776655443322110500000000000000b4b9e4a605000000ab",
         "the snapshot file layout changed\n{RULES}"
     );
     let (info, body) = decode_snapshot_file(&file).expect("decode");
-    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (2, 42, 0x1122_3344_5566_7788));
+    assert_eq!((info.schema_version, info.applied_index, info.state_hash), (3, 42, 0x1122_3344_5566_7788));
     assert_eq!(body, &[5, 0, 0, 0, 0xab]);
 }
 

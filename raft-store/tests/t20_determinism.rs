@@ -284,6 +284,9 @@ fn the_generator_emits_every_command_variant() {
         "DropCorrupt",
         "ArenaCut",
         "SetTenantQuota",
+        "PutCommitInQuota",
+        "MountTenantSegment",
+        "RemountTenantSegments",
     ];
     let missing: Vec<String> = (0..COMMAND_VARIANTS)
         .filter(|v| seen[*v] == 0)

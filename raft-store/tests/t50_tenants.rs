@@ -2,7 +2,8 @@
 //! removed by `SetTenantQuota` (a bad name refused, nothing changed), and
 //! each tenant's usage kept as its objects come and go, equal to what its
 //! objects make after any mix of puts, upserts, removals and a snapshot
-//! round trip.
+//! round trip; segments dedicated to one tenant (`MountTenantSegment`)
+//! hold that tenant's objects only.
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -122,4 +123,76 @@ fn commits_in_quota_never_take_a_tenant_past_it_even_in_one_batch() {
     // Other tenants, and plain PutCommit, are not bounded by it.
     let other = new_object(W1, &stored("team-b", "k"), 2 * MB, &[(&arena, 10 * MB)]);
     assert!(matches!(apply(&mut s, Command::PutCommitInQuota(other)), Response::Committed { .. }));
+}
+
+/// `MountTenantSegment` of `spec` by `client`, for `tenant`.
+fn mount_for(client: mooncake_segment::ClientId, spec: mooncake_raft_store::SegmentSpec, tenant: &str) -> Command {
+    let credential = credential_of(client);
+    Command::MountTenantSegment { client, credential, segment: spec, tenant: tenant.into() }
+}
+
+#[test]
+fn a_dedicated_segment_holds_its_tenants_objects_only_on_every_path() {
+    use mooncake_raft_store::PlacedReplica;
+    let mut s = MetaState::default();
+    ok(&mut s, mount_for(NODE_A, segment(1, 1 << 20, "host-a"), "team-a"));
+    mount(&mut s, NODE_B, segment(2, 1 << 20, "host-b"));
+    assert_eq!(s.segment(mooncake_segment::SegmentId(1)).unwrap().tenant(), Some("team-a"));
+    // A put of another tenant (the default one included) on it is refused,
+    // whichever commit carries it, and changes nothing.
+    let a = grant_pieces(&mut s, 1, 64 << 10, 4096, 1);
+    for key in [stored("team-b", "k"), "k".to_string()] {
+        let new = new_object(W1, &key, 4096, &[(&a, 0)]);
+        for cmd in [Command::PutCommit(new.clone()), Command::PutCommitInQuota(new)] {
+            let e = refused(&mut s, cmd);
+            assert!(matches!(e, MetaError::PermissionDenied(_)) && e.to_string().contains("team-a"), "{e}");
+        }
+    }
+    // Its own tenant's put commits; so does any tenant's on the shared segment.
+    commit(&mut s, new_object(W1, &stored("team-a", "k"), 4096, &[(&a, 0)]));
+    let b = grant_pieces(&mut s, 2, 64 << 10, 4096, 1);
+    commit(&mut s, new_object(W1, &stored("team-b", "k"), 4096, &[(&b, 0)]));
+    // A copy of another tenant's object onto it is refused too.
+    let copy = PlacedReplica {
+        segment: a.segment,
+        arena: a.id,
+        range: mooncake_segment::Range::new(a.extents[0].offset + 8192, 4096),
+    };
+    let version = s.object(&stored("team-b", "k")).unwrap().version;
+    let e = refused(&mut s, Command::AddReplica { key: stored("team-b", "k"), version, replica: copy });
+    assert!(matches!(e, MetaError::PermissionDenied(_)), "{e}");
+    // The dedication cannot change under its objects: a plain mount, a
+    // mount for another tenant or a remount without one are refused.
+    let spec = segment(1, 1 << 20, "host-a");
+    for cmd in [
+        mount_cmd(NODE_A, spec.clone()),
+        mount_for(NODE_A, spec.clone(), "team-b"),
+        remount_cmd(NODE_A, vec![spec.clone()]),
+    ] {
+        let e = refused(&mut s, cmd);
+        assert!(matches!(e, MetaError::SegmentAlreadyExists(_)) && e.to_string().contains("--tenant"), "{e}");
+    }
+    // A retried mount with the same dedication is a retry; so is the remount.
+    ok(&mut s, mount_for(NODE_A, spec.clone(), "team-a"));
+    let remount = Command::RemountTenantSegments {
+        client: NODE_A,
+        credential: credential_of(NODE_A),
+        segments: vec![spec.clone()],
+        tenant: "team-a".into(),
+    };
+    ok(&mut s, remount);
+    assert!(s.object(&stored("team-a", "k")).is_some(), "the remount kept the segment's objects");
+    // A bad tenant name is refused before anything changes.
+    let e = refused(&mut s, mount_for(NODE_C, segment(3, 1 << 20, "host-c"), "bad name"));
+    assert!(is_invalid(&e), "{e}");
+    // The dedication survives a snapshot (schema 3), counts in the state
+    // hash, and ends with its segment.
+    assert_eq!(s.image_schema(), 3);
+    let back = decode_image(&encode_image(&s).unwrap()).unwrap();
+    assert_eq!(back.segment(mooncake_segment::SegmentId(1)).unwrap().tenant(), Some("team-a"));
+    assert_eq!(back.state_hash(), s.state_hash());
+    s.check_invariants().unwrap();
+    ok(&mut s, Command::UnmountSegment { client: NODE_A, credential: credential_of(NODE_A), segment: spec.id });
+    assert_eq!(s.image_schema(), 1, "no segment is dedicated any more");
+    mount(&mut s, NODE_A, spec);
 }

@@ -84,15 +84,21 @@ impl MetaState {
     fn dispatch(&mut self, cmd: &Command) -> Applied {
         let result: Result<(), Stop> = match cmd {
             Command::MountSegment { client, credential, segment } => {
-                self.as_client(*client, credential, |s| s.mount(*client, segment, credential)).map_err(Stop::from)
+                self.as_client(*client, credential, |s| s.mount(*client, segment, credential, None)).map_err(Stop::from)
             }
+            Command::MountTenantSegment { client, credential, segment, tenant } => self
+                .as_client(*client, credential, |s| s.mount(*client, segment, credential, Some(tenant)))
+                .map_err(Stop::from),
             Command::UnmountSegment { client, credential, segment } => self
                 .check_credential(*client, credential)
                 .and_then(|()| self.unmount(*client, *segment))
                 .map_err(Stop::from),
-            Command::RemountSegments { client, credential, segments } => {
-                self.as_client(*client, credential, |s| s.remount(*client, segments, credential)).map_err(Stop::from)
-            }
+            Command::RemountSegments { client, credential, segments } => self
+                .as_client(*client, credential, |s| s.remount(*client, segments, credential, None))
+                .map_err(Stop::from),
+            Command::RemountTenantSegments { client, credential, segments, tenant } => self
+                .as_client(*client, credential, |s| s.remount(*client, segments, credential, Some(tenant)))
+                .map_err(Stop::from),
             Command::RemoveObjects { victims, .. } => return self.remove_objects(victims),
             Command::ExpireClient { client } => self.expire_client(*client, false).map_err(Stop::from),
             Command::Batch(cmds) => return self.apply_batch(cmds),

@@ -16,7 +16,7 @@ use mooncake_segment::{ALLOC_ALIGN_BYTES, Range, SegmentId};
 use super::apply::Applied;
 use super::invariants::{HeldBy, InvariantViolation, Record};
 use super::validation::{invalid, validate_pin, validate_stored_key};
-use super::{MetaState, ObjectMeta, RetiredObject};
+use super::{MetaState, ObjectMeta, RetiredObject, SegmentEntry};
 use crate::command::*;
 use crate::error::MetaError;
 
@@ -318,8 +318,8 @@ impl MetaState {
         Ok(Response::Committed { version })
     }
 
-    /// Every replica lies inside the live arena it names, on its segment,
-    /// on bytes that are free.
+    /// Every replica lies inside the live arena it names, on its segment
+    /// (one that serves the object's tenant), on bytes that are free.
     fn check_placement(&self, new: &NewObject) -> Result<(), MetaError> {
         for r in &new.replicas {
             let expired = |why: String| MetaError::PutExpired(format!("{:?}: {why}; retry the put", new.key));
@@ -327,6 +327,7 @@ impl MetaState {
             if seg.tier() != Tier::Dram {
                 return Err(invalid(format!("{} is a disk segment; puts are placed in memory", r.segment)));
             }
+            check_serves(seg, &new.key)?;
             let arena = self.arenas.get(&r.arena).ok_or_else(|| expired(format!("{} was returned", r.arena)))?;
             if arena.segment != r.segment || !arena.holds(r.range) {
                 return Err(invalid(format!("{:?} on {} is not inside {}", r.range, r.segment, r.arena)));
@@ -348,6 +349,20 @@ impl MetaState {
             }
         }
         Ok(Response::Removed { count })
+    }
+}
+
+/// Refuses an object of another tenant than the one `seg` is dedicated to
+/// (`MountTenantSegment`).
+pub(super) fn check_serves(seg: &SegmentEntry, key: &str) -> Result<(), MetaError> {
+    let tenant = mooncake_segment::tenant::tenant_of(key);
+    match seg.serves(tenant) {
+        true => Ok(()),
+        false => Err(MetaError::PermissionDenied(format!(
+            "segment {} holds tenant {:?}'s objects only, not tenant {tenant:?}'s; place it elsewhere",
+            seg.spec.id,
+            seg.tenant().unwrap_or_default()
+        ))),
     }
 }
 

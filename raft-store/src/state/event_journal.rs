@@ -30,8 +30,10 @@ fn cause_of(cmd: &Command) -> Cause {
         Command::RemoveObjects { reason: RemoveReason::Evict, .. } | Command::DropTierReplicas { .. } => Cause::Evict,
         Command::ExpireClient { .. } | Command::ExpireClientKeepDisk { .. } => Cause::Expiry,
         Command::MountSegment { .. }
+        | Command::MountTenantSegment { .. }
         | Command::UnmountSegment { .. }
         | Command::RemountSegments { .. }
+        | Command::RemountTenantSegments { .. }
         | Command::DropDetached { .. } => Cause::Unmount,
         Command::DropCorrupt { .. } => Cause::Corrupt,
         Command::AddReplica { .. } => Cause::Copy,

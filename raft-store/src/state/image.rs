@@ -18,8 +18,8 @@ use crate::command::*;
 use crate::error::StoreError;
 use crate::type_config::{LogId, NodeId};
 
-/// The serialisable form of [`MetaState`] (schema 2: format v1 and the
-/// tenants' quotas); allocators are rebuilt from the ranges of objects and
+/// The serialisable form of [`MetaState`] (schema 3: format v1, the
+/// tenants' quotas and the dedicated segments); allocators are rebuilt from the ranges of objects and
 /// retired objects (the free set is canonical, so the rebuilt allocator
 /// behaves exactly like the evolved one).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,7 +45,13 @@ pub struct StateImage {
     pub detached: Vec<(SegmentId, DetachedDisk)>,
     /// Each tenant's quota in bytes, by name (schema 2).
     pub tenant_quotas: Vec<(String, u64)>,
+    /// The tenant each dedicated segment serves, by segment (schema 3).
+    pub segment_tenants: Vec<(SegmentId, String)>,
 }
+
+/// What schema 2 and 3 add to schema 1, in their order: the quotas, then
+/// the dedicated segments (schema 3 only).
+pub type ImageExtensions = (Vec<(String, u64)>, Vec<(SegmentId, String)>);
 
 /// The image of schema 1 (format v1, before tenants' quotas): decoded from
 /// snapshots written then, and what the state hash covers (the quotas are
@@ -75,8 +81,8 @@ pub struct StateImageV1 {
 }
 
 impl StateImage {
-    /// The schema-1 part and the quotas.
-    fn split(self) -> (StateImageV1, Vec<(String, u64)>) {
+    /// The schema-1 part and what later schemas add.
+    pub fn split(self) -> (StateImageV1, ImageExtensions) {
         let StateImage {
             last_applied,
             last_membership,
@@ -92,6 +98,7 @@ impl StateImage {
             retired,
             detached,
             tenant_quotas,
+            segment_tenants,
         } = self;
         let v1 = StateImageV1 {
             last_applied,
@@ -108,7 +115,12 @@ impl StateImage {
             retired,
             detached,
         };
-        (v1, tenant_quotas)
+        (v1, (tenant_quotas, segment_tenants))
+    }
+
+    /// The image of schema 1 with what later schemas add.
+    pub fn join(v1: StateImageV1, (tenant_quotas, segment_tenants): ImageExtensions) -> Self {
+        StateImage { tenant_quotas, segment_tenants, ..StateImage::from(v1) }
     }
 }
 
@@ -144,6 +156,7 @@ impl From<StateImageV1> for StateImage {
             retired,
             detached,
             tenant_quotas: Vec::new(),
+            segment_tenants: Vec::new(),
         }
     }
 }
@@ -216,18 +229,33 @@ impl MetaState {
         };
         let encode_err = |e: postcard::Error| StoreError::Encode { what: "state image".into(), message: e.to_string() };
         let buf = postcard::to_extend(&image, buf).map_err(encode_err)?;
-        // Schema 2 is schema 1's fields, then the quotas (postcard frames
-        // no struct): a state without quotas encodes as schema 1 did.
+        // Schema 2 is schema 1's fields, then the quotas; schema 3 adds the
+        // dedicated segments (postcard frames no struct): a state without
+        // either encodes as schema 1 did.
         match self.image_schema() {
             1 => Ok(buf),
-            _ => postcard::to_extend(&self.tenant_quotas, buf).map_err(encode_err),
+            2 => postcard::to_extend(&self.tenant_quotas, buf).map_err(encode_err),
+            _ => {
+                let buf = postcard::to_extend(&self.tenant_quotas, buf).map_err(encode_err)?;
+                postcard::to_extend(&self.segment_tenants(), buf).map_err(encode_err)
+            }
         }
     }
 
     /// The schema of this state's image: 1 (format v1) until some tenant
-    /// has a quota, so masters of the previous release still read it.
+    /// has a quota (2) or some segment is dedicated to a tenant (3), so
+    /// masters of earlier releases still read what they can.
     pub fn image_schema(&self) -> u32 {
-        if self.tenant_quotas.is_empty() { 1 } else { 2 }
+        match (self.tenant_quotas.is_empty(), self.segments.values().all(|s| s.tenant.is_none())) {
+            (true, true) => 1,
+            (false, true) => 2,
+            (_, false) => 3,
+        }
+    }
+
+    /// The tenant of each dedicated segment, by segment.
+    fn segment_tenants(&self) -> Vec<(SegmentId, String)> {
+        self.segments.values().filter_map(|s| Some((s.spec.id, s.tenant.clone()?))).collect()
     }
 
     /// The serialisable image of the state.
@@ -247,6 +275,7 @@ impl MetaState {
             retired: self.retired.values().cloned().collect(),
             detached: self.segments.values().filter_map(|s| Some((s.spec.id, s.detached.clone()?))).collect(),
             tenant_quotas: self.tenant_quotas.iter().map(|(t, b)| (t.clone(), *b)).collect(),
+            segment_tenants: self.segment_tenants(),
         }
     }
 
@@ -259,16 +288,30 @@ impl MetaState {
             used.entry(r.segment).or_default().push(r.range);
         }
         let mut detached: BTreeMap<SegmentId, DetachedDisk> = image.detached.into_iter().collect();
+        if image.segment_tenants.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(corrupt("dedicated segments out of order or repeated".into()));
+        }
+        let mut tenants: BTreeMap<SegmentId, String> = BTreeMap::new();
+        for (seg, name) in image.segment_tenants {
+            if mooncake_segment::tenant::Tenant::parse(&name).map_or(true, |t| t.name() != name) {
+                return Err(corrupt(format!("segment {seg} is dedicated to {name:?}, which cannot be a tenant")));
+            }
+            tenants.insert(seg, name);
+        }
         let mut segments = BTreeMap::new();
         for (spec, owner) in image.segments {
             let ranges = used.remove(&spec.id).unwrap_or_default();
             let alloc = RangeAllocator::with_allocated(spec.size_bytes, ranges)
                 .map_err(|e| corrupt(format!("segment {}: {e}", spec.id)))?;
             let detached = detached.remove(&spec.id);
-            segments.insert(spec.id, SegmentEntry { spec, owner, alloc, detached });
+            let tenant = tenants.remove(&spec.id);
+            segments.insert(spec.id, SegmentEntry { spec, owner, alloc, detached, tenant });
         }
         if let Some(seg) = detached.keys().next() {
             return Err(corrupt(format!("unknown segment {seg} is detached")));
+        }
+        if let Some(seg) = tenants.keys().next() {
+            return Err(corrupt(format!("unknown segment {seg} is dedicated to a tenant")));
         }
         for (name, bytes) in &image.tenant_quotas {
             if *bytes == 0 || mooncake_segment::tenant::Tenant::parse(name).map_or(true, |t| t.name() != name) {
@@ -328,13 +371,19 @@ impl MetaState {
         // are not data a refused command may be said to change.
         image.now_ms = 0;
         image.request_anchor_ts_ms = 0;
-        let (v1, quotas) = image.split();
+        let (v1, (quotas, dedicated)) = image.split();
         let fnv =
             |h: u64, bytes: &[u8]| bytes.iter().fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
         let hash = fnv(0xcbf2_9ce4_8422_2325, &crate::codec::encode("state image", &v1).unwrap_or_default());
-        match quotas.is_empty() {
+        // What later schemas add is hashed only where there is any, so a
+        // state of an earlier schema hashes as it did then.
+        let hash = match quotas.is_empty() {
             true => hash,
             false => fnv(hash, &crate::codec::encode("tenant quotas", &quotas).unwrap_or_default()),
+        };
+        match dedicated.is_empty() {
+            true => hash,
+            false => fnv(hash, &crate::codec::encode("dedicated segments", &dedicated).unwrap_or_default()),
         }
     }
 }

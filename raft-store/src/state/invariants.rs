@@ -363,7 +363,13 @@ impl MetaState {
         if o.size_bytes == 0 || o.size_bytes.checked_next_multiple_of(DISK_ALIGN_BYTES).is_none() {
             return bad(format!("size {} bytes", o.size_bytes));
         }
+        let tenant = mooncake_segment::tenant::tenant_of(&o.key);
         for r in &o.replicas {
+            if let Some(seg) = self.segments.get(&r.segment)
+                && !seg.serves(tenant)
+            {
+                return bad(format!("replica on {}, which serves tenant {:?} only", r.segment, seg.tenant()));
+            }
             // An unknown segment is `check_held_bytes`'s to report.
             let Some(tier) = self.replica_tier(r) else { continue };
             let len = tier.range_len(o.size_bytes).unwrap_or(0);

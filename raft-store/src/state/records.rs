@@ -34,6 +34,11 @@ pub struct SegmentEntry {
     /// kept with its objects, neither read nor placed on, until its owner
     /// mounts it again or the grace ends it (docs/TIERS.md).
     pub(super) detached: Option<DetachedDisk>,
+    /// The one tenant whose objects it holds (`MountTenantSegment`, schema
+    /// 3): a store node dedicates its memory to a tenant, and UCX keys to a
+    /// dedicated segment reach that tenant's bytes only (docs/TENANTS.md).
+    /// `None`: every tenant's objects may be placed on it.
+    pub(super) tenant: Option<String>,
 }
 
 /// Why and since when a disk segment is detached.
@@ -66,6 +71,15 @@ impl SegmentEntry {
     }
     pub fn capacity_bytes(&self) -> u64 {
         self.alloc.capacity_bytes()
+    }
+    /// The tenant the segment is dedicated to, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+    /// Whether objects of tenant `name` may be placed on it: it is
+    /// dedicated to none, or to that one.
+    pub fn serves(&self, name: &str) -> bool {
+        self.tenant.as_deref().is_none_or(|t| t == name)
     }
     /// Whether every byte of `range` is free (no object or retired bytes).
     pub fn is_free(&self, range: Range) -> bool {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use mooncake_segment::tenant::Tenant;
 use mooncake_segment::{ClientId, RangeAllocator, SegmentId};
 
 use super::validation::{invalid, validate_segment};
@@ -21,6 +22,7 @@ fn check_remount(
     client: ClientId,
     spec: &SegmentSpec,
     credential: &CredentialHash,
+    tenant: Option<&str>,
 ) -> Result<(), MetaError> {
     if existing.owner != client || existing.spec.size_bytes != spec.size_bytes || existing.tier() != spec.tier {
         return Err(MetaError::SegmentAlreadyExists(format!(
@@ -29,6 +31,16 @@ fn check_remount(
             existing.owner,
             existing.spec.size_bytes,
             existing.tier().name()
+        )));
+    }
+    if existing.tenant() != tenant {
+        let named = |t: Option<&str>| t.map_or("every tenant".to_string(), |t| format!("tenant {t:?}"));
+        return Err(MetaError::SegmentAlreadyExists(format!(
+            "{} is mounted for {}, not {}; restart the store node with the --tenant it had, or unmount the \
+             segment first",
+            spec.id,
+            named(existing.tenant()),
+            named(tenant)
         )));
     }
     if let Some(detached) = &existing.detached
@@ -41,6 +53,14 @@ fn check_remount(
         )));
     }
     Ok(())
+}
+
+/// The tenant a segment is to be dedicated to, once its name is checked.
+/// (An empty name is the default tenant's, as in a call's tenant header.)
+fn valid_tenant(tenant: Option<&str>) -> Result<Option<String>, MetaError> {
+    let Some(name) = tenant else { return Ok(None) };
+    let parsed = Tenant::parse(name).map_err(|e| invalid(format!("a segment dedicated to {name:?}: {e}")))?;
+    Ok(Some(parsed.name().to_string()))
 }
 
 fn same_memory_error(spec: &SegmentSpec, other: &SegmentEntry) -> MetaError {
@@ -81,7 +101,8 @@ impl MetaState {
         })
     }
 
-    /// Mounts `spec` for `client` (holding `credential`). Mounting a segment it already has is a retried
+    /// Mounts `spec` for `client` (holding `credential`), dedicated to
+    /// `tenant` if named. Mounting a segment it already has is a retried
     /// mount, except for a disk segment: a restarted store node mounts its
     /// disk file again from a new endpoint, which the segment takes (and a
     /// detached one is attached again, its objects readable again).
@@ -90,13 +111,15 @@ impl MetaState {
         client: ClientId,
         spec: &SegmentSpec,
         credential: &CredentialHash,
+        tenant: Option<&str>,
     ) -> Result<(), MetaError> {
         validate_segment(spec)?;
+        let tenant = valid_tenant(tenant)?;
         if let Some(other) = self.same_memory(spec, |_| false) {
             return Err(same_memory_error(spec, other));
         }
         if let Some(existing) = self.segments.get(&spec.id) {
-            check_remount(existing, client, spec, credential)?;
+            check_remount(existing, client, spec, credential, tenant.as_deref())?;
             self.register_client(client, credential);
             if let Some(existing) = self.segments.get_mut(&spec.id)
                 && existing.tier() == Tier::Ssd
@@ -108,7 +131,8 @@ impl MetaState {
         }
         self.register_client(client, credential);
         let alloc = RangeAllocator::new(spec.size_bytes);
-        self.segments.insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc, detached: None });
+        self.segments
+            .insert(spec.id, SegmentEntry { spec: spec.clone(), owner: client, alloc, detached: None, tenant });
         Ok(())
     }
 
@@ -130,8 +154,10 @@ impl MetaState {
         client: ClientId,
         specs: &[SegmentSpec],
         credential: &CredentialHash,
+        tenant: Option<&str>,
     ) -> Result<(), MetaError> {
         // Check everything first: a refused remount changes nothing.
+        let tenant = valid_tenant(tenant)?;
         let mut ids = BTreeSet::new();
         let mut memories = BTreeSet::new();
         for spec in specs {
@@ -150,7 +176,7 @@ impl MetaState {
                 return Err(same_memory_error(spec, other));
             }
             if let Some(existing) = self.segments.get(&spec.id) {
-                check_remount(existing, client, spec, credential)?;
+                check_remount(existing, client, spec, credential, tenant.as_deref())?;
             }
         }
         let stale: Vec<SegmentId> =
@@ -160,7 +186,7 @@ impl MetaState {
         }
         self.register_client(client, credential);
         for spec in specs {
-            self.mount(client, spec, credential)?;
+            self.mount(client, spec, credential, tenant.as_deref())?;
         }
         Ok(())
     }

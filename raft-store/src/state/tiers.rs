@@ -40,6 +40,9 @@ impl MetaState {
         if !seg.is_attached() {
             return Ok(Response::Err(expired(format!("segment {} is detached", replica.segment))));
         }
+        if let Err(e) = super::arenas::check_serves(seg, key) {
+            return Ok(Response::Err(e));
+        }
         if obj.replicas.iter().any(|r| r.segment == replica.segment) {
             return Ok(Response::Err(MetaError::ObjectAlreadyExists(format!(
                 "{key:?} already has a replica on {}",
