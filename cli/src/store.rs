@@ -60,6 +60,17 @@ pub struct StoreArgs {
     /// byte of this process (docs/SECURITY.md).
     #[arg(long = "ucx-trusted-fabric", requires = "ucx")]
     pub ucx_trusted_fabric: bool,
+    /// Dedicate this node's segments to one tenant (docs/TENANTS.md): only
+    /// its objects are placed on them. With --ucx they are dedicated to the
+    /// default tenant unless this names another (or --ucx-shared-tenants).
+    #[arg(long = "segment-tenant")]
+    pub segment_tenant: Option<String>,
+    /// With --ucx: let every tenant's objects be placed on this node's
+    /// segments. A UCX key reaches its whole segment, so a tenant that reads
+    /// one object here can read and write every other tenant's objects on
+    /// it: for tenants that trust each other only.
+    #[arg(long = "ucx-shared-tenants", requires = "ucx", conflicts_with = "segment_tenant")]
+    pub ucx_shared_tenants: bool,
     /// TESTS ONLY. Serve UCX although no transport UCX opened does RMA in a
     /// NIC: over TCP or shared memory UCX emulates RMA and any peer that
     /// reaches the node's UCX worker can read any byte of this process or
@@ -182,6 +193,13 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.shm_segment = !a.anonymous;
     cfg.serve_ucx = a.ucx;
     cfg.ucx_allow_emulated_rma = a.ucx_allow_emulated_rma;
+    cfg.ucx_shared_tenants = a.ucx_shared_tenants;
+    cfg.dedicated_tenant = match &a.segment_tenant {
+        Some(name) => {
+            Some(mooncake_segment::tenant::Tenant::parse(name).map_err(|e| anyhow::anyhow!("--segment-tenant: {e}"))?)
+        }
+        None => None,
+    };
     cfg.protocol = Protocol::Tcp;
     cfg.heartbeat_interval = Duration::from_millis(a.heartbeat_interval_ms);
     cfg.disk_segment = a.disk_segment.clone();
@@ -191,14 +209,18 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     let client = Client::connect_with_server_config(cfg, a.server_config()).await.context("starting the store node")?;
     let seg = client.local_segment().map(|l| l.spec()).context("store node has no segment")?;
     eprintln!(
-        "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {}, tls {}, ucx {})",
+        "store node {:016x}: segment {:016x} of {} bytes served at {} (shm {}, tls {}, ucx {}, tenants: {})",
         client.client_id(),
         seg.id,
         seg.size,
         seg.endpoint,
         if seg.shm_path.is_empty() { "off" } else { &seg.shm_path },
         if a.masters.tls.enabled() { "on" } else { "off" },
-        if a.ucx { "on" } else { "off" }
+        if a.ucx { "on" } else { "off" },
+        match client.local_segment().and_then(|l| l.tenant()) {
+            Some(t) => format!("{t} only"),
+            None => "all".to_string(),
+        }
     );
     if let Some(disk) = client.local_segment().and_then(|l| l.disk_spec()) {
         eprintln!(

@@ -302,3 +302,51 @@ async fn admin_used(cluster: &Cluster, name: &str) -> Option<u64> {
     let tenants = cluster.client().list_tenants().await.expect("list tenants");
     tenants.into_iter().find(|t| t.name == name).map(|t| t.used_bytes)
 }
+
+/// The segments `master`'s tenant's objects have replicas on.
+async fn segments_holding(master: &MasterClient) -> Vec<u64> {
+    let objects = master.list_objects("", 1000).await.expect("list");
+    objects.iter().flat_map(|o| o.replicas.iter().map(|r| r.segment_id)).collect()
+}
+
+/// Why: a UCX key reaches its whole segment (issue 38, finding 3), so a
+/// segment served over UCX must hold one tenant's objects only: a store
+/// node dedicated to a tenant (`--segment-tenant`, and by default any node
+/// serving UCX) never receives another tenant's object, even one that asks
+/// for it; other tenants' puts go elsewhere or are refused with a clear
+/// code, never placed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_dedicated_to_a_tenant_never_holds_another_tenants_object() {
+    let cluster = Cluster::builder().masters(1).stores(0).arg("--default_kv_lease_ttl=1").binary(BIN).start();
+    let node_in = |size: u64, dedicated: Option<&str>| {
+        let mut cfg = ClientConfig::new(cluster.addrs());
+        cfg.global_segment_size = size;
+        cfg.dedicated_tenant = dedicated.map(tenant);
+        Client::connect(cfg)
+    };
+    let dedicated = node_in(64 << 20, Some("team-a")).await.expect("the dedicated node");
+    cluster.wait_for_segments(1, T).await;
+    let only = dedicated.local_segment().expect("a segment").spec().id;
+    let (a, b) = (client_in(&cluster, "team-a").await, client_in(&cluster, "team-b").await);
+    let asked =
+        PutOptions { replicas: 1, preferred_segments: vec![mooncake_segment::SegmentId(only)], ..Default::default() };
+    let value = vec![7u8; 256 << 10];
+    // Nowhere to go: refused, saying why.
+    let e = b.put("k0", &value, &asked).await.expect_err("no segment serves team-b");
+    assert_eq!(e.code(), Some(ErrorCode::NoAvailableHandle), "{e}");
+    assert!(e.to_string().contains("dedicated to another tenant"), "{e}");
+    // A shared node (smaller: the dedicated one stays placement's first
+    // choice by free bytes) takes every other tenant's objects.
+    let _shared = node_in(16 << 20, None).await.expect("the shared node");
+    cluster.wait_for_segments(2, T).await;
+    for i in 0..8 {
+        a.put(&format!("k{i}"), &value, &asked).await.expect("team-a put");
+        b.put(&format!("k{i}"), &value, &asked).await.expect("team-b put");
+    }
+    let on_b = segments_holding(&master_in(&cluster, "team-b")).await;
+    assert_eq!(on_b.len(), 8, "{on_b:?}");
+    assert!(!on_b.contains(&only), "team-b's objects on team-a's segment: {on_b:?}");
+    let on_a = segments_holding(&master_in(&cluster, "team-a")).await;
+    assert!(on_a.len() == 8 && on_a.iter().all(|s| *s == only), "team-a's objects: {on_a:?}");
+    assert_eq!(b.get("k3").await.expect("team-b reads its own"), value);
+}

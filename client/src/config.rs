@@ -51,6 +51,15 @@ pub struct ClientConfig {
     /// Without it such a node refuses to start (`--ucx-allow-emulated-rma`,
     /// docs/SECURITY.md).
     pub ucx_allow_emulated_rma: bool,
+    /// Dedicate this node's segments to one tenant: only its objects are
+    /// placed on them (docs/TENANTS.md). `None`: any tenant's, except that a
+    /// node serving UCX dedicates them to `tenant` unless
+    /// `ucx_shared_tenants` says otherwise ([`Self::segment_tenant`]).
+    pub dedicated_tenant: Option<mooncake_segment::tenant::Tenant>,
+    /// Serve UCX from segments every tenant's objects may be placed on: a
+    /// UCX key then reaches every tenant's bytes on them (trusted tenants
+    /// only; `mooncake store --ucx-shared-tenants`).
+    pub ucx_shared_tenants: bool,
     pub tcp: TcpConfig,
     /// Mutual TLS for every connection this client makes (masters, store
     /// nodes) and accepts (its own segment's transfer server). Overrides
@@ -100,6 +109,18 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
+    /// The tenant this node's segments are dedicated to, if any:
+    /// `dedicated_tenant`, else, for a node serving UCX, `tenant` (a UCX key
+    /// reaches its whole segment, so a segment served over UCX holds one
+    /// tenant's objects), unless `ucx_shared_tenants`.
+    pub fn segment_tenant(&self) -> Option<&mooncake_segment::tenant::Tenant> {
+        match (&self.dedicated_tenant, self.serve_ucx && !self.ucx_shared_tenants) {
+            (Some(t), _) => Some(t),
+            (None, true) => Some(&self.tenant),
+            (None, false) => None,
+        }
+    }
+
     /// A client of `masters` on loopback that contributes no memory.
     pub fn new(masters: Vec<String>) -> Self {
         ClientConfig {
@@ -115,6 +136,8 @@ impl ClientConfig {
             shm_segment: true,
             serve_ucx: false,
             ucx_allow_emulated_rma: false,
+            dedicated_tenant: None,
+            ucx_shared_tenants: false,
             tcp: TcpConfig::default(),
             tls: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
@@ -177,6 +200,16 @@ impl ClientConfig {
         }
         if self.serve_ucx && self.global_segment_size == 0 {
             return Err("serving UCX needs a memory segment (global_segment_size > 0)".into());
+        }
+        if self.ucx_shared_tenants && (!self.serve_ucx || self.dedicated_tenant.is_some()) {
+            return Err("ucx_shared_tenants shares a segment served over UCX among tenants: it needs serve_ucx and \
+                        no dedicated_tenant"
+                .into());
+        }
+        if self.dedicated_tenant.is_some() && self.global_segment_size == 0 {
+            return Err(
+                "dedicated_tenant dedicates this node's segments: it needs one (global_segment_size > 0)".into()
+            );
         }
         if self.default_replicas == 0 {
             return Err("default_replicas must be at least 1".into());

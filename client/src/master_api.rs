@@ -119,8 +119,20 @@ impl MasterClient {
     /// Mounts `segment` for `client_id`; returns its capability key (for
     /// the transfer server that serves it).
     pub async fn mount_segment(&self, client_id: u64, segment: Segment) -> Result<Vec<SegmentKey>, MasterError> {
+        self.mount_segment_for(client_id, segment, None).await
+    }
+
+    /// [`Self::mount_segment`], dedicating the segment to `tenant`, if named
+    /// (docs/TENANTS.md).
+    pub async fn mount_segment_for(
+        &self,
+        client_id: u64,
+        segment: Segment,
+        tenant: Option<&mooncake_segment::tenant::Tenant>,
+    ) -> Result<Vec<SegmentKey>, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
-        let req = MountSegmentRequest { client_id, segment: Some(segment), credential };
+        let tenant = tenant.map(|t| t.name().to_string()).unwrap_or_default();
+        let req = MountSegmentRequest { client_id, segment: Some(segment), credential, tenant };
         Ok(self.ask(req, async |mut c, r| c.mount_segment(r).await).await?.reply.segment_keys)
     }
 
@@ -137,8 +149,20 @@ impl MasterClient {
         client_id: u64,
         segments: Vec<Segment>,
     ) -> Result<Vec<SegmentKey>, MasterError> {
+        self.remount_segments_for(client_id, segments, None).await
+    }
+
+    /// [`Self::remount_segments`], dedicating every segment to `tenant`, if
+    /// named (docs/TENANTS.md).
+    pub async fn remount_segments_for(
+        &self,
+        client_id: u64,
+        segments: Vec<Segment>,
+        tenant: Option<&mooncake_segment::tenant::Tenant>,
+    ) -> Result<Vec<SegmentKey>, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
-        let req = RemountSegmentRequest { client_id, segments, credential };
+        let tenant = tenant.map(|t| t.name().to_string()).unwrap_or_default();
+        let req = RemountSegmentRequest { client_id, segments, credential, tenant };
         Ok(self.ask(req, async |mut c, r| c.remount_segment(r).await).await?.reply.segment_keys)
     }
 

@@ -303,7 +303,9 @@ impl ChaosCluster {
             ]);
         }
         if self.opts.ucx {
-            args.push("--ucx".into());
+            // The tenant probe's tenants share the UCX segments (the
+            // harness's tenants trust each other; docs/TENANTS.md).
+            args.extend(["--ucx".into(), "--ucx-shared-tenants".into()]);
             if self.opts.tls {
                 args.push("--ucx-trusted-fabric".into());
             }

@@ -72,8 +72,12 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         assert!(r.replicas.is_empty(), "{what}: got replicas");
     }
     let credential = client.credential().as_bytes().to_vec();
-    let mount =
-        |segment: Option<Segment>| MountSegmentRequest { client_id: 9, segment, credential: credential.clone() };
+    let mount = |segment: Option<Segment>| MountSegmentRequest {
+        client_id: 9,
+        segment,
+        credential: credential.clone(),
+        tenant: String::new(),
+    };
     let mounts = [
         ("segment missing", mount(None)),
         ("segment size 0", mount(Some(seg(2, 0, "127.0.0.1:1")))),
@@ -189,11 +193,15 @@ async fn unknown_enum_values_are_refused_naming_the_field_and_the_value() {
     // Segments: a mount, and a remount whose other segment is known.
     let credential = client.credential().as_bytes().to_vec();
     let unknown_tier = Segment { tier: 7, ..seg(6, 1 << 20, "127.0.0.1:1") };
-    let mount =
-        MountSegmentRequest { client_id: 9, segment: Some(unknown_tier.clone()), credential: credential.clone() };
+    let mount = MountSegmentRequest {
+        client_id: 9,
+        segment: Some(unknown_tier.clone()),
+        credential: credential.clone(),
+        ..Default::default()
+    };
     refused_naming("MountSegment", &raw.mount_segment(mount).await.expect("rpc").into_inner().status, "tier 7");
     let segments = vec![seg(1, 1 << 20, "127.0.0.1:1"), unknown_tier];
-    let remount = RemountSegmentRequest { client_id: 9, segments, credential };
+    let remount = RemountSegmentRequest { client_id: 9, segments, credential, ..Default::default() };
     refused_naming("RemountSegment", &raw.remount_segment(remount).await.expect("rpc").into_inner().status, "tier 7");
 
     // PutEnds of the put in flight, each echoing one unknown value.

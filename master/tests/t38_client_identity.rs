@@ -70,7 +70,12 @@ async fn another_process_cannot_act_as_a_store_nodes_client_id() {
     denied("Mount as the node", intruder.mount_segment(NODE, segment(2)).await);
     // The refused answers carry no key (read raw: the typed calls drop them).
     let credential = intruder.credential().as_bytes().to_vec();
-    let remount = RemountSegmentRequest { client_id: NODE, segments: vec![segment(1)], credential: credential.clone() };
+    let remount = RemountSegmentRequest {
+        client_id: NODE,
+        segments: vec![segment(1)],
+        credential: credential.clone(),
+        ..Default::default()
+    };
     let r = intruder
         .call(|mut c| {
             let req = remount.clone();
@@ -81,7 +86,7 @@ async fn another_process_cannot_act_as_a_store_nodes_client_id() {
         .reply;
     assert_eq!(r.status.as_ref().map(|s| s.error_code()), Some(ErrorCode::PermissionDenied));
     assert!(r.segment_keys.is_empty(), "a refused remount leaked the segment's key");
-    let mount = MountSegmentRequest { client_id: NODE, segment: Some(segment(1)), credential };
+    let mount = MountSegmentRequest { client_id: NODE, segment: Some(segment(1)), credential, ..Default::default() };
     let r = intruder
         .call(|mut c| {
             let req = mount.clone();

@@ -404,7 +404,7 @@ pub enum Command {
     /// (docs/TENANTS.md). Mounting a segment mounted already under another
     /// dedication (or none) is refused (`SEGMENT_ALREADY_EXISTS`, nothing
     /// changes); so is a plain `MountSegment` of a dedicated one. The leader
-    /// proposes it for store nodes started with `--tenant`, plain
+    /// proposes it for store nodes with a dedication (`--segment-tenant`, `--ucx`), plain
     /// `MountSegment` otherwise (masters of the previous release still
     /// decode a log without dedicated segments).
     ///

@@ -170,7 +170,7 @@ fn a_dedicated_segment_holds_its_tenants_objects_only_on_every_path() {
         remount_cmd(NODE_A, vec![spec.clone()]),
     ] {
         let e = refused(&mut s, cmd);
-        assert!(matches!(e, MetaError::SegmentAlreadyExists(_)) && e.to_string().contains("--tenant"), "{e}");
+        assert!(matches!(e, MetaError::SegmentAlreadyExists(_)) && e.to_string().contains("--segment-tenant"), "{e}");
     }
     // A retried mount with the same dedication is a retry; so is the remount.
     ok(&mut s, mount_for(NODE_A, spec.clone(), "team-a"));

@@ -206,7 +206,8 @@ pub(crate) async fn register(
     let local = node.map(StoreNode::segment);
     let segments = local.iter().flat_map(|l| l.specs()).collect();
     let mut held = HeldId::default();
-    match master.remount_segments(client_id, segments).await {
+    let tenant = local.and_then(LocalSegment::tenant);
+    match master.remount_segments_for(client_id, segments, tenant).await {
         Ok(keys) => {
             if let Some(local) = local {
                 local.install_keys(&keys)?;
@@ -448,7 +449,7 @@ async fn remount(
     specs: Vec<Segment>,
 ) -> Result<(), ClientError> {
     let segment = format!("{:016x}", specs.first().map_or(0, |s| s.id));
-    let result = match master.remount_segments(client_id, specs).await {
+    let result = match master.remount_segments_for(client_id, specs, local.tenant()).await {
         Ok(keys) => local.install_keys(&keys),
         Err(e) => Err(e.into()),
     };

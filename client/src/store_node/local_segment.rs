@@ -67,6 +67,8 @@ pub struct LocalSegment {
     disk: Option<std::sync::Mutex<Segment>>,
     /// Whether the disk file existed at start (its blocks are scrubbed).
     disk_reopened: bool,
+    /// The tenant its segments are dedicated to ([`ClientConfig::segment_tenant`]).
+    tenant: Option<mooncake_segment::tenant::Tenant>,
 }
 
 impl LocalSegment {
@@ -132,7 +134,14 @@ impl LocalSegment {
             mount_error: std::sync::Mutex::new(None),
             disk,
             disk_reopened,
+            tenant: cfg.segment_tenant().cloned(),
         })
+    }
+
+    /// The tenant this node's segments are dedicated to (sent with every
+    /// mount and remount), if any.
+    pub fn tenant(&self) -> Option<&mooncake_segment::tenant::Tenant> {
+        self.tenant.as_ref()
     }
 
     /// The declaration of the memory segment.

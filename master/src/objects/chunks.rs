@@ -50,7 +50,7 @@ pub const CHUNK_MAX_BYTES: u64 = 64 << 20;
 /// never evicting: a chunk needs contiguous room, which an LRU's scattered
 /// victims rarely make, so evicting for it would empty a fragmented cache
 /// (a writer refused puts the usual way, which evicts what each needs).
-pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> ReserveChunkResponse {
+pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &str) -> ReserveChunkResponse {
     let refuse = |s: Status| ReserveChunkResponse { status: Some(s), ..Default::default() };
     let no_room = |why: String| {
         refuse(invalid(MetaError::NoAvailableHandle(format!("no writer chunk: {why}; put the usual way (PutStart)"))))
@@ -74,7 +74,7 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest) -> Reserv
     // eviction left), down to CHUNK_SLOTS_MIN of the writer's objects.
     let mut halvings = 0u32;
     for _ in 0..CHUNK_ROUNDS_MAX {
-        let found = shared.reader.read(|s| candidates(s, req.min_len, &[]));
+        let found = shared.reader.read(|s| candidates(s, req.min_len, &[], tenant));
         let cands = match found {
             Ok(c) => c,
             Err(e @ MetaError::NoAvailableHandle(_)) => return refuse(invalid(e)),

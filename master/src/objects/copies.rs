@@ -137,7 +137,7 @@ impl<'a> Domains<'a> {
 }
 
 /// The segment of `tier` to copy an object of `len` bytes to: attached,
-/// with that much free; as placement ranks (docs/OPERATIONS.md, "Failure
+/// with that much free, serving the object's `tenant`; as placement ranks (docs/OPERATIONS.md, "Failure
 /// domains"), first one in a zone and on a host no replica of the object
 /// (`held`) is in, then on a host of its own; among equals, one on a host
 /// of the copy's sources (`sources`: a local copy), then the emptiest.
@@ -147,8 +147,9 @@ fn target_segment<'a>(
     len: u64,
     held: &Domains<'_>,
     sources: &[&str],
+    tenant: &str,
 ) -> Option<&'a SegmentEntry> {
-    s.attached(tier).filter(|g| g.free_bytes() >= len).max_by_key(|g| {
+    s.attached(tier).filter(|g| g.free_bytes() >= len && g.serves(tenant)).max_by_key(|g| {
         let host = g.spec.host_id.as_str();
         let new_host = !held.hosts.contains(&host);
         let new_zone = g.spec.zone.is_empty() || !held.zones.contains(&g.spec.zone.as_str());
@@ -163,7 +164,8 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
     let hosts: Vec<&str> =
         sources.iter().filter_map(|r| s.segment(r.segment)).map(|g| g.spec.host_id.as_str()).collect();
     let len = to.range_len(o.size_bytes)?;
-    let target = target_segment(s, to, len, &Domains::of(s, &o.replicas), &hosts)?;
+    let tenant = mooncake_segment::tenant::tenant_of(&o.key);
+    let target = target_segment(s, to, len, &Domains::of(s, &o.replicas), &hosts, tenant)?;
     Some(Plan {
         key: o.key.clone(),
         version: o.version,
@@ -653,7 +655,7 @@ mod tests {
         }
         let target = |held: &[u64], sources: &[&str]| {
             let held: Vec<ReplicaPlacement> = held.iter().map(|id| replica(*id)).collect();
-            target_segment(&s, Tier::Ssd, 4096, &Domains::of(&s, &held), sources).map(|g| g.spec.id.0)
+            target_segment(&s, Tier::Ssd, 4096, &Domains::of(&s, &held), sources, "default").map(|g| g.spec.id.0)
         };
         // A replica on h1 (zone a): the disk of zone b, not h1's own.
         assert_eq!(target(&[1], &["h1"]), Some(13));

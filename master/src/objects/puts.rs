@@ -11,6 +11,7 @@ use mooncake_proto::master::{PutRevokeRequest, PutStartRequest, PutStartResponse
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::validate_put;
 use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, PlacedReplica, ReplicaPlacement, Response, Tier};
+use mooncake_segment::tenant::tenant_of;
 use mooncake_segment::{ClientId, SegmentId};
 
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Revoke, Round, Spreading, aligned};
@@ -37,20 +38,33 @@ struct Look {
 
 /// The placement candidates of a put of `key` and whether the key exists.
 fn look(s: &MetaState, key: &str, size: u64, preferred: &[SegmentId]) -> Result<Look, MetaError> {
-    let candidates = candidates(s, size, preferred).map_err(|e| match e {
+    let candidates = candidates(s, size, preferred, tenant_of(key)).map_err(|e| match e {
         MetaError::InvalidParams(why) => MetaError::InvalidParams(format!("object {key:?}: {why}")),
         other => other,
     })?;
     Ok(Look { exists: s.object(key).is_some(), candidates })
 }
 
-/// Preferred segments first (in the caller's order; those not mounted, or
-/// not memory, passed over), then the others, the emptiest first; only
-/// attached memory segments `size` bytes fit in (disk segments receive
-/// copies only, docs/TIERS.md).
-pub(crate) fn candidates(s: &MetaState, size: u64, preferred: &[SegmentId]) -> Result<Vec<Candidate>, MetaError> {
-    let largest = s.attached(Tier::Dram).map(|g| g.capacity_bytes()).max();
+/// Preferred segments first (in the caller's order; those not mounted, not
+/// memory, or dedicated to another tenant passed over), then the others,
+/// the emptiest first; only attached memory segments `size` bytes fit in
+/// (disk segments receive copies only, docs/TIERS.md) that serve `tenant`
+/// (docs/TENANTS.md: a segment dedicated to one tenant holds its objects
+/// only).
+pub(crate) fn candidates(
+    s: &MetaState,
+    size: u64,
+    preferred: &[SegmentId],
+    tenant: &str,
+) -> Result<Vec<Candidate>, MetaError> {
+    let largest = s.attached(Tier::Dram).filter(|g| g.serves(tenant)).map(|g| g.capacity_bytes()).max();
     match largest {
+        None if s.attached(Tier::Dram).next().is_some() => {
+            return Err(MetaError::NoAvailableHandle(format!(
+                "every memory segment is dedicated to another tenant than {tenant:?}: mount a store node with \
+                 --segment-tenant {tenant}, or one without"
+            )));
+        }
         None => return Err(MetaError::NoAvailableHandle("no memory segment is mounted".into())),
         Some(cap) if aligned(size) > cap => {
             return Err(MetaError::InvalidParams(format!(
@@ -65,10 +79,13 @@ pub(crate) fn candidates(s: &MetaState, size: u64, preferred: &[SegmentId]) -> R
     let mut candidates: Vec<Candidate> = Vec::new();
     for id in preferred {
         match s.segment(*id) {
-            Some(g) if g.tier() == Tier::Dram && g.is_attached() => {
+            Some(g) if g.tier() == Tier::Dram && g.is_attached() && g.serves(tenant) => {
                 if !candidates.iter().any(|c| c.segment == *id) {
                     candidates.push(Candidate::of(g, true));
                 }
+            }
+            Some(g) if !g.serves(tenant) => {
+                tracing::debug!(segment = %id, "preferred segment is dedicated to another tenant; placing elsewhere")
             }
             Some(_) => tracing::debug!(segment = %id, "preferred segment is a disk segment; placing in memory"),
             None => tracing::debug!(segment = %id, "preferred segment is not mounted; placing elsewhere"),
@@ -76,7 +93,7 @@ pub(crate) fn candidates(s: &MetaState, size: u64, preferred: &[SegmentId]) -> R
     }
     let mut rest: Vec<_> = s
         .attached(Tier::Dram)
-        .filter(|g| !preferred.contains(&g.spec.id) && g.capacity_bytes() >= aligned(size))
+        .filter(|g| !preferred.contains(&g.spec.id) && g.capacity_bytes() >= aligned(size) && g.serves(tenant))
         .collect();
     rest.sort_by_key(|g| (std::cmp::Reverse(g.free_bytes()), g.spec.id));
     candidates.extend(rest.into_iter().map(|g| Candidate::of(g, false)));

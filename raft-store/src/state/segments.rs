@@ -36,7 +36,7 @@ fn check_remount(
     if existing.tenant() != tenant {
         let named = |t: Option<&str>| t.map_or("every tenant".to_string(), |t| format!("tenant {t:?}"));
         return Err(MetaError::SegmentAlreadyExists(format!(
-            "{} is mounted for {}, not {}; restart the store node with the --tenant it had, or unmount the \
+            "{} is mounted for {}, not {}; restart the store node with the --segment-tenant it had, or unmount the \
              segment first",
             spec.id,
             named(existing.tenant()),

@@ -51,6 +51,17 @@ impl MasterServiceImpl {
     }
 }
 
+/// The tenant a mount dedicates its segments to ("" none), by a valid name.
+fn dedicated_to(tenant: &str) -> Result<Option<String>, Status> {
+    if tenant.is_empty() {
+        return Ok(None);
+    }
+    match mooncake_segment::tenant::Tenant::parse(tenant) {
+        Ok(t) => Ok(Some(t.name().to_string())),
+        Err(e) => Err(Status::with(ErrorCode::InvalidParams, format!("the tenant to dedicate segments to: {e}"))),
+    }
+}
+
 fn ok<T>(t: T) -> RpcResult<T> {
     Ok(Response::new(t))
 }
@@ -188,7 +199,12 @@ impl MasterService for MasterServiceImpl {
             Err(s) => return refused(s),
         };
         let id = spec.id;
-        let status = self.write(Command::MountSegment { client, credential, segment: spec }).await;
+        let cmd = match dedicated_to(&r.tenant) {
+            Ok(None) => Command::MountSegment { client, credential, segment: spec },
+            Ok(Some(tenant)) => Command::MountTenantSegment { client, credential, segment: spec, tenant },
+            Err(s) => return refused(s),
+        };
+        let status = self.write(cmd).await;
         let segment_keys = self.segment_keys(&status, client, [id]);
         ok(MountSegmentResponse { status: Some(status), segment_keys })
     }
@@ -220,7 +236,12 @@ impl MasterService for MasterServiceImpl {
             Err(s) => return refused(s),
         };
         let ids: Vec<SegmentId> = segments.iter().map(|s| s.id).collect();
-        let status = self.write(Command::RemountSegments { client, credential, segments }).await;
+        let cmd = match dedicated_to(&r.tenant) {
+            Ok(None) => Command::RemountSegments { client, credential, segments },
+            Ok(Some(tenant)) => Command::RemountTenantSegments { client, credential, segments, tenant },
+            Err(s) => return refused(s),
+        };
+        let status = self.write(cmd).await;
         let segment_keys = self.segment_keys(&status, client, ids);
         ok(RemountSegmentResponse { status: Some(status), segment_keys })
     }
@@ -286,7 +307,7 @@ impl MasterService for MasterServiceImpl {
                 ),
             ));
         }
-        ok(crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner()).await)
+        ok(crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner(), space.tenant().name()).await)
     }
 
     async fn return_chunk(&self, req: Request<ReturnChunkRequest>) -> RpcResult<ReturnChunkResponse> {
