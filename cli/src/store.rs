@@ -71,6 +71,13 @@ pub struct StoreArgs {
     /// it: for tenants that trust each other only.
     #[arg(long = "ucx-shared-tenants", requires = "ucx", conflicts_with = "segment_tenant")]
     pub ucx_shared_tenants: bool,
+    /// On exit, unmount the memory segment (its objects are gone at once)
+    /// and remove its /dev/shm file. Without it, a node with --client-id and
+    /// --credential-file leaves both for its successor: restarted within
+    /// client_ttl with the same flags, it serves the same objects again
+    /// (docs/OPERATIONS.md, "Restarting a store node").
+    #[arg(long = "unmount-on-exit")]
+    pub unmount_on_exit: bool,
     /// TESTS ONLY. Serve UCX although no transport UCX opened does RMA in a
     /// NIC: over TCP or shared memory UCX emulates RMA and any peer that
     /// reaches the node's UCX worker can read any byte of this process or
@@ -194,6 +201,7 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.serve_ucx = a.ucx;
     cfg.ucx_allow_emulated_rma = a.ucx_allow_emulated_rma;
     cfg.ucx_shared_tenants = a.ucx_shared_tenants;
+    cfg.hand_over_on_close = !a.unmount_on_exit;
     cfg.dedicated_tenant = match &a.segment_tenant {
         Some(name) => {
             Some(mooncake_segment::tenant::Tenant::parse(name).map_err(|e| anyhow::anyhow!("--segment-tenant: {e}"))?)
@@ -240,7 +248,14 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
         None => None,
     };
     wait_for_signal().await;
-    eprintln!("store node stopping: unmounting its segment");
+    let hands_over = !a.unmount_on_exit && a.client_id.is_some() && a.credential_file.is_some() && !a.anonymous;
+    match hands_over {
+        true => eprintln!(
+            "store node stopping: its segment stays mounted for a restart with the same --client-id and \
+             --credential-file within client_ttl (--unmount-on-exit unmounts it)"
+        ),
+        false => eprintln!("store node stopping: unmounting its segment"),
+    }
     if let Some(h) = http {
         h.abort();
     }

@@ -107,13 +107,68 @@ async fn a_restarted_store_node_removes_the_segment_file_its_killed_predecessor_
     assert!(stderr.contains("same identity") && stderr.contains("--client-id"), "{stderr}");
     assert!(Path::new(&old.shm_path).exists(), "the twin touched the live node's file");
 
-    // Phase 2: SIGKILL leaks the file; the restart removes it and creates one.
+    // Phase 2: SIGKILL leaves the file, which the restart serves again
+    // (a_store_node_restarted_with_its_identity_keeps_its_objects); any
+    // other file of the identity (here one of another size, as a node
+    // restarted with another --segment-size finds) is removed.
     cluster.kill_store(1);
     assert!(Path::new(&old.shm_path).exists(), "a killed node cannot remove its file");
+    let leaked = PathBuf::from(format!("/dev/shm/mooncake-{node:016x}-00000000000000ab"));
+    std::fs::File::create(&leaked).unwrap().set_len(4096).unwrap();
     cluster.inner.restart(Role::Store, 1).unwrap_or_else(|e| panic!("restart: {e}"));
-    let new = wait_for_segment(&cluster, node, Some(old.id), "the restarted node's segment").await;
-    assert!(!Path::new(&old.shm_path).exists(), "the leaked file {} is still there", old.shm_path);
+    wait_until("the restarted node to remove the leaked file", WAIT, || async { (!leaked.exists()).then_some(()) })
+        .await;
+    let new = wait_for_segment(&cluster, node, None, "the restarted node's segment").await;
+    assert_eq!(new.id, old.id, "the restart re-attached the segment");
     assert_eq!(shm_files_of(node), vec![PathBuf::from(&new.shm_path)], "exactly one file for the node");
+}
+
+/// Why: operators restart store nodes (upgrades, crashes) and should not
+/// lose the cache each time (issue 39): a node restarted with the same
+/// --client-id and --credential-file serves the memory its predecessor
+/// left, and the masters keep its objects, after a SIGKILL and after a
+/// graceful stop alike. Once the masters forgot the segment (the node came
+/// back too late, or was evicted), its bytes are nobody's: the node starts
+/// empty under a new segment id, and no object is served from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_node_restarted_with_its_identity_keeps_its_objects() {
+    let mut cluster =
+        Cluster::builder().masters(1).stores(1).segment_size("64MiB").arg("--client_ttl=60").binary(BIN).start();
+    let node = cluster.inner.store_client_id(1);
+    let first = wait_for_segment(&cluster, node, None, "the store node's segment").await;
+    let client = client_of(&cluster).await;
+    let value = |i: u8| vec![i; 300 << 10];
+    for i in 0..3u8 {
+        client.put(&format!("t55/kept/{i}"), &value(i), &PutOptions::default()).await.expect("put");
+    }
+    let all_read = || async {
+        for i in 0..3u8 {
+            if client.get(&format!("t55/kept/{i}")).await.ok()? != value(i) {
+                return None;
+            }
+        }
+        Some(())
+    };
+    for (how, stop) in [("SIGKILL", true), ("SIGTERM", false)] {
+        match stop {
+            true => cluster.kill_store(1),
+            false => cluster.inner.stop_node(Role::Store, 1),
+        }
+        assert!(Path::new(&first.shm_path).exists(), "after {how} the memory is still in /dev/shm");
+        cluster.inner.restart(Role::Store, 1).unwrap_or_else(|e| panic!("restart: {e}"));
+        wait_until(&format!("every object readable after a {how} restart"), WAIT, all_read).await;
+        let again = segments_of(&cluster, node).await.expect("segments");
+        assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), vec![first.id], "after {how}");
+    }
+    // The masters forget the node (an admin evicts it while it is down):
+    // the restart finds its segment gone and starts empty, under a new id.
+    cluster.kill_store(1);
+    cluster.client().evict_client(node).await.expect("evict");
+    cluster.inner.restart(Role::Store, 1).unwrap_or_else(|e| panic!("restart: {e}"));
+    let renewed = wait_for_segment(&cluster, node, Some(first.id), "the node under a new segment").await;
+    assert!(client.get("t55/kept/0").await.is_err(), "an object of the forgotten segment was served");
+    assert_eq!(shm_files_of(node), vec![PathBuf::from(&renewed.shm_path)], "one file, renamed to the new id");
+    client.close().await;
 }
 
 /// Why: a store node whose segment the master unmounted pinged OK for ever
@@ -223,10 +278,12 @@ async fn a_store_node_is_its_client_id_only_with_its_credential_file() {
     let node = cluster.inner.store_client_id(1);
     let first = wait_for_segment(&cluster, node, None, "the store node's segment").await;
 
-    // Phase 1: restarted with its credential file, at once.
+    // Phase 1: restarted with its credential file, at once (re-attaching
+    // its segment: the same id).
     cluster.kill_store(1);
     cluster.inner.restart(Role::Store, 1).unwrap_or_else(|e| panic!("restart: {e}"));
-    let second = wait_for_segment(&cluster, node, Some(first.id), "the restarted node's segment").await;
+    let second = wait_for_segment(&cluster, node, None, "the restarted node's segment").await;
+    assert_eq!(second.id, first.id, "re-attached");
 
     // Phase 2: restarted without it: refused, said once, not serving.
     cluster.kill_store(1);

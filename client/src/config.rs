@@ -60,6 +60,14 @@ pub struct ClientConfig {
     /// UCX key then reaches every tenant's bytes on them (trusted tenants
     /// only; `mooncake store --ucx-shared-tenants`).
     pub ucx_shared_tenants: bool,
+    /// On close, a store node that keeps its identity across restarts (an
+    /// explicit `client_id` and a `credential`) leaves its memory segment
+    /// mounted and its /dev/shm file in place for its successor, which
+    /// re-attaches it with its objects (docs/OPERATIONS.md, "Restarting a
+    /// store node"); the masters drop it after `client_ttl` if none comes.
+    /// Otherwise (or false) close unmounts the segment and removes the file.
+    /// `mooncake store` sets it unless `--unmount-on-exit`.
+    pub hand_over_on_close: bool,
     pub tcp: TcpConfig,
     /// Mutual TLS for every connection this client makes (masters, store
     /// nodes) and accepts (its own segment's transfer server). Overrides
@@ -138,6 +146,7 @@ impl ClientConfig {
             ucx_allow_emulated_rma: false,
             dedicated_tenant: None,
             ucx_shared_tenants: false,
+            hand_over_on_close: false,
             tcp: TcpConfig::default(),
             tls: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,

@@ -162,7 +162,23 @@ impl MasterClient {
     ) -> Result<Vec<SegmentKey>, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let tenant = tenant.map(|t| t.name().to_string()).unwrap_or_default();
-        let req = RemountSegmentRequest { client_id, segments, credential, tenant };
+        let req = RemountSegmentRequest { client_id, segments, credential, tenant, reattach: false };
+        Ok(self.ask(req, async |mut c, r| c.remount_segment(r).await).await?.reply.segment_keys)
+    }
+
+    /// [`Self::remount_segments_for`] of a store node restarted on its
+    /// predecessor's memory: refused (`SEGMENT_NOT_FOUND`, nothing changed)
+    /// unless the masters still know every memory segment listed as this
+    /// client's, whose objects then stay.
+    pub async fn reattach_segments(
+        &self,
+        client_id: u64,
+        segments: Vec<Segment>,
+        tenant: Option<&mooncake_segment::tenant::Tenant>,
+    ) -> Result<Vec<SegmentKey>, MasterError> {
+        let credential = self.credential().as_bytes().to_vec();
+        let tenant = tenant.map(|t| t.name().to_string()).unwrap_or_default();
+        let req = RemountSegmentRequest { client_id, segments, credential, tenant, reattach: true };
         Ok(self.ask(req, async |mut c, r| c.remount_segment(r).await).await?.reply.segment_keys)
     }
 

@@ -321,6 +321,13 @@ impl LocalCluster {
         }
     }
 
+    /// SIGTERM, waiting up to 10 s for the node to exit (then SIGKILL).
+    pub fn stop_node(&mut self, role: Role, id: u64) {
+        if let Some(n) = self.nodes.get_mut(&key(role, id)) {
+            n.stop(Duration::from_secs(10));
+        }
+    }
+
     /// The exit status of a node that ended by itself; `None` while it runs
     /// (or was never started).
     pub fn exit_status(&mut self, role: Role, id: u64) -> Option<std::process::ExitStatus> {
@@ -422,6 +429,9 @@ impl LocalCluster {
         for n in self.nodes.values_mut() {
             n.stop(Duration::from_secs(3));
         }
+        // Stopped store nodes hand their memory over to a successor that
+        // will not come: the cluster is gone.
+        self.remove_store_segments();
     }
 }
 

@@ -103,3 +103,29 @@ def test_a_store_node_without_ucx_is_read_over_tcp(cluster, ucx_client):
         assert metric(http, "mooncake_store_ucx_keys_total") == 0, "a node without UCX hands out no key"
     finally:
         stop(proc)
+
+
+def test_a_ucx_node_never_holds_another_tenants_object(cluster, ucx_client):
+    # Why: a UCX key reaches the whole segment it was handed out for (issue
+    # 38, finding 3). A node serving UCX holds one tenant's objects (the
+    # default tenant's here), so no key of it reaches another tenant's bytes:
+    # team-b's objects go to the node without UCX, byte for byte.
+    ucx, ucx_http = start_store_node(cluster, "--ucx")
+    shared, shared_http = start_store_node(cluster)
+    b = MooncakeDistributedStore()
+    try:
+        config = {"local_hostname": "127.0.0.1", "master_server_addr": cluster.masters, "global_segment_size": 0,
+                  "local_buffer_size": 16 << 20, "protocol": "tcp", "tenant_id": "team-b"}
+        assert b.setup(config) == 0
+        for i in range(OBJECTS):
+            assert b.put(f"t85/b/{i}", value(i)) == 0
+        for i in range(OBJECTS):
+            assert b.get(f"t85/b/{i}") == value(i), f"team-b's object {i} read back differs"
+        assert metric(ucx_http, "mooncake_store_written_bytes_total") == 0, "team-b's bytes on the UCX node"
+        assert metric(shared_http, "mooncake_store_written_bytes_total") >= OBJECTS * SIZE
+        # The default tenant still reads over UCX from its node.
+        round_trip(ucx_client, "default")
+    finally:
+        b.close()
+        stop(ucx)
+        stop(shared)

@@ -415,6 +415,24 @@ pub enum Command {
     ///
     /// Retry: as `RemountSegments`.
     RemountTenantSegments { client: ClientId, credential: CredentialHash, segments: Vec<SegmentSpec>, tenant: String },
+    /// `RemountSegments` (dedicated to `tenant` if named, as
+    /// `RemountTenantSegments`) of a store node restarted on the memory its
+    /// predecessor left (docs/OPERATIONS.md, "Restarting a store node"):
+    /// every memory segment listed must be mounted already by `client`,
+    /// with the same size, tier and dedication, else it is refused
+    /// (`SEGMENT_NOT_FOUND` when the masters forgot one: the node then
+    /// starts empty under a new id; nothing changes), so objects are kept
+    /// only on the bytes they were written to. Each memory segment takes
+    /// the new declaration (endpoint, shm path), as a disk segment does on
+    /// any remount.
+    ///
+    /// Retry: idempotent. The same list again yields the same set.
+    ReattachSegments {
+        client: ClientId,
+        credential: CredentialHash,
+        segments: Vec<SegmentSpec>,
+        tenant: Option<String>,
+    },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

@@ -144,7 +144,7 @@ pub fn put_object(
 }
 
 /// How many variants [`Command`] has: [`command_variant`] numbers them.
-pub const COMMAND_VARIANTS: usize = 24;
+pub const COMMAND_VARIANTS: usize = 25;
 
 /// The position of `cmd`'s variant in [`Command`] (its first encoded
 /// byte). The match is exhaustive: a new variant does not compile here
@@ -176,6 +176,7 @@ pub fn command_variant(cmd: &Command) -> usize {
         Command::PutCommitInQuota(_) => 21,
         Command::MountTenantSegment { .. } => 22,
         Command::RemountTenantSegments { .. } => 23,
+        Command::ReattachSegments { .. } => 24,
     }
 }
 
@@ -224,18 +225,25 @@ fn owner_of(id: u64) -> ClientId {
 /// The store node whose segments the generator dedicates to
 /// [`DEDICATED_TENANT`] when it mounts them itself.
 const DEDICATED_NODE: ClientId = ClientId(102);
+/// The store node whose remounts the generator makes `ReattachSegments`.
+const REATTACHING_NODE: ClientId = ClientId(100);
 /// The tenant [`DEDICATED_NODE`]'s segments serve (one `random_put` gives
 /// a quarter of its keys to).
 const DEDICATED_TENANT: &str = "team-a";
 
 /// A mount by `client` of `segments` (one: `MountSegment`), dedicated to
-/// [`DEDICATED_TENANT`] when `client` is [`DEDICATED_NODE`] (no draw of its
-/// own: logs of earlier seeds keep their shape).
+/// [`DEDICATED_TENANT`] when `client` is [`DEDICATED_NODE`], a re-attach
+/// when it is [`REATTACHING_NODE`] (no draw of its own: logs of earlier
+/// seeds keep their shape).
 fn mount_as(client: ClientId, mut segments: Vec<SegmentSpec>, remount: bool) -> Command {
     let credential = credential_of(client);
     let tenant = DEDICATED_TENANT.to_string();
     match (client == DEDICATED_NODE, remount) {
         (false, false) => mount_cmd(client, segments.remove(0)),
+        // The first node's remounts re-attach (a restart on its memory).
+        (false, true) if client == REATTACHING_NODE => {
+            Command::ReattachSegments { client, credential, segments, tenant: None }
+        }
         (false, true) => remount_cmd(client, segments),
         (true, false) => Command::MountTenantSegment { client, credential, segment: segments.remove(0), tenant },
         (true, true) => Command::RemountTenantSegments { client, credential, segments, tenant },

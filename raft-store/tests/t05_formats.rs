@@ -243,6 +243,15 @@ fn command_cases() -> Vec<(Command, &'static str)> {
             },
             "17090707070707070707070707070707070707070707070707070707070707070707010180804003683a310168017a00022f6d067465616d2d61",
         ),
+        (
+            Command::ReattachSegments {
+                client: CLIENT,
+                credential: CREDENTIAL,
+                segments: vec![spec(Tier::Dram)],
+                tenant: None,
+            },
+            "18090707070707070707070707070707070707070707070707070707070707070707010180804003683a310168017a00022f6d00",
+        ),
     ]
 }
 

@@ -304,3 +304,35 @@ fn malformed_segments_are_invalid_params_and_change_nothing() {
     }
     assert_eq!(s.segments().count(), 3);
 }
+
+// ================================================================ re-attach
+
+/// `ReattachSegments` of `specs` by `client`.
+fn reattach(client: ClientId, specs: Vec<mooncake_raft_store::SegmentSpec>) -> Command {
+    Command::ReattachSegments { client, credential: credential_of(client), segments: specs, tenant: None }
+}
+
+#[test]
+fn a_restarted_node_reattaches_its_segment_with_its_objects_only_while_the_masters_know_it() {
+    use mooncake_raft_store::testing::SegmentSpecExt;
+    let mut s = three_node_cluster(1 << 20);
+    put_on(&mut s, W1, "kept", 5000, &[1]);
+    // The restarted node serves the same memory from another port: the
+    // segment keeps its objects and takes the new endpoint.
+    let moved = segment(1, 1 << 20, "host-a").endpoint("host-a:9999");
+    ok(&mut s, reattach(NODE_A, vec![moved.clone()]));
+    assert!(s.object("kept").is_some(), "the re-attach kept the object");
+    assert_eq!(s.segment(SegmentId(1)).unwrap().spec.endpoint, "host-a:9999");
+    ok(&mut s, reattach(NODE_A, vec![moved.clone()]));
+    // Another size, or another owner's segment, is refused as a remount is.
+    let e = refused(&mut s, reattach(NODE_A, vec![segment(1, 2 << 20, "host-a")]));
+    assert!(matches!(e, MetaError::SegmentAlreadyExists(_)), "{e}");
+    let e = refused(&mut s, reattach(NODE_A, vec![segment(2, 1 << 20, "host-a")]));
+    assert!(matches!(e, MetaError::SegmentNotFound(_)), "{e}");
+    // Once the masters forgot the segment (the node expired), re-attaching
+    // it is refused and changes nothing: its bytes are nobody's objects.
+    ok(&mut s, Command::ExpireClient { client: NODE_A });
+    let e = refused(&mut s, reattach(NODE_A, vec![moved]));
+    assert!(matches!(e, MetaError::SegmentNotFound(_)) && e.to_string().contains("new segment"), "{e}");
+    assert!(s.segment(SegmentId(1)).is_none() && s.object("kept").is_none());
+}

@@ -174,7 +174,7 @@ pub struct SegmentMemory {
     shm_path: Option<PathBuf>,
     identity: Option<FileIdentity>,
     /// Whether drop unlinks `shm_path` (true only for a creator that did not call `keep`).
-    unlink_on_drop: bool,
+    unlink_on_drop: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: `SegmentMemory` owns its mapping; the raw pointer is only an alias of
@@ -259,6 +259,16 @@ impl SegmentMemory {
         Ok(Self::from_map(map, expected_size, Some(path.to_path_buf()), identity_of(&file), false))
     }
 
+    /// Maps the segment file a dead predecessor of this store node left
+    /// (same checks as [`Self::open_shm`]) and takes it over: its bytes are
+    /// kept, and the file is removed when this mapping is dropped, as one
+    /// [`Self::create_shm`] made.
+    pub fn adopt_shm(path: &Path, expected_size: u64) -> Result<Self, MemoryError> {
+        let mut memory = Self::open_shm(path, expected_size)?;
+        memory.unlink_on_drop = true.into();
+        Ok(memory)
+    }
+
     fn from_map(
         mut map: MmapMut,
         size_bytes: u64,
@@ -267,13 +277,13 @@ impl SegmentMemory {
         unlink_on_drop: bool,
     ) -> Self {
         let ptr = NonNull::new(map.as_mut_ptr()).unwrap_or(NonNull::dangling());
-        Self { ptr, size_bytes, _map: map, shm_path, identity, unlink_on_drop }
+        Self { ptr, size_bytes, _map: map, shm_path, identity, unlink_on_drop: unlink_on_drop.into() }
     }
 
     /// Leaves the shm file in place when this mapping is dropped (for a
     /// segment that must outlive the process, e.g. across a restart).
-    pub fn keep(&mut self) {
-        self.unlink_on_drop = false;
+    pub fn keep(&self) {
+        self.unlink_on_drop.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Size of the mapping in bytes.
@@ -416,7 +426,7 @@ impl SegmentMemory {
 
 impl Drop for SegmentMemory {
     fn drop(&mut self) {
-        if let (true, Some(path)) = (self.unlink_on_drop, &self.shm_path) {
+        if let (true, Some(path)) = (*self.unlink_on_drop.get_mut(), &self.shm_path) {
             // Only unlink the file we created: a successor may have re-created
             // the name, and its segment must survive our drop.
             let same = fs::metadata(path).ok().map(|m| FileIdentity { dev: m.dev(), ino: m.ino() }) == self.identity;
@@ -754,7 +764,7 @@ mod tests {
         drop(mem);
         assert!(!path.exists());
 
-        let mut kept = SegmentMemory::create_shm(&unique_name("keep"), 4096, false).unwrap();
+        let kept = SegmentMemory::create_shm(&unique_name("keep"), 4096, false).unwrap();
         kept.keep();
         let path = kept.shm_path().unwrap().to_path_buf();
         drop(kept);

@@ -131,11 +131,38 @@ impl ShmOwner {
         &self.lock_path
     }
 
-    /// Removes every segment file of this identity: they belong to a dead
-    /// predecessor, since we hold the identity lock and have not created any
-    /// yet. Call it before creating this process's segments. Files of other
-    /// identities, and names that only look alike, are left alone.
-    pub fn remove_stale(&self) -> Result<Vec<StaleFile>, TransferError> {
+    /// The segment file of this identity a dead predecessor left that is
+    /// `size_bytes` long and owned by this user (the newest, if several),
+    /// with its segment id: memory a restarted store node may serve again
+    /// ([`ShmOwner::remove_stale`] then keeps it). Call it before creating
+    /// this process's segments.
+    pub fn predecessor(&self, size_bytes: u64) -> Result<Option<(SegmentId, PathBuf)>, TransferError> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| owner_io("list", &self.dir, source))?;
+        // SAFETY: geteuid(2) cannot fail.
+        let ours = unsafe { libc::geteuid() };
+        let mut newest: Option<(std::time::SystemTime, SegmentId, PathBuf)> = None;
+        for entry in entries.take(SHM_STALE_FILES_MAX * 4) {
+            let entry = entry.map_err(|source| owner_io("list", &self.dir, source))?;
+            let Some(id) = entry.file_name().to_str().and_then(|name| self.segment_id_of(name)) else { continue };
+            // Not following links: a link is never a predecessor's file.
+            let Ok(meta) = fs::symlink_metadata(entry.path()) else { continue };
+            if !meta.file_type().is_file() || meta.uid() != ours || meta.nlink() != 1 || meta.len() != size_bytes {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            if newest.as_ref().is_none_or(|(t, _, _)| modified > *t) {
+                newest = Some((modified, id, entry.path()));
+            }
+        }
+        Ok(newest.map(|(_, id, path)| (id, path)))
+    }
+
+    /// Removes every segment file of this identity but `keep`: they belong
+    /// to a dead predecessor, since we hold the identity lock and have not
+    /// created any yet. Call it before creating this process's segments.
+    /// Files of other identities, and names that only look alike, are left
+    /// alone.
+    pub fn remove_stale(&self, keep: Option<&Path>) -> Result<Vec<StaleFile>, TransferError> {
         let entries = fs::read_dir(&self.dir).map_err(|source| owner_io("list", &self.dir, source))?;
         let mut removed = Vec::new();
         for entry in entries {
@@ -150,6 +177,9 @@ impl ShmOwner {
                 break;
             }
             let path = entry.path();
+            if keep == Some(path.as_path()) {
+                continue;
+            }
             let meta = entry.metadata().ok();
             // SAFETY: geteuid(2) cannot fail.
             let ours = unsafe { libc::geteuid() };
@@ -171,9 +201,15 @@ impl ShmOwner {
 
     /// Whether `name` is `<identity>-<16 lowercase hex digits>`.
     fn is_segment_file(&self, name: &str) -> bool {
-        name.strip_prefix(self.identity.as_str()).and_then(|rest| rest.strip_prefix('-')).is_some_and(|hex| {
-            hex.len() == SEGMENT_HEX_DIGITS && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        })
+        self.segment_id_of(name).is_some()
+    }
+
+    /// The segment id a file named `<identity>-<16 lowercase hex digits>`
+    /// is of.
+    fn segment_id_of(&self, name: &str) -> Option<SegmentId> {
+        let hex = name.strip_prefix(self.identity.as_str())?.strip_prefix('-')?;
+        let lower_hex = hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        (hex.len() == SEGMENT_HEX_DIGITS && lower_hex).then(|| u64::from_str_radix(hex, 16).ok().map(SegmentId))?
     }
 }
 
@@ -335,7 +371,7 @@ mod tests {
             touch(d, "mooncake-00000000000000aaa-0123456789abcdef", 1), // a longer identity
         ];
         let owner = ShmOwner::acquire(d, "mooncake-00000000000000aa").unwrap();
-        let removed = owner.remove_stale().unwrap();
+        let removed = owner.remove_stale(None).unwrap();
         assert_eq!(removed, vec![StaleFile { path: stale.clone(), size_bytes: 4096 }]);
         assert!(!stale.exists());
         for path in &keep {
@@ -346,6 +382,26 @@ mod tests {
             owner.segment_file_name(SegmentId(0x0123_4567_89ab_cdef)),
             "mooncake-00000000000000aa-0123456789abcdef"
         );
+    }
+
+    /// Issue 39: a restarted store node serves the memory its dead
+    /// predecessor left (the file of its segment size), and the sweep
+    /// removes the others; a file of another size, a link or another
+    /// identity's is never taken.
+    #[test]
+    fn the_predecessors_file_of_the_segment_size_is_found_and_kept_by_the_sweep() {
+        let dir = TempDir::new();
+        let d = dir.path();
+        let other_size = touch(d, "mooncake-00000000000000aa-00000000000000a1", 4096);
+        let theirs = touch(d, "mooncake-00000000000000bb-00000000000000b1", 8192);
+        let ours = touch(d, "mooncake-00000000000000aa-00000000000000a2", 8192);
+        std::os::unix::fs::symlink(&ours, d.join("mooncake-00000000000000aa-00000000000000a3")).unwrap();
+        let owner = ShmOwner::acquire(d, "mooncake-00000000000000aa").unwrap();
+        assert_eq!(owner.predecessor(8192).unwrap(), Some((SegmentId(0xa2), ours.clone())));
+        assert_eq!(owner.predecessor(1 << 20).unwrap(), None, "no file of that size");
+        let removed: Vec<PathBuf> = owner.remove_stale(Some(&ours)).unwrap().into_iter().map(|f| f.path).collect();
+        assert!(removed.contains(&other_size) && !removed.contains(&ours), "{removed:?}");
+        assert!(ours.exists() && theirs.exists());
     }
 
     /// Issue 38, finding 6: another local user created the lock file first
@@ -381,7 +437,7 @@ mod tests {
         assert!(!fs::symlink_metadata(owner.lock_path()).unwrap().file_type().is_symlink());
         let meta = fs::metadata(owner.lock_path()).unwrap();
         assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600), "our own lock file, for us alone");
-        let removed = owner.remove_stale().expect("another user's file does not fail the sweep");
+        let removed = owner.remove_stale(None).expect("another user's file does not fail the sweep");
         assert_eq!(removed.iter().map(|f| f.path.clone()).collect::<Vec<_>>(), vec![mine]);
         assert!(theirs.exists(), "another user's file was removed");
         drop(held);

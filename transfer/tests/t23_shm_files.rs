@@ -56,7 +56,7 @@ fn claiming_an_identity_in_dev_shm_removes_only_a_dead_predecessors_files() {
     // A predecessor of this identity died and left its segment file; a live
     // node of another identity has one too.
     let dead_name = format!("{identity}-00000000000000d1");
-    let mut dead = SegmentMemory::create_shm(&dead_name, 1 << 20, false).unwrap();
+    let dead = SegmentMemory::create_shm(&dead_name, 1 << 20, false).unwrap();
     dead.keep();
     drop(dead);
     let other_identity = format!("{identity}x");
@@ -64,7 +64,7 @@ fn claiming_an_identity_in_dev_shm_removes_only_a_dead_predecessors_files() {
     let live = SegmentMemory::create_shm(&other.segment_file_name(SegmentId(0xd2)), 1 << 20, false).unwrap();
 
     let owner = ShmOwner::acquire(dir, &identity).unwrap();
-    let removed = owner.remove_stale().unwrap();
+    let removed = owner.remove_stale(None).unwrap();
     assert_eq!(removed.len(), 1, "{removed:?}");
     assert_eq!((removed[0].path.clone(), removed[0].size_bytes), (dir.join(&dead_name), 1 << 20));
     assert!(!dir.join(&dead_name).exists());

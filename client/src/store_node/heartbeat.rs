@@ -204,9 +204,34 @@ pub(crate) async fn register(
     node: Option<&StoreNode>,
 ) -> Result<HeldId, ClientError> {
     let local = node.map(StoreNode::segment);
-    let segments = local.iter().flat_map(|l| l.specs()).collect();
     let mut held = HeldId::default();
     let tenant = local.and_then(LocalSegment::tenant);
+    if let Some(local) = local.filter(|l| l.is_reattaching()) {
+        match master.reattach_segments(client_id, local.specs(), tenant).await {
+            Ok(keys) => {
+                local.install_keys(&keys)?;
+                local.reattach_settled();
+                tracing::info!(
+                    client = format!("{client_id:016x}"),
+                    segment = format!("{:016x}", local.spec().id),
+                    "re-attached the segment a previous store node of this client id served: its objects stay"
+                );
+                return Ok(held);
+            }
+            Err(e) if e.code() == Some(ErrorCode::SegmentNotFound) => {
+                local.renew()?;
+                tracing::warn!(client = format!("{client_id:016x}"), error = %e,
+                    "the masters forgot the segment a previous store node served; its objects are gone: mounting \
+                     its memory as a new, empty segment");
+            }
+            Err(e) if e.code() == Some(ErrorCode::PermissionDenied) => {
+                held.refused(client_id, Some(local));
+                return Ok(held);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let segments = local.iter().flat_map(|l| l.specs()).collect();
     match master.remount_segments_for(client_id, segments, tenant).await {
         Ok(keys) => {
             if let Some(local) = local {

@@ -69,6 +69,11 @@ pub struct LocalSegment {
     disk_reopened: bool,
     /// The tenant its segments are dedicated to ([`ClientConfig::segment_tenant`]).
     tenant: Option<mooncake_segment::tenant::Tenant>,
+    /// Serving a predecessor's memory until the first registration says
+    /// whether the masters kept its segment ([`Self::is_reattaching`]).
+    reattaching: AtomicBool,
+    /// Handed over to a successor ([`Self::hand_over`]): its file stays.
+    handed_over: AtomicBool,
 }
 
 impl LocalSegment {
@@ -82,13 +87,32 @@ impl LocalSegment {
         size: u64,
         server_config: ServerConfig,
     ) -> Result<Self, ClientError> {
-        let id = fresh_segment_id(None);
-        let (memory, owner) = if cfg.shm_segment {
+        let (id, memory, owner, reattaching) = if cfg.shm_segment {
             let owner = claim_identity(Path::new(SHM_DIR), client_id)?;
-            let memory = SegmentMemory::create_shm(&owner.segment_file_name(id), size, cfg.prefault)?;
-            (memory, Some(owner))
+            let kept = match keeps_identity(cfg) {
+                true => owner.predecessor(size)?,
+                false => None,
+            };
+            sweep(&owner, kept.as_ref().map(|(_, path)| path.as_path()))?;
+            match kept.map(|(id, path)| (id, SegmentMemory::adopt_shm(&path, size), path)) {
+                Some((id, Ok(memory), path)) => {
+                    tracing::info!(path = %path.display(), segment = %id, size_bytes = size,
+                        "serving the memory a previous store node of this client id left; re-attaching its segment");
+                    (id, memory, Some(owner), true)
+                }
+                other => {
+                    if let Some((_, Err(e), path)) = other {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot serve the memory a previous \
+                            store node left; removing it and starting empty");
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    let id = fresh_segment_id(None);
+                    let memory = SegmentMemory::create_shm(&owner.segment_file_name(id), size, cfg.prefault)?;
+                    (id, memory, Some(owner), false)
+                }
+            }
         } else {
-            (SegmentMemory::anonymous(size, cfg.prefault)?, None)
+            (fresh_segment_id(None), SegmentMemory::anonymous(size, cfg.prefault)?, None, false)
         };
         let memory = Arc::new(memory);
         let registry = Arc::new(SegmentRegistry::new());
@@ -135,7 +159,36 @@ impl LocalSegment {
             disk,
             disk_reopened,
             tenant: cfg.segment_tenant().cloned(),
+            reattaching: AtomicBool::new(reattaching),
+            handed_over: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the node serves the memory a predecessor left and has not
+    /// yet learnt whether the masters still know its segment (the first
+    /// registration re-attaches it, [`crate::store_node`]'s heartbeat).
+    pub fn is_reattaching(&self) -> bool {
+        self.reattaching.load(Ordering::Relaxed)
+    }
+
+    /// Leaves the memory (and its /dev/shm file, whatever its name) in
+    /// place when this node goes: a successor with the same identity
+    /// re-attaches it. Returns whether there is a file to leave.
+    pub(crate) fn hand_over(&self) -> bool {
+        self.memory.keep();
+        self.handed_over.store(true, Ordering::Relaxed);
+        self.owner.is_some()
+    }
+
+    /// Whether a restart of this node (`cfg`) may re-attach what it hands
+    /// over: an explicit client id and a credential kept across restarts.
+    pub(crate) fn keeps_identity(cfg: &ClientConfig) -> bool {
+        keeps_identity(cfg)
+    }
+
+    /// The first registration settled the re-attach (kept, or renewed).
+    pub(crate) fn reattach_settled(&self) {
+        self.reattaching.store(false, Ordering::Relaxed);
     }
 
     /// The tenant this node's segments are dedicated to (sent with every
@@ -309,6 +362,7 @@ impl LocalSegment {
     /// UNKNOWN_SEGMENT from now on, and same-host writers holding the old
     /// file name fail. On error nothing changed.
     pub fn renew(&self) -> Result<Segment, ClientError> {
+        self.reattach_settled();
         let mut spec = self.spec.lock().unwrap_or_else(PoisonError::into_inner);
         let old_id = SegmentId(spec.id);
         let new_id = fresh_segment_id(Some(old_id));
@@ -349,6 +403,9 @@ impl Drop for LocalSegment {
         // A renewed segment's file has a name its memory does not know:
         // remove it here, if it is still ours, like the memory removes the
         // file it created.
+        if self.handed_over.load(Ordering::Relaxed) {
+            return;
+        }
         let Some(path) = self.renamed_file() else { return };
         let ours = std::fs::metadata(&path).ok().map(|m| FileIdentity { dev: m.dev(), ino: m.ino() })
             == self.memory.file_identity();
@@ -358,18 +415,30 @@ impl Drop for LocalSegment {
     }
 }
 
-/// Claims `mooncake-<client id>` in `dir` and removes its stale segment files.
+/// Claims `mooncake-<client id>` in `dir`.
 fn claim_identity(dir: &Path, client_id: u64) -> Result<ShmOwner, ClientError> {
-    let owner = ShmOwner::acquire(dir, &format!("mooncake-{client_id:016x}")).map_err(|err| match err {
+    ShmOwner::acquire(dir, &format!("mooncake-{client_id:016x}")).map_err(|err| match err {
         // Two store nodes with one identity is a configuration error.
         busy @ TransferError::ShmOwnerBusy { .. } => ClientError::Config(busy.to_string()),
         other => ClientError::Transfer(other),
-    })?;
-    for stale in owner.remove_stale()? {
+    })
+}
+
+/// Removes the segment files a previous store node of this identity left,
+/// but `keep` (the memory this one serves again).
+fn sweep(owner: &ShmOwner, keep: Option<&Path>) -> Result<(), ClientError> {
+    for stale in owner.remove_stale(keep)? {
         tracing::warn!(path = %stale.path.display(), size_bytes = stale.size_bytes,
             "removed a segment file left by a previous store node of this client id that did not exit cleanly");
     }
-    Ok(owner)
+    Ok(())
+}
+
+/// Whether a restart of this node is the same client to the masters (an
+/// explicit client id and a credential kept across restarts), so the
+/// memory its predecessor left may still hold objects the masters know.
+fn keeps_identity(cfg: &ClientConfig) -> bool {
+    cfg.client_id.is_some() && cfg.credential.is_some()
 }
 
 /// A disk segment as opened or created at start.

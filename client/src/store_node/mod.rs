@@ -35,6 +35,10 @@ const STOP_UNMOUNT_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct StoreNode {
     local: Arc<LocalSegment>,
     copier: Arc<Copier>,
+    /// Stopping hands the memory segment over to a successor instead of
+    /// unmounting it (`ClientConfig::hand_over_on_close`, with a stable
+    /// identity).
+    hand_over: bool,
 }
 
 impl StoreNode {
@@ -55,7 +59,8 @@ impl StoreNode {
         engine.route_locally(local.registry().clone());
         let copier =
             Copier::new(master.clone(), engine.clone(), local.clone(), client_id, cfg.dev_unsafe_unwritten_copies);
-        Ok(StoreNode { local, copier })
+        let hand_over = cfg.hand_over_on_close && LocalSegment::keeps_identity(cfg);
+        Ok(StoreNode { local, copier, hand_over })
     }
 
     /// The segments it serves.
@@ -87,7 +92,19 @@ impl StoreNode {
     /// after client_ttl). A disk segment stays mounted: once the
     /// registration expires the masters keep it, detached, for the disk
     /// replica grace (docs/TIERS.md).
+    /// A node that hands over (`hand_over_on_close`) leaves the segment
+    /// mounted and its memory in /dev/shm for its successor instead.
     pub(crate) async fn stop(self, master: &MasterClient, client_id: u64) {
+        if self.hand_over && self.local.hand_over() {
+            tracing::info!(
+                client = format!("{client_id:016x}"),
+                segment = format!("{:016x}", self.local.spec().id),
+                "stopping: the segment stays mounted and its memory in place for the next store node of this \
+                 client id (it keeps the objects if it starts within client_ttl)"
+            );
+            self.local.stop().await;
+            return;
+        }
         let unmount = master.unmount_segment(client_id, self.local.spec().id);
         match tokio::time::timeout(STOP_UNMOUNT_TIMEOUT, unmount).await {
             Ok(Ok(())) => {}

@@ -96,6 +96,9 @@ impl MetaState {
             Command::RemountSegments { client, credential, segments } => self
                 .as_client(*client, credential, |s| s.remount(*client, segments, credential, None))
                 .map_err(Stop::from),
+            Command::ReattachSegments { client, credential, segments, tenant } => self
+                .as_client(*client, credential, |s| s.reattach(*client, segments, credential, tenant.as_deref()))
+                .map_err(Stop::from),
             Command::RemountTenantSegments { client, credential, segments, tenant } => self
                 .as_client(*client, credential, |s| s.remount(*client, segments, credential, Some(tenant)))
                 .map_err(Stop::from),

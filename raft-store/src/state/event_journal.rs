@@ -34,6 +34,7 @@ fn cause_of(cmd: &Command) -> Cause {
         | Command::UnmountSegment { .. }
         | Command::RemountSegments { .. }
         | Command::RemountTenantSegments { .. }
+        | Command::ReattachSegments { .. }
         | Command::DropDetached { .. } => Cause::Unmount,
         Command::DropCorrupt { .. } => Cause::Corrupt,
         Command::AddReplica { .. } => Cause::Copy,

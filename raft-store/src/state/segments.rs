@@ -191,6 +191,34 @@ impl MetaState {
         Ok(())
     }
 
+    /// `Command::ReattachSegments`: [`Self::remount`] once every memory
+    /// segment of `specs` is mounted already by `client`; each then takes
+    /// its new declaration. A refusal changes nothing.
+    pub(super) fn reattach(
+        &mut self,
+        client: ClientId,
+        specs: &[SegmentSpec],
+        credential: &CredentialHash,
+        tenant: Option<&str>,
+    ) -> Result<(), MetaError> {
+        for spec in specs.iter().filter(|s| s.tier == Tier::Dram) {
+            if self.segments.get(&spec.id).is_none_or(|s| s.owner != client) {
+                return Err(MetaError::SegmentNotFound(format!(
+                    "{} is not mounted by {client} any more (the masters forgot it: its registration expired or \
+                     was evicted); its bytes are nobody's objects: mount the memory as a new segment",
+                    spec.id
+                )));
+            }
+        }
+        self.remount(client, specs, credential, tenant)?;
+        for spec in specs.iter().filter(|s| s.tier == Tier::Dram) {
+            if let Some(seg) = self.segments.get_mut(&spec.id) {
+                seg.spec = spec.clone();
+            }
+        }
+        Ok(())
+    }
+
     /// Removes a segment and every replica on it; objects left with no
     /// replica are gone.
     pub(super) fn drop_segment(&mut self, id: SegmentId) {

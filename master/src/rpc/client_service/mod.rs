@@ -236,10 +236,11 @@ impl MasterService for MasterServiceImpl {
             Err(s) => return refused(s),
         };
         let ids: Vec<SegmentId> = segments.iter().map(|s| s.id).collect();
-        let cmd = match dedicated_to(&r.tenant) {
-            Ok(None) => Command::RemountSegments { client, credential, segments },
-            Ok(Some(tenant)) => Command::RemountTenantSegments { client, credential, segments, tenant },
-            Err(s) => return refused(s),
+        let cmd = match (dedicated_to(&r.tenant), r.reattach) {
+            (Ok(tenant), true) => Command::ReattachSegments { client, credential, segments, tenant },
+            (Ok(None), false) => Command::RemountSegments { client, credential, segments },
+            (Ok(Some(tenant)), false) => Command::RemountTenantSegments { client, credential, segments, tenant },
+            (Err(s), _) => return refused(s),
         };
         let status = self.write(cmd).await;
         let segment_keys = self.segment_keys(&status, client, ids);
