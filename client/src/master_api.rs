@@ -160,10 +160,7 @@ impl MasterClient {
         segments: Vec<Segment>,
         tenant: Option<&mooncake_segment::tenant::Tenant>,
     ) -> Result<Vec<SegmentKey>, MasterError> {
-        let credential = self.credential().as_bytes().to_vec();
-        let tenant = tenant.map(|t| t.name().to_string()).unwrap_or_default();
-        let req = RemountSegmentRequest { client_id, segments, credential, tenant, reattach: false };
-        Ok(self.ask(req, async |mut c, r| c.remount_segment(r).await).await?.reply.segment_keys)
+        self.remount(client_id, segments, tenant, false).await
     }
 
     /// [`Self::remount_segments_for`] of a store node restarted on its
@@ -176,9 +173,19 @@ impl MasterClient {
         segments: Vec<Segment>,
         tenant: Option<&mooncake_segment::tenant::Tenant>,
     ) -> Result<Vec<SegmentKey>, MasterError> {
+        self.remount(client_id, segments, tenant, true).await
+    }
+
+    async fn remount(
+        &self,
+        client_id: u64,
+        segments: Vec<Segment>,
+        tenant: Option<&mooncake_segment::tenant::Tenant>,
+        reattach: bool,
+    ) -> Result<Vec<SegmentKey>, MasterError> {
         let credential = self.credential().as_bytes().to_vec();
         let tenant = tenant.map(|t| t.name().to_string()).unwrap_or_default();
-        let req = RemountSegmentRequest { client_id, segments, credential, tenant, reattach: true };
+        let req = RemountSegmentRequest { client_id, segments, credential, tenant, reattach };
         Ok(self.ask(req, async |mut c, r| c.remount_segment(r).await).await?.reply.segment_keys)
     }
 
