@@ -51,7 +51,7 @@ impl PutTable {
         now: Instant,
     ) -> Result<(u64, Vec<PlacedReplica>), Reserve> {
         let need = Need { len: aligned(len), replicas, min_replicas: replicas };
-        let placed = self.place(&need, candidates, round)?;
+        let placed = self.place(&need, candidates, round, now)?;
         self.next_chunk += 1;
         let id = self.next_chunk;
         self.chunks.insert(id, Chunk { client, replicas: placed.clone(), started: now });

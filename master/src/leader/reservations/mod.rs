@@ -237,10 +237,12 @@ impl OwnArena {
 #[derive(Default)]
 pub struct PutTable {
     active: HashMap<String, Reservation>,
-    /// Bytes this leader handed out per segment in its term: among equally
-    /// free segments, placement prefers the one it used least, so puts
-    /// rotate over them (a batch's puts are placed before any commits).
-    taken: HashMap<SegmentId, u64>,
+    /// Bytes this leader handed out per segment lately: placement gives
+    /// each segment new bytes in proportion to its (capped) free bytes
+    /// ([`PutTable::place`]), so puts rotate over equally free segments (a
+    /// batch's puts are placed before any commits) and a new, empty node
+    /// fills over seconds instead of taking every write at once.
+    recent: RecentTakes,
     arenas: BTreeMap<ArenaId, OwnArena>,
     open: HashMap<SegmentId, ArenaId>,
     next_len: HashMap<SegmentId, u64>,
@@ -263,9 +265,53 @@ pub fn arena_cap(capacity: u64) -> u64 {
     ARENA_MAX_BYTES.min(aligned(capacity / ARENA_SHARE_DIVISOR).max(ALLOC_ALIGN_BYTES))
 }
 
-/// Placement tells segments apart by emptiness in steps of 1/this of their
-/// size; within a step it rotates (`PutTable::reserve`).
-const EMPTINESS_STEPS: u64 = 16;
+/// The window placement counts each segment's recent bytes over (the
+/// previous window counts in proportion to what is left of it).
+const RECENT_WINDOW: Duration = Duration::from_secs(1);
+
+/// A segment's weight in placement is its free bytes, at most this many
+/// times the median candidate's: an empty node joining a full cluster takes
+/// a bounded share of the writes while it fills (issue 39, "placement that
+/// ramps"), not all of them.
+pub const RAMP_WEIGHT_CAP: u64 = 4;
+
+/// Bytes handed out per segment in the current and the previous
+/// [`RECENT_WINDOW`].
+#[derive(Default)]
+struct RecentTakes {
+    window_started: Option<Instant>,
+    current: HashMap<SegmentId, u64>,
+    previous: HashMap<SegmentId, u64>,
+}
+
+impl RecentTakes {
+    /// Moves the windows on to `now`.
+    fn advance(&mut self, now: Instant) {
+        let started = *self.window_started.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(started);
+        if elapsed >= RECENT_WINDOW {
+            self.previous = match elapsed >= 2 * RECENT_WINDOW {
+                true => HashMap::new(),
+                false => std::mem::take(&mut self.current),
+            };
+            self.current.clear();
+            self.window_started = Some(now);
+        }
+    }
+
+    /// The bytes `segment` took lately, as of `now` (after [`Self::advance`]).
+    fn of(&self, segment: SegmentId, now: Instant) -> u64 {
+        let elapsed = self.window_started.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let left = RECENT_WINDOW.saturating_sub(elapsed).as_millis() as u64;
+        let previous = self.previous.get(&segment).copied().unwrap_or(0);
+        let share = (u128::from(previous) * u128::from(left) / RECENT_WINDOW.as_millis().max(1)) as u64;
+        self.current.get(&segment).copied().unwrap_or(0).saturating_add(share)
+    }
+
+    fn add(&mut self, segment: SegmentId, len: u64) {
+        *self.current.entry(segment).or_default() += len;
+    }
+}
 
 /// An arena is at most 1/this of its segment.
 pub const ARENA_SHARE_DIVISOR: u64 = 64;
@@ -346,7 +392,7 @@ impl PutTable {
             };
         }
         let need = Need { len: aligned(ask.size_bytes), replicas: ask.replica_num, min_replicas: ask.min_replicas };
-        let replicas = match self.place(&need, candidates, round) {
+        let replicas = match self.place(&need, candidates, round, now) {
             Ok(replicas) => replicas,
             Err(not_yet) => return not_yet,
         };
@@ -366,30 +412,44 @@ impl PutTable {
     /// Places `need` on its candidates (see [`reserve`](Self::reserve)):
     /// the ranges handed out, or what must happen first
     /// ([`Reserve::NeedArenas`] or [`Reserve::NoRoom`]).
-    fn place(&mut self, need: &Need, candidates: &[Candidate], round: &Round) -> Result<Vec<PlacedReplica>, Reserve> {
+    fn place(
+        &mut self,
+        need: &Need,
+        candidates: &[Candidate],
+        round: &Round,
+        now: Instant,
+    ) -> Result<Vec<PlacedReplica>, Reserve> {
         // The caller's preferred segments first, in its order; then the
-        // others: the emptier (in sixteenths of the segment) first, where
-        // empty is the free bytes plus what is left in this leader's open
+        // others, each given new bytes in proportion to its weight: the one
+        // whose recent bytes are the smallest share of its weight first
+        // (ties: the heavier, then the lowest id). Its weight is how empty
+        // it is: the free bytes plus what is left in this leader's open
         // arena there (a granted arena counts as used in the state, and the
         // state the caller read may predate the grant: capped at the
-        // capacity); among equally empty ones, the one this leader handed
-        // out least of in its term, then the lowest id. So the puts of one
-        // batch, all placed before any commits, rotate over equally free
-        // segments. A segment an arena was just granted on for this very put
-        // comes first while that arena has room: otherwise concurrent puts,
+        // capacity), at most RAMP_WEIGHT_CAP times the median candidate's.
+        // So the puts of one batch, all placed before any commits, rotate
+        // over equally free segments, and an empty node joining a full
+        // cluster takes a bounded share of the writes while it fills. A
+        // segment an arena was just granted on for this very put comes
+        // first while that arena has room: otherwise concurrent puts,
         // rotating, could take turns making every grant of a put useless.
         let len = need.len;
+        self.recent.advance(now);
+        let empty = |c: &Candidate| c.free_bytes.saturating_add(self.open_room(c.segment)).min(c.capacity_bytes);
+        let mut empties: Vec<u64> = candidates.iter().filter(|c| !c.preferred).map(empty).collect();
+        empties.sort_unstable();
+        let cap = empties.get(empties.len() / 2).map_or(u64::MAX, |m| m.saturating_mul(RAMP_WEIGHT_CAP).max(len));
         let mut ranked: Vec<&Candidate> = candidates.iter().collect();
-        ranked.sort_by_key(|c| {
+        ranked.sort_by_cached_key(|c| {
             if c.preferred {
                 return (0, 0, 0, SegmentId(0));
             }
             if round.granted.contains(&c.segment) && self.has_room(c.segment, len) {
                 return (1, 0, 0, c.segment);
             }
-            let empty = c.free_bytes.saturating_add(self.open_room(c.segment)).min(c.capacity_bytes);
-            let sixteenths = empty.saturating_mul(EMPTINESS_STEPS) / c.capacity_bytes.max(1);
-            (2, EMPTINESS_STEPS - sixteenths, self.taken.get(&c.segment).copied().unwrap_or(0), c.segment)
+            let weight = empty(c).min(cap).max(1);
+            let share = (u128::from(self.recent.of(c.segment, now)) << 32) / u128::from(weight);
+            (2, share, u128::from(u64::MAX - weight), c.segment)
         });
         let wanted = need.replicas.min(candidates.len());
         let mut chosen: Vec<SegmentId> = Vec::new();
@@ -437,7 +497,7 @@ impl PutTable {
         a.extent = extent;
         a.used_in_extent = used + len;
         a.outstanding += 1;
-        *self.taken.entry(segment).or_default() += len;
+        self.recent.add(segment, len);
         PlacedReplica { segment, arena: id, range }
     }
 
@@ -886,6 +946,45 @@ mod tests {
         // All as full again: ties go by id.
         let again = placed(t.reserve(&ask("again", 1, 4096, 2), &c, &fewer(), t0));
         assert_eq!(again.iter().map(|p| p.segment).collect::<Vec<_>>(), vec![SegmentId(1), SegmentId(2)]);
+    }
+
+    /// Issue 39 (upstream #3688): an empty node joining a full cluster was
+    /// the emptiest segment, so it took every write until it filled (its
+    /// network saturated). Each segment now takes new bytes in proportion
+    /// to its free bytes, capped at RAMP_WEIGHT_CAP times the median
+    /// segment's: the new node takes its larger, bounded share, never all,
+    /// and never more than its share by free bytes.
+    #[test]
+    fn an_empty_segment_joining_full_ones_takes_a_bounded_share_of_the_writes() {
+        let t0 = Instant::now();
+        let mut t = table(4, 64 * MB);
+        let mut c: Vec<Candidate> = (1..=4).map(|i| cand(i, &format!("h{i}"))).collect();
+        for full in &mut c[..3] {
+            full.free_bytes = SEG / 32;
+        }
+        let mut counts = [0u64; 4];
+        for k in 0..1000 {
+            for p in placed(t.reserve(&ask(&format!("k{k}"), 1, 16 << 10, 1), &c, &fewer(), t0)) {
+                counts[p.segment.0 as usize - 1] += 1;
+            }
+        }
+        let share = |i: usize| counts[i] as f64 / 1000.0;
+        // By free bytes (and what is left of each open arena) the new node's
+        // share would be 1088 / (1088 + 3 x 96) = 0.79; capped at 4 x the
+        // median (96 MiB), its weight is 384 of 672: 0.57.
+        assert!((0.5..=0.62).contains(&share(3)), "the new segment took {:.2} of the writes: {counts:?}", share(3));
+        for full in 0..3 {
+            assert!(share(full) > 0.12, "a full segment took only {:.2}: {counts:?}", share(full));
+        }
+        // A second later its recent bytes have aged out, and the shares hold.
+        let t1 = t0 + 2 * RECENT_WINDOW;
+        let mut later = [0u64; 4];
+        for k in 0..100 {
+            for p in placed(t.reserve(&ask(&format!("later{k}"), 1, 16 << 10, 1), &c, &fewer(), t1)) {
+                later[p.segment.0 as usize - 1] += 1;
+            }
+        }
+        assert!((45..=65).contains(&later[3]), "{later:?}");
     }
 
     /// Concurrent puts read the state before the arenas granted for their
