@@ -22,6 +22,9 @@
 //! - and upstream Mooncake 0.3.13 itself ([`baseline::upstream`]) in `data`,
 //!   `meta` and `small`, on the same sizes and client counts.
 //!
+//! `mooncake bench ramp` (not part of `all`): [`ramp`], a store node
+//! joining a full cluster under load.
+//!
 //! `mooncake bench scale [--objects N] [--stores K]` (not part of `all`)
 //! runs the quorum at size: [`scale`] loads N objects and kills masters
 //! under load (`--objects 0` skips it), then [`fleet`] runs K store node
@@ -53,6 +56,7 @@ pub mod fleet;
 #[cfg(feature = "baselines")]
 pub mod meta;
 pub mod metrics;
+pub mod ramp;
 pub mod report;
 pub mod scale;
 #[cfg(feature = "baselines")]
@@ -84,6 +88,9 @@ pub enum Scenario {
     /// The store as a cache: a request trace replayed against ours,
     /// upstream and the LRU bound (not part of `all`: it needs a trace).
     Trace,
+    /// A store node joins a full cluster under load: its share of the
+    /// writes per second and put p99 (not part of `all`).
+    Ramp,
     All,
 }
 
@@ -108,7 +115,12 @@ impl Scenario {
     fn needs_baselines(self) -> bool {
         match self {
             Scenario::Meta | Scenario::Small | Scenario::Failover | Scenario::All => true,
-            Scenario::Data | Scenario::Disk | Scenario::Scale | Scenario::Watch | Scenario::Trace => false,
+            Scenario::Data
+            | Scenario::Disk
+            | Scenario::Scale
+            | Scenario::Watch
+            | Scenario::Trace
+            | Scenario::Ramp => false,
         }
     }
 }
@@ -265,6 +277,7 @@ pub async fn run_with(args: BenchArgs, exe: PathBuf) -> anyhow::Result<()> {
             Scenario::Watch => vec![watch::run(&mut ctx).await],
             Scenario::Scale => scale_phases(&mut ctx, &args).await,
             Scenario::Trace => vec![trace::run(&mut ctx, &args.trace.plan(args.quick)).await],
+            Scenario::Ramp => vec![ramp::run(&mut ctx).await],
             Scenario::All => continue,
         };
         for result in results {

@@ -270,6 +270,14 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Starts one more store node (the next id, the cluster's store flags);
+    /// returns its id.
+    pub fn add_store(&mut self) -> Result<u64, String> {
+        let id = self.store_ids().into_iter().max().unwrap_or(0) + 1;
+        self.spawn_store(id)?;
+        Ok(id)
+    }
+
     /// Starts a new master with `--join` (a member only once added).
     pub fn start_joiner(&mut self, id: u64) -> Result<String, String> {
         let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);

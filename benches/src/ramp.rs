@@ -1,0 +1,224 @@
+//! `mooncake bench ramp`: a store node joins a full cluster under load
+//! (issue 39, "placement that ramps"; upstream Mooncake's issue #3688,
+//! where a restarted, empty node took every write and its network
+//! saturated).
+//!
+//! Three store nodes are filled past the eviction watermark by writers that
+//! keep putting 256 KiB objects (one replica each, new keys: every put
+//! evicts). After a steady window, a fourth, empty node joins. Every 250 ms
+//! the bench reads how many bytes the new node holds (it evicts nothing
+//! while it fills, so what it gains is what was placed on it) and how many
+//! bytes the writers put, and reports, per second after the node mounted,
+//! the new node's share of the writes next to its share by free bytes (its
+//! free bytes over the cluster's when it mounted), and put p99 before and
+//! during the join.
+//!
+//! The baseline is the same run's steady window before the join.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mooncake_client::{MasterClient, MasterClientConfig, PutOptions};
+use mooncake_proto::master::GetClusterInfoResponse;
+use mooncake_transfer::Protocol;
+use tokio::sync::Mutex;
+
+use crate::cluster::{Cluster, Spec};
+use crate::report::{Cell, Section, Table, cols};
+use crate::{Ctx, bound_row, targets_table};
+
+const OBJECT_BYTES: usize = 256 << 10;
+const WRITERS: usize = 4;
+/// How often the new node's bytes are read.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// The cluster counts as full from this share of its capacity used.
+const FULL_SHARE: f64 = 0.9;
+/// Bound on filling the cluster, and on the new node mounting.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One put: when it ended, how long it took, whether it stored.
+type PutRecord = (Instant, Duration, bool);
+
+/// Writers putting new keys until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    put_bytes: Arc<AtomicU64>,
+    records: Arc<Mutex<Vec<PutRecord>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    async fn start(cluster: &Cluster, ctx: &Ctx) -> anyhow::Result<Load> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let put_bytes = Arc::new(AtomicU64::new(0));
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for w in 0..WRITERS {
+            let client = cluster.client(Protocol::Tcp, &ctx.tcp).await?;
+            let (stop, put_bytes, records) = (stop.clone(), put_bytes.clone(), records.clone());
+            tasks.push(tokio::spawn(async move {
+                let value = vec![w as u8; OBJECT_BYTES];
+                let opts = PutOptions { replicas: 1, ..Default::default() };
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let began = Instant::now();
+                    let stored = client.put(&format!("ramp/{w}/{i}"), &value, &opts).await.is_ok();
+                    let ended = Instant::now();
+                    if stored {
+                        put_bytes.fetch_add(OBJECT_BYTES as u64, Ordering::Relaxed);
+                    }
+                    records.lock().await.push((ended, ended - began, stored));
+                    i += 1;
+                }
+                client.close().await;
+            }));
+        }
+        Ok(Load { stop, put_bytes, records, tasks })
+    }
+
+    async fn stop(self) -> anyhow::Result<Vec<PutRecord>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await?;
+        }
+        Ok(std::mem::take(&mut *self.records.lock().await))
+    }
+}
+
+/// What one sample saw: when, the bytes put so far, the new node's bytes.
+struct Sample {
+    at: Instant,
+    put_bytes: u64,
+    new_node_bytes: u64,
+}
+
+/// Bytes used and capacity of the segments `owner` mounts.
+fn owned(info: &GetClusterInfoResponse, owner: u64) -> (u64, u64) {
+    let mine = info.segments.iter().filter(|s| s.owner_client_id == owner);
+    mine.fold((0, 0), |(used, cap), s| (used + s.used_bytes, cap + s.segment.as_ref().map_or(0, |g| g.size)))
+}
+
+/// Polls the cluster info until `done` says so, bounded by [`PHASE_TIMEOUT`].
+async fn wait_for(
+    master: &MasterClient,
+    what: &str,
+    done: impl Fn(&GetClusterInfoResponse) -> bool,
+) -> anyhow::Result<GetClusterInfoResponse> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    loop {
+        if let Ok(info) = master.cluster_info().await
+            && done(&info)
+        {
+            return Ok(info);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{what}: not within {PHASE_TIMEOUT:?}");
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+}
+
+/// p99 in ms of the puts that ended in `[from, to)`.
+fn p99_ms(records: &[PutRecord], from: Instant, to: Instant) -> Option<f64> {
+    let mut ms: Vec<f64> =
+        records.iter().filter(|(at, _, _)| *at >= from && *at < to).map(|(_, d, _)| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let i = ((ms.len() as f64 * 0.99).ceil() as usize).checked_sub(1)?;
+    ms.get(i.min(ms.len().checked_sub(1)?)).copied()
+}
+
+pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
+    let (segment, steady, after) = if ctx.quick {
+        ("32MiB", Duration::from_secs(2), Duration::from_secs(3))
+    } else {
+        ("128MiB", Duration::from_secs(5), Duration::from_secs(8))
+    };
+    ctx.progress.step(&format!("ramp: starting 1 master and 3 store nodes of {segment}"));
+    let spec = Spec { masters: 1, stores: 3, segment_size: segment, prefault: false };
+    let mut cluster = Cluster::start(&ctx.exe, spec, &ctx.master_args).await?;
+    let master = MasterClient::new(MasterClientConfig::new(cluster.master_addrs()))?;
+    ctx.progress.step(&format!("ramp: {WRITERS} writers fill the cluster past {:.0} %", FULL_SHARE * 100.0));
+    let load = Load::start(&cluster, ctx).await?;
+    let full = |i: &GetClusterInfoResponse| i.used_bytes as f64 >= FULL_SHARE * i.capacity_bytes.max(1) as f64;
+    wait_for(&master, "filling the cluster", full).await?;
+    ctx.progress.step(&format!("ramp: {steady:?} of puts into the full cluster (the baseline)"));
+    let steady_from = Instant::now();
+    tokio::time::sleep(steady).await;
+    let joined = Instant::now();
+    let id = cluster.add_store().map_err(anyhow::Error::msg)?;
+    let owner = cluster.store_client_id(id);
+    ctx.progress.step(&format!("ramp: store node {id} joins; {after:?} of puts"));
+    let at_mount = wait_for(&master, "the new node to mount", |i| owned(i, owner).1 > 0).await?;
+    let mounted = Instant::now();
+    let free = |i: &GetClusterInfoResponse| i.capacity_bytes.saturating_sub(i.used_bytes);
+    let (new_used, new_cap) = owned(&at_mount, owner);
+    let fair_share = (new_cap - new_used) as f64 / free(&at_mount).max(1) as f64;
+    let mut samples = Vec::new();
+    while mounted.elapsed() < after {
+        if let Ok(info) = master.cluster_info().await {
+            let put_bytes = load.put_bytes.load(Ordering::Relaxed);
+            samples.push(Sample { at: Instant::now(), put_bytes, new_node_bytes: owned(&info, owner).0 });
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+    let records = load.stop().await?;
+    drop(cluster);
+    let failed = records.iter().filter(|(_, _, stored)| !stored).count() as u64;
+    let before_p99 = p99_ms(&records, steady_from, joined);
+    let during_p99 = p99_ms(&records, mounted, mounted + after);
+    Ok(section(&samples, mounted, fair_share, before_p99, during_p99, failed))
+}
+
+fn section(
+    samples: &[Sample],
+    mounted: Instant,
+    fair_share: f64,
+    before_p99: Option<f64>,
+    during_p99: Option<f64>,
+    failed: u64,
+) -> Section {
+    let mut t = Table::new(
+        "a store node joins a full cluster under load: its share of the writes, per second after it mounted",
+        cols(&[
+            ("second", "second"),
+            ("put_mib", "MiB put"),
+            ("new_node_share", "new node's share"),
+            ("share_by_free_bytes", "its share by free bytes"),
+        ]),
+    );
+    let mut first_second = None;
+    let mut second = 1u64;
+    let mut from = samples.first();
+    while let Some(start) = from {
+        let end_at = mounted + Duration::from_secs(second);
+        let Some(end) = samples.iter().rev().find(|s| s.at <= end_at).filter(|e| e.at > start.at) else { break };
+        let put = end.put_bytes.saturating_sub(start.put_bytes);
+        let gained = end.new_node_bytes.saturating_sub(start.new_node_bytes);
+        let share = (put > 0).then(|| gained as f64 / put as f64);
+        if second == 1 {
+            first_second = share;
+        }
+        t.row(vec![
+            Cell::text(second.to_string()),
+            Cell::opt(Some(put as f64 / (1 << 20) as f64), 1),
+            Cell::opt(share, 2),
+            Cell::opt(Some(fair_share), 2),
+        ]);
+        from = Some(end);
+        second += 1;
+    }
+    let mut targets = targets_table();
+    let over_fair = first_second.map(|s| s / fair_share.max(1e-9));
+    bound_row(&mut targets, "new node's share of the first second / its share by free bytes (<= 1)", over_fair, 2);
+    let slower = during_p99.zip(before_p99).map(|(d, b)| d / b.max(1e-9));
+    bound_row(&mut targets, "put p99 during the join / before (<= 2)", slower, 2);
+    let mut s = Section::new("ramp");
+    s.tables = vec![t, targets];
+    s.failed_ops = failed;
+    s.note(format!(
+        "put p99 before the join {} ms, during {} ms; {OBJECT_BYTES}-byte objects, {WRITERS} writers, every put \
+         into the full nodes evicts",
+        before_p99.map_or("-".into(), |v| format!("{v:.2}")),
+        during_p99.map_or("-".into(), |v| format!("{v:.2}"))
+    ));
+    s
+}
