@@ -115,12 +115,9 @@ impl Scenario {
     fn needs_baselines(self) -> bool {
         match self {
             Scenario::Meta | Scenario::Small | Scenario::Failover | Scenario::All => true,
-            Scenario::Data
-            | Scenario::Disk
-            | Scenario::Scale
-            | Scenario::Watch
-            | Scenario::Trace
-            | Scenario::Ramp => false,
+            Scenario::Data | Scenario::Disk | Scenario::Scale | Scenario::Watch | Scenario::Trace | Scenario::Ramp => {
+                false
+            }
         }
     }
 }

@@ -5,7 +5,11 @@
 //!
 //! Three store nodes are filled past the eviction watermark by writers that
 //! keep putting 256 KiB objects (one replica each, new keys: every put
-//! evicts). After a steady window, a fourth, empty node joins. Every 250 ms
+//! evicts), as fast as they can; then they pace themselves to a steady
+//! rate (an inference fleet writes at the rate it prefills, not at the
+//! store's limit: unpaced, 4 writers here turn a node's memory over several
+//! times a second, and no node could ramp). After a steady window, a
+//! fourth, empty node joins. Every 100 ms
 //! the bench reads how many bytes the new node holds (it evicts nothing
 //! while it fills, so what it gains is what was placed on it) and how many
 //! bytes the writers put, and reports, per second after the node mounted,
@@ -31,7 +35,7 @@ use crate::{Ctx, bound_row, targets_table};
 const OBJECT_BYTES: usize = 256 << 10;
 const WRITERS: usize = 4;
 /// How often the new node's bytes are read.
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The cluster counts as full from this share of its capacity used.
 const FULL_SHARE: f64 = 0.9;
 /// Bound on filling the cluster, and on the new node mounting.
@@ -43,6 +47,8 @@ type PutRecord = (Instant, Duration, bool);
 /// Writers putting new keys until stopped.
 struct Load {
     stop: Arc<AtomicBool>,
+    /// Bytes per second each writer keeps to (0: as fast as it can).
+    pace: Arc<AtomicU64>,
     put_bytes: Arc<AtomicU64>,
     records: Arc<Mutex<Vec<PutRecord>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -51,12 +57,13 @@ struct Load {
 impl Load {
     async fn start(cluster: &Cluster, ctx: &Ctx) -> anyhow::Result<Load> {
         let stop = Arc::new(AtomicBool::new(false));
+        let pace = Arc::new(AtomicU64::new(0));
         let put_bytes = Arc::new(AtomicU64::new(0));
         let records = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for w in 0..WRITERS {
             let client = cluster.client(Protocol::Tcp, &ctx.tcp).await?;
-            let (stop, put_bytes, records) = (stop.clone(), put_bytes.clone(), records.clone());
+            let (stop, pace, put_bytes, records) = (stop.clone(), pace.clone(), put_bytes.clone(), records.clone());
             tasks.push(tokio::spawn(async move {
                 let value = vec![w as u8; OBJECT_BYTES];
                 let opts = PutOptions { replicas: 1, ..Default::default() };
@@ -70,11 +77,16 @@ impl Load {
                     }
                     records.lock().await.push((ended, ended - began, stored));
                     i += 1;
+                    let rate = pace.load(Ordering::Relaxed);
+                    if rate > 0 {
+                        let slot = Duration::from_secs_f64(OBJECT_BYTES as f64 / rate as f64);
+                        tokio::time::sleep(slot.saturating_sub(ended - began)).await;
+                    }
                 }
                 client.close().await;
             }));
         }
-        Ok(Load { stop, put_bytes, records, tasks })
+        Ok(Load { stop, pace, put_bytes, records, tasks })
     }
 
     async fn stop(self) -> anyhow::Result<Vec<PutRecord>> {
@@ -127,10 +139,11 @@ fn p99_ms(records: &[PutRecord], from: Instant, to: Instant) -> Option<f64> {
 }
 
 pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
-    let (segment, steady, after) = if ctx.quick {
-        ("32MiB", Duration::from_secs(2), Duration::from_secs(3))
+    // Paced so that the new node, taking its share, fills over seconds.
+    let (segment, rate_mib, steady, after) = if ctx.quick {
+        ("128MiB", 64, Duration::from_secs(2), Duration::from_secs(4))
     } else {
-        ("128MiB", Duration::from_secs(5), Duration::from_secs(8))
+        ("512MiB", 128, Duration::from_secs(5), Duration::from_secs(8))
     };
     ctx.progress.step(&format!("ramp: starting 1 master and 3 store nodes of {segment}"));
     let spec = Spec { masters: 1, stores: 3, segment_size: segment, prefault: false };
@@ -140,7 +153,8 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let load = Load::start(&cluster, ctx).await?;
     let full = |i: &GetClusterInfoResponse| i.used_bytes as f64 >= FULL_SHARE * i.capacity_bytes.max(1) as f64;
     wait_for(&master, "filling the cluster", full).await?;
-    ctx.progress.step(&format!("ramp: {steady:?} of puts into the full cluster (the baseline)"));
+    load.pace.store((rate_mib << 20) / WRITERS as u64, Ordering::Relaxed);
+    ctx.progress.step(&format!("ramp: {steady:?} of puts into the full cluster at {rate_mib} MiB/s (the baseline)"));
     let steady_from = Instant::now();
     tokio::time::sleep(steady).await;
     let joined = Instant::now();
@@ -215,8 +229,8 @@ fn section(
     s.tables = vec![t, targets];
     s.failed_ops = failed;
     s.note(format!(
-        "put p99 before the join {} ms, during {} ms; {OBJECT_BYTES}-byte objects, {WRITERS} writers, every put \
-         into the full nodes evicts",
+        "put p99 before the join {} ms, during {} ms; {OBJECT_BYTES}-byte objects, {WRITERS} writers at a steady \
+         rate, every put into the full nodes evicts",
         before_p99.map_or("-".into(), |v| format!("{v:.2}")),
         during_p99.map_or("-".into(), |v| format!("{v:.2}"))
     ));
