@@ -162,6 +162,10 @@ impl StoreArgs {
     }
 }
 
+/// Tries (50 ms apart) for the HTTP server's connections to let go of the
+/// client at stop.
+const HTTP_DRAIN_TRIES: u32 = 40;
+
 pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.local_hostname.is_some() || !a.listen.ip().is_unspecified(),
@@ -257,12 +261,25 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
         false => eprintln!("store node stopping: unmounting its segment"),
     }
     if let Some(h) = http {
+        // Wait for the aborted server to drop its handle on the client:
+        // otherwise the segment would be left to expire instead of being
+        // unmounted (or handed over).
         h.abort();
+        let _ = h.await;
     }
-    match std::sync::Arc::try_unwrap(client) {
-        Ok(c) => c.close().await,
-        Err(_) => eprintln!("store node: HTTP server still holds the client; segment left to expire"),
+    // Connections the server had open hold it too, until they end.
+    let mut client = client;
+    for _ in 0..HTTP_DRAIN_TRIES {
+        match std::sync::Arc::try_unwrap(client) {
+            Ok(c) => {
+                c.close().await;
+                return Ok(());
+            }
+            Err(still_shared) => client = still_shared,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    eprintln!("store node: HTTP connections still hold the client; segment left to expire");
     Ok(())
 }
 

@@ -121,6 +121,9 @@ pub struct ClusterOptions {
     /// `--ucx-trusted-fabric`: the namespaces are the harness's own), and
     /// every client of the harness reads over UCX (protocol `ucx`).
     pub ucx: bool,
+    /// Store nodes keep their memory in /dev/shm files, which a restart
+    /// re-attaches (`rolling-restart`); otherwise anonymous memory.
+    pub shm_stores: bool,
 }
 
 /// One process of the cluster.
@@ -289,8 +292,10 @@ impl ChaosCluster {
             format!("--client-id={}", STORE_CLIENT_ID + n),
             format!("--zone={}", crate::zone_loss::zone_of_store(n)),
             format!("--credential-file={}", self.opts.dir.join(format!("store-{n}.credential")).display()),
-            "--anonymous".into(),
         ];
+        if !self.opts.shm_stores {
+            args.push("--anonymous".into());
+        }
         if self.opts.disks {
             let disk = self.store_disk_file(n);
             if let Some(dir) = disk.parent() {
@@ -389,6 +394,23 @@ impl ChaosCluster {
             Target::Store => self.store.paused,
             Target::SteadyStore => self.steady_store.paused,
         }
+    }
+
+    /// SIGTERM, and waits up to `grace` for the process to exit (then
+    /// SIGKILL): a store node's clean stop.
+    pub fn stop(&mut self, t: Target, grace: std::time::Duration) -> anyhow::Result<()> {
+        let p = self.proc_mut(t)?;
+        if let Some(mut child) = p.child.take() {
+            crate::registry::untrack(child.id());
+            faults::terminate(child.id())?;
+            let deadline = std::time::Instant::now() + grace;
+            while child.try_wait()?.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            faults::kill9_and_reap(&mut child)?;
+        }
+        p.paused = false;
+        Ok(())
     }
 
     /// SIGKILL (resumes first if paused, so the kernel can reap it).
@@ -576,6 +598,10 @@ impl ChaosCluster {
         }
         let _ = self.kill(Target::Store);
         let _ = self.kill(Target::SteadyStore);
+        // Shared-memory store nodes leave their memory for a successor.
+        if self.opts.shm_stores {
+            remove_store_shm_files();
+        }
         if self.opts.disks && !self.keep_disks {
             for n in 1..=2 {
                 let file = self.store_disk_file(n);
@@ -602,6 +628,18 @@ impl ChaosCluster {
 impl Drop for ChaosCluster {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Removes the /dev/shm files of this harness's store nodes (client ids
+/// `STORE_CLIENT_ID + n`).
+fn remove_store_shm_files() {
+    let prefixes: Vec<String> = (1..=2).map(|n| format!("mooncake-{:016x}-", STORE_CLIENT_ID + n)).collect();
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return };
+    for e in entries.flatten() {
+        if prefixes.iter().any(|p| e.file_name().to_string_lossy().starts_with(p.as_str())) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

@@ -22,6 +22,11 @@ pub fn kill9(pid: u32) -> Result<(), HostError> {
     send(pid, libc::SIGKILL, "SIGKILL")
 }
 
+/// Asks the process to stop (SIGTERM).
+pub fn terminate(pid: u32) -> Result<(), HostError> {
+    send(pid, libc::SIGTERM, "SIGTERM")
+}
+
 /// Freezes the process (SIGSTOP) until [`resume`].
 pub fn pause(pid: u32) -> Result<(), HostError> {
     send(pid, libc::SIGSTOP, "SIGSTOP")

@@ -66,6 +66,7 @@ pub mod preload;
 pub mod registry;
 pub mod report;
 pub mod rng;
+pub mod rolling_restart;
 pub mod runner;
 pub mod scenario;
 pub mod stall_process;

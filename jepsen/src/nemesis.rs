@@ -134,6 +134,8 @@ pub struct Nemesis {
     pub flood: Option<Flood>,
     /// [`Fault::ZoneLoss`]: every loss of the zone (`zone_loss.rs`).
     pub zone_outages: Vec<crate::zone_loss::ZoneOutage>,
+    /// [`Fault::RollingRestart`]: every restart (`rolling_restart.rs`).
+    pub store_restarts: Vec<crate::rolling_restart::StoreRestart>,
 }
 
 /// [`Fault::FdFlood`]: descriptors the flooded leader is left with.
@@ -284,7 +286,7 @@ fn timing(fault: Fault) -> (Duration, Duration) {
         // A round paces its own bursts.
         Fault::FollowerBursts => (FAULT_GAP, Duration::ZERO),
         // A round paces itself: its hold depends on how the node comes back.
-        Fault::StoreKill | Fault::ZoneLoss => (FAULT_GAP, Duration::ZERO),
+        Fault::StoreKill | Fault::ZoneLoss | Fault::RollingRestart => (FAULT_GAP, Duration::ZERO),
         // Past the client TTL, so the masters expire the paused store node.
         Fault::StorePause => (FAULT_GAP, CLIENT_TTL + STORE_PAUSE_PAST_TTL),
         // Past the client TTL, as the masters' clocks see it when they resume.
@@ -325,6 +327,10 @@ impl Nemesis {
             }
             if fault == Fault::ZoneLoss {
                 self.zone_loss_round().await?;
+                continue;
+            }
+            if fault == Fault::RollingRestart {
+                self.rolling_restart_round().await?;
                 continue;
             }
             let detail = self.inject(fault).await?;
@@ -436,6 +442,7 @@ impl Nemesis {
             Fault::FollowerBursts => Ok("follower bursts run in rounds of their own".into()),
             Fault::StoreKill => Ok("store kills run in rounds of their own".into()),
             Fault::ZoneLoss => Ok("zone losses run in rounds of their own".into()),
+            Fault::RollingRestart => Ok("rolling restarts run in rounds of their own".into()),
             Fault::Loss => {
                 self.net.loss(20)?;
                 Ok("20 % packet loss on the bridge".into())

@@ -163,6 +163,29 @@ impl CheckerVerdict {
     /// `zone-loss`: the zone was lost at least once, the masters expired
     /// it each time, and every read made while it was down was answered
     /// (what the answers said is the linearizability checker's to judge).
+    /// `rolling-restart`: every store node restarted came back, within
+    /// its bound, serving the memory segment it had (re-attached).
+    pub fn store_restarts(restarts: &[crate::rolling_restart::StoreRestart]) -> Self {
+        let mut problems = Vec::new();
+        if restarts.is_empty() {
+            problems.push("no store node was restarted: nothing was checked (a run too short)".to_string());
+        }
+        for (i, r) in restarts.iter().enumerate().filter(|(_, r)| !r.reattached()) {
+            problems.push(format!(
+                "restart {} ({:?} of store node {}): back after {:?} s, memory segment {:?}, was {:?}: its memory \
+                 was not re-attached",
+                i + 1,
+                r.stop,
+                r.store,
+                r.back_after_s,
+                r.memory_after,
+                r.memory_before
+            ));
+        }
+        let checker = "store_restarts_reattach".into();
+        CheckerVerdict { checker, valid: problems.is_empty(), checked: restarts.len(), problems }
+    }
+
     pub fn zone_loss(outages: &[crate::zone_loss::ZoneOutage]) -> Self {
         let mut problems = Vec::new();
         if outages.is_empty() {
@@ -379,6 +402,8 @@ pub struct RunReport {
     pub tenant_probe: crate::tenant_probe::TenantProbeReport,
     /// `zone-loss`: every loss of the zone (`zone_loss.rs`).
     pub zone_outages: Vec<crate::zone_loss::ZoneOutage>,
+    /// `rolling-restart`: every store node restart (`rolling_restart.rs`).
+    pub store_restarts: Vec<crate::rolling_restart::StoreRestart>,
     /// What the availability checker judged (scenarios it runs in).
     pub availability: Option<crate::availability::AvailabilityCounts>,
 }
@@ -434,6 +459,7 @@ impl RunReport {
             put_failures: BTreeMap::new(),
             tenant_probe: Default::default(),
             zone_outages: Vec::new(),
+            store_restarts: Vec::new(),
             availability: None,
         }
     }
@@ -491,6 +517,17 @@ impl RunReport {
                 o.answered,
                 o.reads,
                 o.remounted_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
+            );
+        }
+        for (i, r) in self.store_restarts.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "store restart {}: {:?} of store node {}, back after {}, {}",
+                i + 1,
+                r.stop,
+                r.store,
+                r.back_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
+                if r.reattached() { "its memory re-attached" } else { "its memory NOT re-attached" },
             );
         }
         if let Some(a) = &self.availability {

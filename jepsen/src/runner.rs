@@ -115,6 +115,7 @@ struct Extras {
     tenant_probe: TenantProbeReport,
     /// `zone-loss`: every loss of the zone.
     zone_outages: Vec<ZoneOutage>,
+    store_restarts: Vec<crate::rolling_restart::StoreRestart>,
     /// The masters' terms through the run (`term_watch.rs`).
     terms: Vec<TermSample>,
 }
@@ -167,6 +168,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         tls: opts.tls,
         disks: opts.scenario.has_disks(),
         ucx: opts.scenario.over_ucx(),
+        shm_stores: opts.scenario.shm_stores(),
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let (addrs, access) = {
@@ -274,6 +276,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         quorum_paused_leader: None,
         flood: None,
         zone_outages: Vec::new(),
+        store_restarts: Vec::new(),
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let nemesis_stop = stop.clone();
@@ -317,6 +320,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         watcher,
         tenant_probe,
         zone_outages: std::mem::take(&mut nemesis.zone_outages),
+        store_restarts: std::mem::take(&mut nemesis.store_restarts),
         terms,
     };
     finish(&opts, &dir, &cluster, &access, &shared, extras, started).await
@@ -413,6 +417,7 @@ async fn finish(
         watcher,
         tenant_probe,
         zone_outages,
+        store_restarts,
         terms,
     } = extras;
     let (voters, addrs) = {
@@ -493,6 +498,9 @@ async fn finish(
     if opts.scenario.faults().contains(&crate::scenario::Fault::ZoneLoss) {
         checkers.push(CheckerVerdict::zone_loss(&zone_outages));
     }
+    if opts.scenario.faults().contains(&crate::scenario::Fault::RollingRestart) {
+        checkers.push(CheckerVerdict::store_restarts(&store_restarts));
+    }
     if opts.scenario.faults().contains(&crate::scenario::Fault::DiskFull) {
         checkers.push(CheckerVerdict::crash_only(&disk_full));
     }
@@ -527,6 +535,7 @@ async fn finish(
     report.put_failures = put_failures;
     report.tenant_probe = tenant_probe;
     report.zone_outages = zone_outages;
+    report.store_restarts = store_restarts;
     report.availability = opts.scenario.checks_availability().then_some(availability.counts);
     report.stall_writers = stall.as_ref().map(|(_, counts)| *counts);
     report.preload = preload.as_ref().map(|p| p.report);

@@ -66,6 +66,11 @@ pub enum Fault {
     /// one zone at once, keep it down past the client TTL and read every
     /// key meanwhile, then restart it.
     ZoneLoss,
+    /// Rounds of their own (`rolling_restart.rs`): restart every store
+    /// node in turn, one at a time (SIGTERM, or SIGKILL every other round),
+    /// each with its client id and credential, waiting for it to serve
+    /// again before the next: each must re-attach the memory it left.
+    RollingRestart,
 }
 
 /// A named run configuration.
@@ -93,6 +98,7 @@ pub enum Scenario {
     DiskStores,
     UcxStores,
     ZoneLoss,
+    RollingRestart,
 }
 
 pub const ALL: &[Scenario] = &[
@@ -118,6 +124,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::DiskStores,
     Scenario::UcxStores,
     Scenario::ZoneLoss,
+    Scenario::RollingRestart,
 ];
 
 /// Every scenario this build can run: `ucx-stores` needs the `ucx` feature.
@@ -146,6 +153,7 @@ pub const CI_SUITE: &[Scenario] = &[
     Scenario::LargeState,
     Scenario::DiskStores,
     Scenario::ZoneLoss,
+    Scenario::RollingRestart,
 ];
 
 impl Scenario {
@@ -173,6 +181,7 @@ impl Scenario {
             Scenario::DiskStores => "disk-stores",
             Scenario::UcxStores => "ucx-stores",
             Scenario::ZoneLoss => "zone-loss",
+            Scenario::RollingRestart => "rolling-restart",
         }
     }
 
@@ -202,6 +211,7 @@ impl Scenario {
             Scenario::LargeState => &[Fault::FollowerBursts],
             Scenario::DiskStores | Scenario::UcxStores => &[Fault::StoreKill],
             Scenario::ZoneLoss => &[Fault::ZoneLoss],
+            Scenario::RollingRestart => &[Fault::RollingRestart],
         }
     }
 
@@ -252,6 +262,13 @@ impl Scenario {
     /// route. Needs the `ucx` feature in this harness and in `mooncake`.
     pub fn over_ucx(self) -> bool {
         self == Scenario::UcxStores
+    }
+
+    /// Store nodes keep their memory in /dev/shm files (not anonymous
+    /// memory), which their restarts re-attach (docs/OPERATIONS.md,
+    /// "Restarting a store node").
+    pub fn shm_stores(self) -> bool {
+        self.faults().contains(&Fault::RollingRestart)
     }
 
     /// The availability checker judges the puts refused for room
