@@ -83,6 +83,9 @@ pub struct ClusterStatus {
     /// Tenants with objects or a quota (docs/TENANTS.md; empty when none
     /// has, or the leader did not answer).
     pub tenants: Vec<TenantView>,
+    /// Objects waiting for a lost replica to be made again (the leader's
+    /// repair backlog; docs/OPERATIONS.md, "Lost replicas").
+    pub repairs_pending: u64,
 }
 
 /// One tenant's usage and quota.
@@ -121,12 +124,14 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
     let mut members = Vec::new();
     let mut tiers = Vec::new();
     let mut duties = Vec::new();
+    let mut repairs_pending = 0;
     for addr in addrs {
         match client.cluster_info_with_hash_of(addr).await {
             Ok(info) => {
                 let me = info.members.iter().find(|m| m.id == info.node_id);
                 if info.leader_id == info.node_id {
                     tiers = tiers_of(&info.segments);
+                    repairs_pending = info.repairs_pending;
                     duties = info
                         .duties
                         .iter()
@@ -224,6 +229,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
         tiers,
         duties,
         tenants,
+        repairs_pending,
     }
 }
 
@@ -325,6 +331,9 @@ pub fn render(status: &ClusterStatus) -> String {
                 n => writeln!(out, "  {n} errors, last {}: {}", ago(d.last_error_ms_ago), d.last_error),
             };
         }
+    }
+    if status.repairs_pending > 0 {
+        let _ = writeln!(out, "\nrepairs: {} objects wait for a lost replica to be made again", status.repairs_pending);
     }
     // Only once tenants are in use: a cluster of the default tenant alone
     // says nothing new here.

@@ -31,6 +31,8 @@ pub struct MasterMetrics {
     pub arena_cut_bytes: IntCounter,
     pub eviction_rounds: IntCounter,
     pub expired_clients: IntCounter,
+    pub repairs_pending: IntGauge,
+    pub repairs_dropped: IntCounter,
     pub leader_stalls: IntCounter,
     pub leader_without_quorum_refusals: IntCounter,
     pub port_refusals: IntCounterVec,
@@ -345,6 +347,16 @@ impl MasterMetrics {
             )?,
             eviction_rounds: counter(&r, "mooncake_eviction_rounds_total", "Eviction rounds run.")?,
             expired_clients: counter(&r, "mooncake_expired_clients_total", "Clients expired for missing heartbeats.")?,
+            repairs_pending: gauge(
+                &r,
+                "mooncake_repairs_pending",
+                "Objects waiting for (or in) a copy that brings back a replica lost with its segment (the leader's).",
+            )?,
+            repairs_dropped: counter(
+                &r,
+                "mooncake_repairs_dropped_total",
+                "Objects left under-replicated because the leader's repair backlog was full.",
+            )?,
             leader_stalls: counter(
                 &r,
                 "mooncake_leader_stalls_total",

@@ -186,6 +186,17 @@ async fn propose_logged(ctx: &DutyContext, duty: &'static str, what: &str, cmd: 
     }
 }
 
+/// Queues the repairs of `client`'s lost memory for the copy duty.
+pub(crate) fn queue_repairs(shared: &Shared, client: ClientId, repairs: Vec<crate::leader::tiering::Repair>) {
+    if repairs.is_empty() {
+        return;
+    }
+    let n = repairs.len();
+    let dropped = shared.leader.with(|t| t.copies.queue_repairs(repairs)).unwrap_or(n);
+    shared.metrics.repairs_dropped.inc_by(dropped as u64);
+    tracing::info!(%client, objects = n, dropped, "objects lost a memory replica with the client's segments; repairing");
+}
+
 async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
     let now = Instant::now();
     let clients: Vec<ClientId> = ctx.shared.reader.read(|s| s.clients().map(|c| c.id).collect());
@@ -199,6 +210,8 @@ async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
         // A store node with a disk keeps it (detached) for the grace: its
         // objects come back when it does (docs/TIERS.md).
         let has_disk = ctx.shared.reader.read(|s| s.client_segments(client).any(|g| g.tier() == Tier::Ssd));
+        // What its memory's loss leaves under-replicated, read before it.
+        let repairs = ctx.shared.reader.read(|s| crate::objects::copies::repairs_after_loss(s, client));
         let cmd = match has_disk {
             true => Command::ExpireClientKeepDisk { client },
             false => Command::ExpireClient { client },
@@ -207,6 +220,7 @@ async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
         if r.is_some_and(|r| r.err().is_none()) {
             ctx.shared.leader.with(|t| t.puts.expire_client(client, ctx.release_after));
             ctx.shared.metrics.expired_clients.inc();
+            queue_repairs(&ctx.shared, client, repairs);
             tracing::info!(%client, ttl_s = ctx.client_ttl.as_secs(), "client expired: no heartbeat; its segments are unmounted");
         }
     }

@@ -86,6 +86,8 @@ pub enum Purpose {
     Offload,
     /// Disk → memory.
     Promote,
+    /// Memory → memory: a replica lost with its segment made again.
+    Repair,
 }
 
 impl Purpose {
@@ -93,6 +95,7 @@ impl Purpose {
         match self {
             Purpose::Offload => "offload",
             Purpose::Promote => "promote",
+            Purpose::Repair => "repair",
         }
     }
 }
@@ -126,6 +129,19 @@ impl Copy {
     }
 }
 
+/// An object that lost a replica with its segment: copies are made until
+/// it has `wanted` again (the replicas it had before the loss).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repair {
+    pub key: String,
+    pub version: ObjectVersion,
+    pub wanted: usize,
+}
+
+/// Most repairs kept waiting; past it the objects of further losses stay
+/// under-replicated (counted in the metric of dropped repairs).
+pub const REPAIRS_MAX: usize = 1_000_000;
+
 /// Most keys whose reads are counted for promotion; past it the counts
 /// start over (hot keys reach the threshold again quickly).
 pub const HITS_TRACKED_MAX: usize = 100_000;
@@ -153,6 +169,8 @@ pub struct CopyTable {
     /// Objects whose disk copy disk eviction dropped: not offloaded again
     /// (it would only push another copy out, and back, for ever).
     disk_evicted: HashSet<String>,
+    /// Objects to repair, oldest loss first (`copies.rs`, repair).
+    repairs: VecDeque<Repair>,
 }
 
 impl CopyTable {
@@ -166,6 +184,11 @@ impl CopyTable {
     /// Copies in flight for `purpose`.
     pub fn in_flight(&self, purpose: Purpose) -> usize {
         self.copies.values().filter(|c| c.purpose == purpose).count()
+    }
+
+    /// The keys of every copy in flight.
+    pub fn keys_in_flight(&self) -> std::collections::HashSet<String> {
+        self.by_key.keys().cloned().collect()
     }
 
     /// Whether a copy of `key` is in flight.
@@ -224,6 +247,33 @@ impl CopyTable {
         if self.fresh.len() < FRESH_KEYS_MAX {
             self.fresh.push_back(key.to_string());
         }
+    }
+
+    /// Queues the repairs of a segment loss; answers how many did not fit
+    /// ([`REPAIRS_MAX`]).
+    pub fn queue_repairs(&mut self, repairs: Vec<Repair>) -> usize {
+        let room = REPAIRS_MAX.saturating_sub(self.repairs.len());
+        let dropped = repairs.len().saturating_sub(room);
+        self.repairs.extend(repairs.into_iter().take(room));
+        dropped
+    }
+
+    /// Up to `max` repairs, oldest first, no longer kept.
+    pub fn take_repairs(&mut self, max: usize) -> Vec<Repair> {
+        let n = max.min(self.repairs.len());
+        self.repairs.drain(..n).collect()
+    }
+
+    /// Keeps a repair for a later round (no room for its copy yet).
+    pub fn keep_repair(&mut self, repair: Repair) {
+        if self.repairs.len() < REPAIRS_MAX {
+            self.repairs.push_back(repair);
+        }
+    }
+
+    /// Repairs waiting (copies in flight not counted).
+    pub fn repairs_pending(&self) -> usize {
+        self.repairs.len()
     }
 
     /// Up to `max` of the keys just committed, oldest first, no longer kept.

@@ -28,7 +28,7 @@ use mooncake_segment::{ClientId, Range, SegmentId};
 use crate::duties::book;
 use crate::leader::TermState;
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
-use crate::leader::tiering::{Copy, OffloadMode, Purpose};
+use crate::leader::tiering::{Copy, OffloadMode, Purpose, Repair};
 use crate::objects::eviction;
 use crate::objects::puts::{Grant, Relief, grant_arena};
 use crate::raft::proposer::now_ms;
@@ -51,6 +51,10 @@ const COPIES_PER_TICK_MAX: usize = 256;
 /// read lock, so a state of millions of objects is covered in minutes
 /// without ever stalling applies.
 const OFFLOAD_SCAN_PER_TICK: usize = 16_384;
+/// Repair copies in flight at most (each moves an object's size between
+/// two store nodes): repairs never crowd out the store nodes' own traffic.
+pub const REPAIRS_IN_FLIGHT_MAX: usize = 16;
+
 /// `--offload_on_evict` looks at every object for the oldest ones, at most
 /// once per this many ticks, and only while memory is under pressure.
 const ON_EVICT_SCAN_EVERY_TICKS: u32 = 4;
@@ -94,6 +98,12 @@ async fn copy_round(shared: &Shared, n: u32) {
     if shared.tiers.policy.promotion_on_hit {
         schedule(shared, Purpose::Promote, Scan::KeySpace).await;
     }
+    let pending = shared.leader.with(|t| t.copies.repairs_pending()).unwrap_or(0);
+    if pending > 0 {
+        schedule(shared, Purpose::Repair, Scan::KeySpace).await;
+    }
+    let pending = shared.leader.with(|t| t.copies.repairs_pending() + t.copies.in_flight(Purpose::Repair));
+    shared.metrics.repairs_pending.set(pending.unwrap_or(0) as i64);
     end_detached(shared).await;
     eviction::round_on(shared, Tier::Ssd, 0).await;
 }
@@ -109,6 +119,8 @@ enum Scan {
 
 /// One copy to make, as planned from the state.
 struct Plan {
+    /// A repair's target replica count (0 for the other purposes).
+    wanted: usize,
     key: String,
     version: ObjectVersion,
     size_bytes: u64,
@@ -119,9 +131,10 @@ struct Plan {
     executor: ClientId,
 }
 
-/// Where the replicas of an object are: their hosts and zones (a segment
-/// without a zone shares none).
+/// Where the replicas of an object are: their segments, hosts and zones (a
+/// segment without a zone shares none).
 struct Domains<'a> {
+    segments: Vec<SegmentId>,
     hosts: Vec<&'a str>,
     zones: Vec<&'a str>,
 }
@@ -130,6 +143,7 @@ impl<'a> Domains<'a> {
     fn of(s: &'a MetaState, replicas: &[ReplicaPlacement]) -> Self {
         let segments: Vec<&SegmentEntry> = replicas.iter().filter_map(|r| s.segment(r.segment)).collect();
         Domains {
+            segments: replicas.iter().map(|r| r.segment).collect(),
             hosts: segments.iter().map(|g| g.spec.host_id.as_str()).collect(),
             zones: segments.iter().map(|g| g.spec.zone.as_str()).filter(|z| !z.is_empty()).collect(),
         }
@@ -137,7 +151,8 @@ impl<'a> Domains<'a> {
 }
 
 /// The segment of `tier` to copy an object of `len` bytes to: attached,
-/// with that much free, serving the object's `tenant`; as placement ranks (docs/OPERATIONS.md, "Failure
+/// with that much free, holding no replica of it, serving the object's
+/// `tenant`; as placement ranks (docs/OPERATIONS.md, "Failure
 /// domains"), first one in a zone and on a host no replica of the object
 /// (`held`) is in, then on a host of its own; among equals, one on a host
 /// of the copy's sources (`sources`: a local copy), then the emptiest.
@@ -149,7 +164,8 @@ fn target_segment<'a>(
     sources: &[&str],
     tenant: &str,
 ) -> Option<&'a SegmentEntry> {
-    s.attached(tier).filter(|g| g.free_bytes() >= len && g.serves(tenant)).max_by_key(|g| {
+    let fits = |g: &&SegmentEntry| g.free_bytes() >= len && g.serves(tenant) && !held.segments.contains(&g.spec.id);
+    s.attached(tier).filter(fits).max_by_key(|g| {
         let host = g.spec.host_id.as_str();
         let new_host = !held.hosts.contains(&host);
         let new_zone = g.spec.zone.is_empty() || !held.zones.contains(&g.spec.zone.as_str());
@@ -167,6 +183,7 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
     let tenant = mooncake_segment::tenant::tenant_of(&o.key);
     let target = target_segment(s, to, len, &Domains::of(s, &o.replicas), &hosts, tenant)?;
     Some(Plan {
+        wanted: 0,
         key: o.key.clone(),
         version: o.version,
         size_bytes: o.size_bytes,
@@ -271,6 +288,55 @@ fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>
     (plans, deferred)
 }
 
+/// The repairs a loss of `client`'s segments calls for, read before the
+/// loss is proposed: each object with a memory replica there and another
+/// replica elsewhere (one with none left cannot be copied), to be brought
+/// back to the replicas it has now.
+pub fn repairs_after_loss(s: &MetaState, client: ClientId) -> Vec<Repair> {
+    let lost: Vec<SegmentId> =
+        s.client_segments(client).filter(|g| g.tier() == Tier::Dram).map(|g| g.spec.id).collect();
+    if lost.is_empty() {
+        return Vec::new();
+    }
+    s.objects()
+        .filter(|o| o.replicas.len() >= 2 && o.replicas.iter().any(|r| lost.contains(&r.segment)))
+        .filter(|o| o.replicas.iter().any(|r| !lost.contains(&r.segment)))
+        .map(|o| Repair { key: o.key.clone(), version: o.version, wanted: o.replicas.len() })
+        .collect()
+}
+
+/// The copies that bring `repairs` back to their replica counts, from a
+/// readable memory replica to a memory segment holding none of the
+/// object; and the repairs to try again later (no segment has room now,
+/// or a copy of the object is in flight). Repairs of objects removed,
+/// replaced or whole again are done.
+fn plan_repairs(s: &MetaState, repairs: Vec<Repair>, copying: &dyn Fn(&str) -> bool) -> (Vec<Plan>, Vec<Repair>) {
+    let mut plans = Vec::new();
+    let mut later = Vec::new();
+    for r in repairs {
+        let Some(o) = s.object(&r.key).filter(|o| o.version == r.version && o.replicas.len() < r.wanted) else {
+            continue;
+        };
+        if copying(&r.key) {
+            later.push(r);
+            continue;
+        }
+        match plan_copy(s, o, Tier::Dram, Tier::Dram) {
+            Some(plan) => plans.push(Plan { wanted: r.wanted, ..plan }),
+            None => {
+                // Somewhere to go later (memory that serves it and holds
+                // no replica), or nowhere: then it stays as it is.
+                let tenant = mooncake_segment::tenant::tenant_of(&o.key);
+                let held: Vec<SegmentId> = o.replicas.iter().map(|p| p.segment).collect();
+                if s.attached(Tier::Dram).any(|g| g.serves(tenant) && !held.contains(&g.spec.id)) {
+                    later.push(r);
+                }
+            }
+        }
+    }
+    (plans, later)
+}
+
 /// Plans copies for `purpose` and reserves their targets; grants the
 /// arenas the reservations asked for (used by the next round at once).
 async fn schedule(shared: &Shared, purpose: Purpose, scan: Scan) {
@@ -287,17 +353,19 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
     let limit = match purpose {
         Purpose::Offload => shared.tiers.policy.offload_queue_limit,
         Purpose::Promote => shared.tiers.policy.promotion_queue_limit,
+        Purpose::Repair => REPAIRS_IN_FLIGHT_MAX,
     };
-    let Some((room, hot, fresh, cursor)) = shared.leader.with(|t| {
+    let Some((room, hot, fresh, repairs, cursor)) = shared.leader.with(|t| {
         let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
-        let (hot, fresh) = match purpose {
+        let (hot, fresh, repairs) = match purpose {
             Purpose::Promote if room > 0 => {
-                (t.copies.take_hot(shared.tiers.policy.promotion_admission_threshold), vec![])
+                (t.copies.take_hot(shared.tiers.policy.promotion_admission_threshold), vec![], vec![])
             }
-            Purpose::Offload if room > 0 => (Vec::new(), t.copies.take_fresh(room)),
-            _ => (Vec::new(), Vec::new()),
+            Purpose::Offload if room > 0 => (Vec::new(), t.copies.take_fresh(room), vec![]),
+            Purpose::Repair if room > 0 => (Vec::new(), Vec::new(), t.copies.take_repairs(room)),
+            _ => (Vec::new(), Vec::new(), Vec::new()),
         };
-        (room, hot, fresh, t.copies.offload_cursor.clone())
+        (room, hot, fresh, repairs, t.copies.offload_cursor.clone())
     }) else {
         return false;
     };
@@ -315,6 +383,14 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
             let (plans, deferred) = shared.reader.read(|s| plan_promotions(s, shared, &hot));
             let threshold = shared.tiers.policy.promotion_admission_threshold;
             shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
+            plans
+        }
+        Purpose::Repair => {
+            let in_flight: std::collections::HashSet<String> =
+                shared.leader.with(|t| t.copies.keys_in_flight()).unwrap_or_default();
+            let copying = |k: &str| in_flight.contains(k);
+            let (plans, later) = shared.reader.read(|s| plan_repairs(s, repairs, &copying));
+            shared.leader.with(|t| later.into_iter().for_each(|r| t.copies.keep_repair(r)));
             plans
         }
     };
@@ -389,6 +465,9 @@ fn reserve_copies(
                 match purpose {
                     Purpose::Promote => t.copies.keep_hot(&p.key, shared.tiers.policy.promotion_admission_threshold),
                     Purpose::Offload => t.copies.keep_fresh(p.key.clone()),
+                    Purpose::Repair => {
+                        t.copies.keep_repair(Repair { key: p.key.clone(), version: p.version, wanted: p.wanted })
+                    }
                 }
                 for (segment, arena_len) in segments {
                     if !wanted.iter().any(|(s, _, _)| *s == segment) {

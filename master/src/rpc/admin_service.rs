@@ -209,10 +209,12 @@ impl AdminService for AdminServiceImpl {
         admin!(self, req, "EvictClient");
         let client = mooncake_segment::ClientId(req.into_inner().client_id);
         let cmd = mooncake_raft_store::Command::ExpireClient { client };
+        let repairs = self.shared.reader.read(|s| crate::objects::copies::repairs_after_loss(s, client));
         match self.shared.write_path.proposer.propose(cmd).await {
             Ok(r) => match r.err() {
                 None => {
                     self.shared.metrics.expired_clients.inc();
+                    crate::duties::queue_repairs(&self.shared, client, repairs);
                     tracing::info!(%client, "client evicted by the operator; its segments are unmounted");
                     answer(Status::ok(), format!("{client} evicted"))
                 }
