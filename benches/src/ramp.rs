@@ -18,6 +18,12 @@
 //! during the join.
 //!
 //! The baseline is the same run's steady window before the join.
+//!
+//! Then, on a cluster of its own (3 store nodes with room), a store node
+//! leaves for good: objects put with 2 replicas, store node 1 SIGKILLed,
+//! and the time until every object has 2 replicas again, none on the dead
+//! node (repair, docs/OPERATIONS.md "Lost replicas"), next to the masters'
+//! client TTL (the expiry repair waits for).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +37,7 @@ use tokio::sync::Mutex;
 use crate::cluster::{Cluster, Spec};
 use crate::report::{Cell, Section, Table, cols};
 use crate::{Ctx, bound_row, targets_table};
+use mooncake_local_cluster::Role;
 
 const OBJECT_BYTES: usize = 256 << 10;
 const WRITERS: usize = 4;
@@ -179,7 +186,102 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
     let failed = records.iter().filter(|(_, _, stored)| !stored).count() as u64;
     let before_p99 = p99_ms(&records, steady_from, joined);
     let during_p99 = p99_ms(&records, mounted, mounted + after);
-    Ok(section(&samples, mounted, fair_share, before_p99, during_p99, failed))
+    let objects = if ctx.quick { 200 } else { 1_000 };
+    ctx.progress.step(&format!("ramp: repair: {objects} objects with 2 replicas, then store node 1 killed for good"));
+    let repair = repair_phase(ctx, objects).await?;
+    let mut s = section(&samples, mounted, fair_share, before_p99, during_p99, failed + repair.failed);
+    let past_ttl = repair.whole_after_s.map(|w| w - repair.client_ttl_s as f64);
+    if let Some(targets) = s.tables.get_mut(1) {
+        bound_row(targets, "repair: seconds past the client TTL until every object is whole (<= 10)", past_ttl, 1);
+    }
+    s.tables.push(repair.table());
+    Ok(s)
+}
+
+/// What the repair phase measured.
+struct RepairRun {
+    objects: usize,
+    /// Objects that had a replica on the killed node.
+    hit: usize,
+    /// Seconds from the kill until every object had 2 replicas again.
+    whole_after_s: Option<f64>,
+    failed: u64,
+    /// The masters' client TTL (what repair waits for first).
+    client_ttl_s: u64,
+}
+
+/// The masters' default `--client_ttl` (seconds).
+const MASTER_CLIENT_TTL_S: u64 = 10;
+
+/// The client TTL the masters run with: `--client_ttl` among `master_args`,
+/// else their default.
+fn client_ttl_s(master_args: &[String]) -> u64 {
+    let given = master_args.iter().find_map(|a| a.strip_prefix("--client_ttl=")?.parse().ok());
+    given.unwrap_or(MASTER_CLIENT_TTL_S)
+}
+
+impl RepairRun {
+    fn table(&self) -> Table {
+        let mut t = Table::new(
+            "a store node leaves for good: seconds until every object put with 2 replicas has 2 again",
+            cols(&[
+                ("objects", "objects"),
+                ("lost_a_replica", "lost a replica"),
+                ("whole_after_s", "whole again after s"),
+                ("client_ttl_s", "client TTL s"),
+            ]),
+        );
+        t.row(vec![
+            Cell::text(self.objects.to_string()),
+            Cell::text(self.hit.to_string()),
+            Cell::opt(self.whole_after_s, 1),
+            Cell::text(self.client_ttl_s.to_string()),
+        ]);
+        t
+    }
+}
+
+/// Puts `objects` with 2 replicas on 3 store nodes, kills store node 1 for
+/// good, and times the repair.
+async fn repair_phase(ctx: &Ctx, objects: usize) -> anyhow::Result<RepairRun> {
+    let spec = Spec { masters: 1, stores: 3, segment_size: "256MiB", prefault: false };
+    let mut cluster = Cluster::start(&ctx.exe, spec, &ctx.master_args).await?;
+    let master = MasterClient::new(MasterClientConfig::new(cluster.master_addrs()))?;
+    let client = cluster.client(Protocol::Tcp, &ctx.tcp).await?;
+    let two = PutOptions { replicas: 2, min_replicas: 2, ..Default::default() };
+    let value = vec![7u8; OBJECT_BYTES];
+    let mut failed = 0;
+    for i in 0..objects {
+        failed += u64::from(client.put(&format!("repair/{i}"), &value, &two).await.is_err());
+    }
+    client.close().await;
+    let dead = cluster.store_client_id(1);
+    let info = master.cluster_info().await?;
+    let lost: Vec<u64> = info
+        .segments
+        .iter()
+        .filter(|u| u.owner_client_id == dead)
+        .filter_map(|u| u.segment.as_ref())
+        .map(|g| g.id)
+        .collect();
+    let listed = master.list_objects("repair/", objects as u32 + 10).await?;
+    let hit = listed.iter().filter(|o| o.replicas.iter().any(|r| lost.contains(&r.segment_id))).count();
+    cluster.kill(Role::Store, 1);
+    let killed = Instant::now();
+    let mut whole_after_s = None;
+    while killed.elapsed() < PHASE_TIMEOUT {
+        if let Ok(listed) = master.list_objects("repair/", objects as u32 + 10).await {
+            let whole = listed
+                .iter()
+                .all(|o| o.replicas.len() == 2 && o.replicas.iter().all(|r| !lost.contains(&r.segment_id)));
+            if whole && listed.len() + failed as usize == objects {
+                whole_after_s = Some(killed.elapsed().as_secs_f64());
+                break;
+            }
+        }
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+    Ok(RepairRun { objects, hit, whole_after_s, failed, client_ttl_s: client_ttl_s(&ctx.master_args) })
 }
 
 fn section(
