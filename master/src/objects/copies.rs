@@ -53,7 +53,7 @@ const COPIES_PER_TICK_MAX: usize = 256;
 const OFFLOAD_SCAN_PER_TICK: usize = 16_384;
 /// Repair copies in flight at most (each moves an object's size between
 /// two store nodes): repairs never crowd out the store nodes' own traffic.
-pub const REPAIRS_IN_FLIGHT_MAX: usize = 16;
+pub const REPAIRS_IN_FLIGHT_MAX: usize = 64;
 
 /// `--offload_on_evict` looks at every object for the oldest ones, at most
 /// once per this many ticks, and only while memory is under pressure.
