@@ -9,6 +9,65 @@ use crate::error::ClientError;
 
 use super::{Client, list_error};
 
+/// Memory before disk; within a tier same host first, then same zone,
+/// then the rest. Among the nearest replicas, the one to try first moves
+/// with `turn` (each read of a client takes the next): the reads of a hot
+/// object spread evenly over its equally near replicas instead of all
+/// landing on the one the master lists first (issue 39). The others follow
+/// as fallbacks, nearest first.
+pub(crate) fn rank_replicas<'a>(replicas: &'a [Replica], host: &str, zone: &str, turn: u64) -> Vec<&'a Replica> {
+    let distance = |r: &Replica| {
+        let on_disk = r.tier == mooncake_proto::master::Tier::Ssd as i32;
+        let same_host = r.host_id == host;
+        let same_zone = !zone.is_empty() && r.zone == zone;
+        (on_disk, !same_host, !same_zone)
+    };
+    let mut v: Vec<&Replica> = replicas.iter().collect();
+    v.sort_by_key(|r| distance(r));
+    let nearest = v.first().map(|r| distance(r));
+    let equals = v.iter().take_while(|r| Some(distance(r)) == nearest).count();
+    if equals > 1 {
+        v[..equals].rotate_left((turn % equals as u64) as usize);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(segment: u64, host: &str, zone: &str, tier: mooncake_proto::master::Tier) -> Replica {
+        Replica {
+            segment_id: segment,
+            host_id: host.into(),
+            zone: zone.into(),
+            tier: tier as i32,
+            ..Default::default()
+        }
+    }
+
+    /// Why: every client read a hot object from the replica the master
+    /// listed first, so its other replicas served nothing.
+    #[test]
+    fn reads_turn_over_equally_near_replicas_and_never_pass_a_nearer_one() {
+        use mooncake_proto::master::Tier::{Dram, Ssd};
+        let far = [replica(1, "h1", "z1", Dram), replica(2, "h2", "z2", Dram), replica(3, "h3", "z1", Ssd)];
+        let firsts: Vec<u64> = (0..6).map(|turn| rank_replicas(&far, "me", "", turn)[0].segment_id).collect();
+        assert_eq!(firsts, [1, 2, 1, 2, 1, 2], "the two memory replicas take turns");
+        assert!((0..6).all(|turn| rank_replicas(&far, "me", "", turn)[2].segment_id == 3), "disk stays last");
+        // A same-host (or same-zone) replica is always read first.
+        assert!((0..6).all(|turn| rank_replicas(&far, "h2", "", turn)[0].segment_id == 2));
+        assert!((0..6).all(|turn| rank_replicas(&far, "me", "z2", turn)[0].segment_id == 2));
+        // Three equally near: each first in a third of the reads.
+        let three = [replica(1, "a", "", Dram), replica(2, "b", "", Dram), replica(3, "c", "", Dram)];
+        let mut counts = [0; 3];
+        for turn in 0..300 {
+            counts[rank_replicas(&three, "me", "", turn)[0].segment_id as usize - 1] += 1;
+        }
+        assert_eq!(counts, [100, 100, 100]);
+    }
+}
+
 impl Client {
     /// Reads `key` into `buf`; returns its size.
     pub async fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<usize, ClientError> {
@@ -53,17 +112,11 @@ impl Client {
         self.read_object_parts(key, list, &mut [buf]).await
     }
 
-    /// Memory before disk; within a tier same host first, then same zone,
-    /// then the rest (stable within groups).
+    /// The replicas in the order this read tries them ([`rank_replicas`],
+    /// at this client's next turn).
     pub(super) fn nearest_first<'a>(&self, replicas: &'a [Replica]) -> Vec<&'a Replica> {
-        let mut v: Vec<&Replica> = replicas.iter().collect();
-        v.sort_by_key(|r| {
-            let on_disk = r.tier == mooncake_proto::master::Tier::Ssd as i32;
-            let same_host = r.host_id == self.cfg.local_hostname;
-            let same_zone = !self.cfg.zone.is_empty() && r.zone == self.cfg.zone;
-            (on_disk, !same_host, !same_zone)
-        });
-        v
+        let turn = self.read_turn.fetch_add(1, Ordering::Relaxed);
+        rank_replicas(replicas, &self.cfg.local_hostname, &self.cfg.zone, turn)
     }
 
     /// One batch item's replica-list status as a result, counted as a get

@@ -50,6 +50,9 @@ pub struct Client {
     stats: ClientStats,
     /// The writer chunks small puts are placed in (`chunks.rs`).
     chunks: chunks::WriterChunks,
+    /// Moves with every read: which of equally near replicas goes first
+    /// (`get.rs`, [`get::rank_replicas`]).
+    read_turn: std::sync::atomic::AtomicU64,
 }
 
 impl Client {
@@ -93,7 +96,9 @@ impl Client {
         )));
         tracing::info!(client = format!("{client_id:016x}"), segment = ?node.as_ref().map(|n| n.segment().spec().id), "client connected");
         let chunks = chunks::WriterChunks::new(cfg.put_chunk_bytes);
-        Ok(Client { cfg, client_id, master, engine, node, stop, heartbeat, stats: ClientStats::default(), chunks })
+        let read_turn = std::sync::atomic::AtomicU64::new(client_id);
+        let stats = ClientStats::default();
+        Ok(Client { cfg, client_id, master, engine, node, stop, heartbeat, stats, chunks, read_turn })
     }
 
     /// Hit/miss and outcome counters of this client.
