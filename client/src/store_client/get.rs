@@ -32,42 +32,6 @@ pub(crate) fn rank_replicas<'a>(replicas: &'a [Replica], host: &str, zone: &str,
     v
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn replica(segment: u64, host: &str, zone: &str, tier: mooncake_proto::master::Tier) -> Replica {
-        Replica {
-            segment_id: segment,
-            host_id: host.into(),
-            zone: zone.into(),
-            tier: tier as i32,
-            ..Default::default()
-        }
-    }
-
-    /// Why: every client read a hot object from the replica the master
-    /// listed first, so its other replicas served nothing.
-    #[test]
-    fn reads_turn_over_equally_near_replicas_and_never_pass_a_nearer_one() {
-        use mooncake_proto::master::Tier::{Dram, Ssd};
-        let far = [replica(1, "h1", "z1", Dram), replica(2, "h2", "z2", Dram), replica(3, "h3", "z1", Ssd)];
-        let firsts: Vec<u64> = (0..6).map(|turn| rank_replicas(&far, "me", "", turn)[0].segment_id).collect();
-        assert_eq!(firsts, [1, 2, 1, 2, 1, 2], "the two memory replicas take turns");
-        assert!((0..6).all(|turn| rank_replicas(&far, "me", "", turn)[2].segment_id == 3), "disk stays last");
-        // A same-host (or same-zone) replica is always read first.
-        assert!((0..6).all(|turn| rank_replicas(&far, "h2", "", turn)[0].segment_id == 2));
-        assert!((0..6).all(|turn| rank_replicas(&far, "me", "z2", turn)[0].segment_id == 2));
-        // Three equally near: each first in a third of the reads.
-        let three = [replica(1, "a", "", Dram), replica(2, "b", "", Dram), replica(3, "c", "", Dram)];
-        let mut counts = [0; 3];
-        for turn in 0..300 {
-            counts[rank_replicas(&three, "me", "", turn)[0].segment_id as usize - 1] += 1;
-        }
-        assert_eq!(counts, [100, 100, 100]);
-    }
-}
-
 impl Client {
     /// Reads `key` into `buf`; returns its size.
     pub async fn get_into(&self, key: &str, buf: &mut [u8]) -> Result<usize, ClientError> {
@@ -151,5 +115,41 @@ impl Client {
             }
             other => Ok(other?),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(segment: u64, host: &str, zone: &str, tier: mooncake_proto::master::Tier) -> Replica {
+        Replica {
+            segment_id: segment,
+            host_id: host.into(),
+            zone: zone.into(),
+            tier: tier as i32,
+            ..Default::default()
+        }
+    }
+
+    /// Why: every client read a hot object from the replica the master
+    /// listed first, so its other replicas served nothing.
+    #[test]
+    fn reads_turn_over_equally_near_replicas_and_never_pass_a_nearer_one() {
+        use mooncake_proto::master::Tier::{Dram, Ssd};
+        let far = [replica(1, "h1", "z1", Dram), replica(2, "h2", "z2", Dram), replica(3, "h3", "z1", Ssd)];
+        let firsts: Vec<u64> = (0..6).map(|turn| rank_replicas(&far, "me", "", turn)[0].segment_id).collect();
+        assert_eq!(firsts, [1, 2, 1, 2, 1, 2], "the two memory replicas take turns");
+        assert!((0..6).all(|turn| rank_replicas(&far, "me", "", turn)[2].segment_id == 3), "disk stays last");
+        // A same-host (or same-zone) replica is always read first.
+        assert!((0..6).all(|turn| rank_replicas(&far, "h2", "", turn)[0].segment_id == 2));
+        assert!((0..6).all(|turn| rank_replicas(&far, "me", "z2", turn)[0].segment_id == 2));
+        // Three equally near: each first in a third of the reads.
+        let three = [replica(1, "a", "", Dram), replica(2, "b", "", Dram), replica(3, "c", "", Dram)];
+        let mut counts = [0; 3];
+        for turn in 0..300 {
+            counts[rank_replicas(&three, "me", "", turn)[0].segment_id as usize - 1] += 1;
+        }
+        assert_eq!(counts, [100, 100, 100]);
     }
 }
