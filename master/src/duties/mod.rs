@@ -211,7 +211,7 @@ async fn expire_clients(ctx: &DutyContext, expire_all: bool) {
         // objects come back when it does (docs/TIERS.md).
         let has_disk = ctx.shared.reader.read(|s| s.client_segments(client).any(|g| g.tier() == Tier::Ssd));
         // What its memory's loss leaves under-replicated, read before it.
-        let repairs = ctx.shared.reader.read(|s| crate::objects::copies::repairs_after_loss(s, client));
+        let repairs = crate::objects::copies::repairs_after_loss(&ctx.shared.reader, client);
         let cmd = match has_disk {
             true => Command::ExpireClientKeepDisk { client },
             false => Command::ExpireClient { client },

@@ -22,7 +22,9 @@ use mooncake_auth::capability::Access;
 use mooncake_proto::master::{self as pb, ReportCopyRequest, ReportCorruptRequest};
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::SegmentEntry;
-use mooncake_raft_store::{Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, Tier};
+use mooncake_raft_store::{
+    Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, StateReader, Tier,
+};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::duties::book;
@@ -291,18 +293,34 @@ fn plan_promotions(s: &MetaState, shared: &Shared, hot: &[String]) -> (Vec<Plan>
 /// The repairs a loss of `client`'s segments calls for, read before the
 /// loss is proposed: each object with a memory replica there and another
 /// replica elsewhere (one with none left cannot be copied), to be brought
-/// back to the replicas it has now.
-pub fn repairs_after_loss(s: &MetaState, client: ClientId) -> Vec<Repair> {
+/// back to the replicas it has now. The objects are read in slices of
+/// [`OFFLOAD_SCAN_PER_TICK`], each under the state's read lock for about a
+/// millisecond, so a state of millions of objects never stalls applies.
+pub fn repairs_after_loss(reader: &StateReader, client: ClientId) -> Vec<Repair> {
     let lost: Vec<SegmentId> =
-        s.client_segments(client).filter(|g| g.tier() == Tier::Dram).map(|g| g.spec.id).collect();
-    if lost.is_empty() {
-        return Vec::new();
+        reader.read(|s| s.client_segments(client).filter(|g| g.tier() == Tier::Dram).map(|g| g.spec.id).collect());
+    let mut repairs = Vec::new();
+    let mut cursor = String::new();
+    while !lost.is_empty() {
+        let (found, last) = reader.read(|s| {
+            let mut found = Vec::new();
+            let mut last = None;
+            for o in s.objects_after(&cursor).take(OFFLOAD_SCAN_PER_TICK) {
+                last = Some(o.key.clone());
+                let on_lost = |r: &ReplicaPlacement| lost.contains(&r.segment);
+                if o.replicas.iter().any(on_lost) && !o.replicas.iter().all(on_lost) {
+                    found.push(Repair { key: o.key.clone(), version: o.version, wanted: o.replicas.len() });
+                }
+            }
+            (found, last)
+        });
+        repairs.extend(found);
+        match last {
+            Some(key) => cursor = key,
+            None => break,
+        }
     }
-    s.objects()
-        .filter(|o| o.replicas.len() >= 2 && o.replicas.iter().any(|r| lost.contains(&r.segment)))
-        .filter(|o| o.replicas.iter().any(|r| !lost.contains(&r.segment)))
-        .map(|o| Repair { key: o.key.clone(), version: o.version, wanted: o.replicas.len() })
-        .collect()
+    repairs
 }
 
 /// The copies that bring `repairs` back to their replica counts, from a

@@ -209,7 +209,7 @@ impl AdminService for AdminServiceImpl {
         admin!(self, req, "EvictClient");
         let client = mooncake_segment::ClientId(req.into_inner().client_id);
         let cmd = mooncake_raft_store::Command::ExpireClient { client };
-        let repairs = self.shared.reader.read(|s| crate::objects::copies::repairs_after_loss(s, client));
+        let repairs = crate::objects::copies::repairs_after_loss(&self.shared.reader, client);
         match self.shared.write_path.proposer.propose(cmd).await {
             Ok(r) => match r.err() {
                 None => {
