@@ -4,10 +4,14 @@
 //! for 30 s, the quarantine of releases before stop 43) fill their segments
 //! with arenas nobody can return while the lease workload churns, and
 //! refuse puts with `NO_AVAILABLE_HANDLE` although hardly any byte is
-//! pinned or leased. In the `mixed` scenario the availability checker must
-//! report such refusals; the same seed on the real build must pass it,
-//! with the cache full enough that eviction ran. Needs root and the
-//! `mooncake` binary; otherwise it says so and skips.
+//! pinned or leased. In the `baseline` scenario the availability checker
+//! must report such refusals; the same seed on the real build must pass
+//! it, with the cache full enough that eviction ran. Not `mixed`: the
+//! checker excuses every refusal within a lease TTL of a leader change,
+//! and one CI run's refusals all fell in those windows (stop 43), so the
+//! bug went unseen by chance; the real build under faults is judged by
+//! the CI suite's `mixed` run. Needs root and the `mooncake` binary;
+//! otherwise it says so and skips.
 
 mod common;
 
@@ -21,7 +25,7 @@ const SEED: u64 = 5150;
 const RUN_TIME: Duration = Duration::from_secs(20);
 
 fn chaos_run(master_flags: Vec<String>, results: &std::path::Path) -> Option<RunReport> {
-    let opts = common::chaos_run_options(Scenario::Mixed, SEED, RUN_TIME, master_flags, results, "mcjh")?;
+    let opts = common::chaos_run_options(Scenario::Baseline, SEED, RUN_TIME, master_flags, results, "mcjh")?;
     Some(common::run_reported(opts))
 }
 
