@@ -207,6 +207,15 @@ impl CheckerVerdict {
             }
             if o.remounted_after_s.is_none() {
                 problems.push(format!("loss {}: the zone's store node did not mount its segment again", i + 1));
+            } else if o.repaired_after_s.is_none() {
+                problems.push(format!(
+                    "loss {}: {} keys still had one replica {} s after the zone came back ({} when it did): \
+                     repair did not bring back what the zone lost",
+                    i + 1,
+                    o.single_at_end,
+                    crate::zone_loss::REPAIR_MAX.as_secs(),
+                    o.single_at_remount
+                ));
             }
         }
         let checked = outages.iter().map(|o| o.reads as usize).sum();
@@ -511,12 +520,15 @@ impl RunReport {
         for (i, o) in self.zone_outages.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "zone loss {}: expired after {}, {} of {} reads answered while down, mounted again after {}",
+                "zone loss {}: expired after {}, {} of {} reads answered while down, mounted again after {}, \
+                 {} keys with one replica then, whole again after {}",
                 i + 1,
                 o.expired_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
                 o.answered,
                 o.reads,
                 o.remounted_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
+                o.single_at_remount,
+                o.repaired_after_s.map_or("never".into(), |t| format!("{t:.1} s")),
             );
         }
         for (i, r) in self.store_restarts.iter().enumerate() {

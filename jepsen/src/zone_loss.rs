@@ -10,12 +10,17 @@
 //!    register history, so the linearizability checker judges each read
 //!    (an acknowledged object that is not found is a violation, bytes are
 //!    verified as every get's);
-//! 4. restart the zone's store node and wait until its segment is mounted.
+//! 4. restart the zone's store node and wait until its segment is mounted;
+//! 5. wait until every register key has two replicas again: the objects
+//!    that lost their replica with the zone had nowhere to go while it was
+//!    down (one segment per zone), so repair must bring them back once the
+//!    zone's segment joins (docs/OPERATIONS.md, "Lost replicas").
 //!
 //! The `zone_loss_reads` checker ([`crate::report::CheckerVerdict::zone_loss`])
 //! requires that the zone was lost and its reads answered: a read that
 //! errs while the other zone holds the object means a replica was not
-//! where placement said, or a reader did not fail over.
+//! where placement said, or a reader did not fail over; and requires that
+//! every object was whole again within [`REPAIR_MAX`] of the remount.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -39,6 +44,9 @@ pub const ZONE_READER: ProcessId = ProcessId(1_000);
 const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 /// How long the zone's store node may take to mount its segment again.
 const REMOUNT_MAX: Duration = Duration::from_secs(20);
+/// How long after the remount every object may take to have its two
+/// replicas again (the copy duty plans every 250 ms, 64 copies at once).
+pub const REPAIR_MAX: Duration = Duration::from_secs(20);
 /// Segments of the cluster with both zones up.
 const SEGMENTS: u64 = 2;
 
@@ -62,11 +70,33 @@ pub struct ZoneOutage {
     pub first_error: Option<String>,
     /// Seconds from the restart until its segment was mounted again.
     pub remounted_after_s: Option<f64>,
+    /// Keys with one replica when the segment was mounted again.
+    pub single_at_remount: u64,
+    /// Seconds from the remount until every key had two replicas again
+    /// (`None`: not within [`REPAIR_MAX`]).
+    pub repaired_after_s: Option<f64>,
+    /// Keys still with one replica at the last look.
+    pub single_at_end: u64,
 }
 
 /// How many segments the masters list now, if one answers.
 async fn segment_count(master: &MasterClient) -> Option<u64> {
     master.cluster_info().await.ok().map(|i| i.segment_count)
+}
+
+/// How many of `keys` have fewer than two replicas now (not found: none);
+/// `None` when a look failed.
+async fn single_replica_keys(master: &MasterClient, keys: &[String]) -> Option<u64> {
+    let mut single = 0;
+    for key in keys {
+        match master.get_replica_list(0, key).await {
+            Ok(r) if r.replicas.len() < SEGMENTS as usize => single += 1,
+            Ok(_) => {}
+            Err(e) if e.code() == Some(mooncake_proto::ErrorCode::ObjectNotFound) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(single)
 }
 
 /// Polls until `done` holds of the segment count, at most `max`; the
@@ -132,10 +162,34 @@ impl Nemesis {
         }
         self.cluster.lock().await.heal()?;
         outage.remounted_after_s = wait_segments(&master, REMOUNT_MAX, |n| n >= SEGMENTS).await;
+        if outage.remounted_after_s.is_some() {
+            let keys = self.shared.all_keys().await;
+            let start = Instant::now();
+            let mut first = true;
+            while start.elapsed() < REPAIR_MAX {
+                if let Some(single) = single_replica_keys(&master, &keys).await {
+                    if first {
+                        outage.single_at_remount = single;
+                        first = false;
+                    }
+                    outage.single_at_end = single;
+                    if single == 0 {
+                        outage.repaired_after_s = Some(start.elapsed().as_secs_f64());
+                        break;
+                    }
+                }
+                tokio::time::sleep(LEADER_POLL).await;
+            }
+        }
         let detail = format!(
             "{LOST_ZONE} back; expired after {:?} s, {} of {} reads answered while it was down, mounted again after \
-             {:?} s",
-            outage.expired_after_s, outage.answered, outage.reads, outage.remounted_after_s
+             {:?} s, {} keys with one replica then, every key whole again after {:?} s",
+            outage.expired_after_s,
+            outage.answered,
+            outage.reads,
+            outage.remounted_after_s,
+            outage.single_at_remount,
+            outage.repaired_after_s
         );
         self.record("heal", Fault::ZoneLoss, detail);
         self.zone_outages.push(outage);

@@ -12,7 +12,7 @@
 //! reported to nobody, and their ranges (reserved in that leader's arenas)
 //! come back with those arenas after the release timeout.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use mooncake_raft_store::{ObjectVersion, PlacedReplica, ReplicaPlacement};
@@ -171,6 +171,12 @@ pub struct CopyTable {
     disk_evicted: HashSet<String>,
     /// Objects to repair, oldest loss first (`copies.rs`, repair).
     repairs: VecDeque<Repair>,
+    /// Repairs with nowhere to go (every memory segment that may hold the
+    /// object holds it already), tried again once a memory segment joins.
+    parked: Vec<Repair>,
+    /// The memory segments attached when the repair duty last looked: one
+    /// not among them has joined since.
+    memory_seen: BTreeSet<SegmentId>,
 }
 
 impl CopyTable {
@@ -252,7 +258,7 @@ impl CopyTable {
     /// Queues the repairs of a segment loss; answers how many did not fit
     /// ([`REPAIRS_MAX`]).
     pub fn queue_repairs(&mut self, repairs: Vec<Repair>) -> usize {
-        let room = REPAIRS_MAX.saturating_sub(self.repairs.len());
+        let room = REPAIRS_MAX.saturating_sub(self.repairs.len() + self.parked.len());
         let dropped = repairs.len().saturating_sub(room);
         self.repairs.extend(repairs.into_iter().take(room));
         dropped
@@ -266,14 +272,36 @@ impl CopyTable {
 
     /// Keeps a repair for a later round (no room for its copy yet).
     pub fn keep_repair(&mut self, repair: Repair) {
-        if self.repairs.len() < REPAIRS_MAX {
+        if self.repairs.len() + self.parked.len() < REPAIRS_MAX {
             self.repairs.push_back(repair);
         }
     }
 
-    /// Repairs waiting (copies in flight not counted).
+    /// Keeps a repair that has nowhere to go until a memory segment joins
+    /// ([`CopyTable::unpark_repairs`]).
+    pub fn park_repair(&mut self, repair: Repair) {
+        if self.repairs.len() + self.parked.len() < REPAIRS_MAX {
+            self.parked.push(repair);
+        }
+    }
+
+    /// Notes the memory segments attached now; when one joined since the
+    /// last look, the parked repairs are queued again (answers how many).
+    pub fn unpark_repairs(&mut self, memory: BTreeSet<SegmentId>) -> usize {
+        let joined = memory.iter().any(|g| !self.memory_seen.contains(g));
+        self.memory_seen = memory;
+        if !joined || self.parked.is_empty() {
+            return 0;
+        }
+        let n = self.parked.len();
+        self.repairs.extend(self.parked.drain(..));
+        n
+    }
+
+    /// Repairs waiting, for a copy or for a segment to go to (copies in
+    /// flight not counted).
     pub fn repairs_pending(&self) -> usize {
-        self.repairs.len()
+        self.repairs.len() + self.parked.len()
     }
 
     /// Up to `max` of the keys just committed, oldest first, no longer kept.
@@ -384,6 +412,21 @@ mod tests {
         assert!(t.finish(c, ClientId(2)).is_none(), "finished once");
         assert!(t.take_for(ClientId(2), 8, now).is_empty(), "a finished copy is not handed out");
         assert_eq!(t.in_flight(Purpose::Offload), 2);
+    }
+
+    #[test]
+    fn repairs_with_nowhere_to_go_wait_for_a_memory_segment_to_join() {
+        let mut t = CopyTable::default();
+        let segs = |ids: &[u64]| ids.iter().map(|i| SegmentId(*i)).collect::<BTreeSet<_>>();
+        assert_eq!(t.unpark_repairs(segs(&[1, 2])), 0, "nothing parked");
+        t.park_repair(Repair { key: "k".into(), version: ObjectVersion(3), wanted: 2 });
+        assert_eq!(t.repairs_pending(), 1, "a parked repair is part of the backlog");
+        assert!(t.take_repairs(8).is_empty(), "not handed out while nothing joined");
+        assert_eq!(t.unpark_repairs(segs(&[2])), 0, "a segment leaving is no place to go");
+        assert_eq!(t.unpark_repairs(segs(&[2])), 0);
+        assert_eq!(t.unpark_repairs(segs(&[1, 2])), 1, "segment 1 came back");
+        assert_eq!(t.take_repairs(8).iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), vec!["k"]);
+        assert_eq!(t.repairs_pending(), 0);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! Lock order as everywhere (`leader.rs`): the state is read first, the
 //! soft state consulted after.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,6 +100,11 @@ async fn copy_round(shared: &Shared, n: u32) {
     }
     if shared.tiers.policy.promotion_on_hit {
         schedule(shared, Purpose::Promote, Scan::KeySpace).await;
+    }
+    let memory: BTreeSet<SegmentId> = shared.reader.read(|s| s.attached(Tier::Dram).map(|g| g.spec.id).collect());
+    let unparked = shared.leader.with(|t| t.copies.unpark_repairs(memory)).unwrap_or(0);
+    if unparked > 0 {
+        tracing::info!(repairs = unparked, "a memory segment joined: repairs that had nowhere to go are queued again");
     }
     let pending = shared.leader.with(|t| t.copies.repairs_pending()).unwrap_or(0);
     if pending > 0 {
@@ -325,34 +331,48 @@ pub fn repairs_after_loss(reader: &StateReader, client: ClientId) -> Vec<Repair>
 
 /// The copies that bring `repairs` back to their replica counts, from a
 /// readable memory replica to a memory segment holding none of the
-/// object; and the repairs to try again later (no segment has room now,
-/// or a copy of the object is in flight). Repairs of objects removed,
-/// replaced or whole again are done.
-fn plan_repairs(s: &MetaState, repairs: Vec<Repair>, copying: &dyn Fn(&str) -> bool) -> (Vec<Plan>, Vec<Repair>) {
-    let mut plans = Vec::new();
-    let mut later = Vec::new();
+/// object; the repairs to try again later (no segment has room now, or a
+/// copy of the object is in flight); and those with no segment to go to,
+/// parked until a memory segment joins (a node restarted or added).
+/// Repairs of objects removed, replaced or whole again are done.
+fn plan_repairs(s: &MetaState, repairs: Vec<Repair>, copying: &dyn Fn(&str) -> bool) -> RepairPlans {
+    let mut out = RepairPlans::default();
     for r in repairs {
         let Some(o) = s.object(&r.key).filter(|o| o.version == r.version && o.replicas.len() < r.wanted) else {
             continue;
         };
         if copying(&r.key) {
-            later.push(r);
+            out.later.push(r);
             continue;
         }
         match plan_copy(s, o, Tier::Dram, Tier::Dram) {
-            Some(plan) => plans.push(Plan { wanted: r.wanted, ..plan }),
+            Some(plan) => out.plans.push(Plan { wanted: r.wanted, ..plan }),
             None => {
                 // Somewhere to go later (memory that serves it and holds
-                // no replica), or nowhere: then it stays as it is.
+                // no replica, full now), or nowhere until a segment joins.
                 let tenant = mooncake_segment::tenant::tenant_of(&o.key);
                 let held: Vec<SegmentId> = o.replicas.iter().map(|p| p.segment).collect();
                 if s.attached(Tier::Dram).any(|g| g.serves(tenant) && !held.contains(&g.spec.id)) {
-                    later.push(r);
+                    out.later.push(r);
+                } else {
+                    out.parked.push(r);
                 }
             }
         }
     }
-    (plans, later)
+    out
+}
+
+/// What [`plan_repairs`] made of a slice of the backlog.
+#[derive(Default)]
+struct RepairPlans {
+    /// Copies to start.
+    plans: Vec<Plan>,
+    /// Repairs for a later round (a copy of the object in flight, or no
+    /// room on the segments it may go to yet).
+    later: Vec<Repair>,
+    /// Repairs with no segment to go to: kept until a memory segment joins.
+    parked: Vec<Repair>,
 }
 
 /// Plans copies for `purpose` and reserves their targets; grants the
@@ -407,9 +427,12 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
             let in_flight: std::collections::HashSet<String> =
                 shared.leader.with(|t| t.copies.keys_in_flight()).unwrap_or_default();
             let copying = |k: &str| in_flight.contains(k);
-            let (plans, later) = shared.reader.read(|s| plan_repairs(s, repairs, &copying));
-            shared.leader.with(|t| later.into_iter().for_each(|r| t.copies.keep_repair(r)));
-            plans
+            let out = shared.reader.read(|s| plan_repairs(s, repairs, &copying));
+            shared.leader.with(|t| {
+                out.later.into_iter().for_each(|r| t.copies.keep_repair(r));
+                out.parked.into_iter().for_each(|r| t.copies.park_repair(r));
+            });
+            out.plans
         }
     };
     if plans.is_empty() {
