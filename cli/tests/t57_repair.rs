@@ -131,7 +131,9 @@ async fn objects_with_nowhere_to_go_are_repaired_once_a_node_joins() {
             .collect();
         let objects = master.list_objects("t57n/", 1000).await.ok()?;
         let whole = objects.len() == usize::from(FEW)
-            && objects.iter().all(|o| o.replicas.len() == 2 && o.replicas.iter().any(|r| fresh.contains(&r.segment_id)));
+            && objects
+                .iter()
+                .all(|o| o.replicas.len() == 2 && o.replicas.iter().any(|r| fresh.contains(&r.segment_id)));
         whole.then_some(())
     })
     .await;
