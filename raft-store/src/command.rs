@@ -433,6 +433,16 @@ pub enum Command {
         segments: Vec<SegmentSpec>,
         tenant: Option<String>,
     },
+    /// Drops the replica on `segment` of this exact object version and
+    /// frees its range: a hot key's extra memory replica once the key
+    /// cooled (docs/OPERATIONS.md, "Hot keys"; the leader checked no KV
+    /// lease is left on it and fenced its readers). Skipped (nothing
+    /// changes) unless the object keeps a readable memory replica on
+    /// another segment. Answers `Removed` (1 or 0).
+    ///
+    /// Retry: idempotent (pinned to the version). A repeat finds no
+    /// replica there and skips.
+    DropReplica { victim: VersionedKey, segment: SegmentId },
 }
 
 /// Where one replica of an object lives, as the state machine answers it.

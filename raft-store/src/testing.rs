@@ -144,7 +144,7 @@ pub fn put_object(
 }
 
 /// How many variants [`Command`] has: [`command_variant`] numbers them.
-pub const COMMAND_VARIANTS: usize = 25;
+pub const COMMAND_VARIANTS: usize = 26;
 
 /// The position of `cmd`'s variant in [`Command`] (its first encoded
 /// byte). The match is exhaustive: a new variant does not compile here
@@ -177,6 +177,7 @@ pub fn command_variant(cmd: &Command) -> usize {
         Command::MountTenantSegment { .. } => 22,
         Command::RemountTenantSegments { .. } => 23,
         Command::ReattachSegments { .. } => 24,
+        Command::DropReplica { .. } => 25,
     }
 }
 
@@ -411,6 +412,20 @@ fn random_drop_tier(rng: &mut Rng, state: &MetaState, objects: &[&ObjectMeta]) -
     // Mostly objects with copies on both tiers, whose drop applies.
     let on = |o: &ObjectMeta, tier| o.replicas.iter().any(|r| state.replica_tier(r) == Some(tier));
     let both: Vec<_> = objects.iter().filter(|o| on(o, Tier::Dram) && on(o, Tier::Ssd)).collect();
+    if rng.one_in(3) {
+        // One replica of an object with several (a hot key's extra one), or
+        // of any object, maybe a stale version or a segment it is not on.
+        let many: Vec<_> = objects.iter().filter(|o| o.replicas.len() > 1).collect();
+        let o = if rng.one_in(4) { rng.pick(objects) } else { rng.pick(&many).copied() };
+        if let Some(o) = o {
+            let segment = match rng.pick(&o.replicas) {
+                Some(r) if !rng.one_in(6) => r.segment,
+                _ => some_segment(rng, state),
+            };
+            let version = ObjectVersion(o.version.0 + u64::from(rng.one_in(6)));
+            return Command::DropReplica { victim: VersionedKey { key: o.key.clone(), version }, segment };
+        }
+    }
     let victims = match rng.pick(&both) {
         Some(o) if !rng.one_in(4) => vec![VersionedKey { key: o.key.clone(), version: o.version }],
         _ => random_versions(rng, objects, true),

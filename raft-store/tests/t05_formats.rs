@@ -252,6 +252,7 @@ fn command_cases() -> Vec<(Command, &'static str)> {
             },
             "18090707070707070707070707070707070707070707070707070707070707070707010180804003683a310168017a00022f6d00",
         ),
+        (Command::DropReplica { victim: vkey("a", 3), segment: SegmentId(2) }, "1901610302"),
     ]
 }
 

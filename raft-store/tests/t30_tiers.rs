@@ -120,6 +120,32 @@ fn memory_replicas_are_dropped_only_where_a_readable_copy_is_left() {
     s.check_invariants().expect("invariants hold");
 }
 
+/// Why: a hot key's extra memory replica is dropped when the key cools;
+/// the drop must never take the object's last memory replica (a disk copy
+/// does not count: reads would slow to disk) nor touch a newer version.
+#[test]
+fn one_replica_is_dropped_only_while_another_memory_replica_stays() {
+    let (mut s, v) = node_with_object();
+    const MEM2: u64 = 2;
+    assert_eq!(mount_as(&mut s, NODE_B, OWNER, segment(MEM2, MIB, "host-b")), Response::Ok);
+    let drop_on = |seg: u64, version| Command::DropReplica { victim: vkey("k", version), segment: SegmentId(seg) };
+    let disk_arena = grant(&mut s, DISK, 4096);
+    ok(&mut s, add_cmd("k", v, &disk_arena, 0, 4096));
+    assert_eq!(apply(&mut s, drop_on(MEM, v)), Response::Removed { count: 0 }, "only a disk copy would stay");
+    assert_eq!(tiers_of(&s, "k"), vec![Tier::Dram, Tier::Ssd]);
+
+    let extra = grant(&mut s, MEM2, 64 * 1024);
+    ok(&mut s, add_cmd("k", v, &extra, 0, aligned(100)));
+    let used = s.tier_used_bytes(Tier::Dram);
+    assert_eq!(apply(&mut s, drop_on(MEM2, ObjectVersion(v.0 + 1))), Response::Removed { count: 0 }, "another version");
+    assert_eq!(apply(&mut s, drop_on(MEM2, v)), Response::Removed { count: 1 });
+    let on: Vec<SegmentId> = s.object("k").expect("kept").replicas.iter().map(|r| r.segment).collect();
+    assert_eq!(on, vec![SegmentId(MEM), SegmentId(DISK)], "the first memory replica and the disk copy stay");
+    assert_eq!(s.tier_used_bytes(Tier::Dram), used - aligned(100), "its bytes are free again");
+    assert_eq!(apply(&mut s, drop_on(MEM2, v)), Response::Removed { count: 0 }, "a repeat finds nothing");
+    s.check_invariants().expect("invariants hold");
+}
+
 #[test]
 fn an_expired_store_nodes_disk_stays_detached_until_the_same_identity_mounts_it_again() {
     let (mut s, v) = node_with_object();

@@ -118,6 +118,7 @@ impl MetaState {
             Command::ReleaseRetired { versions } => return self.release_retired(versions),
             Command::AddReplica { key, version, replica } => return self.add_replica(key, *version, replica),
             Command::DropTierReplicas { victims, tier } => return self.drop_tier_replicas(victims, *tier),
+            Command::DropReplica { victim, segment } => return self.drop_replica(victim, *segment),
             Command::ExpireClientKeepDisk { client } => self.expire_client(*client, true).map_err(Stop::from),
             Command::DropDetached { segments } => return Ok(self.drop_detached(segments)),
             Command::DropCorrupt { client, credential, segment, ranges } => {

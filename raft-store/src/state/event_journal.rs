@@ -27,7 +27,9 @@ fn cause_of(cmd: &Command) -> Cause {
     match cmd {
         Command::PutCommit(_) | Command::PutCommitInQuota(_) => Cause::Upsert,
         Command::RemoveVersion { .. } | Command::RemoveObjects { reason: RemoveReason::RemoveAll, .. } => Cause::Remove,
-        Command::RemoveObjects { reason: RemoveReason::Evict, .. } | Command::DropTierReplicas { .. } => Cause::Evict,
+        Command::RemoveObjects { reason: RemoveReason::Evict, .. }
+        | Command::DropTierReplicas { .. }
+        | Command::DropReplica { .. } => Cause::Evict,
         Command::ExpireClient { .. } | Command::ExpireClientKeepDisk { .. } => Cause::Expiry,
         Command::MountSegment { .. }
         | Command::MountTenantSegment { .. }

@@ -97,6 +97,23 @@ impl MetaState {
         Ok(Response::Removed { count })
     }
 
+    /// `DropReplica`: the replica of `victim` on `segment`, when another
+    /// readable memory replica stays.
+    pub(super) fn drop_replica(&mut self, victim: &VersionedKey, segment: SegmentId) -> Applied {
+        let Some(obj) = self.objects.get(&victim.key).filter(|o| o.version == victim.version) else {
+            return Ok(Response::Removed { count: 0 });
+        };
+        let (dropped, kept): (Vec<ReplicaPlacement>, Vec<ReplicaPlacement>) =
+            obj.replicas.iter().cloned().partition(|r| r.segment == segment);
+        let memory_stays = kept.iter().any(|r| self.is_readable(r) && self.replica_tier(r) == Some(Tier::Dram));
+        if dropped.is_empty() || !memory_stays {
+            return Ok(Response::Removed { count: 0 });
+        }
+        self.free_replicas(HeldBy::Object(&victim.key), &dropped)?;
+        self.objects.update(&victim.key, |o| o.replicas = kept);
+        Ok(Response::Removed { count: 1 })
+    }
+
     pub(super) fn drop_detached(&mut self, ids: &[SegmentId]) -> Response {
         let mut count = 0;
         for id in ids {
