@@ -33,6 +33,9 @@ pub struct MasterMetrics {
     pub expired_clients: IntCounter,
     pub repairs_pending: IntGauge,
     pub repairs_dropped: IntCounter,
+    pub hot_keys_admitted: IntCounter,
+    pub hot_keys_fanned: IntGauge,
+    pub hot_replicas_dropped: IntCounter,
     pub leader_stalls: IntCounter,
     pub leader_without_quorum_refusals: IntCounter,
     pub port_refusals: IntCounterVec,
@@ -356,6 +359,21 @@ impl MasterMetrics {
                 &r,
                 "mooncake_repairs_dropped_total",
                 "Objects left under-replicated because the leader's repair backlog was full.",
+            )?,
+            hot_keys_admitted: counter(
+                &r,
+                "mooncake_hot_keys_admitted_total",
+                "Times a key's reads over the heat window made it hot (--dynamic_replication_mode observe or enforce).",
+            )?,
+            hot_keys_fanned: gauge(
+                &r,
+                "mooncake_hot_keys_fanned",
+                "Keys holding memory replicas the leader added because they were hot.",
+            )?,
+            hot_replicas_dropped: counter(
+                &r,
+                "mooncake_hot_replicas_dropped_total",
+                "Memory replicas of hot keys dropped again once their key cooled.",
             )?,
             leader_stalls: counter(
                 &r,

@@ -19,6 +19,7 @@
 
 pub mod arena_fences;
 pub mod decisions;
+pub mod hot_keys;
 pub mod kv_lease;
 pub mod reservations;
 pub mod tiering;
@@ -48,6 +49,8 @@ pub struct TermState {
     pub puts: PutTable,
     /// Copies between tiers in flight (`tiering.rs`).
     pub copies: CopyTable,
+    /// Reads counted for hot-key replication (`hot_keys.rs`).
+    pub hot: hot_keys::HotKeys,
     /// Arenas being taken back from their store nodes (`arena_fences.rs`).
     pub fences: ArenaFences,
     /// Bytes removed objects freed in earlier terms' arenas, waiting for
@@ -75,6 +78,7 @@ impl TermState {
             kv: KvLeases::new(unsafe_unfenced),
             puts: PutTable::for_term(term),
             copies: CopyTable::default(),
+            hot: hot_keys::HotKeys::default(),
             fences: ArenaFences::new(term),
             cuts_waiting: Vec::new(),
             heartbeats: HashMap::new(),

@@ -60,6 +60,8 @@ pub struct TierPolicy {
     /// A copy not reported this long after it was handed out is given up
     /// (its range stays reserved until the put discard timeout expires it).
     pub copy_timeout: Duration,
+    /// Hot keys' extra memory replicas (`hot_keys.rs`).
+    pub hot_keys: super::hot_keys::HotKeyPolicy,
 }
 
 impl TierPolicy {
@@ -75,6 +77,7 @@ impl TierPolicy {
             disk_replica_grace: Duration::from_secs(DEFAULT_DISK_REPLICA_GRACE_SEC),
             // The default put discard timeout (`node/config.rs`).
             copy_timeout: Duration::from_secs(30),
+            hot_keys: super::hot_keys::HotKeyPolicy::off(),
         }
     }
 }
@@ -88,6 +91,8 @@ pub enum Purpose {
     Promote,
     /// Memory → memory: a replica lost with its segment made again.
     Repair,
+    /// Memory → memory: one more replica of a hot key (`hot_keys.rs`).
+    Replicate,
 }
 
 impl Purpose {
@@ -96,6 +101,7 @@ impl Purpose {
             Purpose::Offload => "offload",
             Purpose::Promote => "promote",
             Purpose::Repair => "repair",
+            Purpose::Replicate => "replicate",
         }
     }
 }

@@ -202,6 +202,22 @@ pub struct MasterConfig {
     /// Offload copies in flight at most (1..).
     #[arg(long = "offload_queue_limit", default_value_t = DEFAULT_OFFLOAD_QUEUE_LIMIT)]
     pub offload_queue_limit: usize,
+    /// Hot keys (docs/OPERATIONS.md, "Hot keys"): `off`; `observe` (reads are
+    /// counted, admitted keys reported in /metrics and the log); `enforce`
+    /// (an admitted key gets one more memory replica on another host, up to
+    /// --dynamic_replication_max_memory_replicas, dropped again once it
+    /// cools).
+    #[arg(long = "dynamic_replication_mode", value_enum, default_value = "off")]
+    pub dynamic_replication_mode: crate::leader::hot_keys::HotKeyMode,
+    /// Seconds over which a key's reads are counted (1..).
+    #[arg(long = "dynamic_replication_heat_window_seconds", default_value_t = 10)]
+    pub dynamic_replication_heat_window_seconds: u64,
+    /// Reads a second, over the heat window, that make a key hot (> 0).
+    #[arg(long = "dynamic_replication_admission_qps_threshold", default_value_t = 0.8)]
+    pub dynamic_replication_admission_qps_threshold: f64,
+    /// Most memory replicas a hot key gets, its put's included (1..).
+    #[arg(long = "dynamic_replication_max_memory_replicas", default_value_t = 2)]
+    pub dynamic_replication_max_memory_replicas: usize,
     /// Usage ratio of the disk tier above which disk eviction starts (the
     /// oldest unleased disk copies first; an object also in memory keeps
     /// its memory copy).
@@ -364,6 +380,12 @@ impl MasterConfig {
             disk_high_watermark_ratio: self.disk_eviction_high_watermark_ratio,
             disk_replica_grace: Duration::from_secs(self.disk_replica_grace_sec),
             copy_timeout: Duration::from_secs(self.put_start_discard_timeout_sec),
+            hot_keys: crate::leader::hot_keys::HotKeyPolicy {
+                mode: self.dynamic_replication_mode,
+                window: Duration::from_secs(self.dynamic_replication_heat_window_seconds),
+                admission_qps: self.dynamic_replication_admission_qps_threshold,
+                max_memory_replicas: self.dynamic_replication_max_memory_replicas,
+            },
         }
     }
 
@@ -394,6 +416,7 @@ impl MasterConfig {
         if self.max_watchers_per_peer == 0 {
             return Err("--max-watchers-per-peer must be positive (it is capped at --max-watchers)".into());
         }
+        self.validate_dynamic_replication()?;
         if !(1..=crate::raft::proposer::IN_FLIGHT_BATCHES_MAX).contains(&self.batches_in_flight) {
             return Err(format!(
                 "--batches-in-flight {} must be in 1..={}",
@@ -456,6 +479,26 @@ impl MasterConfig {
 
     /// A write capability should outlive the put it is for and die (skew
     /// included) before its range can be handed to another writer.
+    fn validate_dynamic_replication(&self) -> Result<(), String> {
+        if !(1..=3_600).contains(&self.dynamic_replication_heat_window_seconds) {
+            return Err(format!(
+                "--dynamic_replication_heat_window_seconds {} must be in 1..=3600",
+                self.dynamic_replication_heat_window_seconds
+            ));
+        }
+        let qps = self.dynamic_replication_admission_qps_threshold;
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(format!("--dynamic_replication_admission_qps_threshold {qps} must be a positive number"));
+        }
+        if !(1..=16).contains(&self.dynamic_replication_max_memory_replicas) {
+            return Err(format!(
+                "--dynamic_replication_max_memory_replicas {} must be in 1..=16 (1: hot keys get no extra replica)",
+                self.dynamic_replication_max_memory_replicas
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_capability_ttl(&self) -> Result<(), String> {
         use mooncake_auth::capability::{CAPABILITY_CLOCK_SKEW_MS, CAPABILITY_TTL_MAX_MS};
         let ttl_ms = self.capability_ttl_sec.saturating_mul(1_000);

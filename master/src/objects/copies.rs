@@ -110,6 +110,10 @@ async fn copy_round(shared: &Shared, n: u32) {
     if pending > 0 {
         schedule(shared, Purpose::Repair, Scan::KeySpace).await;
     }
+    if shared.tiers.policy.hot_keys.mode == crate::leader::hot_keys::HotKeyMode::Enforce {
+        schedule(shared, Purpose::Replicate, Scan::KeySpace).await;
+        crate::objects::hot_keys::drop_cooled(shared).await;
+    }
     let pending = shared.leader.with(|t| t.copies.repairs_pending() + t.copies.in_flight(Purpose::Repair));
     shared.metrics.repairs_pending.set(pending.unwrap_or(0) as i64);
     end_detached(shared).await;
@@ -363,6 +367,23 @@ fn plan_repairs(s: &MetaState, repairs: Vec<Repair>, copying: &dyn Fn(&str) -> b
     out
 }
 
+/// One more memory replica for each of the admitted hot `keys` with
+/// fewer than `cap` readable memory replicas (and at least one to copy
+/// from), on a memory segment as placement would pick for a replica (zone
+/// and host of their own first). A key whose copy is in flight waits for
+/// its next admission.
+fn plan_fan_out(s: &MetaState, keys: &[String], cap: usize, copying: &dyn Fn(&str) -> bool) -> Vec<Plan> {
+    let memory = |o: &mooncake_raft_store::state::ObjectMeta| {
+        o.replicas.iter().filter(|r| s.replica_tier(r) == Some(Tier::Dram) && s.is_readable(r)).count()
+    };
+    keys.iter()
+        .filter(|k| !copying(k))
+        .filter_map(|k| s.object(k))
+        .filter(|o| (1..cap).contains(&memory(o)))
+        .filter_map(|o| plan_copy(s, o, Tier::Dram, Tier::Dram))
+        .collect()
+}
+
 /// What [`plan_repairs`] made of a slice of the backlog.
 #[derive(Default)]
 struct RepairPlans {
@@ -392,6 +413,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         Purpose::Offload => shared.tiers.policy.offload_queue_limit,
         Purpose::Promote => shared.tiers.policy.promotion_queue_limit,
         Purpose::Repair => REPAIRS_IN_FLIGHT_MAX,
+        Purpose::Replicate => crate::objects::hot_keys::REPLICATIONS_IN_FLIGHT_MAX,
     };
     let Some((room, hot, fresh, repairs, cursor)) = shared.leader.with(|t| {
         let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
@@ -401,6 +423,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
             }
             Purpose::Offload if room > 0 => (Vec::new(), t.copies.take_fresh(room), vec![]),
             Purpose::Repair if room > 0 => (Vec::new(), Vec::new(), t.copies.take_repairs(room)),
+            Purpose::Replicate if room > 0 => (t.hot.take_admitted(room), Vec::new(), Vec::new()),
             _ => (Vec::new(), Vec::new(), Vec::new()),
         };
         (room, hot, fresh, repairs, t.copies.offload_cursor.clone())
@@ -433,6 +456,12 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
                 out.parked.into_iter().for_each(|r| t.copies.park_repair(r));
             });
             out.plans
+        }
+        Purpose::Replicate => {
+            let in_flight: std::collections::HashSet<String> =
+                shared.leader.with(|t| t.copies.keys_in_flight()).unwrap_or_default();
+            let cap = shared.tiers.policy.hot_keys.max_memory_replicas;
+            shared.reader.read(|s| plan_fan_out(s, &hot, cap, &|k: &str| in_flight.contains(k)))
         }
     };
     if plans.is_empty() {
@@ -509,6 +538,7 @@ fn reserve_copies(
                     Purpose::Repair => {
                         t.copies.keep_repair(Repair { key: p.key.clone(), version: p.version, wanted: p.wanted })
                     }
+                    Purpose::Replicate => t.hot.requeue(p.key.clone()),
                 }
                 for (segment, arena_len) in segments {
                     if !wanted.iter().any(|(s, _, _)| *s == segment) {
@@ -682,6 +712,9 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
         Ok(r) => {
             let status = response_status(&r);
             if status.error_code() == ErrorCode::Ok {
+                if copy.purpose == Purpose::Replicate {
+                    shared.leader.with(|t| t.hot.note_added(&copy.key, copy.version, copy.target.segment));
+                }
                 shared.metrics.copies_done(copy.purpose).inc();
                 shared
                     .metrics

@@ -1,7 +1,8 @@
 //! What the leader does to objects and their bytes: puts (reservations
 //! answered, commits, writer chunks), removals (proposed under their fences), eviction and
 //! the arena cuts it needs, arenas taken back and returned, the copies
-//! between tiers, and the capabilities that grant the data path.
+//! between tiers and hot keys' extra replicas, and the capabilities that
+//! grant the data path.
 
 pub mod arena_cuts;
 pub(crate) mod arenas;
@@ -10,6 +11,7 @@ pub(crate) mod chunks;
 pub(crate) mod copies;
 pub mod eviction;
 pub(crate) mod fenced;
+pub(crate) mod hot_keys;
 pub(crate) mod put_end;
 pub(crate) mod puts;
 pub(crate) mod quotas;

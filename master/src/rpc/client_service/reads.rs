@@ -78,6 +78,7 @@ impl MasterServiceImpl {
             }
         }
         crate::objects::copies::count_hits(&self.shared, keys, &answers);
+        crate::objects::hot_keys::count_reads(&self.shared, keys, &answers);
         Ok(answers)
     }
 
