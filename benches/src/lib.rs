@@ -53,6 +53,7 @@ pub mod disk_tier;
 #[cfg(feature = "baselines")]
 pub mod failover;
 pub mod fleet;
+pub mod hot_key;
 #[cfg(feature = "baselines")]
 pub mod meta;
 pub mod metrics;
@@ -89,7 +90,9 @@ pub enum Scenario {
     /// upstream and the LRU bound (not part of `all`: it needs a trace).
     Trace,
     /// A store node joins a full cluster under load: its share of the
-    /// writes per second and put p99 (not part of `all`).
+    /// writes per second and put p99; repair after a node loss; a hot key
+    /// read by 8 clients with hot-key replication off and on (not part of
+    /// `all`).
     Ramp,
     All,
 }

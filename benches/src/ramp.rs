@@ -24,6 +24,9 @@
 //! and the time until every object has 2 replicas again, none on the dead
 //! node (repair, docs/OPERATIONS.md "Lost replicas"), next to the masters'
 //! client TTL (the expiry repair waits for).
+//!
+//! Last, a hot key (`hot_key.rs`): one object read by 8 clients, with the
+//! masters' hot-key replication off and on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -195,6 +198,23 @@ pub async fn run(ctx: &mut Ctx) -> anyhow::Result<Section> {
         bound_row(targets, "repair: seconds past the client TTL until every object is whole (<= 10)", past_ttl, 1);
     }
     s.tables.push(repair.table());
+    let hot = crate::hot_key::run(ctx).await?;
+    let off = hot.iter().find(|c| !c.fan_out);
+    let on = hot.iter().find(|c| c.fan_out);
+    if let Some(targets) = s.tables.get_mut(1) {
+        let speedup = on.zip(off).map(|(on, off)| on.reads_per_s / off.reads_per_s.max(1e-9));
+        bound_row(targets, "hot key: reads/s with replication on / off (all replicas share 2 cores)", speedup, 2);
+        crate::target_row(
+            targets,
+            "hot key: least share of the reads a replica served / its fair share",
+            on.and_then(|c| c.min_fair_share),
+            0.33,
+            true,
+            2,
+        );
+    }
+    s.failed_ops += hot.iter().map(|c| c.failed).sum::<u64>();
+    s.tables.push(crate::hot_key::table(&hot));
     Ok(s)
 }
 
