@@ -105,9 +105,17 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
                 return granted(shared, id, &placed);
             }
             Some(Err(Reserve::NeedArenas(wanted))) => {
+                let ramping = crate::leader::reservations::ramping(&cands);
                 for (segment, arena_len) in wanted {
                     match grant_arena(shared, segment, arena_len, len, Relief::None).await {
                         Grant::Room => round.granted.push(segment),
+                        // A node is filling and placement picked a full
+                        // segment: the writer puts the usual way, which
+                        // evicts there, instead of every chunk going to
+                        // the filling node (`reservations::ramping`).
+                        Grant::NoRoom if ramping => {
+                            return no_room(format!("segment {segment} is full while another fills"));
+                        }
                         Grant::NoRoom => round.excluded.push(segment),
                         Grant::NotLeading => return refuse(shared.not_leader()),
                     }

@@ -147,9 +147,25 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             Reserve::Again(p) => return placed(shared, &ask, &p),
             Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
+                let ramping = crate::leader::reservations::ramping(&look.candidates);
                 for (segment, len) in wanted {
                     match grant_arena(shared, segment, len, aligned(ask.size_bytes), Relief::GiveBack).await {
                         Grant::Room => round.granted.push(segment),
+                        // A node is filling: the full segment placement
+                        // picked takes its share by evicting, instead of
+                        // sending the put to the filling one.
+                        Grant::NoRoom if ramping && evictions < EVICT_ROUNDS_MAX => {
+                            let capacity =
+                                look.candidates.iter().find(|c| c.segment == segment).map(|c| c.capacity_bytes);
+                            let ahead = (capacity.unwrap_or(0) as f64
+                                * shared.write_path.eviction_policy.eviction_ratio)
+                                as u64;
+                            let need = aligned(ask.size_bytes).saturating_mul(1 << evictions).max(ahead);
+                            evictions += 1;
+                            if eviction::round_for_put(shared, segment, need).await == 0 {
+                                round.excluded.push(segment);
+                            }
+                        }
                         Grant::NoRoom => round.excluded.push(segment),
                         Grant::NotLeading => return refuse(shared.not_leader()),
                     }

@@ -275,6 +275,19 @@ const RECENT_WINDOW: Duration = Duration::from_secs(1);
 /// ramps"), not all of them.
 pub const RAMP_WEIGHT_CAP: u64 = 4;
 
+/// Whether placement caps some candidate's weight (a segment far emptier
+/// than the median one, typically a node joining a full cluster): its
+/// free bytes above [`RAMP_WEIGHT_CAP`] times the median candidate's.
+/// Puts then make room on the full segments placement picks (evicting
+/// there) instead of moving on to the empty one, which would take every
+/// write (`objects/puts.rs`).
+pub fn ramping(candidates: &[Candidate]) -> bool {
+    let mut free: Vec<u64> = candidates.iter().filter(|c| !c.preferred).map(|c| c.free_bytes).collect();
+    free.sort_unstable();
+    let (Some(median), Some(most)) = (free.get(free.len() / 2), free.last()) else { return false };
+    free.len() > 1 && *most > median.saturating_mul(RAMP_WEIGHT_CAP)
+}
+
 /// Bytes handed out per segment in the current and the previous
 /// [`RECENT_WINDOW`].
 #[derive(Default)]
@@ -985,6 +998,27 @@ mod tests {
             }
         }
         assert!((45..=65).contains(&later[3]), "{later:?}");
+    }
+
+    /// Why: only a segment far emptier than the median one (a node joining
+    /// a full cluster) makes puts evict on the full ones instead of
+    /// filling it; segments filled alike, or half full, never do.
+    #[test]
+    fn a_cluster_is_ramping_only_while_one_segment_is_far_emptier_than_the_median() {
+        let mut c: Vec<Candidate> = (1..=4).map(|i| cand(i, &format!("h{i}"))).collect();
+        assert!(!ramping(&c), "all empty alike");
+        for full in &mut c[..3] {
+            full.free_bytes = SEG / 32;
+        }
+        assert!(ramping(&c), "one empty among full ones");
+        for half in &mut c[..3] {
+            half.free_bytes = SEG / 2;
+        }
+        assert!(!ramping(&c), "half full: at most twice the median");
+        assert!(!ramping(&c[3..]), "one candidate");
+        c[3].preferred = true;
+        c[0].free_bytes = 0;
+        assert!(!ramping(&c), "a preferred segment is the caller's choice, not placement's");
     }
 
     /// Concurrent puts read the state before the arenas granted for their
