@@ -48,6 +48,18 @@ pub const STORE_SEGMENT_BYTES: u64 = 4 << 20;
 /// [`crate::scenario::Scenario::store_segment_size`]). Eviction (at a
 /// quarter of it) does not start within a 30 s run there.
 pub const STALLED_WRITERS_SEGMENT_SIZE: &str = "64MiB";
+/// The masters' hot-key flags where the scenario replicates hot keys: a key
+/// with one memory replica read twice within 2 s gets a second, dropped
+/// once it goes 2 s without (and unleased). Both workloads put 2 replicas
+/// on the 2 store nodes, so this acts on the keys a store node's expiry
+/// left with one (the copies race repair's).
+pub const HOT_KEY_FLAGS: &[&str] = &[
+    "--dynamic_replication_mode=enforce",
+    "--dynamic_replication_heat_window_seconds=2",
+    "--dynamic_replication_admission_qps_threshold=1",
+    "--dynamic_replication_max_memory_replicas=2",
+];
+
 /// The masters' `--default_kv_lease_ttl`: short, so leases run out (and
 /// removes win) inside a run, long against the races (a few ms).
 pub const KV_LEASE_TTL: Duration = Duration::from_millis(2000);
@@ -124,6 +136,10 @@ pub struct ClusterOptions {
     /// Store nodes keep their memory in /dev/shm files, which a restart
     /// re-attaches (`rolling-restart`); otherwise anonymous memory.
     pub shm_stores: bool,
+    /// Masters replicate hot keys (`--dynamic_replication_mode enforce`,
+    /// with thresholds a chaos workload reaches): their copies and the
+    /// fenced drops of cooled replicas run under the faults.
+    pub hot_keys: bool,
 }
 
 /// One process of the cluster.
@@ -272,6 +288,9 @@ impl ChaosCluster {
                 "--promotion_on_hit".to_string(),
                 format!("--disk_replica_grace_sec={}", DISK_REPLICA_GRACE.as_secs()),
             ]);
+        }
+        if self.opts.hot_keys {
+            args.extend(HOT_KEY_FLAGS.iter().map(|f| f.to_string()));
         }
         args.push(if id <= 3 { format!("--initial-cluster={initial}") } else { "--join".to_string() });
         args.extend(self.security_args(Role::Master { id }));
@@ -578,6 +597,16 @@ impl ChaosCluster {
 
     /// Objects evicted by every leader of the run, from the masters' logs
     /// (their metrics restart from zero with the process; the logs do not).
+    /// Memory replicas the leaders added to hot keys and dropped again once
+    /// they cooled (from their logs).
+    pub fn hot_key_replicas(&self) -> (u64, u64) {
+        let logs: Vec<String> = self.masters.values().filter_map(|p| std::fs::read_to_string(&p.log).ok()).collect();
+        let added =
+            logs.iter().flat_map(|l| l.lines()).filter(|l| l.contains("a hot key got a memory replica")).count();
+        let dropped = logs.iter().map(|l| sum_field(l, "cooled hot keys' extra replicas dropped", " replicas=")).sum();
+        (added as u64, dropped)
+    }
+
     pub fn evicted_objects(&self) -> u64 {
         self.masters.values().filter_map(|p| std::fs::read_to_string(&p.log).ok()).map(|log| evicted_in(&log)).sum()
     }
@@ -668,11 +697,17 @@ pub fn store_host(n: u64) -> String {
 /// The sum of `evicted=N` over a master log's "eviction round" lines (with
 /// or without terminal colours).
 fn evicted_in(log: &str) -> u64 {
+    sum_field(log, "eviction round", " evicted=")
+}
+
+/// The sum of the numeric `field` (` name=`) over the lines of `log` that
+/// contain `marker`.
+fn sum_field(log: &str, marker: &str, field: &str) -> u64 {
     log.lines()
-        .filter(|line| line.contains("eviction round"))
+        .filter(|line| line.contains(marker))
         .filter_map(|line| {
             let plain = strip_ansi(line);
-            let rest = &plain[plain.find(" evicted=")? + " evicted=".len()..];
+            let rest = &plain[plain.find(field)? + field.len()..];
             rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
         })
         .sum()

@@ -371,6 +371,10 @@ pub struct LeaseReport {
     pub evicted_objects: u64,
     /// Broken leases found (at most one of each kind per key).
     pub violations: usize,
+    /// Memory replicas the leaders added to hot keys, and dropped again
+    /// (from their logs; scenarios that replicate hot keys).
+    pub hot_replicas_added: u64,
+    pub hot_replicas_dropped: u64,
 }
 
 /// Counts and verdicts of one run.
@@ -546,7 +550,11 @@ impl RunReport {
             let _ = writeln!(s, "availability: {a}");
         }
         let l = &self.kv_leases;
-        let _ = writeln!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
+        let _ = write!(s, "kv leases: {}  evicted {}  violations {}", l.counts, l.evicted_objects, l.violations);
+        if l.hot_replicas_added + l.hot_replicas_dropped > 0 {
+            let _ = write!(s, "  hot-key replicas added {} dropped {}", l.hot_replicas_added, l.hot_replicas_dropped);
+        }
+        let _ = writeln!(s);
         let _ = writeln!(s, "committed bytes: {}", self.committed_bytes);
         let f = &self.event_feed;
         let _ = writeln!(

@@ -169,6 +169,7 @@ async fn run_inside(opts: RunOptions, net: Arc<Network>, dir: PathBuf) -> anyhow
         disks: opts.scenario.has_disks(),
         ucx: opts.scenario.over_ucx(),
         shm_stores: opts.scenario.shm_stores(),
+        hot_keys: opts.scenario.replicates_hot_keys(),
     };
     let cluster = Arc::new(Mutex::new(ChaosCluster::start(net.clone(), cluster_opts)?));
     let (addrs, access) = {
@@ -461,6 +462,7 @@ async fn finish(
     let refusals = shared.refusals();
     let availability = availability_run::check_run(&refusals, &history, &lease_records, &faults, &terms, opts.clients);
     let evicted = cluster.lock().await.evicted_objects();
+    let (hot_replicas_added, hot_replicas_dropped) = cluster.lock().await.hot_key_replicas();
     let put_failures = shared.put_failures();
     let acked_puts =
         history.records().iter().filter(|r| matches!(r.op, OpKind::Put { .. }) && r.outcome == Outcome::Ok).count()
@@ -527,8 +529,13 @@ async fn finish(
     };
     let mut report =
         RunReport::new(opts.scenario, opts.seed, dir, &history, faults, checkers, nodes, started.elapsed());
-    report.kv_leases =
-        LeaseReport { counts: leases.counts, evicted_objects: evicted, violations: leases.violations.len() };
+    report.kv_leases = LeaseReport {
+        counts: leases.counts,
+        evicted_objects: evicted,
+        violations: leases.violations.len(),
+        hot_replicas_added,
+        hot_replicas_dropped,
+    };
     report.committed_bytes = committed.counts;
     report.event_feed = feed.counts;
     report.tls = access.is_tls();

@@ -264,6 +264,14 @@ impl Scenario {
         self == Scenario::UcxStores
     }
 
+    /// Masters replicate hot keys (`chaos_cluster::HOT_KEY_FLAGS`): in
+    /// `mixed`, so the copies and the fenced drops of cooled replicas run
+    /// under leader changes, partitions and kills, judged by every checker
+    /// (the summary's `kv leases` line counts them).
+    pub fn replicates_hot_keys(self) -> bool {
+        self == Scenario::Mixed
+    }
+
     /// Store nodes keep their memory in /dev/shm files (not anonymous
     /// memory), which their restarts re-attach (docs/OPERATIONS.md,
     /// "Restarting a store node").

@@ -714,6 +714,7 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
             if status.error_code() == ErrorCode::Ok {
                 if copy.purpose == Purpose::Replicate {
                     shared.leader.with(|t| t.hot.note_added(&copy.key, copy.version, copy.target.segment));
+                    tracing::info!(key = %copy.key, segment = %copy.target.segment, "a hot key got a memory replica");
                 }
                 shared.metrics.copies_done(copy.purpose).inc();
                 shared

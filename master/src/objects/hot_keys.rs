@@ -123,7 +123,7 @@ pub async fn drop_cooled(shared: &Shared) {
                 .sum();
             shared.metrics.hot_replicas_dropped.inc_by(dropped);
             shared.leader.with(|t| done.iter().for_each(|k| t.hot.forget(k)));
-            tracing::debug!(keys = done.len(), replicas = dropped, "cooled hot keys' extra replicas dropped");
+            tracing::info!(keys = done.len(), replicas = dropped, "cooled hot keys' extra replicas dropped");
         }
         Err(status) => {
             tracing::debug!(message = %status.message, "dropping cooled hot keys' replicas failed; a later round retries")
