@@ -22,7 +22,7 @@
 
 use std::time::Instant;
 
-use mooncake_raft_store::{ArenaId, Command, Pin, RemoveReason, Response, Tier, VersionedKey};
+use mooncake_raft_store::{ArenaId, Command, Pin, RemoveReason, Tier, VersionedKey};
 use mooncake_segment::SegmentId;
 use mooncake_segment::tenant::Tenant;
 
@@ -321,13 +321,7 @@ async fn remove_victims(
     }
     match propose_fenced(&shared.write_path.proposer, cmds, guard, |_, _| true).await {
         Ok(answers) => {
-            let count: u64 = answers
-                .iter()
-                .map(|a| match a {
-                    Response::Removed { count } => *count,
-                    _ => 0,
-                })
-                .sum();
+            let count = crate::objects::fenced::removed_total(&answers);
             shared.metrics.eviction_rounds.inc();
             shared.metrics.evicted_objects.inc_by(count);
             let (used, capacity) = shared.reader.read(|s| (s.tier_used_bytes(tier), s.tier_capacity_bytes(tier)));

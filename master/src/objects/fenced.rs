@@ -45,3 +45,15 @@ pub async fn propose_fenced(
     });
     task.await.map_err(|e| internal(format!("removal task ended abnormally: {e}")))?
 }
+
+/// What the `Removed` answers among `answers` count together (objects or
+/// replicas, as each command answers).
+pub fn removed_total(answers: &[Response]) -> u64 {
+    answers
+        .iter()
+        .map(|a| match a {
+            Response::Removed { count } => *count,
+            _ => 0,
+        })
+        .sum()
+}

@@ -9,12 +9,12 @@ use std::time::Instant;
 
 use mooncake_proto::ErrorCode;
 use mooncake_proto::master as pb;
-use mooncake_raft_store::{Command, ObjectVersion, Response, Tier, VersionedKey};
+use mooncake_raft_store::{Command, ObjectVersion, Tier, VersionedKey};
 use mooncake_segment::SegmentId;
 
 use crate::leader::hot_keys::HotKeyMode;
 use crate::leader::kv_lease::KeyHash;
-use crate::objects::fenced::propose_fenced;
+use crate::objects::fenced::{propose_fenced, removed_total};
 use crate::shared::Shared;
 
 /// Hot-key copies in flight at most (each copies a whole object between
@@ -114,13 +114,7 @@ pub async fn drop_cooled(shared: &Shared) {
     }
     match propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, |_, _| false).await {
         Ok(answers) => {
-            let dropped: u64 = answers
-                .iter()
-                .map(|a| match a {
-                    Response::Removed { count } => *count,
-                    _ => 0,
-                })
-                .sum();
+            let dropped = removed_total(&answers);
             shared.metrics.hot_replicas_dropped.inc_by(dropped);
             shared.leader.with(|t| done.iter().for_each(|k| t.hot.forget(k)));
             tracing::info!(keys = done.len(), replicas = dropped, "cooled hot keys' extra replicas dropped");
