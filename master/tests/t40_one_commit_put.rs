@@ -112,18 +112,24 @@ async fn a_key_in_flight_is_taken_and_a_stalled_put_expires_and_frees_it() {
         |replicas: &[Replica]| replicas.iter().map(|r| (r.segment_id, r.offset, r.len, r.arena_id)).collect::<Vec<_>>();
     assert_eq!(placed(&client.put_start(ask("k", 4096, 0)).await.expect("same ask")), placed(&stalled));
     // After the discard timeout the key is free again; the stalled writer's
-    // PutEnd is told its put expired.
+    // PutEnd, with another writer's put of the key in flight, is another
+    // client's PutEnd of that put: ILLEGAL_CLIENT, as upstream answers.
     let replicas = wait_until("the stalled put to be discarded", Duration::from_secs(10), || async {
         client.put_start(other.clone()).await.ok()
     })
     .await;
     assert_ne!(replicas[0].offset, stalled[0].offset, "the stalled writer's range is never handed out again");
     let e = client.put_end_with(end("k", 4096, &stalled)).await.expect_err("late PutEnd");
-    assert_eq!(e.code(), Some(ErrorCode::ObjectNotFound), "{e}");
-    assert!(e.to_string().contains("put expired"), "{e}");
+    assert_eq!(e.code(), Some(ErrorCode::IllegalClient), "{e}");
+    assert!(e.to_string().contains("only its writer may end it"), "{e}");
     // Revoke frees a key at once; a revoke of nothing says so.
     client.put_revoke(WRITER + 1, "k").await.expect("revoke");
-    client.put_start(ask("k", 4096, 0)).await.expect("the key is free after the revoke");
+    let mine = client.put_start(ask("k", 4096, 0)).await.expect("the key is free after the revoke");
+    // Another client's PutEnd of this put in flight changes nothing.
+    let intruder = PutEndRequest { client_id: WRITER + 1, ..end("k", 4096, &mine) };
+    let e = client.put_end_with(intruder).await.expect_err("another client's PutEnd");
+    assert_eq!(e.code(), Some(ErrorCode::IllegalClient), "{e}");
+    assert!(client.list_objects("k", 10).await.expect("list").is_empty(), "nothing was committed");
     let e = client.put_revoke(WRITER + 1, "k").await.expect_err("not that writer's put any more");
     assert_eq!(e.code(), Some(ErrorCode::IllegalClient), "another client's put in flight: {e}");
     client.put_revoke(WRITER, "k").await.expect("its writer revokes it");

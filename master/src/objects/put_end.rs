@@ -239,11 +239,13 @@ fn plan_end(
             };
             EndPlan::propose(s, new, req.request_id)
         }
-        // This writer's put expired and another writer's put of the key is
-        // in flight (the first writer wins).
-        Some(_) => EndPlan::Answer(invalid(MetaError::PutExpired(format!(
-            "{:?}: this put expired and another put of the key is in flight",
-            req.key
+        // Another client's put of the key is in flight: only its writer
+        // may end it (upstream's ILLEGAL_CLIENT). This client's own put of
+        // the key, if it had one, expired before that one started.
+        Some(r) => EndPlan::Answer(invalid(MetaError::IllegalClient(format!(
+            "the put of {:?} in flight is {}'s, not {client}'s: only its writer may end it (a put of this client's \
+             own expired before it started)",
+            req.key, r.client
         )))),
         None => plan_unknown_end(s, req, echoed, owned, grants),
     }
