@@ -3,7 +3,8 @@
 //! with an identical state hash (and reaches masters added later); a master
 //! whose disk died is replaced by the membership procedure while a workload
 //! runs, losing nothing; `member remove` drops a learner and refuses an id
-//! that is no member; `client evict` frees a dead client's segment at once.
+//! that is no member; `client evict` frees a dead client's segment at once;
+//! two `mooncake up` clusters run side by side on one host.
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -411,4 +412,63 @@ async fn client_evict_frees_a_dead_clients_segment_at_once() {
         String::from_utf8_lossy(&out.stderr).contains("ILLEGAL_CLIENT")
             || String::from_utf8_lossy(&out.stderr).contains("not registered")
     );
+}
+
+/// A `mooncake up` child, stopped with Ctrl-C (SIGINT) when dropped, so its
+/// masters and store nodes stop with it.
+struct Up(std::process::Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + T;
+        while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `mooncake up` with 1 master and 1 store node in `dir`; answers
+/// it once it says the cluster is up, or the lines it printed instead.
+fn up(dir: &std::path::Path) -> Result<Up, String> {
+    use std::io::BufRead;
+    let child = Command::new(BIN)
+        .args(["up", "--masters", "1", "--stores", "1", "--segment-size", "16MiB", "--dir"])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn mooncake up");
+    let mut up = Up(child);
+    let stderr = up.0.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(T) {
+        if line.contains("cluster up:") {
+            return Ok(up);
+        }
+        seen.push(line);
+    }
+    Err(seen.join("\n"))
+}
+
+/// Why: an operator (or two CI jobs) running two local clusters on one host
+/// used to see the second fail: both gave their first store node the same
+/// client id, hence the same /dev/shm lock.
+#[test]
+fn two_local_clusters_run_side_by_side_on_one_host() {
+    let (a, b) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let first = up(a.path()).unwrap_or_else(|e| panic!("the first cluster did not come up:\n{e}"));
+    let second = up(b.path()).unwrap_or_else(|e| panic!("the second cluster did not come up beside the first:\n{e}"));
+    drop(second);
+    drop(first);
 }

@@ -16,15 +16,17 @@ use crate::node::{Node, Role};
 use crate::ports::free_port;
 use crate::wait::wait_for;
 
-/// Store node `n` of the first local cluster of a process has client id
-/// `STORE_CLIENT_ID_BASE + n`; each further cluster in the same process
-/// (parallel tests) gets the next block of 256, so none shares an identity
-/// (or a /dev/shm file name) with another. See [`LocalCluster::store_client_id`].
+/// Store node `n` of a local cluster has client id `STORE_CLIENT_ID_BASE +
+/// (pid << 20) + (k << 8) + n`, for the `k`-th cluster of the process whose
+/// id is `pid`: clusters of one process (parallel tests) and of two
+/// processes on one host (two `mooncake up`) never share an identity, nor
+/// the /dev/shm file named after it. See [`LocalCluster::store_client_id`].
 pub const STORE_CLIENT_ID_BASE: u64 = 0x5700;
 
 fn next_store_id_base() -> u64 {
     static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    STORE_CLIENT_ID_BASE + (CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 8)
+    let k = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xFFF;
+    STORE_CLIENT_ID_BASE + (u64::from(std::process::id()) << 20) + (k << 8)
 }
 
 /// How to build a [`LocalCluster`].
