@@ -1,7 +1,8 @@
 """Run code written for upstream Mooncake without editing its imports.
 
-``install()`` makes ``import mooncake.store`` and ``import
-mooncake.mooncake_config`` return mooncake-rs's modules, for frameworks
+``install()`` makes ``import mooncake.store``, ``import
+mooncake.async_store`` and ``import mooncake.mooncake_config`` return
+mooncake-rs's modules, for frameworks
 whose import line you cannot change (call it before they import Mooncake,
 or from a ``.pth`` file, see docs/PYTHON.md). Where you can change the
 line, prefer ``from mooncake_rs.store import MooncakeDistributedStore``.
@@ -10,18 +11,22 @@ line, prefer ``from mooncake_rs.store import MooncakeDistributedStore``.
 import sys
 import types
 
+import mooncake_rs.async_store
 import mooncake_rs.mooncake_config
 import mooncake_rs.store
 
 
 def install() -> None:
-    """Aliases ``mooncake``, ``mooncake.store`` and ``mooncake.mooncake_config``."""
+    """Aliases ``mooncake``, ``mooncake.store``, ``mooncake.async_store`` and
+    ``mooncake.mooncake_config``."""
     if "mooncake.store" in sys.modules and sys.modules["mooncake.store"] is not mooncake_rs.store:
         raise RuntimeError("upstream mooncake.store is imported already; call install() before it is")
     package = types.ModuleType("mooncake", "mooncake-rs standing in for Mooncake (mooncake_rs.compat)")
     package.__path__ = []  # a package: submodules resolve through sys.modules
     package.store = mooncake_rs.store
     package.mooncake_config = mooncake_rs.mooncake_config
+    package.async_store = mooncake_rs.async_store
     sys.modules["mooncake"] = package
     sys.modules["mooncake.store"] = mooncake_rs.store
+    sys.modules["mooncake.async_store"] = mooncake_rs.async_store
     sys.modules["mooncake.mooncake_config"] = mooncake_rs.mooncake_config

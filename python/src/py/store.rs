@@ -56,7 +56,7 @@ impl MooncakeHostMemAllocator {
 /// Mooncake's `health_check` answer before `setup` and after `close`.
 const HEALTH_NOT_OPEN: Code = 1;
 
-#[pyclass(module = "mooncake_rs.store", frozen, weakref)]
+#[pyclass(module = "mooncake_rs.store", frozen, weakref, subclass)]
 pub struct MooncakeDistributedStore {
     state: Arc<StoreState>,
 }
