@@ -1,9 +1,10 @@
 //! The harness catches tenants crossing: masters started with the
 //! development-only `--dev-unsafe-ignore-tenants` (every call acts in the
 //! default tenant, whatever it names) must fail the `tenant_isolation`
-//! checker, whose probe then reads and removes the other tenant's objects.
-//! The real build passes that checker in every other run of the suite.
-//! Needs root and the `mooncake` binary; otherwise it says so and skips.
+//! checker, whose probe then reads and removes the other tenant's objects;
+//! the same seed on the real build must pass it, its probe having judged
+//! answers (not vacuous). Needs root and the `mooncake` binary; otherwise
+//! it says so and skips.
 
 mod common;
 
@@ -27,4 +28,23 @@ fn tenants_crossing_is_caught() {
     assert!(!isolation.valid, "tenants crossing went unnoticed: the harness would miss this bug");
     assert!(isolation.problems.iter().any(|p| p.contains("jepsen-a")), "{:?}", isolation.problems);
     assert!(!broken.valid);
+
+    // The real build, same seed: its tenants stay apart, and the probe
+    // judged answers, so the pass is not vacuous.
+    let good_results = tempfile::tempdir().expect("results dir");
+    let Some(opts) = common::chaos_run_options(
+        Scenario::Baseline,
+        SEED,
+        Duration::from_secs(8),
+        Vec::new(),
+        good_results.path(),
+        "mctg",
+    ) else {
+        return;
+    };
+    let good = common::run_reported(opts);
+    let isolation = common::verdict(&good, "tenant_isolation");
+    assert!(isolation.valid, "the real build crossed tenants: {:?}", isolation.problems);
+    assert!(isolation.checked > 0, "the probe judged nothing\n{}", good.summary());
+    assert!(good.valid, "{}", good.summary());
 }
