@@ -136,6 +136,11 @@ async fn metrics(State(NodeState { client, .. }): State<NodeState>) -> String {
                     "Transfer requests refused UNAUTHORIZED: no valid capability (also in errors_total).",
                     s.unauthorized,
                 ),
+                (
+                    "mooncake_store_fenced_writes_total",
+                    "WRITEs refused UNAUTHORIZED because the masters took their arena back (also in unauthorized_total).",
+                    s.fenced,
+                ),
             ]);
         }
         for (kind, rows) in [("gauge", gauges), ("counter", counters)] {

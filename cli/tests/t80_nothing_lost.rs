@@ -242,8 +242,22 @@ async fn a_deposed_leaders_writer_is_refused_once_the_new_leader_took_its_arena_
     use mooncake_transfer::frame::Status;
     use mooncake_transfer::{TcpConfig, TcpTransport, TransferError, Transport};
 
-    let mut cluster = Cluster::builder().masters(3).stores(2).segment_size("16MiB").binary(BIN).start();
-    cluster.wait_for_segments(2, Duration::from_secs(20)).await;
+    // One store node, its /metrics on a port of the test's: the refusal
+    // must be seen to come from the node's arena fence, not from the grant.
+    let http = format!("127.0.0.1:{}", mooncake_testkit::free_port().expect("a free port"));
+    let mut cluster = Cluster::builder()
+        .masters(3)
+        .stores(1)
+        .segment_size("16MiB")
+        .store_arg(format!("--http={http}"))
+        .binary(BIN)
+        .start();
+    cluster.wait_for_segments(1, Duration::from_secs(20)).await;
+    let fenced_writes = || {
+        let (_, body) = mooncake_testkit::http_get(&http, "/metrics").expect("the store node's /metrics");
+        let samples = mooncake_testkit::parse_prometheus(&body).expect("Prometheus text");
+        mooncake_testkit::sample_value(&samples, "mooncake_store_fenced_writes_total", &[]).expect("the counter")
+    };
     let client = Client::connect(ClientConfig::new(cluster.addrs())).await.expect("client");
     let key = "in-flight";
     let data = value(3_000, 64 << 10);
@@ -268,6 +282,7 @@ async fn a_deposed_leaders_writer_is_refused_once_the_new_leader_took_its_arena_
     })
     .await;
     assert!(matches!(refused, TransferError::Remote { status: Status::Unauthorized, .. }), "{refused:?}");
+    assert!(fenced_writes() >= 1.0, "the refusal came from the arena fence, not from an expired or forged grant");
     // The writer (here, the library) puts again through the new leader.
     let stored = client.put(key, &data, &PutOptions { replicas: 1, ..Default::default() }).await;
     assert!(matches!(stored, Ok(PutOutcome::Stored)), "{stored:?}");

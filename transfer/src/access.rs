@@ -61,6 +61,13 @@ impl Refused {
             Refused::NoKey | Refused::Capability(_) | Refused::Revoked(_) => Status::Unauthorized,
         }
     }
+
+    /// Whether the segment's fence refused it (a WRITE into an arena the
+    /// masters took back), not its capability: the same UNAUTHORIZED on
+    /// the wire, told apart in the node's counters.
+    pub(crate) fn is_fenced(&self) -> bool {
+        matches!(self, Refused::Revoked(_))
+    }
 }
 
 /// Why a WRITE to a disk segment cannot be served as asked.

@@ -221,6 +221,9 @@ pub struct ServerStats {
     /// Requests refused UNAUTHORIZED (no valid capability; counted in
     /// `errors` too).
     pub unauthorized: u64,
+    /// Of those, WRITEs refused because their arena was fenced: the masters
+    /// took it back (a deposed leader's writer, a returned chunk).
+    pub fenced: u64,
     /// UCX keys handed out (UCX_KEY answered OK): clients that read this
     /// node's segments one-sided from then on.
     pub ucx_keys: u64,
@@ -255,6 +258,7 @@ struct Counters {
     ops: AtomicU64,
     errors: AtomicU64,
     unauthorized: AtomicU64,
+    fenced: AtomicU64,
     ucx_keys: AtomicU64,
     connections: AtomicU64,
     refused_total_limit: AtomicU64,
@@ -328,6 +332,7 @@ impl TransferServer {
             ops: c.ops.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
             unauthorized: c.unauthorized.load(Ordering::Relaxed),
+            fenced: c.fenced.load(Ordering::Relaxed),
             ucx_keys: c.ucx_keys.load(Ordering::Relaxed),
             connections: c.connections.load(Ordering::Relaxed),
             connections_open: open as u64,

@@ -192,6 +192,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 if why.status() == Status::Unauthorized {
                     self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
                 }
+                if why.is_fenced() {
+                    self.counters.fenced.fetch_add(1, Ordering::Relaxed);
+                }
                 tracing::debug!(peer = %self.peer, segment = %request.segment_id, op = ?request.op,
                     offset = request.offset, length = request.length, "transfer request refused: {why}");
                 return self.refuse(&request, why.status()).await;
