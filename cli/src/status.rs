@@ -86,6 +86,9 @@ pub struct ClusterStatus {
     /// Objects waiting for a lost replica to be made again (the leader's
     /// repair backlog; docs/OPERATIONS.md, "Lost replicas").
     pub repairs_pending: u64,
+    /// Keys holding memory replicas the leader added because they were hot
+    /// (docs/OPERATIONS.md, "Hot keys").
+    pub hot_keys_fanned: u64,
 }
 
 /// One tenant's usage and quota.
@@ -125,6 +128,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
     let mut tiers = Vec::new();
     let mut duties = Vec::new();
     let mut repairs_pending = 0;
+    let mut hot_keys_fanned = 0;
     for addr in addrs {
         match client.cluster_info_with_hash_of(addr).await {
             Ok(info) => {
@@ -132,6 +136,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
                 if info.leader_id == info.node_id {
                     tiers = tiers_of(&info.segments);
                     repairs_pending = info.repairs_pending;
+                    hot_keys_fanned = info.hot_keys_fanned;
                     duties = info
                         .duties
                         .iter()
@@ -230,6 +235,7 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
         duties,
         tenants,
         repairs_pending,
+        hot_keys_fanned,
     }
 }
 
@@ -334,6 +340,9 @@ pub fn render(status: &ClusterStatus) -> String {
     }
     if status.repairs_pending > 0 {
         let _ = writeln!(out, "\nrepairs: {} objects wait for a lost replica to be made again", status.repairs_pending);
+    }
+    if status.hot_keys_fanned > 0 {
+        let _ = writeln!(out, "\nhot keys: {} keys hold extra memory replicas while hot", status.hot_keys_fanned);
     }
     // Only once tenants are in use: a cluster of the default tenant alone
     // says nothing new here.

@@ -95,6 +95,15 @@ async fn a_hot_key_gets_replicas_on_every_node_spreads_its_reads_and_loses_them_
         }
     }
     eprintln!("3 replicas after {reads} reads, {:?}", started.elapsed());
+    // The operator sees it: `mooncake status` and the cluster info.
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    assert_eq!(cluster.info(leader).await.expect("cluster info").hot_keys_fanned, 1);
+    let status = std::process::Command::new(BIN)
+        .args(["status", "--masters", &cluster.addrs().join(",")])
+        .output()
+        .expect("mooncake status");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("hot keys: 1 keys hold extra memory replicas"), "{text}");
     assert_eq!(replicas("t58/cold").await, Some(1), "a key nobody reads keeps its one replica");
     // The reads spread over the three.
     let before: Vec<BTreeMap<String, u64>> = readers.iter().map(per_peer).collect();
@@ -122,6 +131,10 @@ async fn a_hot_key_gets_replicas_on_every_node_spreads_its_reads_and_loses_them_
         (replicas("t58/block0").await? == 1).then_some(())
     });
     cooled.await;
+    let fanned = wait_until("the status to forget the cooled key", T, || async {
+        (cluster.info(leader).await?.hot_keys_fanned == 0).then_some(())
+    });
+    fanned.await;
     assert_eq!(readers[0].get("t58/block0").await.expect("get after cooling"), value);
     for r in readers {
         r.close().await;

@@ -83,6 +83,7 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
         .leader
         .with(|t| t.copies.repairs_pending() + t.copies.in_flight(crate::leader::tiering::Purpose::Repair))
         .unwrap_or(0) as u64;
+    info.hot_keys_fanned = shared.leader.with(|t| t.hot.fanned_count()).unwrap_or(0) as u64;
     let now = crate::raft::proposer::now_ms();
     info.duties = shared
         .duties
