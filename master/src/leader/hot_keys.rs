@@ -99,7 +99,11 @@ impl HotKeys {
                 return false;
             }
         }
-        let w = self.windows.entry(key.to_string()).or_insert(Window { start: now, reads: 0 });
+        // Looked up before inserting: a read of a counted key allocates nothing.
+        let w = match self.windows.get_mut(key) {
+            Some(w) => w,
+            None => self.windows.entry(key.to_string()).or_insert(Window { start: now, reads: 0 }),
+        };
         if now.saturating_duration_since(w.start) >= policy.window {
             *w = Window { start: now, reads: 0 };
         }

@@ -310,6 +310,12 @@ impl CopyTable {
         self.repairs.len() + self.parked.len()
     }
 
+    /// The repair backlog an operator sees: repairs waiting and repair
+    /// copies in flight (`mooncake status`, `mooncake_repairs_pending`).
+    pub fn repair_backlog(&self) -> usize {
+        self.repairs_pending() + self.in_flight(Purpose::Repair)
+    }
+
     /// Up to `max` of the keys just committed, oldest first, no longer kept.
     pub fn take_fresh(&mut self, max: usize) -> Vec<String> {
         let n = max.min(self.fresh.len());

@@ -114,8 +114,8 @@ async fn copy_round(shared: &Shared, n: u32) {
         schedule(shared, Purpose::Replicate, Scan::KeySpace).await;
         crate::objects::hot_keys::drop_cooled(shared).await;
     }
-    let pending = shared.leader.with(|t| t.copies.repairs_pending() + t.copies.in_flight(Purpose::Repair));
-    shared.metrics.repairs_pending.set(pending.unwrap_or(0) as i64);
+    let backlog = shared.leader.with(|t| t.copies.repair_backlog()).unwrap_or(0);
+    shared.metrics.repairs_pending.set(backlog as i64);
     end_detached(shared).await;
     eviction::round_on(shared, Tier::Ssd, 0).await;
 }
@@ -176,13 +176,19 @@ fn target_segment<'a>(
     sources: &[&str],
     tenant: &str,
 ) -> Option<&'a SegmentEntry> {
-    let fits = |g: &&SegmentEntry| g.free_bytes() >= len && g.serves(tenant) && !held.segments.contains(&g.spec.id);
+    let fits = |g: &&SegmentEntry| g.free_bytes() >= len && may_hold(g, tenant, &held.segments);
     s.attached(tier).filter(fits).max_by_key(|g| {
         let host = g.spec.host_id.as_str();
         let new_host = !held.hosts.contains(&host);
         let new_zone = g.spec.zone.is_empty() || !held.zones.contains(&g.spec.zone.as_str());
         (new_host && new_zone, new_host, sources.contains(&host), g.free_bytes(), std::cmp::Reverse(g.spec.id))
     })
+}
+
+/// Whether segment `g` may take a copy of an object of `tenant` whose
+/// replicas are on `held` (room aside).
+fn may_hold(g: &SegmentEntry, tenant: &str, held: &[SegmentId]) -> bool {
+    g.serves(tenant) && !held.contains(&g.spec.id)
 }
 
 /// A copy of `o` from its readable replicas on `from` to a segment of `to`.
@@ -356,7 +362,7 @@ fn plan_repairs(s: &MetaState, repairs: Vec<Repair>, copying: &dyn Fn(&str) -> b
                 // no replica, full now), or nowhere until a segment joins.
                 let tenant = mooncake_segment::tenant::tenant_of(&o.key);
                 let held: Vec<SegmentId> = o.replicas.iter().map(|p| p.segment).collect();
-                if s.attached(Tier::Dram).any(|g| g.serves(tenant) && !held.contains(&g.spec.id)) {
+                if s.attached(Tier::Dram).any(|g| may_hold(g, tenant, &held)) {
                     out.later.push(r);
                 } else {
                     out.parked.push(r);
@@ -394,6 +400,11 @@ struct RepairPlans {
     later: Vec<Repair>,
     /// Repairs with no segment to go to: kept until a memory segment joins.
     parked: Vec<Repair>,
+}
+
+/// The keys of every copy in flight (none when not leading).
+fn keys_in_flight(shared: &Shared) -> std::collections::HashSet<String> {
+    shared.leader.with(|t| t.copies.keys_in_flight()).unwrap_or_default()
 }
 
 /// Plans copies for `purpose` and reserves their targets; grants the
@@ -447,8 +458,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
             plans
         }
         Purpose::Repair => {
-            let in_flight: std::collections::HashSet<String> =
-                shared.leader.with(|t| t.copies.keys_in_flight()).unwrap_or_default();
+            let in_flight = keys_in_flight(shared);
             let copying = |k: &str| in_flight.contains(k);
             let out = shared.reader.read(|s| plan_repairs(s, repairs, &copying));
             shared.leader.with(|t| {
@@ -458,8 +468,7 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
             out.plans
         }
         Purpose::Replicate => {
-            let in_flight: std::collections::HashSet<String> =
-                shared.leader.with(|t| t.copies.keys_in_flight()).unwrap_or_default();
+            let in_flight = keys_in_flight(shared);
             let cap = shared.tiers.policy.hot_keys.max_memory_replicas;
             shared.reader.read(|s| plan_fan_out(s, &hot, cap, &|k: &str| in_flight.contains(k)))
         }

@@ -79,10 +79,7 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
         crate::node::http::readiness(&m, Some(committed), shared.quorum_ack_max, shared.disk_alarm.reason())
             .err()
             .unwrap_or_default();
-    info.repairs_pending = shared
-        .leader
-        .with(|t| t.copies.repairs_pending() + t.copies.in_flight(crate::leader::tiering::Purpose::Repair))
-        .unwrap_or(0) as u64;
+    info.repairs_pending = shared.leader.with(|t| t.copies.repair_backlog()).unwrap_or(0) as u64;
     info.hot_keys_fanned = shared.leader.with(|t| t.hot.fanned_count()).unwrap_or(0) as u64;
     let now = crate::raft::proposer::now_ms();
     info.duties = shared
