@@ -34,24 +34,20 @@ pub fn count_reads(shared: &Shared, keys: &[String], answers: &[pb::GetReplicaLi
     }
     let found = |a: &pb::GetReplicaListResponse| a.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::Ok);
     let now = Instant::now();
-    let admitted: Vec<String> = shared
+    let admitted = shared
         .leader
         .with(|t| {
-            let admitted: Vec<String> = keys
-                .iter()
-                .zip(answers)
-                .filter(|(k, a)| found(a) && t.hot.note_read(k, now, &policy))
-                .map(|(k, _)| k.clone())
-                .collect();
+            let admitted =
+                keys.iter().zip(answers).filter(|(k, a)| found(a) && t.hot.note_read(k, now, &policy)).count();
             if policy.mode == HotKeyMode::Observe {
                 t.hot.take_admitted(usize::MAX);
             }
             admitted
         })
-        .unwrap_or_default();
-    if !admitted.is_empty() {
-        shared.metrics.hot_keys_admitted.inc_by(admitted.len() as u64);
-        tracing::debug!(keys = ?admitted, mode = ?policy.mode, "hot keys admitted");
+        .unwrap_or(0);
+    if admitted > 0 {
+        shared.metrics.hot_keys_admitted.inc_by(admitted as u64);
+        tracing::debug!(keys = admitted, mode = ?policy.mode, "hot keys admitted");
     }
 }
 
