@@ -161,6 +161,18 @@ async fn metrics(State(NodeState { client, .. }): State<NodeState>) -> String {
     for (result, v) in [("found", &st.gets_found), ("not_found", &st.gets_not_found), ("error", &st.gets_failed)] {
         let _ = writeln!(out, "mooncake_client_gets_total{{result=\"{result}\"}} {}", v.load(Ordering::Relaxed));
     }
+    family(&mut out, "mooncake_client_reads_total", "counter", "Object and range reads by result (ok = bytes landed).");
+    for (what, result, v) in
+        [("object", "ok", &st.objects_read), ("range", "ok", &st.ranges_read), ("any", "error", &st.reads_failed)]
+    {
+        let _ = writeln!(
+            out,
+            "mooncake_client_reads_total{{what=\"{what}\",result=\"{result}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    family(&mut out, "mooncake_client_read_bytes_total", "counter", "Bytes of the object and range reads that landed.");
+    let _ = writeln!(out, "mooncake_client_read_bytes_total {}", st.bytes_read.load(Ordering::Relaxed));
     family(&mut out, "mooncake_client_puts_total", "counter", "Puts by result.");
     for (result, v) in [("ok", &st.puts_ok), ("error", &st.puts_failed)] {
         let _ = writeln!(out, "mooncake_client_puts_total{{result=\"{result}\"}} {}", v.load(Ordering::Relaxed));

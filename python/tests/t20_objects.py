@@ -170,3 +170,21 @@ def test_a_store_that_closes_takes_its_objects_with_it(stores):
     wait_for("the object to leave with its segment", 10, lambda: reader.is_exist("t20/gone") == 0)
     assert reader.get("t20/gone") == b""
     assert isinstance(a, MooncakeDistributedStore)
+
+
+def test_client_stats_count_the_reads_whose_bytes_landed(client):
+    # Why: a framework that falls back silently (recomputes on a failed
+    # load) looks the same as one that loaded; its tests read these counters.
+    before = client._client_stats()
+    assert client.put("t20/stats", b"x" * 1000) == 0
+    assert client.get("t20/stats") == b"x" * 1000
+    buf = ctypes.create_string_buffer(1000)
+    assert client.register_buffer(ctypes.addressof(buf), 1000) == 0
+    assert client.get_into("t20/stats", ctypes.addressof(buf), 1000) == 1000
+    assert client.unregister_buffer(ctypes.addressof(buf)) == 0
+    assert client.get("t20/stats-missing") == b""
+    after = client._client_stats()
+    grew = {k: after[k] - before[k] for k in after}
+    assert grew["objects_read"] == 2 and grew["bytes_read"] == 2000
+    assert grew["gets_found"] == 2 and grew["gets_not_found"] == 1 and grew["reads_failed"] == 0
+    assert MooncakeDistributedStore()._client_stats() == {}

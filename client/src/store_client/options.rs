@@ -93,12 +93,22 @@ pub enum PutOutcome {
     KeptExisting,
 }
 
-/// Counters of one client: cache hits and misses of gets, put outcomes.
+/// Counters of one client: cache hits and misses of gets, the reads whose
+/// bytes landed, put outcomes.
 #[derive(Debug, Default)]
 pub struct ClientStats {
     pub gets_found: AtomicU64,
     pub gets_not_found: AtomicU64,
     pub gets_failed: AtomicU64,
+    /// Whole objects whose bytes landed in the caller's buffers and matched
+    /// their checksum (a get found whose read then failed is not counted).
+    pub objects_read: AtomicU64,
+    /// Ranges of objects read (`get_into_ranges`, read sessions).
+    pub ranges_read: AtomicU64,
+    /// Bytes of the objects and ranges read.
+    pub bytes_read: AtomicU64,
+    /// Reads of objects or ranges that no replica could serve.
+    pub reads_failed: AtomicU64,
     pub puts_ok: AtomicU64,
     pub puts_failed: AtomicU64,
     /// Puts of a key that existed: nothing written, the object kept.

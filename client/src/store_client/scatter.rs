@@ -11,6 +11,8 @@
 //! object's checksum (it sees part of the bytes); it relies on the KV lease
 //! its replica list carries (the ranges are not reused while it reads).
 
+use std::sync::atomic::Ordering;
+
 use futures::future::join_all;
 use mooncake_proto::master::GetReplicaListResponse;
 
@@ -207,7 +209,11 @@ impl Client {
             });
             let crcs: Result<Vec<(u32, usize)>, _> = join_all(reads).await.into_iter().collect();
             match crcs {
-                Ok(crcs) if combined_crc32c(crcs.iter().copied()) == list.checksum => return Ok(list.size as usize),
+                Ok(crcs) if combined_crc32c(crcs.iter().copied()) == list.checksum => {
+                    self.stats.objects_read.fetch_add(1, Ordering::Relaxed);
+                    self.stats.bytes_read.fetch_add(list.size, Ordering::Relaxed);
+                    return Ok(list.size as usize);
+                }
                 Ok(_) => {
                     last = format!("checksum mismatch on segment {} at {}", SegmentId(r.segment_id), r.endpoint);
                     tracing::warn!(key, %last, "corrupt replica; trying the next one");
@@ -218,6 +224,7 @@ impl Client {
                 }
             }
         }
+        self.stats.reads_failed.fetch_add(1, Ordering::Relaxed);
         Err(ClientError::AllReplicasFailed { key: key.into(), tried: order.len(), last })
     }
 
@@ -238,13 +245,18 @@ impl Client {
         let order = self.nearest_first(&list.replicas);
         for r in &order {
             match self.engine.read(&remote(r), r.offset + offset, buf).await {
-                Ok(()) => return Ok(buf.len()),
+                Ok(()) => {
+                    self.stats.ranges_read.fetch_add(1, Ordering::Relaxed);
+                    self.stats.bytes_read.fetch_add(len, Ordering::Relaxed);
+                    return Ok(buf.len());
+                }
                 Err(e) => {
                     last = format!("{}: {e}", r.endpoint);
                     tracing::warn!(key, error = %e, "replica range read failed; trying the next one");
                 }
             }
         }
+        self.stats.reads_failed.fetch_add(1, Ordering::Relaxed);
         Err(ClientError::AllReplicasFailed { key: key.into(), tried: order.len(), last })
     }
 }

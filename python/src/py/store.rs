@@ -773,6 +773,31 @@ impl MooncakeDistributedStore {
         tracing::debug!(total_tokens, "prefetched tokens");
     }
 
+    /// Not Mooncake API: this store's client counters (gets found, objects
+    /// and ranges whose bytes landed, bytes read, failed reads, puts), for
+    /// tests that must see a load happen, not only its outcome. Empty
+    /// before setup.
+    fn _client_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        if let Ok(s) = self.state.session() {
+            let st = s.client().stats();
+            for (name, v) in [
+                ("gets_found", &st.gets_found),
+                ("gets_not_found", &st.gets_not_found),
+                ("gets_failed", &st.gets_failed),
+                ("objects_read", &st.objects_read),
+                ("ranges_read", &st.ranges_read),
+                ("bytes_read", &st.bytes_read),
+                ("reads_failed", &st.reads_failed),
+                ("puts_ok", &st.puts_ok),
+                ("puts_failed", &st.puts_failed),
+            ] {
+                out.set_item(name, v.load(std::sync::atomic::Ordering::Relaxed))?;
+            }
+        }
+        Ok(out)
+    }
+
     /// Not Mooncake API: the /dev/shm file of this process's segment ("" if none).
     fn _segment_shm_path(&self) -> String {
         let spec = self.state.session().ok().and_then(|s| s.client().local_segment().map(|l| l.spec()));

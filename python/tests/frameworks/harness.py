@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -155,21 +156,31 @@ def fresh_cluster():
     c.stop()
 
 
+# The frameworks' KV-transfer loggers: a WARNING there is a load or a save
+# that failed and was papered over (vLLM's store worker logs a failed
+# `batch_get_into_multi_buffers` at WARNING and recomputes the blocks: the
+# output is the same, so only the log says the store failed).
+KV_TRANSFER_LOGGERS = ("vllm.distributed.kv_transfer", "sglang.srt.mem_cache", "lmcache")
+
+
 class ErrorLogs(logging.Handler):
-    """Records what a framework logged at ERROR or above."""
+    """Records what a framework logged at ERROR or above, and at WARNING or
+    above from its KV-transfer loggers."""
 
     def __init__(self):
-        super().__init__(level=logging.ERROR)
+        super().__init__(level=logging.WARNING)
         self.records = []
 
     def emit(self, record):
-        self.records.append(self.format(record))
+        if record.levelno >= logging.ERROR or record.name.startswith(KV_TRANSFER_LOGGERS):
+            self.records.append(f"{record.levelname} {record.name}: {self.format(record)}")
 
 
 @pytest.fixture
 def framework_errors():
-    """The ERROR lines the frameworks log during the test: an error that
-    reached the framework shows here even where its API returns a bool."""
+    """The ERROR lines the frameworks log during the test, and the WARNING
+    lines of their KV-transfer loggers: an error that reached the framework
+    shows here even where its API returns a bool or it recomputes."""
     handler = ErrorLogs()
     # The root logger, and the frameworks' own (they do not all propagate).
     loggers = [logging.getLogger(name) for name in ("", "sglang", "lmcache", "vllm")]
@@ -180,13 +191,61 @@ def framework_errors():
         log.removeHandler(handler)
 
 
+def stores_in_process():
+    """The `MooncakeDistributedStore`s the frameworks' transfer threads in
+    this process hold (vLLM's load and save threads do, as `store`)."""
+    from mooncake.store import MooncakeDistributedStore
+
+    found = {}
+    for t in threading.enumerate():
+        store = getattr(t, "store", None)
+        if issubclass(type(store), MooncakeDistributedStore):
+            found[id(store)] = store
+    return list(found.values())
+
+
+def objects_read(cluster) -> int:
+    """How many objects this process's stores read (ours: the clients'
+    counter of reads whose bytes landed and matched their checksum;
+    upstream: its master's replica-list lookups that found the key, the
+    nearest counter it offers, counted across the cluster)."""
+    if UPSTREAM:
+        m = upstream_metrics(cluster)
+        return int(
+            m["master_get_replica_list_requests_total"] - m["master_get_replica_list_failures_total"]
+            + m["master_batch_get_replica_list_items_total"] - m["master_batch_get_replica_list_failed_items_total"]
+        )
+    return sum(s._client_stats().get("objects_read", 0) for s in stores_in_process())
+
+
+def upstream_metrics(cluster) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line.split()[0]:
+            name, value = line.split()[:2]
+            out[name] = float(value)
+    return out
+
+
+def stored_keys(cluster) -> list:
+    """The keys the cluster holds (ours: `mooncake ls`; upstream: its
+    master's /get_all_keys)."""
+    if UPSTREAM:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/get_all_keys", timeout=10) as r:
+            return [k for k in r.read().decode().split() if k]
+    out = subprocess.run(
+        [cluster.bin, "ls", "--json", f"--masters={cluster.masters}"], capture_output=True, timeout=30, check=True
+    )
+    return [o["key"] for o in json.loads(out.stdout)]
+
+
 def stored_count(cluster) -> int:
     """How many objects the cluster holds (ours: `mooncake ls`; upstream:
     its master's `master_key_count`)."""
     if UPSTREAM:
-        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        return int(float(next(line.split()[1] for line in text.splitlines() if line.startswith("master_key_count "))))
+        return int(upstream_metrics(cluster)["master_key_count"])
     out = subprocess.run(
         [cluster.bin, "ls", "--json", f"--masters={cluster.masters}"], capture_output=True, timeout=30, check=True
     )
@@ -199,6 +258,7 @@ def write_json(path: Path, doc: dict) -> Path:
 
 
 __all__ = [
-    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "needs_failover",
-    "remove_new_shm_files", "standalone_node", "store_node_of_ours", "stored_count", "wait_for", "write_json",
+    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "needs_failover", "objects_read",
+    "remove_new_shm_files", "standalone_node", "store_node_of_ours", "stored_count", "stored_keys",
+    "stores_in_process", "wait_for", "write_json",
 ]

@@ -20,6 +20,7 @@ stand-in reaches it.
 import gc
 import json
 import os
+import threading
 
 import pytest
 import torch
@@ -28,8 +29,11 @@ from harness import (  # noqa: F401 (fixtures)
     cluster,
     framework_errors,
     needs_failover,
+    objects_read,
     remove_new_shm_files,
     stored_count,
+    stored_keys,
+    stores_in_process,
     wait_for,
 )
 
@@ -131,16 +135,14 @@ def end_lookup_channels():
     are the sockets closed (by this thread, their only user now) and the
     contexts ended. Every wait is bounded: a channel that will not end fails
     the teardown with a reason instead of hanging the run."""
-    import threading
-
     import zmq
     from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import worker
 
     servers, clients = [], []
     for obj in gc.get_objects():
-        if isinstance(obj, worker.LookupKeyServer):
+        if issubclass(type(obj), worker.LookupKeyServer):
             servers.append(obj)
-        elif isinstance(obj, worker.LookupKeyClient):
+        elif issubclass(type(obj), worker.LookupKeyClient):
             clients.append(obj)
     for client in clients:
         client.executor.shutdown(wait=True, cancel_futures=True)
@@ -185,22 +187,50 @@ def tokens_and_logprobs(out):
     return c.token_ids, [{t: round(lp.logprob, 5) for t, lp in pos.items()} for pos in c.logprobs]
 
 
-def assert_served_from_the_store(llm, prompt):
+def assert_served_from_the_store(llm, cluster, prompt):
     """First request computes and stores; after vLLM's own prefix cache is
-    reset, the same request loads every full block from the store."""
+    reset, the same request loads every full block from the store: vLLM
+    counts them as cached, and the store's read counter rises by at least
+    one object a block (vLLM would count them cached even if the loads
+    failed and it recomputed them: `test_a_failing_store_read_is_caught`)."""
     first = generate(llm, prompt)
     full_blocks = len(first.prompt_token_ids) // BLOCK
     assert full_blocks >= 2 and first.num_cached_tokens == 0
     reset_prefix_cache(llm)
+    reads = objects_read(cluster)
     second = generate(llm, prompt)
-    assert second.num_cached_tokens == full_blocks * BLOCK, "the KV blocks were not loaded from the store"
+    assert second.num_cached_tokens == full_blocks * BLOCK, "vLLM did not find the KV blocks in the store"
+    assert objects_read(cluster) - reads >= full_blocks, "the KV blocks were not read from the store"
     assert tokens_and_logprobs(second) == tokens_and_logprobs(first)
     return full_blocks
 
 
+class FailingReads:
+    """A planted failure, for the one test that shows the checks catch it:
+    the store as vLLM's load thread sees it, every read failing (Mooncake's
+    TRANSFER_FAIL, -800) and nothing read; every other call goes through."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def batch_get_into_multi_buffers(self, keys, *args, **kwargs):
+        return [-800] * len(keys)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def load_threads():
+    from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import worker
+
+    threads = [t for t in threading.enumerate() if issubclass(type(t), worker.KVCacheStoreRecvingThread)]
+    assert threads, "vLLM's Mooncake store connector has no load thread"
+    return threads
+
+
 def test_a_second_identical_request_loads_its_kv_from_our_store(llm, cluster, framework_errors):
     before = stored_count(cluster)
-    blocks = assert_served_from_the_store(llm, f"{SENTENCE} " * 6)
+    blocks = assert_served_from_the_store(llm, cluster, f"{SENTENCE} " * 6)
     assert stored_count(cluster) == before + blocks
 
     # vLLM's connector reset wipes the store: nothing is served from it after.
@@ -222,5 +252,54 @@ def test_kv_stored_before_a_leader_kill_is_served_after_it(llm, cluster, framewo
     assert second.num_cached_tokens == len(first.prompt_token_ids) // BLOCK * BLOCK
     assert tokens_and_logprobs(second) == tokens_and_logprobs(first)
     # And a prompt first seen after the failover is stored and served too.
-    assert_served_from_the_store(llm, f"{SENTENCE} and {SENTENCE} " * 3)
+    assert_served_from_the_store(llm, cluster, f"{SENTENCE} and {SENTENCE} " * 3)
     assert framework_errors == [], framework_errors
+
+
+def test_the_loaded_bytes_are_the_stored_ones(llm, cluster, framework_errors):
+    """The negative control: the stored blocks overwritten with random bytes
+    of the same size, the same request loads them and its log-probabilities
+    change; so the tokens of the other tests came from the store's bytes."""
+    prompt = f"{SENTENCE.replace(' ', ', ')} " * 4
+    before = set(stored_keys(cluster))
+    first = generate(llm, prompt)
+    blocks = len(first.prompt_token_ids) // BLOCK
+    wait_for("vLLM to store the prompt's blocks", 30, lambda: len(set(stored_keys(cluster)) - before) >= blocks)
+    reset_prefix_cache(llm)
+    (store,) = stores_in_process()
+    for key in sorted(set(stored_keys(cluster)) - before):
+        size = store.get_size(key)
+        assert size > 0
+        wait_for(f"{key} to be removable", 30, lambda: store.remove(key, force=True) == 0)
+        assert store.put(key, os.urandom(size)) == 0
+    reads = objects_read(cluster)
+    second = generate(llm, prompt)
+    assert second.num_cached_tokens == blocks * BLOCK
+    assert objects_read(cluster) - reads >= blocks
+    assert tokens_and_logprobs(second) != tokens_and_logprobs(first), "random KV bytes left the output unchanged"
+    assert framework_errors == [], framework_errors
+
+
+def test_a_failing_store_read_is_caught(llm, cluster, framework_errors):
+    """The planted failure: every read of vLLM's load thread fails. What
+    vLLM does then is its `kv_load_failure_policy`: this version's default
+    fails the request; "recompute" reschedules it (the same tokens when the
+    store recovers, a loop while it does not), so the tokens alone cannot be
+    the proof. The read counter and the WARNING lines of vLLM's KV-transfer
+    logger are what tell, and `assert_served_from_the_store` and
+    `framework_errors` check both."""
+    prompt = f"{SENTENCE} or {SENTENCE} " * 3
+    generate(llm, prompt)
+    reset_prefix_cache(llm)
+    threads = load_threads()
+    for t in threads:
+        t.store = FailingReads(t.store)
+    try:
+        reads = objects_read(cluster)
+        generate(llm, prompt)
+    finally:
+        for t in threads:
+            t.store = t.store.store
+    assert objects_read(cluster) == reads, "a failing read was counted as read"
+    assert any("Failed to get" in line for line in framework_errors), framework_errors
+    framework_errors.clear()

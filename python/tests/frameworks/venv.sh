@@ -12,14 +12,22 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 hash="$(cat "$here/requirements.txt" "$here/frameworks.txt" | sha256sum | cut -c1-12)"
 venv="${MOONCAKE_FRAMEWORKS_VENV:-$HOME/.cache/mooncake-rs/frameworks-venv-$hash}"
-pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
-if [ "$(cat "$venv/.complete" 2>/dev/null)" != "$hash" ]; then
-  echo "frameworks venv: building $venv (torch and the frameworks, about 5 GB)" >&2
+# pip retries each download (a registry hiccup), and a build that fails
+# anyway is tried once more from scratch before the caller is told.
+pip=("$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 60)
+build() {
   rm -rf "$venv"
   mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv"
-  "${pip[@]}" -r "$here/requirements.txt" >&2
-  "${pip[@]}" --no-deps -r "$here/frameworks.txt" >&2
+  python3 -m venv "$venv" &&
+    "${pip[@]}" -r "$here/requirements.txt" >&2 &&
+    "${pip[@]}" --no-deps -r "$here/frameworks.txt" >&2
+}
+if [ "$(cat "$venv/.complete" 2>/dev/null)" != "$hash" ]; then
+  echo "frameworks venv: building $venv (torch and the frameworks, about 5 GB)" >&2
+  if ! build; then
+    echo "frameworks venv: the build failed; trying once more from scratch" >&2
+    build || { echo "frameworks venv: could not be built (see pip's errors above)" >&2; exit 1; }
+  fi
   echo "$hash" > "$venv/.complete"
   echo "frameworks venv: built" >&2
 fi
