@@ -180,7 +180,7 @@ def test_code_written_for_mooncake_imports_us_after_install(monkeypatch):
 
     from mooncake_rs import compat
 
-    names = ("mooncake", "mooncake.store", "mooncake.mooncake_config")
+    names = ("mooncake", "mooncake.store", "mooncake.mooncake_config", "mooncake.async_store", "mooncake.engine")
     for name in names:
         monkeypatch.delitem(sys.modules, name, raising=False)
     try:
@@ -189,6 +189,12 @@ def test_code_written_for_mooncake_imports_us_after_install(monkeypatch):
         from mooncake.store import MooncakeDistributedStore as Store
 
         assert Store is MooncakeDistributedStore and Upstreamish is MooncakeConfig
+        # The raw transfer engine is not ours: importing it works (LMCache's
+        # MP mode imports it to register an optional channel), using it says so.
+        from mooncake.engine import TransferEngine
+
+        with pytest.raises(RuntimeError, match="not its raw transfer engine"):
+            TransferEngine()
     finally:
         for name in names:
             sys.modules.pop(name, None)

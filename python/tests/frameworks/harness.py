@@ -258,7 +258,8 @@ def write_json(path: Path, doc: dict) -> Path:
 
 
 __all__ = [
-    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "needs_failover", "objects_read",
+    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "listening", "needs_failover",
+    "objects_read",
     "remove_new_shm_files", "standalone_node", "store_node_of_ours", "stored_count", "stored_keys",
     "stores_in_process", "wait_for", "write_json",
 ]
