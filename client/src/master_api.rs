@@ -253,6 +253,38 @@ impl MasterClient {
         self.ask(req, async |mut c, r| c.remove(r).await).await.map(drop)
     }
 
+    /// A copy task of `key` to the segments named `targets` (upstream
+    /// 0.3.14's `create_copy_task`; docs/TIERS.md, "Copy and move tasks"):
+    /// its id. A retry after a lost answer may make a second task; both
+    /// end with the same replicas.
+    pub async fn create_copy_task(&self, key: &str, targets: Vec<String>) -> Result<TaskId, MasterError> {
+        let req = CreateCopyTaskRequest { key: key.to_string(), targets };
+        Ok(self.ask(req, async |mut c, r| c.create_copy_task(r).await).await?.reply.id.unwrap_or_default())
+    }
+
+    /// A move task of `key` from segment `source` to segment `target`
+    /// (upstream 0.3.14's `create_move_task`): its id.
+    pub async fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId, MasterError> {
+        let req =
+            CreateMoveTaskRequest { key: key.to_string(), source: source.to_string(), target: target.to_string() };
+        Ok(self.ask(req, async |mut c, r| c.create_move_task(r).await).await?.reply.id.unwrap_or_default())
+    }
+
+    /// The state of task `id` (upstream 0.3.14's `query_task`);
+    /// `TASK_NOT_FOUND` for an id the leader does not know.
+    pub async fn query_task(&self, id: TaskId) -> Result<QueryTaskResponse, MasterError> {
+        let req = QueryTaskRequest { id: Some(id) };
+        Ok(self.ask(req, async |mut c, r| c.query_task(r).await).await?.reply)
+    }
+
+    /// Asks the leader to promote to memory those of `keys` whose only
+    /// readable replicas are on disk (best effort, asynchronous): how many
+    /// it queued.
+    pub async fn prefetch_to_memory(&self, keys: Vec<String>) -> Result<u32, MasterError> {
+        let req = PrefetchToMemoryRequest { keys };
+        Ok(self.ask(req, async |mut c, r| c.prefetch_to_memory(r).await).await?.reply.queued)
+    }
+
     pub async fn remove_all(&self, force: bool) -> Result<u64, MasterError> {
         let req = RemoveAllRequest { force };
         Ok(self.ask(req, async |mut c, r| c.remove_all(r).await).await?.reply.removed)

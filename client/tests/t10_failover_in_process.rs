@@ -135,6 +135,10 @@ scripted_methods! {
     take_copies: TakeCopiesRequest => TakeCopiesResponse,
     report_copy: ReportCopyRequest => ReportCopyResponse,
     report_corrupt: ReportCorruptRequest => ReportCorruptResponse,
+    create_copy_task: CreateCopyTaskRequest => CreateTaskResponse,
+    create_move_task: CreateMoveTaskRequest => CreateTaskResponse,
+    query_task: QueryTaskRequest => QueryTaskResponse,
+    prefetch_to_memory: PrefetchToMemoryRequest => PrefetchToMemoryResponse,
 }
 
 /// A scripted master serving on a loopback port: its address and script.

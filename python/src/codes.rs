@@ -37,6 +37,13 @@ pub const LEASE_EXPIRED: Code = -707;
 pub const TRANSFER_FAIL: Code = -800;
 /// Mooncake `RPC_FAIL`: no master answered within the client's deadline.
 pub const RPC_FAIL: Code = -900;
+/// Mooncake `UNAVAILABLE_IN_CURRENT_STATUS`: a segment named for a copy
+/// exists but cannot take it.
+pub const UNAVAILABLE_IN_CURRENT_STATUS: Code = -1010;
+/// Mooncake `TASK_NOT_FOUND`: `query_task` of an id the leader does not know.
+pub const TASK_NOT_FOUND: Code = -1400;
+/// Mooncake `TASK_PENDING_LIMIT_EXCEEDED`: too many tasks not finished.
+pub const TASK_PENDING_LIMIT_EXCEEDED: Code = -1401;
 
 /// The Mooncake code of a failed client call.
 pub fn of_client(e: &ClientError) -> Code {
@@ -82,6 +89,9 @@ pub fn of_error_code(code: ErrorCode) -> Code {
         ErrorCode::NoAvailableHandle | ErrorCode::TenantQuotaExceeded => NO_AVAILABLE_HANDLE,
         ErrorCode::SegmentNotFound => SEGMENT_NOT_FOUND,
         ErrorCode::SegmentAlreadyExists => SEGMENT_ALREADY_EXISTS,
+        ErrorCode::UnavailableInCurrentStatus => UNAVAILABLE_IN_CURRENT_STATUS,
+        ErrorCode::TaskNotFound => TASK_NOT_FOUND,
+        ErrorCode::TaskPendingLimitExceeded => TASK_PENDING_LIMIT_EXCEEDED,
     }
 }
 
@@ -104,6 +114,9 @@ mod tests {
         assert_eq!(of_client(&rejected(ErrorCode::ObjectHasLease)), -706);
         assert_eq!(of_client(&rejected(ErrorCode::NoAvailableHandle)), -200);
         assert_eq!(of_client(&rejected(ErrorCode::ReplicaIsNotReady)), -703);
+        assert_eq!(of_client(&rejected(ErrorCode::UnavailableInCurrentStatus)), -1010);
+        assert_eq!(of_client(&rejected(ErrorCode::TaskNotFound)), -1400);
+        assert_eq!(of_client(&rejected(ErrorCode::TaskPendingLimitExceeded)), -1401);
         assert_eq!(of_client(&ClientError::PutRevoked(Box::new(rejected(ErrorCode::ObjectAlreadyExists)))), -705);
         let small = ClientError::BufferTooSmall { key: "k".into(), size: 2, buf: 1 };
         assert_eq!(of_client(&small), INVALID_PARAMS);

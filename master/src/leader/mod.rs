@@ -23,6 +23,7 @@ pub mod hot_keys;
 pub mod kv_lease;
 pub mod reservations;
 pub mod tiering;
+pub mod user_tasks;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,8 @@ pub struct TermState {
     pub copies: CopyTable,
     /// Reads counted for hot-key replication (`hot_keys.rs`).
     pub hot: hot_keys::HotKeys,
+    /// Users' copy and move tasks (`user_tasks.rs`).
+    pub tasks: user_tasks::TaskTable,
     /// Arenas being taken back from their store nodes (`arena_fences.rs`).
     pub fences: ArenaFences,
     /// Bytes removed objects freed in earlier terms' arenas, waiting for
@@ -79,6 +82,7 @@ impl TermState {
             puts: PutTable::for_term(term),
             copies: CopyTable::default(),
             hot: hot_keys::HotKeys::default(),
+            tasks: user_tasks::TaskTable::default(),
             fences: ArenaFences::new(term),
             cuts_waiting: Vec::new(),
             heartbeats: HashMap::new(),

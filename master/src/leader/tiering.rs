@@ -93,6 +93,9 @@ pub enum Purpose {
     Repair,
     /// Memory → memory: one more replica of a hot key (`hot_keys.rs`).
     Replicate,
+    /// To the segment a user named: a copy or move task
+    /// (`user_tasks.rs`).
+    User,
 }
 
 impl Purpose {
@@ -102,6 +105,7 @@ impl Purpose {
             Purpose::Promote => "promote",
             Purpose::Repair => "repair",
             Purpose::Replicate => "replicate",
+            Purpose::User => "user",
         }
     }
 }
@@ -156,13 +160,19 @@ pub const HITS_TRACKED_MAX: usize = 100_000;
 /// ~13 MB); past it new keys wait for the offload's scan of the key space.
 pub const FRESH_KEYS_MAX: usize = 65_536;
 
+/// Objects users asked to promote to memory (`ExistOptions.prefetch_to_memory`)
+/// kept waiting at most; past it further asks are dropped (best effort, as
+/// upstream's).
+pub const PREFETCH_QUEUED_MAX: usize = 4_096;
+
 /// The copies in flight of one term, and what promotion and the detach
 /// grace count.
 #[derive(Debug, Default)]
 pub struct CopyTable {
     next_id: u64,
     copies: BTreeMap<u64, Copy>,
-    by_key: HashMap<String, u64>,
+    /// Copies in flight of each key (several only for users' tasks).
+    by_key: HashMap<String, u32>,
     /// Copies not yet handed to their executor, by executor.
     outbox: HashMap<ClientId, VecDeque<u64>>,
     hits: HashMap<String, u32>,
@@ -183,6 +193,10 @@ pub struct CopyTable {
     /// The memory segments attached when the repair duty last looked: one
     /// not among them has joined since.
     memory_seen: BTreeSet<SegmentId>,
+    /// Keys users asked to promote, oldest first (at most
+    /// [`PREFETCH_QUEUED_MAX`], each once).
+    prefetch: VecDeque<String>,
+    prefetch_queued: HashSet<String>,
 }
 
 impl CopyTable {
@@ -210,7 +224,7 @@ impl CopyTable {
 
     /// Records a copy and queues it for its executor's next Ping.
     pub fn add(&mut self, copy: Copy) {
-        self.by_key.insert(copy.key.clone(), copy.id);
+        *self.by_key.entry(copy.key.clone()).or_insert(0) += 1;
         self.outbox.entry(copy.executor).or_default().push_back(copy.id);
         self.copies.insert(copy.id, copy);
     }
@@ -239,7 +253,12 @@ impl CopyTable {
             return None;
         }
         let copy = self.copies.remove(&id)?;
-        self.by_key.remove(&copy.key);
+        if let Some(n) = self.by_key.get_mut(&copy.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_key.remove(&copy.key);
+            }
+        }
         if let Some(q) = self.outbox.get_mut(&executor) {
             q.retain(|i| *i != id);
         }
@@ -362,6 +381,32 @@ impl CopyTable {
     /// Whether disk eviction dropped `key`'s disk copy (this term).
     pub fn was_disk_evicted(&self, key: &str) -> bool {
         self.disk_evicted.contains(key)
+    }
+
+    /// Queues `key` for promotion to memory (a user's prefetch): whether it
+    /// was queued (not when queued already, or the queue is full).
+    pub fn queue_prefetch(&mut self, key: &str) -> bool {
+        if self.prefetch.len() >= PREFETCH_QUEUED_MAX || self.prefetch_queued.contains(key) {
+            return false;
+        }
+        self.prefetch_queued.insert(key.to_string());
+        self.prefetch.push_back(key.to_string());
+        true
+    }
+
+    /// Up to `max` keys users asked to promote, oldest first, no longer kept.
+    pub fn take_prefetch(&mut self, max: usize) -> Vec<String> {
+        let n = max.min(self.prefetch.len());
+        let keys: Vec<String> = self.prefetch.drain(..n).collect();
+        for k in &keys {
+            self.prefetch_queued.remove(k);
+        }
+        keys
+    }
+
+    /// Whether users asked for promotions not planned yet.
+    pub fn has_prefetch(&self) -> bool {
+        !self.prefetch.is_empty()
     }
 
     /// Keeps `key` hot (at `threshold` reads): its promotion was planned but

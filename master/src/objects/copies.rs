@@ -32,8 +32,10 @@ use crate::duties::book;
 use crate::leader::TermState;
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
 use crate::leader::tiering::{Copy, OffloadMode, Purpose, Repair};
+use crate::leader::user_tasks::TaskId;
 use crate::objects::eviction;
 use crate::objects::puts::{Grant, Relief, grant_arena};
+use crate::objects::user_tasks;
 use crate::raft::proposer::now_ms;
 use crate::rpc::convert;
 use crate::rpc::errors::{meta_status, response_status};
@@ -98,9 +100,14 @@ async fn copy_round(shared: &Shared, n: u32) {
     if offload_due {
         schedule(shared, Purpose::Offload, Scan::KeySpace).await;
     }
-    if shared.tiers.policy.promotion_on_hit {
+    let prefetch = shared.leader.with(|t| t.copies.has_prefetch()).unwrap_or(false);
+    if shared.tiers.policy.promotion_on_hit || prefetch {
         schedule(shared, Purpose::Promote, Scan::KeySpace).await;
     }
+    if shared.leader.with(|t| t.tasks.has_waiting()).unwrap_or(false) {
+        schedule(shared, Purpose::User, Scan::KeySpace).await;
+    }
+    user_tasks::round(shared).await;
     let memory: BTreeSet<SegmentId> = shared.reader.read(|s| s.attached(Tier::Dram).map(|g| g.spec.id).collect());
     let unparked = shared.leader.with(|t| t.copies.unpark_repairs(memory)).unwrap_or(0);
     if unparked > 0 {
@@ -130,17 +137,19 @@ enum Scan {
 }
 
 /// One copy to make, as planned from the state.
-struct Plan {
+pub(crate) struct Plan {
     /// A repair's target replica count (0 for the other purposes).
-    wanted: usize,
-    key: String,
-    version: ObjectVersion,
-    size_bytes: u64,
-    checksum: u32,
-    sources: Vec<ReplicaPlacement>,
-    target: Candidate,
-    tier: Tier,
-    executor: ClientId,
+    pub wanted: usize,
+    pub key: String,
+    pub version: ObjectVersion,
+    pub size_bytes: u64,
+    pub checksum: u32,
+    pub sources: Vec<ReplicaPlacement>,
+    pub target: Candidate,
+    pub tier: Tier,
+    pub executor: ClientId,
+    /// The user's task it is part of (`Purpose::User`).
+    pub task: Option<TaskId>,
 }
 
 /// Where the replicas of an object are: their segments, hosts and zones (a
@@ -210,6 +219,7 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
         target: Candidate::of(target, true),
         tier: to,
         executor: target.owner,
+        task: None,
     })
 }
 
@@ -425,19 +435,23 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         Purpose::Promote => shared.tiers.policy.promotion_queue_limit,
         Purpose::Repair => REPAIRS_IN_FLIGHT_MAX,
         Purpose::Replicate => crate::objects::hot_keys::REPLICATIONS_IN_FLIGHT_MAX,
+        Purpose::User => user_tasks::USER_COPIES_IN_FLIGHT_MAX,
     };
-    let Some((room, hot, fresh, repairs, cursor)) = shared.leader.with(|t| {
+    let Some((room, hot, fresh, repairs, waiting, cursor)) = shared.leader.with(|t| {
         let room = limit.saturating_sub(t.copies.in_flight(purpose)).min(COPIES_PER_TICK_MAX);
-        let (hot, fresh, repairs) = match purpose {
+        let (mut hot, mut fresh, mut repairs, mut waiting) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        match purpose {
             Purpose::Promote if room > 0 => {
-                (t.copies.take_hot(shared.tiers.policy.promotion_admission_threshold), vec![], vec![])
+                hot = t.copies.take_hot(shared.tiers.policy.promotion_admission_threshold);
+                hot.extend(t.copies.take_prefetch(room));
             }
-            Purpose::Offload if room > 0 => (Vec::new(), t.copies.take_fresh(room), vec![]),
-            Purpose::Repair if room > 0 => (Vec::new(), Vec::new(), t.copies.take_repairs(room)),
-            Purpose::Replicate if room > 0 => (t.hot.take_admitted(room), Vec::new(), Vec::new()),
-            _ => (Vec::new(), Vec::new(), Vec::new()),
-        };
-        (room, hot, fresh, repairs, t.copies.offload_cursor.clone())
+            Purpose::Offload if room > 0 => fresh = t.copies.take_fresh(room),
+            Purpose::Repair if room > 0 => repairs = t.copies.take_repairs(room),
+            Purpose::Replicate if room > 0 => hot = t.hot.take_admitted(room),
+            Purpose::User if room > 0 => waiting = t.tasks.take_waiting(room),
+            _ => {}
+        }
+        (room, hot, fresh, repairs, waiting, t.copies.offload_cursor.clone())
     }) else {
         return false;
     };
@@ -453,8 +467,13 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
         }
         Purpose::Promote => {
             let (plans, deferred) = shared.reader.read(|s| plan_promotions(s, shared, &hot));
-            let threshold = shared.tiers.policy.promotion_admission_threshold;
-            shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
+            // Kept for later when promotion counts hits; a user's prefetch
+            // that does not fit under the watermark now is dropped (best
+            // effort, as upstream's).
+            if shared.tiers.policy.promotion_on_hit {
+                let threshold = shared.tiers.policy.promotion_admission_threshold;
+                shared.leader.with(|t| deferred.iter().for_each(|k| t.copies.keep_hot(k, threshold)));
+            }
             plans
         }
         Purpose::Repair => {
@@ -471,6 +490,11 @@ async fn schedule_round(shared: &Shared, purpose: Purpose, scan: Scan) -> bool {
             let in_flight = keys_in_flight(shared);
             let cap = shared.tiers.policy.hot_keys.max_memory_replicas;
             shared.reader.read(|s| plan_fan_out(s, &hot, cap, &|k: &str| in_flight.contains(k)))
+        }
+        Purpose::User => {
+            let (plans, settled) = shared.reader.read(|s| user_tasks::plan(s, waiting));
+            user_tasks::settle(shared, settled);
+            plans
         }
     };
     if plans.is_empty() {
@@ -508,7 +532,12 @@ fn reserve_copies(
     let mut added = 0;
     for p in plans {
         let evicted_from_disk = purpose == Purpose::Offload && t.copies.was_disk_evicted(&p.key);
-        if added >= room || t.copies.is_copying(&p.key) || evicted_from_disk {
+        // A user's copies of one key may run side by side (one per target).
+        let busy = purpose != Purpose::User && t.copies.is_copying(&p.key);
+        if added >= room || busy || evicted_from_disk {
+            if let Some(task) = p.task {
+                t.tasks.wait_again(task, p.target.segment);
+            }
             continue;
         }
         let Some(len) = p.tier.range_len(p.size_bytes) else { continue };
@@ -524,7 +553,15 @@ fn reserve_copies(
         };
         match t.puts.reserve(&ask, std::slice::from_ref(&p.target), &Round::default(), now) {
             Reserve::Placed(mut placed) | Reserve::Again(mut placed) => {
-                let Some(target) = placed.pop() else { continue };
+                let Some(target) = placed.pop() else {
+                    if let Some(task) = p.task {
+                        t.tasks.wait_again(task, p.target.segment);
+                    }
+                    continue;
+                };
+                if let Some(task) = p.task {
+                    t.tasks.copy_started(task, id, now_ms());
+                }
                 t.copies.add(Copy {
                     id,
                     purpose,
@@ -548,6 +585,11 @@ fn reserve_copies(
                         t.copies.keep_repair(Repair { key: p.key.clone(), version: p.version, wanted: p.wanted })
                     }
                     Purpose::Replicate => t.hot.requeue(p.key.clone()),
+                    Purpose::User => {
+                        if let Some(task) = p.task {
+                            t.tasks.wait_again(task, p.target.segment);
+                        }
+                    }
                 }
                 for (segment, arena_len) in segments {
                     if !wanted.iter().any(|(s, _, _)| *s == segment) {
@@ -555,7 +597,11 @@ fn reserve_copies(
                     }
                 }
             }
-            Reserve::Taken | Reserve::NoRoom { .. } => {}
+            Reserve::Taken | Reserve::NoRoom { .. } => {
+                if let Some(task) = p.task {
+                    t.tasks.no_room(task, p.target.segment, now_ms());
+                }
+            }
         }
     }
     if added > 0 {
@@ -580,6 +626,10 @@ fn give_up_late_copies(shared: &Shared) {
     let timeout = shared.tiers.policy.copy_timeout;
     let gone = shared.leader.with(|t| t.copies.expire(Instant::now(), timeout)).unwrap_or_default();
     for c in &gone {
+        if c.purpose == Purpose::User {
+            let why = format!("processing timeout (the copy was not reported within {} s)", timeout.as_secs());
+            user_tasks::copy_reported(shared, c.id, Err(why));
+        }
         shared.metrics.copies_failed(c.purpose).inc();
         tracing::warn!(key = %c.key, executor = %c.executor, purpose = c.purpose.name(), "copy not reported in time; given up");
     }
@@ -709,6 +759,9 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
     let reservation = Copy::reservation_key(copy.id);
     if !req.error.is_empty() {
         shared.leader.with(|t| t.puts.revoke(&reservation, client, None));
+        if copy.purpose == Purpose::User {
+            user_tasks::copy_reported(shared, copy.id, Err(format!("TRANSFER_FAIL ({})", req.error)));
+        }
         shared.metrics.copies_failed(copy.purpose).inc();
         tracing::warn!(key = %copy.key, executor = %client, purpose = copy.purpose.name(), error = %req.error, "copy failed");
         return Status::ok();
@@ -720,6 +773,14 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
     match answer {
         Ok(r) => {
             let status = response_status(&r);
+            if copy.purpose == Purpose::User {
+                // A replica there already (another task's copy) is as good.
+                let outcome = match status.error_code() {
+                    ErrorCode::Ok | ErrorCode::ObjectAlreadyExists => Ok(()),
+                    code => Err(format!("{} ({})", code.as_str_name(), status.message)),
+                };
+                user_tasks::copy_reported(shared, copy.id, outcome);
+            }
             if status.error_code() == ErrorCode::Ok {
                 if copy.purpose == Purpose::Replicate {
                     shared.leader.with(|t| t.hot.note_added(&copy.key, copy.version, copy.target.segment));
@@ -736,7 +797,12 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
             }
             status
         }
-        Err(s) => s,
+        Err(s) => {
+            if copy.purpose == Purpose::User {
+                user_tasks::copy_reported(shared, copy.id, Err(format!("RPC_FAIL ({})", s.message)));
+            }
+            s
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! What the leader does to objects and their bytes: puts (reservations
 //! answered, commits, writer chunks), removals (proposed under their fences), eviction and
 //! the arena cuts it needs, arenas taken back and returned, the copies
-//! between tiers and hot keys' extra replicas, and the capabilities that
-//! grant the data path.
+//! between tiers, hot keys' extra replicas and users' copy and move tasks,
+//! and the capabilities that grant the data path.
 
 pub mod arena_cuts;
 pub(crate) mod arenas;
@@ -16,3 +16,4 @@ pub(crate) mod put_end;
 pub(crate) mod puts;
 pub(crate) mod quotas;
 pub mod removal;
+pub(crate) mod user_tasks;

@@ -85,4 +85,8 @@ instrument! {
     take_copies: TakeCopiesRequest => TakeCopiesResponse, "TakeCopies";
     report_copy: ReportCopyRequest => ReportCopyResponse, "ReportCopy";
     report_corrupt: ReportCorruptRequest => ReportCorruptResponse, "ReportCorrupt";
+    create_copy_task: CreateCopyTaskRequest => CreateTaskResponse, "CreateCopyTask";
+    create_move_task: CreateMoveTaskRequest => CreateTaskResponse, "CreateMoveTask";
+    query_task: QueryTaskRequest => QueryTaskResponse, "QueryTask";
+    prefetch_to_memory: PrefetchToMemoryRequest => PrefetchToMemoryResponse, "PrefetchToMemory";
 }

@@ -69,6 +69,7 @@ fn ok<T>(t: T) -> RpcResult<T> {
 mod batches;
 mod identity;
 mod reads;
+mod tasks;
 
 use batches::*;
 use identity::*;
@@ -163,6 +164,22 @@ impl MasterService for MasterServiceImpl {
         };
         let status = crate::objects::copies::report_copy(&self.shared, &r, &credential).await;
         ok(ReportCopyResponse { status: Some(status) })
+    }
+
+    async fn create_copy_task(&self, req: Request<CreateCopyTaskRequest>) -> RpcResult<CreateTaskResponse> {
+        ok(self.copy_task(req).await)
+    }
+
+    async fn create_move_task(&self, req: Request<CreateMoveTaskRequest>) -> RpcResult<CreateTaskResponse> {
+        ok(self.move_task(req).await)
+    }
+
+    async fn query_task(&self, req: Request<QueryTaskRequest>) -> RpcResult<QueryTaskResponse> {
+        ok(self.task_state(req))
+    }
+
+    async fn prefetch_to_memory(&self, req: Request<PrefetchToMemoryRequest>) -> RpcResult<PrefetchToMemoryResponse> {
+        ok(self.prefetch(req).await)
     }
 
     async fn report_corrupt(&self, req: Request<ReportCorruptRequest>) -> RpcResult<ReportCorruptResponse> {

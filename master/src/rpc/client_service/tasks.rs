@@ -1,0 +1,62 @@
+//! Users' copy and move tasks and prefetches on the wire: the caller's key
+//! space (tenant) applied to the keys, the answers built. What a task does
+//! is `objects/user_tasks.rs`.
+
+use mooncake_proto::Status;
+use mooncake_proto::master::*;
+use tonic::Request;
+
+use super::*;
+use crate::leader::user_tasks::TaskId;
+use crate::objects::user_tasks;
+
+fn task_answer(id: Result<TaskId, Status>) -> CreateTaskResponse {
+    match id {
+        Ok(id) => CreateTaskResponse {
+            status: Some(Status::ok()),
+            id: Some(mooncake_proto::master::TaskId { hi: id.hi, lo: id.lo }),
+        },
+        Err(s) => CreateTaskResponse { status: Some(s), id: None },
+    }
+}
+
+impl MasterServiceImpl {
+    pub(super) async fn copy_task(&self, req: Request<CreateCopyTaskRequest>) -> CreateTaskResponse {
+        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+            Ok(key) => key,
+            Err(s) => return task_answer(Err(s)),
+        };
+        task_answer(user_tasks::create_copy(&self.shared, key, &req.get_ref().targets).await)
+    }
+
+    pub(super) async fn move_task(&self, req: Request<CreateMoveTaskRequest>) -> CreateTaskResponse {
+        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+            Ok(key) => key,
+            Err(s) => return task_answer(Err(s)),
+        };
+        let r = req.get_ref();
+        task_answer(user_tasks::create_move(&self.shared, key, &r.source, &r.target).await)
+    }
+
+    pub(super) fn task_state(&self, req: Request<QueryTaskRequest>) -> QueryTaskResponse {
+        let space = match self.space(&req) {
+            Ok(space) => space,
+            Err(s) => return QueryTaskResponse { status: Some(s), ..Default::default() },
+        };
+        let id = req.get_ref().id.map(|id| TaskId { hi: id.hi, lo: id.lo }).unwrap_or(TaskId { hi: 0, lo: 0 });
+        user_tasks::query(&self.shared, id, space.tenant().name())
+    }
+
+    pub(super) async fn prefetch(&self, req: Request<PrefetchToMemoryRequest>) -> PrefetchToMemoryResponse {
+        let space = match self.space(&req) {
+            Ok(space) => space,
+            Err(s) => return PrefetchToMemoryResponse { status: Some(s), queued: 0 },
+        };
+        // Keys another tenant could not name are simply not prefetched.
+        let (keys, _) = space.stored_all(&req.into_inner().keys);
+        match user_tasks::prefetch(&self.shared, &keys).await {
+            Ok(queued) => PrefetchToMemoryResponse { status: Some(Status::ok()), queued },
+            Err(s) => PrefetchToMemoryResponse { status: Some(s), queued: 0 },
+        }
+    }
+}
