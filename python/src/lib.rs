@@ -5,7 +5,7 @@
 //! calls, in Mooncake's return codes), [`probe`] (existence without KV
 //! leases), [`buffers`] (registered memory),
 //! [`pool`] (the local buffer), [`sessions`] (put and get sessions), [`setup`] (arguments), [`codes`] (the one
-//! error mapping), [`events`] (`store.watch`). The PyO3 layer in `py` (feature `python`) only converts
+//! error mapping), [`events`] (`store.watch`), [`tasks`] (copy and move tasks, prefetch). The PyO3 layer in `py` (feature `python`) only converts
 //! arguments and releases the GIL around each call.
 //!
 //! Depends on `client` (and the types it speaks); never on `master`.
@@ -21,6 +21,7 @@ pub mod session;
 pub mod sessions;
 pub mod setup;
 pub mod standalone;
+pub mod tasks;
 pub mod waiter;
 
 #[cfg(feature = "python")]

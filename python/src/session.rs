@@ -59,6 +59,8 @@ pub struct Session {
     /// Segment ids by endpoint, learned from the masters (for preferred segments).
     segment_ids: Mutex<HashMap<String, u64>>,
     sessions: Sessions,
+    /// `enable_ssd_prefetch` of the setup dict (`tasks.rs`, prefetch).
+    ssd_prefetch: bool,
 }
 
 /// Why `setup` failed: the code it returns and what to tell the user.
@@ -109,6 +111,7 @@ impl Session {
                         hostname,
                         segment_ids,
                         sessions: Sessions::default(),
+                        ssd_prefetch: args.enable_ssd_prefetch,
                     });
                 }
                 // Another process took the port between our pick and bind.
@@ -131,6 +134,17 @@ impl Session {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Whether setup asked for prefetches (`enable_ssd_prefetch`).
+    pub fn ssd_prefetch(&self) -> bool {
+        self.ssd_prefetch
+    }
+
+    /// Runs `f` on this session's runtime without waiting for it (a
+    /// best-effort request whose answer nobody reads).
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
+        drop(self.rt.spawn(f));
     }
 
     pub fn registry(&self) -> &BufferRegistry {

@@ -114,6 +114,11 @@ pub struct SetupArgs {
     /// `tenant_id`: the tenant (key space) every call acts in; empty or
     /// `default` is the default tenant (docs/TENANTS.md).
     pub tenant: String,
+    /// The dict form's `enable_ssd_prefetch`: `is_exist` and
+    /// `batch_is_exist` with `ExistOptions.prefetch_to_memory` ask the
+    /// leader to promote disk-only objects (upstream 0.3.14 gates it the
+    /// same way; off otherwise).
+    pub enable_ssd_prefetch: bool,
 }
 
 /// Paths of a certificate, its key and the CA, as given (any may be missing).

@@ -89,6 +89,7 @@ impl StandaloneInfo {
             master_server_addr: self.masters.join(","),
             tls: TlsPaths::default(),
             tenant: String::new(),
+            enable_ssd_prefetch: false,
         }
     }
 }

@@ -190,6 +190,22 @@ pub fn spec_of(config: Option<&Bound<'_, ReplicateConfig>>) -> ReplicaSpec {
     config.map_or_else(|| ReplicateConfig::default().spec(), |c| c.borrow().spec())
 }
 
+/// A boolean key of the setup dict: a bool, or a string upstream reads as
+/// true ("true", "1", "yes", "on"; any case). Missing or `None`: false.
+fn flag(d: &Bound<'_, PyDict>, key: &str) -> PyResult<bool> {
+    match d.get_item(key)? {
+        Some(v) if v.is_none() => Ok(false),
+        Some(v) => match v.extract::<bool>() {
+            Ok(b) => Ok(b),
+            Err(_) => {
+                let text = v.extract::<String>()?;
+                Ok(matches!(text.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"))
+            }
+        },
+        None => Ok(false),
+    }
+}
+
 /// `setup(config: dict)`: Mooncake's keys; sizes as ints or strings ("4GB").
 /// `Err` (a Python exception) for a wrong type, as upstream raises; `Ok(Err)`
 /// for a value of the right type that is not usable (a size string such as
@@ -234,6 +250,7 @@ pub fn setup_args_from_dict(d: &Bound<'_, PyDict>) -> PyResult<Result<SetupArgs,
         rdma_devices: text("rdma_devices", "")?,
         master_server_addr: master,
         tenant: text("tenant_id", "")?,
+        enable_ssd_prefetch: flag(d, "enable_ssd_prefetch")?,
         tls: TlsPaths {
             cert: Some(text(TLS_KEYS[0], "")?).filter(|v| !v.is_empty()),
             key: Some(text(TLS_KEYS[1], "")?).filter(|v| !v.is_empty()),

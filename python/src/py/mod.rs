@@ -7,6 +7,7 @@ mod handle;
 mod ranges;
 mod replica;
 mod store;
+mod tasks;
 mod watch;
 
 use pyo3::prelude::*;
@@ -27,6 +28,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replica::BufferDescriptor>()?;
     m.add_class::<replica::ReplicaStatus>()?;
     m.add_class::<watch::KVEventWatch>()?;
+    m.add_class::<tasks::TaskType>()?;
+    m.add_class::<tasks::TaskStatus>()?;
+    m.add_class::<tasks::QueryTaskResponse>()?;
+    m.add_class::<tasks::ExistOptions>()?;
     m.add("WatchCompactedError", m.py().get_type::<watch::WatchCompactedError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let close_all = wrap_pyfunction!(store::_close_all_stores, m)?;
@@ -47,6 +52,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("LEASE_EXPIRED", codes::LEASE_EXPIRED),
         ("TRANSFER_FAIL", codes::TRANSFER_FAIL),
         ("RPC_FAIL", codes::RPC_FAIL),
+        ("UNAVAILABLE_IN_CURRENT_STATUS", codes::UNAVAILABLE_IN_CURRENT_STATUS),
+        ("TASK_NOT_FOUND", codes::TASK_NOT_FOUND),
+        ("TASK_PENDING_LIMIT_EXCEEDED", codes::TASK_PENDING_LIMIT_EXCEEDED),
     ];
     m.add("ERROR_CODES", errors.into_iter().collect::<std::collections::HashMap<_, _>>())?;
     Ok(())

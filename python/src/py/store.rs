@@ -16,12 +16,14 @@ use super::config::{ReplicateConfig, setup_args_from_dict, spec_of};
 use super::handle::BufferHandle;
 use super::ranges::Ranged;
 use super::replica::ReplicaDescriptor;
+use super::tasks::{ExistOptions, QueryTaskResponse, task_answer, task_id as task_id_of};
 use crate::batches::RangeReads;
 use crate::buffers::{Region, carve};
 use crate::codes::{self, Code};
 use crate::probe::ProbePolicy;
 use crate::session::StoreState;
 use crate::setup::{SetupArgs, TlsPaths};
+use crate::tasks::TaskPair;
 
 /// Upstream's `MooncakeHostMemAllocator`: host memory for a standalone-mode
 /// store's buffers (`alloc(size)` → address, `free(address)` → 0 or -1).
@@ -149,6 +151,7 @@ impl MooncakeDistributedStore {
                     master_server_addr: master_server_addr.ok_or_else(missing)?,
                     tls: TlsPaths::default(),
                     tenant: String::new(),
+                    enable_ssd_prefetch: false,
                 }
             }
         };
@@ -230,6 +233,7 @@ impl MooncakeDistributedStore {
             master_server_addr: masters.unwrap_or_else(|| "127.0.0.1:50051".into()),
             tls: TlsPaths::default(),
             tenant: String::new(),
+            enable_ssd_prefetch: false,
         };
         match py.detach(|| self.state.setup(&args)) {
             Ok(()) => Ok(codes::OK),
@@ -520,16 +524,70 @@ impl MooncakeDistributedStore {
     }
 
     /// 1 exists, 0 does not, -1 error; a key found is KV-leased, as upstream's.
-    fn is_exist(&self, py: Python<'_>, key: &str) -> PyResult<Code> {
+    /// With `options.prefetch_to_memory` (and `enable_ssd_prefetch` at
+    /// setup) a key found only on disk is promoted to memory, best effort,
+    /// after the answer (crate::tasks).
+    #[pyo3(signature = (key, options=None))]
+    fn is_exist(&self, py: Python<'_>, key: &str, options: Option<PyRef<'_, ExistOptions>>) -> PyResult<Code> {
         let s = session!(self, -1);
-        Ok(py.detach(|| s.exists(key)))
+        let prefetch = options.is_some_and(|o| o.prefetch_to_memory);
+        let found = py.detach(|| s.exists(key));
+        if prefetch && found == 1 {
+            s.prefetch(vec![key.to_string()]);
+        }
+        Ok(found)
     }
 
     /// 1 exists, 0 does not, -1 error; each key found is KV-leased
-    /// (`default_kv_lease_ttl`), as upstream's.
-    fn batch_is_exist(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<Code>> {
+    /// (`default_kv_lease_ttl`), as upstream's. `options` as `is_exist`'s.
+    #[pyo3(signature = (keys, options=None))]
+    fn batch_is_exist(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        options: Option<PyRef<'_, ExistOptions>>,
+    ) -> PyResult<Vec<Code>> {
         let s = session!(self, vec![-1; keys.len()]);
-        Ok(py.detach(|| s.batch_exists(&keys)))
+        let prefetch = options.is_some_and(|o| o.prefetch_to_memory);
+        let found = py.detach(|| s.batch_exists(&keys));
+        if prefetch {
+            s.prefetch(keys.into_iter().zip(&found).filter(|(_, f)| **f == 1).map(|(k, _)| k).collect());
+        }
+        Ok(found)
+    }
+
+    /// `create_copy_task(key, targets)` (upstream 0.3.14): a replica of
+    /// the object on each segment named (a store's `get_hostname()`);
+    /// `((hi, lo), 0)`, or `((0, 0), code)` (docs/PYTHON.md, "Copy, move
+    /// and query tasks (0.3.14)").
+    fn create_copy_task(&self, py: Python<'_>, key: String, targets: Vec<String>) -> PyResult<(TaskPair, Code)> {
+        let s = session!(self, ((0, 0), codes::INVALID_PARAMS));
+        Ok(task_answer(py.detach(|| s.create_copy_task(&key, targets))))
+    }
+
+    /// `create_move_task(key, source, target)` (upstream 0.3.14): the
+    /// source replica copied to the target, then dropped; as
+    /// `create_copy_task` answers.
+    fn create_move_task(
+        &self,
+        py: Python<'_>,
+        key: String,
+        source: String,
+        target: String,
+    ) -> PyResult<(TaskPair, Code)> {
+        let s = session!(self, ((0, 0), codes::INVALID_PARAMS));
+        Ok(task_answer(py.detach(|| s.create_move_task(&key, &source, &target))))
+    }
+
+    /// `query_task(task_id)` (upstream 0.3.14): `(QueryTaskResponse, 0)`,
+    /// or `(None, code)` (-1400 for an id the leader does not know).
+    fn query_task(&self, py: Python<'_>, task_id: &Bound<'_, PyAny>) -> PyResult<(Option<QueryTaskResponse>, Code)> {
+        let id = task_id_of(task_id)?;
+        let s = session!(self, (None, codes::INVALID_PARAMS));
+        Ok(match py.detach(|| s.query_task(id)) {
+            Ok(state) => (Some(QueryTaskResponse::new(state)), codes::OK),
+            Err(code) => (None, code),
+        })
     }
 
     /// `batch_probe_key(keys, policy="none", candidate_size=1)` (upstream
