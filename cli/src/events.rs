@@ -85,6 +85,7 @@ pub async fn run(a: EventsArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         insecure: a.insecure,
+        planted_resync_without_clear: false,
     };
     eprintln!("publishing KV events on {} (Ctrl-C stops)", a.endpoint);
     let stop = async {

@@ -6,6 +6,7 @@ mod cluster;
 mod fake_store;
 mod http;
 mod process;
+pub mod zmq_feed;
 
 pub use cluster::{Cluster, ClusterBuilder, wait_until};
 pub use fake_store::acknowledge_fences;

@@ -71,6 +71,12 @@ pub struct BridgeConfig {
     pub options: FeedOptions,
     /// Bind a non-loopback endpoint although nothing protects the feed.
     pub insecure: bool,
+    /// A planted bug for the test that proves its checker catches it
+    /// (`cli/tests/t87_zmq_bridge.rs`): a resync publishes the listing
+    /// without the "cleared" event first, so subscribers keep keys removed
+    /// while the bridge was behind. Reachable from this library only: no
+    /// flag of `mooncake events` sets it.
+    pub planted_resync_without_clear: bool,
 }
 
 struct Bridge {
@@ -114,7 +120,10 @@ impl Bridge {
             }
         };
         self.translator = Translator::default();
-        let mut events = vec![FeedEvent::cleared()];
+        let mut events = match self.cfg.planted_resync_without_clear {
+            true => Vec::new(),
+            false => vec![FeedEvent::cleared()],
+        };
         for o in &objects {
             let stored = mooncake_proto::master::ObjectEvent {
                 kind: mooncake_proto::master::object_event::Kind::Stored.into(),

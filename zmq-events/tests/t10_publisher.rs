@@ -13,71 +13,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mooncake_client::{MasterClient, MasterClientConfig};
+use mooncake_testkit::zmq_feed::{FeedSubscriber, closed_within};
 use mooncake_zmq_events::zmtp::{Publisher, SUBSCRIBER_QUEUE_BYTES, TcpEndpoint};
 use mooncake_zmq_events::{BridgeConfig, FeedError, FeedOptions, Sequence};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// A SUB peer: greeting, READY, and a subscription to everything.
-async fn subscribe(publisher: &Publisher) -> TcpStream {
-    let mut s = TcpStream::connect(publisher.local_addr()).await.expect("connect");
-    let mut greeting = [0u8; 64];
-    greeting[0] = 0xFF;
-    greeting[9] = 0x7F;
-    greeting[10] = 3;
-    greeting[12..16].copy_from_slice(b"NULL");
-    s.write_all(&greeting).await.expect("greeting");
-    let mut ready = vec![0x04, 0];
-    let body: Vec<u8> = [&[5u8][..], b"READY", &[11], b"Socket-Type", &3u32.to_be_bytes(), b"SUB"].concat();
-    ready[1] = body.len() as u8;
-    ready.extend_from_slice(&body);
-    s.write_all(&ready).await.expect("ready");
-    s.write_all(&[0x00, 1, 0x01]).await.expect("subscribe to every topic");
-    let mut theirs = [0u8; 64];
-    s.read_exact(&mut theirs).await.expect("the publisher's greeting");
-    assert_eq!((theirs[0], theirs[10], &theirs[12..16]), (0xFF, 3, &b"NULL"[..]));
-    let flags = s.read_u8().await.expect("the publisher's READY");
-    assert_eq!(flags, 0x04, "a command");
-    let len = s.read_u8().await.expect("its length");
-    let mut body = vec![0u8; usize::from(len)];
-    s.read_exact(&mut body).await.expect("its body");
-    assert!(body.windows(3).any(|w| w == b"PUB"), "READY names PUB");
-    s
-}
-
-/// Reads one message: its frames.
-async fn receive(s: &mut TcpStream) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let flags = s.read_u8().await.expect("flags");
-        let len = match flags & 0x02 {
-            0 => u64::from(s.read_u8().await.expect("short size")),
-            _ => s.read_u64().await.expect("long size"),
-        };
-        let mut body = vec![0u8; len as usize];
-        s.read_exact(&mut body).await.expect("body");
-        frames.push(body);
-        if flags & 0x01 == 0 {
-            return frames;
-        }
-    }
-}
-
-/// Whether the publisher closes `s` within `wait` (what it sent before
-/// is read and thrown away).
-async fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
-    let mut sink = vec![0u8; 1 << 20];
-    let closed = tokio::time::timeout(wait, async {
-        loop {
-            match s.read(&mut sink).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    });
-    closed.await.is_ok()
+async fn subscribe(publisher: &Publisher) -> FeedSubscriber {
+    FeedSubscriber::connect(publisher.local_addr()).await
 }
 
 async fn wait_for_subscribers(publisher: &Publisher, n: usize) {
@@ -103,7 +48,7 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_the_others_get_ever
     let (progress, mut read) = tokio::sync::watch::channel(0u64);
     let read_all = tokio::spawn(async move {
         for i in 0..messages as u64 {
-            let frames = receive(&mut reader).await;
+            let frames = reader.frames().await;
             assert_eq!(frames[1], i.to_be_bytes(), "in order, none missing");
             assert_eq!(frames[2].len(), 1 << 20);
             let _ = progress.send(i + 1);
@@ -122,7 +67,7 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_the_others_get_ever
     let _reader = tokio::time::timeout(WAIT * 6, read_all).await.expect("the reader got everything").expect("reader");
     assert_eq!(publisher.subscribers(), 1);
     // The stalled one's connection is closed: after what was buffered, EOF.
-    assert!(closed_within(&mut stalled, WAIT * 6).await, "the stalled subscriber's connection stayed open");
+    assert!(stalled.closed_within(WAIT * 6).await, "the stalled subscriber's connection stayed open");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,8 +79,8 @@ async fn a_peer_that_is_not_a_subscriber_or_sends_huge_frames_is_closed() {
     assert!(closed_within(&mut garbage, WAIT).await, "a peer with a bad greeting was kept");
     let mut s = subscribe(&publisher).await;
     wait_for_subscribers(&publisher, 1).await;
-    s.write_all(&[0x02]).await.expect("a long frame");
-    s.write_all(&(1u64 << 40).to_be_bytes()).await.expect("of a terabyte");
+    s.stream_mut().write_all(&[0x02]).await.expect("a long frame");
+    s.stream_mut().write_all(&(1u64 << 40).to_be_bytes()).await.expect("of a terabyte");
     tokio::time::timeout(WAIT, async {
         while publisher.subscribers() > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -155,6 +100,7 @@ async fn the_bridge_binds_an_address_other_hosts_reach_only_when_told_it_is_inse
         sequence: Sequence::Revision,
         options: FeedOptions { backend_id: "t10".into(), ..Default::default() },
         insecure,
+        planted_resync_without_clear: false,
     };
     for endpoint in ["tcp://0.0.0.0:0", "tcp://*:0"] {
         let e = mooncake_zmq_events::run(master.clone(), cfg(endpoint, false), async {}).await.expect_err(endpoint);
