@@ -274,19 +274,27 @@ impl CheckerVerdict {
         }
     }
 
-    /// `ucx-stores`: the final reads (every key, after healing) crossed UCX:
-    /// `ucx_reads` of the `reads` that returned bytes did, and none failed
-    /// over UCX. A run whose reads all fell back to TCP proves nothing of
-    /// the route.
-    pub fn ucx_reads(reads: u64, ucx_reads: u64, ucx_errors: u64) -> Self {
+    /// `ucx-stores`: every final read (every key, after healing) of an
+    /// object with a memory replica crossed UCX (`over_ucx` of
+    /// `memory_backed`; a disk-only object is served over TCP by design),
+    /// and none failed over UCX. A run with no such read proves nothing of
+    /// the route and fails too.
+    pub fn ucx_reads(memory_backed: u64, over_ucx: u64, ucx_errors: u64) -> Self {
         let mut problems = Vec::new();
-        if reads > 0 && ucx_reads == 0 {
-            problems.push(format!("none of the {reads} final reads went over UCX (did the store nodes serve it?)"));
+        if memory_backed == 0 {
+            problems.push("no final read was of an object in memory: nothing showed the UCX route".into());
+        }
+        if over_ucx < memory_backed {
+            problems.push(format!(
+                "{} of the {memory_backed} final reads of objects in memory did not cross UCX (a TCP fallback?)",
+                memory_backed - over_ucx
+            ));
         }
         if ucx_errors > 0 {
             problems.push(format!("{ucx_errors} final reads failed over UCX with every store node up"));
         }
-        CheckerVerdict { checker: "ucx_reads".into(), valid: problems.is_empty(), checked: reads as usize, problems }
+        let checked = memory_backed as usize;
+        CheckerVerdict { checker: "ucx_reads".into(), valid: problems.is_empty(), checked, problems }
     }
 
     /// The master restarted on a wiped data dir under its old id refused to
@@ -766,11 +774,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ucx_reads_fail_a_run_whose_final_reads_never_crossed_ucx_or_failed_there() {
-        assert!(CheckerVerdict::ucx_reads(10, 7, 0).valid, "some reads over UCX (disk replicas go over TCP)");
+    fn ucx_reads_fail_a_run_where_any_read_of_memory_did_not_cross_ucx_or_failed_there() {
+        assert!(CheckerVerdict::ucx_reads(10, 10, 0).valid, "every read of memory over UCX");
+        assert!(!CheckerVerdict::ucx_reads(10, 9, 0).valid, "one read of memory fell back to TCP");
         assert!(!CheckerVerdict::ucx_reads(10, 0, 0).valid, "every read fell back to TCP");
         assert!(!CheckerVerdict::ucx_reads(10, 10, 1).valid, "a read failed over UCX with every node up");
-        assert!(CheckerVerdict::ucx_reads(0, 0, 0).valid, "nothing to read");
+        assert!(!CheckerVerdict::ucx_reads(0, 0, 0).valid, "nothing showed the route");
     }
 
     #[test]

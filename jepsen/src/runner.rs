@@ -507,8 +507,8 @@ async fn finish(
         checkers.push(CheckerVerdict::crash_only(&disk_full));
     }
     if opts.scenario.over_ucx() {
-        let FinalTransports { reads, ucx_reads, ucx_errors } = final_transports;
-        checkers.push(CheckerVerdict::ucx_reads(reads, ucx_reads, ucx_errors));
+        let FinalTransports { memory_backed, memory_over_ucx, ucx_errors } = final_transports;
+        checkers.push(CheckerVerdict::ucx_reads(memory_backed, memory_over_ucx, ucx_errors));
     }
     if let (Some(p), Some(missing)) = (&preload, preload_missing) {
         checkers.push(CheckerVerdict::preload_intact(p.report.objects, missing));
@@ -622,13 +622,28 @@ async fn read_back_bytes(
 }
 
 /// How the final reads moved their bytes (the final-read client's engine
-/// counters): reads that returned bytes, and those of them over UCX; reads
-/// that failed over UCX.
+/// counters, read around each key's read): the objects read that had a
+/// memory replica, and those of them whose read crossed UCX; reads that
+/// failed over UCX. (A disk-only object is served over TCP by design.)
 #[derive(Clone, Copy, Debug, Default)]
 struct FinalTransports {
-    reads: u64,
-    ucx_reads: u64,
+    memory_backed: u64,
+    memory_over_ucx: u64,
     ucx_errors: u64,
+}
+
+/// The final-read client's reads over UCX so far, and its UCX errors.
+fn ucx_counts(client: &Client) -> (u64, u64) {
+    let snapshot = client.engine().stats().snapshot();
+    let ucx = snapshot.iter().filter(|(kind, _, _)| *kind == mooncake_client::TransportKind::Ucx);
+    ucx.fold((0, 0), |(reads, errors), (_, _, s)| (reads + s.reads, errors + s.errors))
+}
+
+/// Whether `key`'s object has a replica in memory (read over UCX when the
+/// store nodes serve it) at the moment of asking.
+async fn has_memory_replica(client: &Client, key: &str) -> bool {
+    let list = client.master().get_replica_list(client.client_id(), key).await;
+    list.is_ok_and(|l| l.replicas.iter().any(|r| r.tier == mooncake_proto::master::Tier::Dram as i32))
 }
 
 /// Reads every key after healing: its value, or `None` if absent. Bytes that
@@ -641,8 +656,15 @@ async fn final_reads(
     let client = Client::connect(access.client(addrs.to_vec())).await.context("final-read client")?;
     let mut out = BTreeMap::new();
     let mut corrupt = 0;
+    let mut transports = FinalTransports::default();
     for key in keys {
+        let (ucx_before, _) = ucx_counts(&client);
         let value = read_settled(&client, key).await.with_context(|| format!("final read of {key}"))?;
+        let crossed_ucx = ucx_counts(&client).0 > ucx_before;
+        if matches!(value, Ok(Some(_))) && has_memory_replica(&client, key).await {
+            transports.memory_backed += 1;
+            transports.memory_over_ucx += u64::from(crossed_ucx);
+        }
         match value {
             Ok(v) => {
                 out.insert(key.clone(), v);
@@ -650,14 +672,7 @@ async fn final_reads(
             Err(()) => corrupt += 1,
         }
     }
-    let mut transports = FinalTransports::default();
-    for (kind, _, stats) in client.engine().stats().snapshot() {
-        transports.reads += stats.reads;
-        if kind == mooncake_client::TransportKind::Ucx {
-            transports.ucx_reads += stats.reads;
-            transports.ucx_errors += stats.errors;
-        }
-    }
+    transports.ucx_errors = ucx_counts(&client).1;
     client.close().await;
     Ok((out, corrupt, transports))
 }
