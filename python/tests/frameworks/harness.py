@@ -44,10 +44,6 @@ if not UPSTREAM:
 
 from conftest import START_TIMEOUT_S, STOP_GRACE_S, Cluster, free_port, wait_for  # noqa: E402  (the parent conftest)
 
-needs_failover = pytest.mark.skipif(
-    UPSTREAM, reason="upstream's master fails over only with its etcd-based HA; the leader-kill cases are ours"
-)
-
 MiB = 1 << 20
 SHM = Path("/dev/shm")
 
@@ -86,6 +82,126 @@ class UpstreamMaster:
             self.proc.kill()
             self.proc.wait(timeout=STOP_GRACE_S)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class UpstreamHACluster:
+    """Upstream's masters in their HA mode: an etcd on loopback and two
+    `mooncake_master --enable_ha --enable_oplog` (one leads, one stands by),
+    addressed as `etcd://` as upstream's clients address them; the
+    metadata server P2PHANDSHAKE (a master's HTTP one would die with it).
+    The failover yardstick of the leader-kill cases.
+
+    Upstream facts it works around, measured (docs/PYTHON.md): a standby
+    binds its RPC port only when promoted, so the masters' ports are taken
+    below the ephemeral range (a port another connection took by then makes
+    the promoted master exit); its oplog reaches the standby asynchronously,
+    so `kill` first waits until the standby applied the leader's last
+    sequence id (a put acknowledged just before a kill is otherwise lost)."""
+
+    MASTERS = 2
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="upstream-ha-"))
+        etcd_client, etcd_peer = free_port(), free_port()
+        self.procs, self.logs = [], []
+        self.etcd = self._spawn(
+            "etcd", ["etcd", "--data-dir", str(self.dir / "etcd"), "--listen-client-urls",
+                     f"http://127.0.0.1:{etcd_client}", "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+                     "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}"])
+        wait_for("etcd to listen", START_TIMEOUT_S, lambda: listening(etcd_client), interval_s=0.1)
+        self.masters = f"etcd://127.0.0.1:{etcd_client}"
+        self.metadata_server = "P2PHANDSHAKE"
+        self.metrics_ports = []
+        binary = Path(sys.prefix) / "bin" / "mooncake_master"
+        for i in range(self.MASTERS):
+            rpc, metrics = low_free_port(), free_port()
+            self.metrics_ports.append(metrics)
+            self.procs.append(self._spawn(f"master-{i + 1}", [
+                str(binary), "--enable_ha=true", "--enable_oplog=true", f"--etcd_endpoints=127.0.0.1:{etcd_client}",
+                "--rpc_address=127.0.0.1", f"--rpc_port={rpc}", "--metrics_host=127.0.0.1",
+                f"--metrics_port={metrics}"]))
+        self.wait_for_leader()
+
+    def _spawn(self, name, argv):
+        log = open(self.dir / f"{name}.log", "wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        return proc
+
+    def health(self, i):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_ports[i]}/health", timeout=2) as r:
+                return json.loads(r.read().decode())
+        except (OSError, ValueError):
+            return {}
+
+    def leader(self):
+        """The index of the master serving as leader (its warm-up done), or None."""
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is None and self.health(i).get("service_ready") is True:
+                return i
+        return None
+
+    def wait_for_leader(self):
+        wait_for("an upstream master to lead and serve", 60, lambda: self.leader() is not None, interval_s=0.2)
+        return self.leader()
+
+    @property
+    def metrics_port(self):
+        return self.metrics_ports[self.wait_for_leader()]
+
+    def kill(self, i):
+        def standby_caught_up():
+            last = upstream_metrics_at(self.metrics_ports[i]).get("ha_oplog_last_sequence_id", 0)
+            return all(upstream_metrics_at(self.metrics_ports[j]).get("ha_oplog_applied_sequence_id", 0) >= last
+                       for j, p in enumerate(self.procs) if j != i and p.poll() is None)
+
+        wait_for("upstream's standby to apply the leader's oplog", 30, standby_caught_up, interval_s=0.1)
+        mounted = upstream_metrics_at(self.metrics_ports[i]).get("master_total_capacity_bytes", 0)
+        self.procs[i].kill()
+        self.procs[i].wait(timeout=STOP_GRACE_S)
+        standby = [p for j, p in enumerate(self.procs) if j != i]
+        # The promoted master binds its port now; one that cannot, exits.
+        wait_for("upstream's standby to take over", 60,
+                 lambda: self.leader() is not None or any(p.poll() is not None for p in standby), interval_s=0.2)
+        assert all(p.poll() is None for p in standby), f"upstream's promoted master exited; see {self.dir}"
+
+        # Upstream's clients find the new leader on their own, and a put
+        # fails until their segments are mounted with it again: the
+        # failover is over when the new leader has every segment back.
+        def remounted():
+            leader = self.leader()
+            return leader is not None and upstream_metrics_at(self.metrics_ports[leader]).get(
+                "master_total_capacity_bytes", 0) >= mounted
+
+        wait_for("upstream's clients to remount their segments with the new leader", 60, remounted, interval_s=0.1)
+
+    def stop(self):
+        for proc in [*self.procs, self.etcd]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=STOP_GRACE_S)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def low_free_port():
+    """A free loopback port below the ephemeral range (32768 and up), which
+    outgoing connections cannot take before a standby master binds it."""
+    import random
+
+    for _ in range(1000):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port below 32000")
 
 
 def listening(port):
@@ -129,7 +245,9 @@ def store_node_of_ours(request):
 @pytest.fixture(scope="session")
 def cluster():
     """The cluster the frameworks are configured with: 3 masters of ours
-    (`metadata_server` P2PHANDSHAKE), or upstream's master."""
+    (`metadata_server` P2PHANDSHAKE), or upstream's master (its HA masters
+    are `fresh_cluster`'s: a store's setup against them takes seconds,
+    which SGLang's own test, making dozens, cannot afford)."""
     c = UpstreamMaster() if UPSTREAM else Cluster()
     if not UPSTREAM:
         c.metadata_server = "P2PHANDSHAKE"
@@ -150,8 +268,13 @@ def remove_new_shm_files():
 
 @pytest.fixture
 def fresh_cluster():
-    """A cluster of this test alone (for tests that kill its masters)."""
-    c = Cluster()
+    """A cluster of this test alone (for tests that kill its masters):
+    against upstream, its HA masters (upstream's client connects a process
+    to one etcd only, "Etcd client already connected": one such cluster a
+    framework's file)."""
+    c = UpstreamHACluster() if UPSTREAM else Cluster()
+    if not UPSTREAM:
+        c.metadata_server = "P2PHANDSHAKE"
     yield c
     c.stop()
 
@@ -219,8 +342,17 @@ def objects_read(cluster) -> int:
 
 
 def upstream_metrics(cluster) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+    return upstream_metrics_at(cluster.metrics_port)
+
+
+def upstream_metrics_at(port) -> dict:
+    """An upstream master's Prometheus metrics (unlabelled ones); {} if it
+    does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#") and "{" not in line.split()[0]:
@@ -258,8 +390,7 @@ def write_json(path: Path, doc: dict) -> Path:
 
 
 __all__ = [
-    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "listening", "needs_failover",
-    "objects_read",
+    "MiB", "UPSTREAM", "cluster", "framework_errors", "free_port", "fresh_cluster", "listening", "objects_read",
     "remove_new_shm_files", "standalone_node", "store_node_of_ours", "stored_count", "stored_keys",
     "stores_in_process", "wait_for", "write_json",
 ]

@@ -19,7 +19,6 @@ from harness import (  # noqa: F401 (fixtures)
     cluster,
     framework_errors,
     fresh_cluster,
-    needs_failover,
     remove_new_shm_files,
     standalone_node,
     store_node_of_ours,
@@ -79,7 +78,6 @@ def test_sglangs_own_test_of_its_mooncake_backend_passes(sglang_config, framewor
     assert framework_errors == []
 
 
-@needs_failover
 def test_pages_stored_around_a_leader_kill_load_back_whole(fresh_cluster, sglang_config, framework_errors):
     sglang_config(fresh_cluster.masters)
     store = MooncakeStore(one_rank())

@@ -18,7 +18,6 @@ from harness import (  # noqa: F401 (fixtures)
     cluster,
     framework_errors,
     fresh_cluster,
-    needs_failover,
     remove_new_shm_files,
     wait_for,
 )
@@ -152,7 +151,6 @@ def test_chunks_round_trip_through_lmcaches_remote_backend(lmcache_on, save_chun
     assert framework_errors == [], framework_errors
 
 
-@needs_failover
 def test_chunks_put_around_a_leader_kill_read_back_whole(fresh_cluster, lmcache_on, framework_errors):
     fresh_cluster.metadata_server = "P2PHANDSHAKE"
     lm = lmcache_on(False, on=fresh_cluster)
