@@ -143,6 +143,29 @@ def test_get_into_ranges_reads_fragments_buffer_major(client, mem):
     assert bad == [[[INVALID_PARAMS], [INVALID_PARAMS]]]
 
 
+def test_get_into_ranges_answers_as_upstream_0_3_14(client, mem):
+    """Each answer as upstream 0.3.14's wheel gave it against its own master
+    (measured 2026-12-06): a size-0 range reads 0 bytes; a range past the
+    destination buffer's registered end, an unregistered or null buffer, a
+    key count that differs from the destination groups, and top-level
+    lists of different lengths are INVALID_PARAMS, shaped like the
+    destination offsets; `[]` answers `[]`."""
+    assert client.put("t30/r14", bytes(range(64))) == 0
+    b0 = mem.ptr + 8 * MiB
+    assert client.get_into_ranges([b0], [["t30/r14"]], [[[0]]], [[[0]]], [[[0]]]) == [[[0]]]
+    assert client.get_into_ranges([b0], [["t30/r14"]], [[[0]]], [[[0]]], [[[64]]]) == [[[64]]]
+    end = mem.ptr + 16 * MiB - 10
+    assert client.get_into_ranges([end], [["t30/r14"]], [[[0]]], [[[0]]], [[[20]]]) == [[[INVALID_PARAMS]]]
+    stray = ctypes.create_string_buffer(64)
+    assert client.get_into_ranges([ctypes.addressof(stray)], [["t30/r14"]], [[[0]]], [[[0]]], [[[8]]]) == [
+        [[INVALID_PARAMS]]]
+    assert client.get_into_ranges([0], [["t30/r14"]], [[[0]]], [[[0]]], [[[8]]]) == [[[INVALID_PARAMS]]]
+    two_keys_one_group = client.get_into_ranges([b0], [["t30/r14", "t30/r14"]], [[[0]]], [[[0]]], [[[8]]])
+    assert all(code == INVALID_PARAMS for group in two_keys_one_group[0] for code in group), two_keys_one_group
+    assert client.get_into_ranges([b0, b0], [["t30/r14"]], [[[0]]], [[[0]]], [[[8]]]) == [[[INVALID_PARAMS]]]
+    assert client.get_into_ranges([], [], [], [], []) == []
+
+
 def test_unregistered_memory_is_never_touched(client, mem):
     # Why: a wrong address must be an error code, not a crash or a stray write.
     stray = ctypes.create_string_buffer(4096)

@@ -1042,9 +1042,13 @@ impl RangePlan {
         let mut items = Vec::with_capacity(keys.len());
         for (i, buffer_keys) in keys.iter().enumerate() {
             let mut per_buffer = Vec::with_capacity(buffer_keys.len());
+            // A buffer whose keys and range groups differ in count is refused
+            // whole, as upstream 0.3.14 refuses it.
+            let groups = |v: &[Vec<Vec<i64>>]| v.get(i).map(Vec::len) == Some(buffer_keys.len());
+            let whole = top && groups(dst) && groups(src) && groups(sizes);
             for (j, key) in buffer_keys.iter().enumerate() {
                 let frag = |v: &[Vec<Vec<i64>>]| v.get(i).and_then(|b| b.get(j)).cloned();
-                let fragments = match (top, ptrs.get(i), frag(dst), frag(src), frag(sizes)) {
+                let fragments = match (whole, ptrs.get(i), frag(dst), frag(src), frag(sizes)) {
                     (true, Some(base), Some(d), Some(s), Some(n)) if d.len() == s.len() && d.len() == n.len() => {
                         let base = unsigned(*base, "buffer_ptrs")?;
                         let (d, s, n) = (
