@@ -200,32 +200,17 @@ fn read(buf: &mut &[u8]) -> Value {
         0xd1 => Value::Int(i128::from(be(buf, 2) as u16 as i16)),
         0xd2 => Value::Int(i128::from(be(buf, 4) as u32 as i32)),
         0xd3 => Value::Int(i128::from(be(buf, 8) as i64)),
-        0xd9 => {
-            let n = be(buf, 1) as usize;
+        // str8/16/32, array16/32, map16/32: a length of 1, 2 or 4 bytes first.
+        0xd9..=0xdb => {
+            let n = be(buf, 1 << (m - 0xd9)) as usize;
             string(buf, n)
         }
-        0xda => {
-            let n = be(buf, 2) as usize;
-            string(buf, n)
-        }
-        0xdb => {
-            let n = be(buf, 4) as usize;
-            string(buf, n)
-        }
-        0xdc => {
-            let n = be(buf, 2);
+        0xdc | 0xdd => {
+            let n = be(buf, 2 << (m - 0xdc));
             array(buf, n)
         }
-        0xdd => {
-            let n = be(buf, 4);
-            array(buf, n)
-        }
-        0xde => {
-            let n = be(buf, 2);
-            map(buf, n)
-        }
-        0xdf => {
-            let n = be(buf, 4);
+        0xde | 0xdf => {
+            let n = be(buf, 2 << (m - 0xde));
             map(buf, n)
         }
         0xe0..=0xff => Value::Int(i128::from(m as i8)),

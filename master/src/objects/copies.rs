@@ -152,6 +152,31 @@ pub(crate) struct Plan {
     pub task: Option<TaskId>,
 }
 
+impl Plan {
+    /// A copy of `o` from `sources` to `target` (as a `tier` replica), run
+    /// by the store node that owns the target.
+    pub(crate) fn of(
+        o: &mooncake_raft_store::state::ObjectMeta,
+        sources: Vec<ReplicaPlacement>,
+        target: &SegmentEntry,
+        tier: Tier,
+        task: Option<TaskId>,
+    ) -> Plan {
+        Plan {
+            wanted: 0,
+            key: o.key.clone(),
+            version: o.version,
+            size_bytes: o.size_bytes,
+            checksum: o.checksum,
+            sources,
+            target: Candidate::of(target, true),
+            tier,
+            executor: target.owner,
+            task,
+        }
+    }
+}
+
 /// Where the replicas of an object are: their segments, hosts and zones (a
 /// segment without a zone shares none).
 struct Domains<'a> {
@@ -209,18 +234,7 @@ fn plan_copy(s: &MetaState, o: &mooncake_raft_store::state::ObjectMeta, from: Ti
     let len = to.range_len(o.size_bytes)?;
     let tenant = mooncake_segment::tenant::tenant_of(&o.key);
     let target = target_segment(s, to, len, &Domains::of(s, &o.replicas), &hosts, tenant)?;
-    Some(Plan {
-        wanted: 0,
-        key: o.key.clone(),
-        version: o.version,
-        size_bytes: o.size_bytes,
-        checksum: o.checksum,
-        sources,
-        target: Candidate::of(target, true),
-        tier: to,
-        executor: target.owner,
-        task: None,
-    })
+    Some(Plan::of(o, sources, target, to, None))
 }
 
 /// Whether `o` is to be offloaded: readable, on no disk segment

@@ -32,7 +32,6 @@ use mooncake_segment::tenant::tenant_of;
 use mooncake_segment::{ClientId, SegmentId};
 
 use crate::leader::kv_lease::KeyHash;
-use crate::leader::reservations::Candidate;
 use crate::leader::user_tasks::{
     AddError, TASK_TARGETS_MAX, TASK_TIMEOUT, TaskId, TaskKind, TaskStatus, UserTask, Waiting,
 };
@@ -312,18 +311,7 @@ pub(crate) fn plan(s: &MetaState, waiting: Vec<Waiting>) -> (Vec<Plan>, Vec<Sett
                 .push(Settled::Failed(w.task, format!("REPLICA_IS_NOT_READY ({:?} has no readable replica)", w.key)));
             continue;
         }
-        plans.push(Plan {
-            wanted: 0,
-            key: o.key.clone(),
-            version: o.version,
-            size_bytes: o.size_bytes,
-            checksum: o.checksum,
-            sources,
-            target: Candidate::of(target, true),
-            tier: Tier::Dram,
-            executor: target.owner,
-            task: Some(w.task),
-        });
+        plans.push(Plan::of(o, sources, target, Tier::Dram, Some(w.task)));
     }
     (plans, settled)
 }
