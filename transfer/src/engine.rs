@@ -63,7 +63,10 @@ impl TransferEngine {
                 ));
             }
             Protocol::Rdma => {
-                tracing::warn!(reason = %crate::rdma::unavailable_reason(), "rdma unavailable; falling back to tcp");
+                // UCX is the RDMA route (docs/TRANSFER.md).
+                tracing::warn!(
+                    "protocol rdma: this build has no UCX (build with `--features ucx`); falling back to tcp"
+                );
             }
             _ => {}
         }

@@ -27,8 +27,6 @@ mod error;
 pub mod fence;
 pub mod frame;
 mod local;
-#[cfg(not(feature = "ucx"))]
-mod rdma;
 mod registry;
 mod shm;
 mod shm_owner;
