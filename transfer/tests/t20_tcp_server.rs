@@ -34,7 +34,18 @@ async fn a_4_mib_object_round_trips_across_lanes() {
     tcp.read_from(&node.target.endpoint, node.target.id, Some(&read), 64, &mut back).await.unwrap();
     assert!(back == data, "bytes differ after a 4 MiB round trip");
 
-    let stats = node.server.stats();
+    // The server counts a read once its bytes are sent, which the client may
+    // see first: the counters are read once they settle (or time out).
+    let settled = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            let stats = node.server.stats();
+            if stats.read_bytes >= 4 << 20 && stats.ops >= 8 {
+                return stats;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    });
+    let stats = settled.await.unwrap_or_else(|_| node.server.stats());
     assert_eq!(stats.ops, 8, "4 chunks each way");
     assert_eq!(stats.connections, 4, "one connection per lane");
     assert_eq!((stats.written_bytes, stats.read_bytes, stats.errors), (4 << 20, 4 << 20, 0));

@@ -23,16 +23,14 @@ use mooncake_auth::capability::Access;
 use mooncake_proto::master::{self as pb, ReportCopyRequest, ReportCorruptRequest};
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::SegmentEntry;
-use mooncake_raft_store::{
-    Command, CredentialHash, MetaState, ObjectVersion, Pin, ReplicaPlacement, Response, StateReader, Tier,
-};
+use mooncake_raft_store::{Command, CredentialHash, MetaState, Pin, ReplicaPlacement, Response, StateReader, Tier};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::duties::book;
 use crate::leader::TermState;
-use crate::leader::reservations::{Candidate, PutAsk, Reserve, Round};
+use crate::leader::reservations::{PutAsk, Reserve, Round};
 use crate::leader::tiering::{Copy, OffloadMode, Purpose, Repair};
-use crate::leader::user_tasks::TaskId;
+use crate::objects::copy_plan::Plan;
 use crate::objects::eviction;
 use crate::objects::puts::{Grant, Relief, grant_arena};
 use crate::objects::user_tasks;
@@ -134,47 +132,6 @@ enum Scan {
     KeySpace,
     /// Nothing else (woken by a commit: cheap, however often).
     FreshOnly,
-}
-
-/// One copy to make, as planned from the state.
-pub(crate) struct Plan {
-    /// A repair's target replica count (0 for the other purposes).
-    pub wanted: usize,
-    pub key: String,
-    pub version: ObjectVersion,
-    pub size_bytes: u64,
-    pub checksum: u32,
-    pub sources: Vec<ReplicaPlacement>,
-    pub target: Candidate,
-    pub tier: Tier,
-    pub executor: ClientId,
-    /// The user's task it is part of (`Purpose::User`).
-    pub task: Option<TaskId>,
-}
-
-impl Plan {
-    /// A copy of `o` from `sources` to `target` (as a `tier` replica), run
-    /// by the store node that owns the target.
-    pub(crate) fn of(
-        o: &mooncake_raft_store::state::ObjectMeta,
-        sources: Vec<ReplicaPlacement>,
-        target: &SegmentEntry,
-        tier: Tier,
-        task: Option<TaskId>,
-    ) -> Plan {
-        Plan {
-            wanted: 0,
-            key: o.key.clone(),
-            version: o.version,
-            size_bytes: o.size_bytes,
-            checksum: o.checksum,
-            sources,
-            target: Candidate::of(target, true),
-            tier,
-            executor: target.owner,
-            task,
-        }
-    }
 }
 
 /// Where the replicas of an object are: their segments, hosts and zones (a

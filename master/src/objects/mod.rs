@@ -9,6 +9,7 @@ pub(crate) mod arenas;
 pub(crate) mod capabilities;
 pub(crate) mod chunks;
 pub(crate) mod copies;
+pub(crate) mod copy_plan;
 pub mod eviction;
 pub(crate) mod fenced;
 pub(crate) mod hot_keys;

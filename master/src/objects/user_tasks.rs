@@ -35,7 +35,7 @@ use crate::leader::kv_lease::KeyHash;
 use crate::leader::user_tasks::{
     AddError, TASK_TARGETS_MAX, TASK_TIMEOUT, TaskId, TaskKind, TaskStatus, UserTask, Waiting,
 };
-use crate::objects::copies::Plan;
+use crate::objects::copy_plan::Plan;
 use crate::objects::fenced::propose_fenced;
 use crate::raft::proposer::now_ms;
 use crate::shared::Shared;
@@ -48,7 +48,7 @@ pub const USER_COPIES_IN_FLIGHT_MAX: usize = 64;
 const DROPS_PER_ROUND_MAX: usize = 64;
 
 /// Keys of one prefetch call at most (a batch RPC's limit).
-pub const PREFETCH_KEYS_MAX: usize = crate::rpc::client_service::BATCH_RPC_MAX;
+pub const PREFETCH_KEYS_MAX: usize = 1_024; // the batch RPCs' limit, BATCH_RPC_MAX (checked there)
 
 fn refused(code: ErrorCode, message: String) -> Status {
     Status::with(code, message)

@@ -10,6 +10,9 @@ use super::*;
 use crate::leader::user_tasks::TaskId;
 use crate::objects::user_tasks;
 
+// A prefetch is one batch RPC: the objects layer's limit is the RPCs'.
+const _: () = assert!(user_tasks::PREFETCH_KEYS_MAX == super::BATCH_RPC_MAX);
+
 fn task_answer(id: Result<TaskId, Status>) -> CreateTaskResponse {
     match id {
         Ok(id) => CreateTaskResponse {
