@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use mooncake_segment::{SegmentId, SegmentMemory};
 
-use super::worker::{UcxError, UcxWorker};
+use super::error::UcxError;
+use super::worker::UcxWorker;
 use crate::frame::{self, UcxKey};
 
 /// Most segments exported in a node's life: a node serves a handful, and

@@ -1,6 +1,8 @@
 //! The functions of `csrc/ucx_shim.c`, the narrow C face over UCX's UCP API
-//! (linked against libucp and libucs by `build.rs`). Only `worker.rs` calls
-//! them, from its one thread, with the pointers they returned.
+//! (linked against libucp and libucs by `build.rs`). Only the `worker`
+//! module calls them, with the pointers they returned: its thread
+//! (`worker/thread.rs`) every call on the worker, a handle only starting
+//! the context, reading what it opened, and signalling it.
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -4,6 +4,7 @@
 //!
 //! - `worker`: [`UcxWorker`], a UCP context and worker owned by one thread,
 //!   with reads as futures that are safe to drop.
+//! - `error`: [`UcxError`], why a UCX operation failed.
 //! - `exports`: the store node's side, [`UcxExports`]: maps each memory
 //!   segment for peers' reads and answers UCX_KEY requests (`crate::frame`) with
 //!   its key, once the request's READ capability verifies.
@@ -14,11 +15,13 @@
 //! Writes stay on the TCP lanes, where the store node checks every WRITE's
 //! capability and arena fence (docs/SECURITY.md, docs/TRANSFER.md).
 
+mod error;
 mod exports;
 mod ffi;
 mod route;
 mod worker;
 
+pub use error::UcxError;
 pub use exports::UcxExports;
 pub(crate) use route::UcxRoute;
-pub use worker::{MemoryKind, Read, UcxError, UcxWorker};
+pub use worker::{MemoryKind, Read, UcxWorker};

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use mooncake_segment::SegmentId;
 
-use super::worker::{UcxError, UcxWorker};
+use super::error::UcxError;
+use super::worker::UcxWorker;
 use crate::error::TransferError;
 use crate::frame;
 use crate::tcp::TcpTransport;
