@@ -1,6 +1,7 @@
 //! The PyO3 layer: the extension module `mooncake_rs._native`, whose
 //! classes `mooncake_rs.store` re-exports under Mooncake's names.
 
+mod allocator;
 mod args;
 mod config;
 mod handle;
@@ -19,7 +20,7 @@ use crate::codes;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::session::init_logging();
     m.add_class::<store::MooncakeDistributedStore>()?;
-    m.add_class::<store::MooncakeHostMemAllocator>()?;
+    m.add_class::<allocator::MooncakeHostMemAllocator>()?;
     m.add_class::<config::ReplicateConfig>()?;
     m.add_class::<config::SoftPinAction>()?;
     m.add_class::<handle::BufferHandle>()?;

@@ -2,7 +2,7 @@
 //! `TaskType`, `TaskStatus`, `QueryTaskResponse` (what `query_task`
 //! returns) and `ExistOptions` (the optional argument of `is_exist` and
 //! `batch_is_exist`). The calls themselves are `MooncakeDistributedStore`
-//! methods (`store.rs`) over `crate::tasks`.
+//! methods (`store/admin.rs`, `store/queries.rs`) over `crate::tasks`.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
