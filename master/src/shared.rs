@@ -128,13 +128,13 @@ pub struct WritePath {
     pub unsafe_hold_freed: Option<std::time::Duration>,
 }
 
-/// Copies between tiers (`copies.rs`, `tiering.rs`): the knobs and the
+/// Copies between tiers (`copies/`, `tiering.rs`): the knobs and the
 /// copy duty's wake-ups. The copy duty and TakeCopies wait on the wake-ups;
 /// puts ring `copy_wake`, the duty rings `copies_queued`.
 pub struct Tiers {
     /// The tier knobs (offload, promotion, disk watermark, grace).
     pub policy: crate::leader::tiering::TierPolicy,
-    /// Wakes the copy duty (`copies.rs`) between its ticks: new objects
+    /// Wakes the copy duty (`copies/`) between its ticks: new objects
     /// committed while offload is eager.
     pub copy_wake: tokio::sync::Notify,
     /// Wakes the TakeCopies calls held for copies

@@ -7,7 +7,7 @@
 //!
 //! Pure bookkeeping of one leadership term, part of the leader's soft state
 //! (`leader.rs`, one lock): no clock (callers pass `now`), no I/O (the
-//! copy duty in `copies.rs` reads the state, proposes, and answers Pings).
+//! copy duty in `objects/copies/` reads the state, proposes, and answers Pings).
 //! A new leader starts empty: copies handed out by an earlier leader are
 //! reported to nobody, and their ranges (reserved in that leader's arenas)
 //! come back with those arenas after the release timeout.
@@ -185,7 +185,7 @@ pub struct CopyTable {
     /// Objects whose disk copy disk eviction dropped: not offloaded again
     /// (it would only push another copy out, and back, for ever).
     disk_evicted: HashSet<String>,
-    /// Objects to repair, oldest loss first (`copies.rs`, repair).
+    /// Objects to repair, oldest loss first (`copies/`, repair).
     repairs: VecDeque<Repair>,
     /// Repairs with nowhere to go (every memory segment that may hold the
     /// object holds it already), tried again once a memory segment joins.

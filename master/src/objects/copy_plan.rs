@@ -1,4 +1,4 @@
-//! One copy the leader plans ([`Plan`]): what the copy duty (`copies.rs`)
+//! One copy the leader plans ([`Plan`]): what the copy duty (`copies/`)
 //! hands a store node to run, whatever asked for it (the tiers, repair, hot
 //! keys, a user's task in `user_tasks.rs`).
 

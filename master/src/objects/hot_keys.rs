@@ -2,7 +2,7 @@
 //! counted as they are answered, and the extra memory replicas of keys
 //! that cooled dropped again (`DropReplica`), fenced like an eviction so
 //! no reader holds a replica list naming a dropped replica. The copies
-//! that add replicas are the copy duty's (`copies.rs`, `Purpose::Replicate`);
+//! that add replicas are the copy duty's (`copies/`, `Purpose::Replicate`);
 //! what is hot is decided in `leader/hot_keys.rs`.
 
 use std::time::Instant;

@@ -6,7 +6,7 @@
 //! A task is checked against the applied state (upstream's codes, in
 //! upstream's order), recorded in the leader's task table
 //! (`leader/user_tasks.rs`) and carried out by the copy duty
-//! (`copies.rs`, `Purpose::User`): one copy per target, made by the
+//! (`copies/`, `Purpose::User`): one copy per target, made by the
 //! store node that owns the target segment and recorded by its report
 //! (`AddReplica`), exactly as the tier's and hot keys' copies are. A move
 //! then drops its source replica (`DropReplica`, fenced like a hot key's
