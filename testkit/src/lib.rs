@@ -5,6 +5,7 @@
 mod cluster;
 mod fake_store;
 mod http;
+pub mod in_process;
 mod process;
 pub mod zmq_feed;
 

@@ -46,7 +46,17 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
             ],
         ),
         ("mooncake-zmq-events", &["mooncake-client", "mooncake-proto"]),
-        ("mooncake-testkit", &["mooncake-client", "mooncake-local-cluster", "mooncake-proto", "mooncake-tls"]),
+        (
+            "mooncake-testkit",
+            &[
+                "mooncake-auth",
+                "mooncake-client",
+                "mooncake-local-cluster",
+                "mooncake-master",
+                "mooncake-proto",
+                "mooncake-tls",
+            ],
+        ),
         (
             "mooncake-py",
             &[

@@ -335,6 +335,10 @@ pub struct MasterConfig {
     /// --http) without TLS. Without this flag such a master refuses to start.
     #[arg(long)]
     pub insecure: bool,
+    /// Not a flag: the Raft links a test cuts between masters it runs in
+    /// one process (`raft/partition.rs`).
+    #[arg(skip)]
+    pub raft_partition: Option<std::sync::Arc<crate::raft::partition::RaftPartition>>,
 }
 
 /// Founding members: node id → advertised address.

@@ -65,6 +65,7 @@ impl MasterNode {
             heard: identity.heard.clone(),
             tls: tls.clone(),
             raft_key: identity.raft_key.clone(),
+            partition: cfg.raft_partition.clone().map(|p| (cfg.id, p)),
         };
         let raft_config = Arc::new(cfg.raft_config().validate().context("raft config")?);
         let raft =

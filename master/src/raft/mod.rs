@@ -8,6 +8,7 @@ pub(crate) mod cluster_id;
 pub mod disk_space;
 pub mod leader_lease;
 pub(crate) mod network;
+pub mod partition;
 pub(crate) mod peer_transport;
 pub(crate) mod peers_heard;
 pub mod prevote;

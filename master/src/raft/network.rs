@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::raft::cluster_id::ClusterId;
 use crate::raft::leader_lease::AckClock;
+use crate::raft::partition::RaftPartition;
 use crate::raft::peer_transport::{PeerTransport, Rpc};
 use crate::raft::peers_heard::PeersHeard;
 use mooncake_auth::MacKey;
@@ -56,6 +57,8 @@ pub struct NetworkFactory {
     pub tls: Option<mooncake_tls::TlsConfig>,
     /// Signs every request: peers accept only the cluster's masters (`secret.rs`).
     pub raft_key: MacKey,
+    /// In-process tests only: this master's id and the links cut (`partition.rs`).
+    pub partition: Option<(NodeId, Arc<RaftPartition>)>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -76,6 +79,7 @@ pub struct PeerClient {
     flushed: mooncake_raft_store::FlushedLog,
     heard: Arc<PeersHeard>,
     raft_key: MacKey,
+    partition: Option<(NodeId, Arc<RaftPartition>)>,
 }
 
 /// The MAC a Raft request of `method` carries (`RaftMessage.mac`).
@@ -87,9 +91,9 @@ type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftE
 
 impl PeerClient {
     fn new(target: NodeId, addr: &str, factory: NetworkFactory) -> Self {
-        let NetworkFactory { cluster, acks, rpc_seconds, flushed, heard, raft_key, tls } = factory;
+        let NetworkFactory { cluster, acks, rpc_seconds, flushed, heard, raft_key, tls, partition } = factory;
         let transport = PeerTransport::new(target, addr, tls.as_ref());
-        PeerClient { target, transport, cluster, acks, rpc_seconds, flushed, heard, raft_key }
+        PeerClient { target, transport, cluster, acks, rpc_seconds, flushed, heard, raft_key, partition }
     }
 
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
@@ -100,6 +104,12 @@ impl PeerClient {
     {
         if !self.transport.has_address() {
             let e = std::io::Error::other(format!("peer {} has no usable address", self.target));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        }
+        if let Some((me, partition)) = &self.partition
+            && partition.cuts(*me, self.target)
+        {
+            let e = std::io::Error::other(format!("the link to peer {} is cut (a test's partition)", self.target));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         }
         let data = codec::encode("raft request", req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

@@ -1,0 +1,94 @@
+//! A failover in one process (testkit's `InProcessCluster`: three real
+//! `MasterNode`s on loopback sharing a Raft partition the test cuts): the
+//! leader isolated from its peers, another takes over, nothing acknowledged
+//! is lost, the isolated one refuses writes it cannot commit, and after the
+//! links heal it follows the new leader. What t30 shows with processes and
+//! SIGKILL, here in about a second.
+// Test support: a failed unwrap or expect is the test failing (the
+// workspace denies them in library code: Cargo.toml [workspace.lints]).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use mooncake_client::MasterClient;
+use mooncake_proto::master::{PutStartRequest, Segment};
+use mooncake_testkit::in_process::InProcessCluster;
+
+const T: Duration = Duration::from_secs(10);
+
+async fn mount_segments(client: &MasterClient) {
+    for s in 0..2u64 {
+        let seg = Segment {
+            id: 77 + s,
+            size: 1 << 30,
+            endpoint: format!("127.0.0.1:{}", 9000 + s),
+            host_id: format!("host-{s}"),
+            ..Default::default()
+        };
+        client.mount_segment(500 + s, seg).await.expect("mount segment");
+    }
+}
+
+async fn put(client: &MasterClient, key: &str) -> Result<(), String> {
+    let req = PutStartRequest { client_id: 1000, key: key.into(), size: 4096, replica_num: 1, ..Default::default() };
+    client.put_start(req).await.map_err(|e| e.to_string())?;
+    client.put_end(1000, key, 7).await.map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_is_replaced_and_nothing_acknowledged_is_lost() {
+    let cluster = InProcessCluster::start(3, &[]).await;
+    let client = cluster.client();
+    mount_segments(&client).await;
+    let acked: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    for key in &acked {
+        put(&client, key).await.expect("put before the failover");
+    }
+    let old = cluster.wait_for_leader(&[], T).await;
+
+    let cut = Instant::now();
+    cluster.isolate(old);
+    let new = cluster.wait_for_leader(&[old], T).await;
+    eprintln!("master {new} leads {:?} after master {old} was cut off", cut.elapsed());
+    assert_ne!(new, old);
+
+    // Everything acknowledged before is there, and the new leader takes puts.
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let majority = cluster.client_of(&others);
+    for key in &acked {
+        assert!(majority.exist_key(key).await.expect("exist"), "{key} was lost in the failover");
+    }
+    put(&majority, "after").await.expect("a put on the new leader");
+
+    // The cut-off master cannot commit: a put sent only to it is never
+    // acknowledged (the client keeps asking; it is given up on here).
+    let alone = cluster.client_of(&[old]);
+    let answer = tokio::time::timeout(Duration::from_secs(2), put(&alone, "on-the-minority")).await;
+    assert!(!matches!(answer, Ok(Ok(()))), "the isolated master acknowledged a put it could not commit");
+
+    // Healed, it follows the new leader and holds what was written meanwhile.
+    cluster.heal();
+    let deadline = Instant::now() + T;
+    while cluster.wait_for_leader(&[], T).await != new || cluster.thinks_it_leads(old) {
+        assert!(Instant::now() < deadline, "master {old} never followed master {new}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(majority.exist_key("after").await.unwrap());
+    assert!(!majority.exist_key("on-the-minority").await.unwrap(), "a refused put took effect");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_follower_costs_the_leader_nothing() {
+    let cluster = InProcessCluster::start(3, &[]).await;
+    let leader = cluster.wait_for_leader(&[], T).await;
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    cluster.isolate(follower);
+    let client = cluster.client();
+    mount_segments(&client).await;
+    for i in 0..10 {
+        put(&client, &format!("f{i}")).await.expect("a put with one follower cut off");
+    }
+    assert_eq!(cluster.wait_for_leader(&[follower], T).await, leader, "the leader changed");
+    cluster.shutdown().await;
+}
