@@ -92,3 +92,35 @@ async fn an_isolated_follower_costs_the_leader_nothing() {
     assert_eq!(cluster.wait_for_leader(&[follower], T).await, leader, "the leader changed");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_lease_granted_by_the_old_leader_holds_on_the_new_one() {
+    // KV leases of 3 s: an election (~0.4 s here) fits well inside one.
+    let cluster = InProcessCluster::start(3, &["--default_kv_lease_ttl=3000"]).await;
+    let client = cluster.client();
+    mount_segments(&client).await;
+    put(&client, "leased").await.expect("put");
+    let old = cluster.wait_for_leader(&[], T).await;
+    // A reader's replica list carries a KV lease: the bytes stay while it reads.
+    client.get_replica_list(1000, "leased").await.expect("a read's replica list");
+    let granted = Instant::now();
+    cluster.isolate(old);
+    let new = cluster.wait_for_leader(&[old], T).await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let majority = cluster.client_of(&others);
+    // The new leader does not know the lease, so it keeps every object for a
+    // lease's time after taking over: a removal inside it is refused...
+    let refused = majority.remove("leased", false).await;
+    assert!(granted.elapsed() < Duration::from_millis(3_000), "the election outlasted the lease: nothing was checked");
+    let e = refused.expect_err("the new leader removed an object a reader of the old one may still be reading");
+    assert!(e.to_string().contains("lease"), "{e}");
+    // ... and allowed once the lease has run out.
+    let deadline = Instant::now() + T;
+    while majority.remove("leased", false).await.is_err() {
+        assert!(Instant::now() < deadline, "the object stayed leased on master {new}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(granted.elapsed() >= Duration::from_millis(3_000), "removed inside the lease");
+    assert!(!majority.exist_key("leased").await.unwrap());
+    cluster.shutdown().await;
+}
