@@ -19,7 +19,7 @@ use crate::term_watch::{TermSample, leader_changes};
 use crate::workload::OBJECT_BYTES;
 
 /// The masters' arenas are at most 1/this of their segment
-/// (`ARENA_SHARE_DIVISOR` in `master/src/leader/reservations/mod.rs`); a
+/// (`ARENA_SHARE_DIVISOR` in `master/src/leader/reservations/arenas.rs`); a
 /// writer chunk is at most one arena (`objects/chunks.rs`).
 pub const ARENA_SHARE_DIVISOR: u64 = 64;
 /// Writer chunks of one segment a leader may hold apart beyond one per

@@ -53,7 +53,7 @@ pub const PRELOAD_OBJECT_BYTES: u64 = 64;
 /// objects in 300,000), and the load goes on until it is full anyway.
 const SLACK_DIVISOR: u64 = 64;
 /// The masters' arenas are at most 1/this of their segment
-/// (`ARENA_SHARE_DIVISOR` in `master/src/leader/reservations.rs`).
+/// (`ARENA_SHARE_DIVISOR` in `master/src/leader/reservations/arenas.rs`).
 const ARENA_SHARE_DIVISOR: u64 = 64;
 /// Segments are whole pages.
 const PAGE_BYTES: u64 = 4096;

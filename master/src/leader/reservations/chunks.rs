@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use mooncake_raft_store::PlacedReplica;
 use mooncake_segment::ClientId;
 
-use super::Candidate;
-use super::{Need, PutTable, Reserve, Round, aligned};
+use super::placement::Need;
+use super::{Candidate, PutTable, Reserve, Round, aligned};
 
 /// A writer chunk: ranges (one per replica, distinct segments, same
 /// length) one writer places small objects in by itself, so each of its
