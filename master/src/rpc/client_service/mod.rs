@@ -3,19 +3,22 @@
 //! leader after a linearizable barrier, once per RPC (a batch RPC confirms
 //! leadership once for all its keys). Object reads carry KV leases
 //! ([`Shared::read_leased`]); removals go through [`crate::objects::removal`].
+//!
+//! This file holds the service's type and its one `MasterService` impl;
+//! the larger handlers live by group in the sibling modules, the impl
+//! delegating to them: `store_nodes` (Ping, TakeCopies, ReportCopy,
+//! ReportCorrupt), `segments` (mounts), `listing` (ListObjects), `reads`,
+//! `tasks`, `batches` and `identity` (who a call acts as).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mooncake_proto::master::master_service_server::MasterService;
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::validate_segment;
-use mooncake_raft_store::{Command, MetaError, SegmentSpec};
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_raft_store::MetaError;
 use tonic::{Request, Response};
 
-use crate::rpc::convert::{self, Wire};
+use crate::rpc::convert;
 use crate::rpc::errors::{invalid, meta_status};
 use crate::rpc::tenancy::{KeySpace, with_refusals};
 use crate::shared::Shared;
@@ -24,9 +27,6 @@ type RpcResult<T> = Result<Response<T>, tonic::Status>;
 
 /// Most items in one batch RPC.
 pub const BATCH_RPC_MAX: usize = 1_024;
-/// Default and largest page of ListObjects.
-const LIST_DEFAULT: usize = 1_000;
-const LIST_MAX: usize = 100_000;
 
 pub struct MasterServiceImpl {
     shared: Arc<Shared>,
@@ -51,24 +51,16 @@ impl MasterServiceImpl {
     }
 }
 
-/// The tenant a mount dedicates its segments to ("" none), by a valid name.
-fn dedicated_to(tenant: &str) -> Result<Option<String>, Status> {
-    if tenant.is_empty() {
-        return Ok(None);
-    }
-    match mooncake_segment::tenant::Tenant::parse(tenant) {
-        Ok(t) => Ok(Some(t.name().to_string())),
-        Err(e) => Err(Status::with(ErrorCode::InvalidParams, format!("the tenant to dedicate segments to: {e}"))),
-    }
-}
-
 fn ok<T>(t: T) -> RpcResult<T> {
     Ok(Response::new(t))
 }
 
 mod batches;
 mod identity;
+mod listing;
 mod reads;
+mod segments;
+mod store_nodes;
 mod tasks;
 
 use batches::*;
@@ -87,83 +79,15 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
-        let r = req.into_inner();
-        let client = ClientId(r.client_id);
-        let refused = |status: Status| {
-            ok(PingResponse { status: Some(status), view_version: 0, copy_tasks: vec![], fences: vec![] })
-        };
-        let credential = match credential_hash(&r.credential) {
-            Ok(h) => h,
-            Err(s) => return refused(s),
-        };
-        if let Err(s) = self.shared.require_leader() {
-            return refused(s);
-        }
-        // Another process's ping must not keep the client alive: it is
-        // checked before the heartbeat counts.
-        let (known, applied) = match self.shared.reader.read(|s| {
-            let applied = s.last_applied.map(|l| l.index).unwrap_or(0);
-            s.check_credential(client, &credential).map(|()| (s.client(client).is_some(), applied))
-        }) {
-            Ok(seen) => seen,
-            Err(e) => return refused(meta_status(&e)),
-        };
-        self.shared.leader.heartbeat(client, self.shared.now());
-        let status = if known {
-            Status::ok()
-        } else {
-            Status::with(ErrorCode::NeedRemount, format!("{client} is not registered; remount its segments"))
-        };
-        let (copy_tasks, fences) = if known {
-            crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
-            (
-                crate::objects::copies::copies_for_ping(&self.shared, client),
-                crate::objects::arenas::fences_of(&self.shared, client, None, true),
-            )
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        ok(PingResponse { status: Some(status), view_version: applied, copy_tasks, fences })
+        self.answer_ping(req).await
     }
 
     async fn take_copies(&self, req: Request<TakeCopiesRequest>) -> RpcResult<TakeCopiesResponse> {
-        let r = req.into_inner();
-        let client = ClientId(r.client_id);
-        let refused =
-            |status: Status| ok(TakeCopiesResponse { status: Some(status), copy_tasks: vec![], fences: vec![] });
-        let credential = match credential_hash(&r.credential) {
-            Ok(h) => h,
-            Err(s) => return refused(s),
-        };
-        if let Err(s) = self.shared.require_leader() {
-            return refused(s);
-        }
-        // Copies carry capabilities: only the registered process gets them.
-        match self.shared.reader.read(|s| s.check_credential(client, &credential).map(|()| s.client(client).is_some()))
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                return refused(Status::with(
-                    ErrorCode::NeedRemount,
-                    format!("{client} is not registered; remount its segments"),
-                ));
-            }
-            Err(e) => return refused(meta_status(&e)),
-        }
-        crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
-        let wait = Duration::from_millis(r.wait_ms.into());
-        let (copy_tasks, fences) = crate::objects::copies::copies_when_queued(&self.shared, client, wait).await;
-        ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks, fences })
+        self.answer_take_copies(req).await
     }
 
     async fn report_copy(&self, req: Request<ReportCopyRequest>) -> RpcResult<ReportCopyResponse> {
-        let r = req.into_inner();
-        let credential = match credential_hash(&r.credential) {
-            Ok(h) => h,
-            Err(s) => return ok(ReportCopyResponse { status: Some(s) }),
-        };
-        let status = crate::objects::copies::report_copy(&self.shared, &r, &credential).await;
-        ok(ReportCopyResponse { status: Some(status) })
+        self.answer_report_copy(req).await
     }
 
     async fn create_copy_task(&self, req: Request<CreateCopyTaskRequest>) -> RpcResult<CreateTaskResponse> {
@@ -183,13 +107,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn report_corrupt(&self, req: Request<ReportCorruptRequest>) -> RpcResult<ReportCorruptResponse> {
-        let r = req.into_inner();
-        let credential = match credential_hash(&r.credential) {
-            Ok(h) => h,
-            Err(s) => return ok(ReportCorruptResponse { status: Some(s), dropped: 0 }),
-        };
-        let (status, dropped) = crate::objects::copies::report_corrupt(&self.shared, &r, &credential).await;
-        ok(ReportCorruptResponse { status: Some(status), dropped })
+        self.answer_report_corrupt(req).await
     }
 
     async fn get_cluster_info(&self, req: Request<GetClusterInfoRequest>) -> RpcResult<GetClusterInfoResponse> {
@@ -198,70 +116,15 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn mount_segment(&self, req: Request<MountSegmentRequest>) -> RpcResult<MountSegmentResponse> {
-        let r = req.into_inner();
-        let refused = |status: Status| ok(MountSegmentResponse { status: Some(status), segment_keys: vec![] });
-        let Some(seg) = r.segment.as_ref() else {
-            return refused(Status::with(ErrorCode::InvalidParams, "segment is missing"));
-        };
-        let spec = match SegmentSpec::try_from(Wire(seg)) {
-            Ok(spec) => spec,
-            Err(e) => return refused(invalid(e)),
-        };
-        if let Err(e) = validate_segment(&spec).and_then(|()| validate_shm_path(&spec)) {
-            return refused(invalid(e));
-        }
-        let client = ClientId(r.client_id);
-        let credential = match self.registering(client, &r.credential) {
-            Ok(h) => h,
-            Err(s) => return refused(s),
-        };
-        let id = spec.id;
-        let cmd = match dedicated_to(&r.tenant) {
-            Ok(None) => Command::MountSegment { client, credential, segment: spec },
-            Ok(Some(tenant)) => Command::MountTenantSegment { client, credential, segment: spec, tenant },
-            Err(s) => return refused(s),
-        };
-        let status = self.write(cmd).await;
-        let segment_keys = self.segment_keys(&status, client, [id]);
-        ok(MountSegmentResponse { status: Some(status), segment_keys })
+        self.answer_mount_segment(req).await
     }
 
     async fn unmount_segment(&self, req: Request<UnmountSegmentRequest>) -> RpcResult<UnmountSegmentResponse> {
-        let r = req.into_inner();
-        let client = ClientId(r.client_id);
-        let credential = match credential_hash(&r.credential).and_then(|h| self.may_act_as(client, &h).map(|()| h)) {
-            Ok(h) => h,
-            Err(s) => return ok(UnmountSegmentResponse { status: Some(s) }),
-        };
-        let cmd = Command::UnmountSegment { client, credential, segment: SegmentId(r.segment_id) };
-        ok(UnmountSegmentResponse { status: Some(self.write(cmd).await) })
+        self.answer_unmount_segment(req).await
     }
 
     async fn remount_segment(&self, req: Request<RemountSegmentRequest>) -> RpcResult<RemountSegmentResponse> {
-        let r = req.into_inner();
-        let refused = |status: Status| ok(RemountSegmentResponse { status: Some(status), segment_keys: vec![] });
-        let segments: Vec<_> = match r.segments.iter().map(|s| SegmentSpec::try_from(Wire(s))).collect() {
-            Ok(segments) => segments,
-            Err(e) => return refused(invalid(e)),
-        };
-        if let Some(e) = segments.iter().find_map(|s| validate_segment(s).and_then(|()| validate_shm_path(s)).err()) {
-            return refused(invalid(e));
-        }
-        let client = ClientId(r.client_id);
-        let credential = match self.registering(client, &r.credential) {
-            Ok(h) => h,
-            Err(s) => return refused(s),
-        };
-        let ids: Vec<SegmentId> = segments.iter().map(|s| s.id).collect();
-        let cmd = match (dedicated_to(&r.tenant), r.reattach) {
-            (Ok(tenant), true) => Command::ReattachSegments { client, credential, segments, tenant },
-            (Ok(None), false) => Command::RemountSegments { client, credential, segments },
-            (Ok(Some(tenant)), false) => Command::RemountTenantSegments { client, credential, segments, tenant },
-            (Err(s), _) => return refused(s),
-        };
-        let status = self.write(cmd).await;
-        let segment_keys = self.segment_keys(&status, client, ids);
-        ok(RemountSegmentResponse { status: Some(status), segment_keys })
+        self.answer_remount_segment(req).await
     }
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
@@ -418,67 +281,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
-        let space = match self.space(&req) {
-            Ok(space) => space,
-            Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
-        };
-        let peer = req.remote_addr().map(|a| a.ip());
-        let r = req.into_inner();
-        let limit = match r.limit as usize {
-            0 => LIST_DEFAULT,
-            n => n.min(LIST_MAX),
-        };
-        let bounds = match crate::rpc::listings::Bounds::of(&space, &r.prefix, &r.start_after) {
-            Ok(bounds) => bounds,
-            Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
-        };
-        let read = |s: &mooncake_raft_store::MetaState| {
-            let (page, more) = crate::rpc::listings::page(s, &bounds, limit);
-            let objects: Vec<ObjectInfo> = page
-                .into_iter()
-                .filter_map(|o| {
-                    let key = space.client_key(&o.key)?.to_string();
-                    Some(ObjectInfo { key, ..convert::object_pb(s, o) })
-                })
-                .collect();
-            (objects, more)
-        };
-        let now = std::time::Instant::now();
-        let listed = match r.at_revision {
-            0 => {
-                let first = self.shared.read(|s| {
-                    let (objects, more) = read(s);
-                    // More pages come from this state: kept (an O(1) clone).
-                    (objects, more, s.last_applied.map_or(0, |l| l.index), more.then(|| s.clone()))
-                });
-                first.await.map(|(objects, more, revision, state)| {
-                    if let Some(state) = state {
-                        self.shared.listings.keep(peer, revision, state, now);
-                    }
-                    (objects, more, revision)
-                })
-            }
-            at => match self.shared.listings.at(peer, at, now) {
-                Some(state) => {
-                    let (objects, more) = read(&state);
-                    Ok((objects, more, at))
-                }
-                None => Err(Status::with(
-                    ErrorCode::InvalidParams,
-                    format!(
-                        "the listing at revision {at} is no longer kept here (its pages are kept {} s on the master \
-                     that answered its first page): list again from the first page",
-                        crate::rpc::listings::LISTING_KEPT.as_secs()
-                    ),
-                )),
-            },
-        };
-        match listed {
-            Ok((objects, more, revision)) => {
-                ok(ListObjectsResponse { status: Some(Status::ok()), objects, revision, more })
-            }
-            Err(s) => ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
-        }
+        self.answer_list_objects(req).await
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
