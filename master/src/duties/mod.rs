@@ -1,10 +1,12 @@
 //! Background work of a master: following leadership (to reset the
 //! leader-local soft state), and the leader's duties (client expiry,
-//! eviction — its own loop, woken by puts past the watermark — reclaim of
+//! eviction — its own duty, woken by puts past the watermark — reclaim of
 //! puts, arenas and replaced objects), each decision proposed as a command.
-//! Every loop has a name, bounded units of work, and stops with the node.
+//! Every periodic duty runs on the one runner (`runner.rs`): a name, a
+//! tick, bounded rounds, a record in the book, and it stops with the node.
 
 pub mod book;
+pub mod runner;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use tokio::sync::watch;
 
 use mooncake_raft_store::StateReader;
 
+use crate::duties::runner::{Duty, Record, Tick};
 use crate::leader::LeaderState;
 use crate::leader::decisions;
 use crate::metrics::MasterMetrics;
@@ -96,34 +99,36 @@ pub async fn follow_leadership(
     }
 }
 
-/// The leader's periodic duties; idle on followers. Each reads what it
-/// needs from the state first and consults the soft state after (lock
-/// order, `leader.rs`).
-pub async fn leader_duties(ctx: DutyContext) {
-    let mut tick = tokio::time::interval(DUTY_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stall_max = STALL_MAX.min(ctx.client_ttl / 4);
-    let mut n: u32 = 0;
-    let mut last_tick = Instant::now();
-    loop {
-        tick.tick().await;
-        n = n.wrapping_add(1);
-        let now = Instant::now();
-        let gap = now.saturating_duration_since(last_tick);
-        last_tick = now;
-        if ctx.shared.leader.with(|_| ()).is_none() {
-            continue;
-        }
-        let stalled = gap > stall_max + DUTY_TICK;
+/// The leader's periodic duties (recorded as `client_expiry`, the reclaim
+/// every [`RECLAIM_EVERY_TICKS`] as `reclaim`); idle on followers. Each
+/// reads what it needs from the state first and consults the soft state
+/// after (lock order, `leader.rs`).
+impl Duty for DutyContext {
+    fn name(&self) -> &'static str {
+        book::CLIENT_EXPIRY
+    }
+
+    fn tick(&self) -> Duration {
+        DUTY_TICK
+    }
+
+    fn leader_only(&self) -> bool {
+        true
+    }
+
+    async fn round(&mut self, tick: Tick) -> Record {
+        let ctx = &*self;
+        // The gap counts the ticks a follower idled through too: a master
+        // that just took over has not stalled.
+        let stalled = tick.gap > STALL_MAX.min(ctx.client_ttl / 4) + DUTY_TICK;
         if stalled {
-            note_stall(&ctx, gap, now);
+            note_stall(ctx, tick.gap, tick.at);
         }
         // DEV-UNSAFE: the old behaviour, made deterministic: a round that
         // ran before the heartbeats queued during the stall were handled
         // found everyone silent for the whole stall.
-        let expire_all = stalled && ctx.unsafe_expire_after_stall && gap > ctx.client_ttl;
-        let book = &ctx.shared.duties;
-        book.round(book::CLIENT_EXPIRY, expire_clients(&ctx, expire_all)).await;
+        let expire_all = stalled && ctx.unsafe_expire_after_stall && tick.gap > ctx.client_ttl;
+        expire_clients(ctx, expire_all).await;
         // DEV-UNSAFE: the planted bug of --dev-unsafe-arena-reuse returns
         // earlier terms' arenas unfenced; keeping them out would hide it.
         if !ctx.unsafe_arena_reuse {
@@ -131,9 +136,10 @@ pub async fn leader_duties(ctx: DutyContext) {
         }
         crate::objects::arena_cuts::cut_waiting(&ctx.shared).await;
         ctx.shared.metrics.leader_duty_rounds.inc();
-        if n.is_multiple_of(RECLAIM_EVERY_TICKS) {
-            book.round(book::RECLAIM, reclaim_puts(&ctx)).await;
+        if tick.n.is_multiple_of(RECLAIM_EVERY_TICKS) {
+            ctx.shared.duties.round(book::RECLAIM, reclaim_puts(ctx)).await;
         }
+        Record::Round
     }
 }
 
@@ -142,18 +148,28 @@ pub async fn leader_duties(ctx: DutyContext) {
 /// watermark (`WritePath::eviction_wake`): writers that fill the tier
 /// faster than a round a tick frees would otherwise find it full and evict
 /// in their own path. Idle on followers.
-pub async fn eviction_duty(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(DUTY_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = shared.write_path.eviction_wake.notified() => {}
-        }
-        if shared.leader.with(|_| ()).is_none() {
-            continue;
-        }
-        shared.duties.round(book::EVICTION, crate::objects::eviction::round(&shared, 0)).await;
+pub struct EvictionDuty(pub Arc<Shared>);
+
+impl Duty for EvictionDuty {
+    fn name(&self) -> &'static str {
+        book::EVICTION
+    }
+
+    fn tick(&self) -> Duration {
+        DUTY_TICK
+    }
+
+    fn leader_only(&self) -> bool {
+        true
+    }
+
+    fn wake(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.0.write_path.eviction_wake)
+    }
+
+    async fn round(&mut self, _: Tick) -> Record {
+        crate::objects::eviction::round(&self.0, 0).await;
+        Record::Round
     }
 }
 

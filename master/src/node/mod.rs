@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::duties::book::{self, DutyBook};
+use crate::duties::runner::Runner;
 use crate::duties::{self, DutyContext};
 use crate::leader::LeaderState;
 use crate::leader::decisions::EvictionPolicy;
@@ -220,11 +221,8 @@ fn shared_handles(
     let grants_live = cfg.capability_ttl() + skew + Duration::from_secs(1);
     // Measured from a commit on an earlier leader's clock: one more skew.
     let cut_after = grants_live + skew;
+    // The duties register themselves as they start (`duties::runner`).
     let duties = Arc::new(DutyBook::default());
-    duties.register(book::CLIENT_EXPIRY, duties::DUTY_TICK);
-    duties.register(book::EVICTION, duties::DUTY_TICK);
-    duties.register(book::RECLAIM, duties::DUTY_TICK * duties::RECLAIM_EVERY_TICKS);
-    duties.register(book::COPIES, crate::objects::copies::COPY_TICK);
     Arc::new(Shared {
         id: cfg.id,
         raft: raft.clone(),
@@ -277,9 +275,11 @@ fn shared_handles(
     })
 }
 
-/// The background tasks beside the election driver: the state audit, the
-/// disk-space watch, following leadership, the copy duty and the leader's
-/// duties.
+/// The background tasks beside the election driver: following leadership
+/// (woken by Raft metrics, not by a tick), and the periodic duties on the
+/// runner (`duties::runner`: interval, stop, leader check, record): the
+/// state audit, the disk-space watch, the copy duty, eviction and the
+/// leader's duties.
 fn background_tasks(
     cfg: &MasterConfig,
     shared: &Arc<Shared>,
@@ -288,44 +288,44 @@ fn background_tasks(
     tls: Option<mooncake_tls::TlsConfig>,
     stop_rx: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
+    let runner = Runner { book: shared.duties.clone(), leader: shared.leader.clone(), stop: stop_rx };
     let mut tasks = Vec::new();
     if cfg.state_audit_every > 0 {
-        shared.duties.register(book::STATE_AUDIT, crate::raft::state_audit::AUDIT_EVERY);
-        let audit = crate::raft::state_audit::StateAudit {
+        tasks.push(runner.spawn(crate::raft::state_audit::StateAudit {
             id: cfg.id,
             raft: shared.raft.clone(),
             checkpoints: sm.checkpoints(),
             raft_key: identity.raft_key.clone(),
             tls,
             duties: shared.duties.clone(),
-        };
-        tasks.push(tokio::spawn(crate::raft::state_audit::run(audit, stop_rx.clone())));
+        }));
     }
-    shared.duties.register(book::DISK_WATCH, crate::raft::disk_space::CHECK_EVERY);
-    tasks.push(tokio::spawn(crate::raft::disk_space::watch(
-        cfg.data_dir.clone(),
-        cfg.data_dir_min_free_mb.saturating_mul(1 << 20),
-        shared.disk_alarm.clone(),
-        shared.raft.clone(),
-        shared.metrics.clone(),
-        shared.duties.clone(),
-        stop_rx,
-    )));
+    tasks.push(runner.spawn(crate::raft::disk_space::DiskWatch {
+        dir: cfg.data_dir.clone(),
+        min_free_bytes: cfg.data_dir_min_free_mb.saturating_mul(1 << 20),
+        alarm: shared.disk_alarm.clone(),
+        raft: shared.raft.clone(),
+        metrics: shared.metrics.clone(),
+        duties: shared.duties.clone(),
+    }));
     tasks.push(tokio::spawn(duties::follow_leadership(
         shared.raft.metrics(),
         shared.leader.clone(),
         shared.reader.clone(),
         shared.metrics.clone(),
     )));
-    tasks.push(tokio::spawn(crate::objects::copies::run(shared.clone())));
-    tasks.push(tokio::spawn(duties::eviction_duty(shared.clone())));
-    tasks.push(tokio::spawn(duties::leader_duties(DutyContext {
+    tasks.push(runner.spawn(crate::objects::copies::CopyDuty::new(shared.clone())));
+    tasks.push(runner.spawn(duties::EvictionDuty(shared.clone())));
+    // The reclaim is a round of the leader's duties every few ticks, with
+    // a record of its own.
+    shared.duties.register(book::RECLAIM, duties::DUTY_TICK * duties::RECLAIM_EVERY_TICKS);
+    tasks.push(runner.spawn(DutyContext {
         shared: shared.clone(),
         client_ttl: Duration::from_secs(cfg.client_ttl_sec),
         discard_after: Duration::from_secs(cfg.put_start_discard_timeout_sec),
         release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
         unsafe_arena_reuse: cfg.dev_unsafe_arena_reuse,
         unsafe_expire_after_stall: cfg.dev_unsafe_expire_after_stall,
-    })));
+    }));
     tasks
 }

@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use mooncake_raft_store::Raft;
-use tokio::sync::watch;
 
 use crate::duties::book::{self, DutyBook};
+use crate::duties::runner::{Duty, Record, Tick};
 use crate::metrics::MasterMetrics;
 use crate::raft::proposer::now_ms;
 
@@ -88,52 +88,65 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
-/// Watches `dir` until `stop`; see the module doc.
-pub async fn watch(
-    dir: PathBuf,
-    min_free_bytes: u64,
-    alarm: Arc<DiskAlarm>,
-    raft: Raft,
-    metrics: Arc<MasterMetrics>,
-    duties: Arc<DutyBook>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(CHECK_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let free = match free_bytes(&dir) {
+/// Watches the data dir a round every [`CHECK_EVERY`], on every master;
+/// see the module doc.
+pub struct DiskWatch {
+    pub dir: PathBuf,
+    pub min_free_bytes: u64,
+    pub alarm: Arc<DiskAlarm>,
+    pub raft: Raft,
+    pub metrics: Arc<MasterMetrics>,
+    pub duties: Arc<DutyBook>,
+}
+
+impl Duty for DiskWatch {
+    fn name(&self) -> &'static str {
+        book::DISK_WATCH
+    }
+
+    fn tick(&self) -> Duration {
+        CHECK_EVERY
+    }
+
+    fn leader_only(&self) -> bool {
+        false
+    }
+
+    async fn round(&mut self, _: Tick) -> Record {
+        self.check();
+        Record::Round
+    }
+}
+
+impl DiskWatch {
+    /// Reads the free space and turns the alarm on or off; a failure (no
+    /// reading, or the alarm on) is noted in the duty's record.
+    fn check(&self) {
+        let (dir, metrics, duties) = (&self.dir, &self.metrics, &self.duties);
+        let free = match free_bytes(dir) {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot read the data dir's free space");
                 let why = format!("cannot read the free space of {}: {e}", dir.display());
                 duties.failed(book::DISK_WATCH, now_ms(), why);
-                duties.finished(book::DISK_WATCH, now_ms(), false);
-                continue;
+                return;
             }
         };
         let snapshot = u64::try_from(metrics.raft.snapshot_bytes.get()).unwrap_or(0);
-        let need = min_free_bytes.max(snapshot.saturating_mul(2));
+        let need = self.min_free_bytes.max(snapshot.saturating_mul(2));
         metrics.raft.data_dir_free_bytes.set(i64::try_from(free).unwrap_or(i64::MAX));
-        let changed = alarm.record(free, need);
-        match alarm.reason() {
-            Some(why) => {
-                duties.failed(book::DISK_WATCH, now_ms(), why);
-                duties.finished(book::DISK_WATCH, now_ms(), false);
-            }
-            None => duties.finished(book::DISK_WATCH, now_ms(), true),
+        let changed = self.alarm.record(free, need);
+        if let Some(why) = self.alarm.reason() {
+            duties.failed(book::DISK_WATCH, now_ms(), why);
         }
         if !changed {
-            continue;
+            return;
         }
-        let on = alarm.is_on();
+        let on = self.alarm.is_on();
         metrics.raft.nospace_alarm.set(i64::from(on));
         // A leader without heartbeats is replaced once it is idle; a master
         // with the alarm starts no election (prevote.rs).
-        raft.runtime_config().heartbeat(!on);
+        self.raft.runtime_config().heartbeat(!on);
         match on {
             true => tracing::warn!(
                 dir = %dir.display(),

@@ -19,9 +19,9 @@ use mooncake_auth::MacKey;
 use mooncake_proto::raft::StateCheckpointsRequest;
 use mooncake_proto::raft::raft_service_client::RaftServiceClient;
 use mooncake_raft_store::{Checkpoints, NodeId, Raft};
-use tokio::sync::watch;
 
 use crate::duties::book::{self, DutyBook};
+use crate::duties::runner::{Duty, Record, Tick};
 
 /// How often a master compares its checkpoints with its peers'.
 pub const AUDIT_EVERY: Duration = Duration::from_secs(5);
@@ -61,25 +61,6 @@ pub fn find_divergence(ours: &[(u64, u64)], peers: &[Vec<(u64, u64)>], voters: u
     None
 }
 
-/// Compares this master's checkpoints with its peers' every [`AUDIT_EVERY`]
-/// until `stop`; exits the process on a divergence. Each round is recorded
-/// in the `state_audit` duty record (a peer that gave no checkpoints fails it).
-pub async fn run(audit: StateAudit, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(AUDIT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let ours = audit.checkpoints.recent();
-        if ours.is_empty() {
-            continue;
-        }
-        audit.duties.round(book::STATE_AUDIT, audit.round(&ours)).await;
-    }
-}
-
 /// What the state audit of one master needs.
 pub struct StateAudit {
     pub id: NodeId,
@@ -90,9 +71,36 @@ pub struct StateAudit {
     pub duties: Arc<DutyBook>,
 }
 
+/// Compares this master's checkpoints with its peers' every [`AUDIT_EVERY`],
+/// on every master; exits the process on a divergence. A round with no
+/// checkpoint of its own yet is not recorded; a peer that gave no
+/// checkpoints fails it.
+impl Duty for StateAudit {
+    fn name(&self) -> &'static str {
+        book::STATE_AUDIT
+    }
+
+    fn tick(&self) -> Duration {
+        AUDIT_EVERY
+    }
+
+    fn leader_only(&self) -> bool {
+        false
+    }
+
+    async fn round(&mut self, _: Tick) -> Record {
+        let ours = self.checkpoints.recent();
+        if ours.is_empty() {
+            return Record::Skip;
+        }
+        self.compare(&ours).await;
+        Record::Round
+    }
+}
+
 impl StateAudit {
     /// Asks every peer for its checkpoints and compares them with `ours`.
-    async fn round(&self, ours: &[(u64, u64)]) {
+    async fn compare(&self, ours: &[(u64, u64)]) {
         let id = self.id;
         let (voters, peers): (usize, Vec<(NodeId, String)>) = {
             let m = self.raft.metrics();

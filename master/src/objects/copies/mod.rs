@@ -13,7 +13,7 @@
 //! The copy goes to its executor in the answer to its waiting TakeCopies
 //! call ([`copies_when_queued`]), or else to its next Ping.
 //!
-//! This module owns the duty's loop and the order of one round; the rest
+//! This module owns the duty (run by `duties::runner`) and the order of one round; the rest
 //! is by concern: `planning` (which copies, to which segment: pure
 //! functions of the state), `schedule` (copies reserved and queued, arenas
 //! granted), `dispatch` (copies handed to their executors), `reports`
@@ -41,6 +41,7 @@ pub use planning::repairs_after_loss;
 pub use reports::{count_hits, report_copy, report_corrupt};
 
 use crate::duties::book;
+use crate::duties::runner::{Duty, Record, Tick};
 use crate::leader::tiering::{OffloadMode, Purpose};
 use crate::objects::eviction;
 use crate::objects::user_tasks;
@@ -58,25 +59,44 @@ const ON_EVICT_SCAN_EVERY_TICKS: u32 = 4;
 /// The copy duty: idle on followers. Besides its tick, a commit of new
 /// objects wakes it when offload is eager
 /// ([`crate::shared::Tiers::copy_wake`]): it then plans copies of those
-/// objects only, at once.
-pub async fn run(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(COPY_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut n: u32 = 0;
-    loop {
-        let woken = tokio::select! {
-            _ = tick.tick() => false,
-            () = shared.tiers.copy_wake.notified() => true,
-        };
-        if shared.leader.with(|_| ()).is_none() {
-            continue;
+/// objects only, at once (not a round of its record).
+pub struct CopyDuty {
+    pub shared: Arc<Shared>,
+    /// Ticked rounds run while leading.
+    rounds: u32,
+}
+
+impl CopyDuty {
+    pub fn new(shared: Arc<Shared>) -> CopyDuty {
+        CopyDuty { shared, rounds: 0 }
+    }
+}
+
+impl Duty for CopyDuty {
+    fn name(&self) -> &'static str {
+        book::COPIES
+    }
+
+    fn tick(&self) -> Duration {
+        COPY_TICK
+    }
+
+    fn leader_only(&self) -> bool {
+        true
+    }
+
+    fn wake(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.shared.tiers.copy_wake)
+    }
+
+    async fn round(&mut self, tick: Tick) -> Record {
+        if tick.woken {
+            schedule(&self.shared, Purpose::Offload, Scan::FreshOnly).await;
+            return Record::Skip;
         }
-        if woken {
-            schedule(&shared, Purpose::Offload, Scan::FreshOnly).await;
-            continue;
-        }
-        n = n.wrapping_add(1);
-        shared.duties.round(book::COPIES, copy_round(&shared, n)).await;
+        self.rounds = self.rounds.wrapping_add(1);
+        copy_round(&self.shared, self.rounds).await;
+        Record::Round
     }
 }
 
