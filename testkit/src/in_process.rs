@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use mooncake_master::{MasterConfig, MasterNode};
 use mooncake_master::raft::partition::RaftPartition;
+use mooncake_master::{MasterConfig, MasterNode};
 
 /// `n` masters of one cluster, in this process.
 pub struct InProcessCluster {
