@@ -7,6 +7,7 @@ mod fake_store;
 mod http;
 pub mod in_process;
 mod process;
+pub mod sources;
 pub mod zmq_feed;
 
 pub use cluster::{Cluster, ClusterBuilder, wait_until};

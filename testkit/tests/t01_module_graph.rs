@@ -14,19 +14,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use mooncake_testkit::sources::rust_files;
+
 /// The crates checked, by their folder in the workspace.
 const CRATES: &[&str] = &["master", "client", "raft-store"];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src dir") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// `a::b` for `src/a/b.rs` and `src/a/b/mod.rs`; `None` for the crate root.
 fn module_of(src: &Path, file: &Path) -> Option<String> {
@@ -68,8 +59,7 @@ fn crate_paths(source: &str) -> Vec<Vec<String>> {
 
 /// Module -> the modules it names.
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+    let files = rust_files(src);
     let modules: BTreeMap<String, PathBuf> =
         files.iter().filter_map(|f| module_of(src, f).map(|m| (m, f.clone()))).collect();
     let mut edges = BTreeMap::new();

@@ -11,7 +11,9 @@
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use mooncake_testkit::sources::rust_files;
 
 /// Production lines a file may have.
 const BUDGET: usize = 600;
@@ -42,17 +44,6 @@ const SHIPPED: &[&str] = &[
 /// leaves once split.
 const OVER: &[(&str, usize)] = &[];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src dir") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// Lines before the first `#[cfg(test)]`.
 fn production_lines(source: &str) -> usize {
     source.lines().take_while(|l| l.trim() != "#[cfg(test)]").count()
@@ -64,8 +55,7 @@ fn no_shipped_source_file_grows_past_the_budget() {
     let mut problems = Vec::new();
     let mut seen_over = Vec::new();
     for krate in SHIPPED {
-        let mut files = Vec::new();
-        rust_files(&root.join(krate).join("src"), &mut files);
+        let files = rust_files(&root.join(krate).join("src"));
         for file in files {
             let rel = file.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
             let lines = production_lines(&std::fs::read_to_string(&file).unwrap());
