@@ -124,3 +124,26 @@ async fn a_kv_lease_granted_by_the_old_leader_holds_on_the_new_one() {
     assert!(!majority.exist_key("leased").await.unwrap());
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_removed_from_the_membership_steps_down_and_says_so() {
+    let cluster = InProcessCluster::start(3, &[]).await;
+    let client = cluster.client();
+    mount_segments(&client).await;
+    let old = cluster.wait_for_leader(&[], T).await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    // The removed master is told (its process would now exit, status 0):
+    // it watches from before the change, as `mooncake-master` does from its
+    // start (a membership it never saw itself in does not count).
+    let (removed, changed) = tokio::join!(
+        tokio::time::timeout(T, cluster.node(old).removed()),
+        client.change_membership(others.clone(), false)
+    );
+    changed.expect("remove the leader");
+    let at = removed.expect("the removed master was told");
+    eprintln!("master {old} removed at log {at}");
+    let new = cluster.wait_for_leader(&[old], T).await;
+    assert!(others.contains(&new));
+    put(&cluster.client_of(&others), "after-removal").await.expect("a put on the remaining voters");
+    cluster.shutdown().await;
+}
