@@ -7,13 +7,12 @@
 
 use std::time::Instant;
 
-use mooncake_proto::ErrorCode;
-use mooncake_proto::master as pb;
 use mooncake_raft_store::{Command, ObjectVersion, Tier, VersionedKey};
 use mooncake_segment::SegmentId;
 
 use crate::leader::hot_keys::HotKeyMode;
 use crate::leader::kv_lease::KeyHash;
+use crate::objects::ReadAnswered;
 use crate::objects::fenced::{propose_fenced, removed_total};
 use crate::shared::Shared;
 
@@ -27,18 +26,16 @@ const COOLED_PER_ROUND_MAX: usize = 64;
 /// Counts the reads answered with a replica list (`--dynamic_replication_mode`
 /// observe or enforce); keys that became hot are queued for the copy duty
 /// (enforce) or only counted (observe).
-pub fn count_reads(shared: &Shared, keys: &[String], answers: &[pb::GetReplicaListResponse]) {
+pub fn count_reads<'a>(shared: &Shared, reads: impl Iterator<Item = (&'a String, ReadAnswered)>) {
     let policy = shared.tiers.policy.hot_keys;
     if policy.mode == HotKeyMode::Off {
         return;
     }
-    let found = |a: &pb::GetReplicaListResponse| a.status.as_ref().is_some_and(|s| s.error_code() == ErrorCode::Ok);
     let now = Instant::now();
     let admitted = shared
         .leader
         .with(|t| {
-            let admitted =
-                keys.iter().zip(answers).filter(|(k, a)| found(a) && t.hot.note_read(k, now, &policy)).count();
+            let admitted = reads.filter(|(k, a)| a.found && t.hot.note_read(k, now, &policy)).count();
             if policy.mode == HotKeyMode::Observe {
                 t.hot.take_admitted(usize::MAX);
             }

@@ -18,3 +18,14 @@ pub(crate) mod puts;
 pub(crate) mod quotas;
 pub mod removal;
 pub(crate) mod user_tasks;
+
+/// What answering one read told the leader, for its counts of reads (hot
+/// keys, promotion on hit): the rpc layer reads it off its wire answer, so
+/// the counts never look at protobuf.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadAnswered {
+    /// The key was found and its replicas listed.
+    pub found: bool,
+    /// Every replica listed is on a disk tier.
+    pub disk_only: bool,
+}

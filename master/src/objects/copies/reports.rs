@@ -5,13 +5,13 @@
 
 use std::time::Instant;
 
-use mooncake_proto::master::{self as pb, ReportCopyRequest, ReportCorruptRequest};
+use mooncake_proto::master::{ReportCopyRequest, ReportCorruptRequest};
 use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::{Command, CredentialHash, Response};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::leader::tiering::{Copy, Purpose};
-use crate::objects::user_tasks;
+use crate::objects::{ReadAnswered, user_tasks};
 use crate::rpc::errors::{meta_status, response_status};
 use crate::shared::Shared;
 
@@ -117,16 +117,12 @@ pub async fn report_corrupt(shared: &Shared, req: &ReportCorruptRequest, credent
     }
 }
 
-/// Counts reads of disk-only objects for promotion (`--promotion_on_hit`):
-/// answers whose replicas are all on disk.
-pub fn count_hits(shared: &Shared, keys: &[String], answers: &[pb::GetReplicaListResponse]) {
+/// Counts reads of disk-only objects for promotion (`--promotion_on_hit`).
+pub fn count_hits<'a>(shared: &Shared, reads: impl Iterator<Item = (&'a String, ReadAnswered)>) {
     if !shared.tiers.policy.promotion_on_hit {
         return;
     }
-    let disk_only = |a: &pb::GetReplicaListResponse| {
-        !a.replicas.is_empty() && a.replicas.iter().all(|r| r.tier == pb::Tier::Ssd as i32)
-    };
-    let hot: Vec<&String> = keys.iter().zip(answers).filter(|(_, a)| disk_only(a)).map(|(k, _)| k).collect();
+    let hot: Vec<&String> = reads.filter(|(_, a)| a.disk_only).map(|(k, _)| k).collect();
     if hot.is_empty() {
         return;
     }

@@ -77,8 +77,12 @@ impl MasterServiceImpl {
                 }
             }
         }
-        crate::objects::copies::count_hits(&self.shared, keys, &answers);
-        crate::objects::hot_keys::count_reads(&self.shared, keys, &answers);
+        let answered = |a: &GetReplicaListResponse| crate::objects::ReadAnswered {
+            found: is_ok(a),
+            disk_only: !a.replicas.is_empty() && a.replicas.iter().all(|r| r.tier == Tier::Ssd as i32),
+        };
+        crate::objects::copies::count_hits(&self.shared, keys.iter().zip(answers.iter().map(answered)));
+        crate::objects::hot_keys::count_reads(&self.shared, keys.iter().zip(answers.iter().map(answered)));
         Ok(answers)
     }
 
