@@ -29,6 +29,10 @@ pub struct MasterView {
     pub state_hash: String,
     /// Why this master cannot serve (its `/ready` reason); `None` when ready.
     pub not_ready: Option<String>,
+    /// Built with the planted-bugs feature (development only; docs/JEPSEN.md).
+    pub planted_bugs: bool,
+    /// The planted bugs it runs with (flag names without `--dev-unsafe-`).
+    pub planted_bugs_on: Vec<String>,
 }
 
 /// A member as the leader reports it, with its replication lag.
@@ -187,6 +191,8 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
                     used_bytes: info.used_bytes,
                     state_hash: format!("{:016x}", info.state_hash),
                     not_ready: (!info.not_ready.is_empty()).then(|| info.not_ready.clone()),
+                    planted_bugs: info.planted_bugs,
+                    planted_bugs_on: info.planted_bugs_on.clone(),
                 });
             }
             Err(e) => masters.push(MasterView {
@@ -208,6 +214,8 @@ pub async fn gather(client: &MasterClient, addrs: &[String]) -> ClusterStatus {
                 used_bytes: 0,
                 state_hash: String::new(),
                 not_ready: Some("unreachable".into()),
+                planted_bugs: false,
+                planted_bugs_on: Vec::new(),
             }),
         }
     }
@@ -301,6 +309,17 @@ pub fn render(status: &ClusterStatus) -> String {
         if let Some(why) = &m.not_ready {
             let _ = writeln!(out, "  master {} not ready: {why}", m.node_id);
         }
+    }
+    for m in status.masters.iter().filter(|m| m.planted_bugs) {
+        let on = match m.planted_bugs_on.as_slice() {
+            [] => "none on".to_string(),
+            on => format!("ON: {}", on.join(", ")),
+        };
+        let _ = writeln!(
+            out,
+            "  master {} is a DEVELOPMENT BUILD with planted bugs ({on}); never run it in production",
+            m.node_id
+        );
     }
     if status.tiers.iter().any(|t| t.tier == "disk" && t.segments > 0) {
         let _ = writeln!(out, "\ntiers (leader's view):");

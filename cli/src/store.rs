@@ -123,12 +123,10 @@ pub struct StoreArgs {
     /// kernel allows it, else pread/pwrite), io-uring, or pread.
     #[arg(long = "disk-io", default_value = "auto", value_parser = parse_disk_io)]
     pub disk_io: mooncake_segment::BackendChoice,
-    /// DEVELOPMENT ONLY — LOSES OBJECTS. Report the copies the masters ask
-    /// of this node (offload to its disk, promotion to its memory) as made
-    /// without writing them. Exists so the chaos harness can prove it
-    /// catches that; never use it in production.
-    #[arg(long = "dev-unsafe-unwritten-copies", hide_short_help = true)]
-    pub dev_unsafe_unwritten_copies: bool,
+    /// The planted bug (`--dev-unsafe-unwritten-copies`), in a build with
+    /// the `planted-bugs` feature only.
+    #[command(flatten)]
+    pub planted: mooncake_client::planted::StorePlantedBugs,
 }
 
 fn parse_disk_io(s: &str) -> Result<mooncake_segment::BackendChoice, String> {
@@ -217,7 +215,7 @@ pub async fn run(a: StoreArgs) -> anyhow::Result<()> {
     cfg.disk_segment = a.disk_segment.clone();
     cfg.disk_size = a.disk_size.unwrap_or(0);
     cfg.disk_io = a.disk_io;
-    cfg.dev_unsafe_unwritten_copies = a.dev_unsafe_unwritten_copies;
+    cfg.planted = a.planted.clone();
     let client = Client::connect_with_server_config(cfg, a.server_config()).await.context("starting the store node")?;
     let seg = client.local_segment().map(|l| l.spec()).context("store node has no segment")?;
     eprintln!(

@@ -311,6 +311,26 @@ async fn status_shows_which_masters_cannot_serve() {
     assert!(why.contains("quorum") || why.contains("no leader"), "{why}");
 }
 
+/// A master built with the planted bugs says so in `mooncake status`, with
+/// the ones it runs with: every test build has them (testkit turns the
+/// feature on), so an operator who finds such a binary in production can
+/// tell. A default build knows no `--dev-unsafe-*` flag (CI checks the
+/// release binary's `--help`; `node/planted.rs` has the unit test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_marks_a_master_built_with_planted_bugs() {
+    let cluster = Cluster::builder().masters(1).binary(BIN).arg("--dev-unsafe-skip-events").start();
+    let (leader, _) = cluster.wait_for_leader(T).await;
+    let masters = cluster.addrs().join(",");
+    let out = mooncake(&["status", "--masters", &masters]);
+    let mark = format!("master {leader} is a DEVELOPMENT BUILD with planted bugs (ON: skip-events)");
+    assert!(out.contains(&mark), "{out}");
+    let out = Command::new(BIN).args(["status", "--json", "--masters", &masters]).output().expect("status --json");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json prints JSON");
+    let master = &json["masters"][0];
+    assert_eq!(master["planted_bugs"], serde_json::json!(true), "{json}");
+    assert_eq!(master["planted_bugs_on"], serde_json::json!(["skip-events"]), "{json}");
+}
+
 /// Every background duty of the leader shows its tick, its rounds and when
 /// it last succeeded, in `mooncake status` and on `/metrics`: a duty that
 /// stopped succeeding is visible without reading logs.

@@ -107,13 +107,9 @@ pub struct ClientConfig {
     /// How the disk segment is read and written: io_uring where the kernel
     /// allows it, else pread/pwrite (`Auto`, one log line says which).
     pub disk_io: mooncake_segment::BackendChoice,
-    /// DEVELOPMENT ONLY — LOSES OBJECTS. This store node reports the copies
-    /// the leader asks of it (offload to its disk, promotion to its memory)
-    /// as made without writing a byte of them. Exists so the chaos harness
-    /// can prove it catches a disk tier that acknowledges what it did not
-    /// store (`jepsen/tests/t93_catches_unwritten_copies.rs`); never set it
-    /// in production.
-    pub dev_unsafe_unwritten_copies: bool,
+    /// The store node's planted bug (`planted.rs`): off, and in a default
+    /// build without a way to turn it on.
+    pub planted: crate::planted::StorePlantedBugs,
 }
 
 impl ClientConfig {
@@ -158,7 +154,7 @@ impl ClientConfig {
             disk_segment: None,
             disk_size: 0,
             disk_io: mooncake_segment::BackendChoice::Auto,
-            dev_unsafe_unwritten_copies: false,
+            planted: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod config;
 mod error;
 mod master_api;
 mod master_client;
+pub mod planted;
 mod remote;
 mod store_client;
 mod store_node;

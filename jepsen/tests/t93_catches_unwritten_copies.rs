@@ -24,6 +24,9 @@ const RUN_TIME: Duration = Duration::from_secs(20);
 
 fn chaos_run(store_flags: Vec<String>, results: &std::path::Path) -> Option<RunReport> {
     let mut opts = common::chaos_run_options(Scenario::DiskStores, SEED, RUN_TIME, Vec::new(), results, "mcju")?;
+    if !store_flags.is_empty() && !common::knows_planted_bugs(&opts.bin, "store") {
+        return None;
+    }
     opts.store_flags = store_flags;
     Some(common::run_reported(opts))
 }

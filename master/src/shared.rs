@@ -71,6 +71,9 @@ pub struct Shared {
     /// added before that would replicate the log, which lacks the restored
     /// state, so membership changes wait.
     pub restoring: Arc<std::sync::atomic::AtomicBool>,
+    /// The planted bugs this master runs with (`node/planted.rs`; none in
+    /// a default build), for `mooncake status`.
+    pub planted_bugs: Vec<&'static str>,
 }
 
 /// What makes a read of the applied state linearizable and durable: the

@@ -321,6 +321,7 @@ async fn no_read_answered_with_a_kv_lease_is_followed_by_its_removal_inside_the_
     assert!(out.removed_by_remove_all > 0, "RemoveAll never removed anything");
 }
 
+#[cfg(feature = "planted-bugs")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_planted_check_before_propose_race_is_caught() {
     let out = race(&["--dev-unsafe-unfenced-removals"], 20, seed()).await;

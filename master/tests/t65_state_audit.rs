@@ -5,6 +5,8 @@
 //! (`--dev-unsafe-diverge-node 3`: master 3 reports altered hashes, as a
 //! master that applied an entry the others did not would); the two honest
 //! masters, which agree, must not exit.
+//! Needs the `planted-bugs` feature (the test command turns it on).
+#![cfg(feature = "planted-bugs")]
 // Test support: a failed unwrap or expect is the test failing (the
 // workspace denies them in library code: Cargo.toml [workspace.lints]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -42,7 +42,7 @@ pub(crate) struct Copier {
     running: Arc<Semaphore>,
     /// Copies handed to this node and not yet reported.
     pending: AtomicUsize,
-    /// `dev_unsafe_unwritten_copies`: copies are reported made, unwritten.
+    /// `planted.unwritten_copies()`: copies are reported made, unwritten.
     unwritten: bool,
     /// Notified when a copy is reported and fewer than
     /// [`COPIES_IN_PARALLEL`] remain ([`Copier::room`]).

@@ -58,7 +58,7 @@ impl StoreNode {
         // node's copies to its own disk, a client reading what it serves).
         engine.route_locally(local.registry().clone());
         let copier =
-            Copier::new(master.clone(), engine.clone(), local.clone(), client_id, cfg.dev_unsafe_unwritten_copies);
+            Copier::new(master.clone(), engine.clone(), local.clone(), client_id, cfg.planted.unwritten_copies());
         let hand_over = cfg.hand_over_on_close && LocalSegment::keeps_identity(cfg);
         Ok(StoreNode { local, copier, hand_over })
     }

@@ -491,6 +491,9 @@ pub fn chaos_run_options(
             return None;
         }
     };
+    if master_flags.iter().any(|f| f.starts_with("--dev-unsafe")) && !knows_planted_bugs(&bin, "master") {
+        return None;
+    }
     Some(mooncake_jepsen::runner::RunOptions {
         scenario,
         seed,
@@ -506,6 +509,25 @@ pub fn chaos_run_options(
         preload_objects: mooncake_jepsen::preload::PRELOAD_OBJECTS_DEFAULT,
         tls: true,
     })
+}
+
+/// Whether `bin`'s `mooncake <command>` knows the planted-bug flags (a
+/// build with the `planted-bugs` feature); when not, [`skip_or_fail`]
+/// says how to build one.
+pub fn knows_planted_bugs(bin: &std::path::Path, command: &str) -> bool {
+    let help = std::process::Command::new(bin).args([command, "--help"]).output();
+    let knows = help.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--dev-unsafe-"));
+    if !knows {
+        skip_or_fail(
+            "planted bugs",
+            format!(
+                "{} {command} has no --dev-unsafe-* flags: build it with the planted-bugs feature (cargo test \
+                 --workspace --features mooncake-cli/planted-bugs, as the README says)",
+                bin.display()
+            ),
+        );
+    }
+    knows
 }
 
 /// Runs `opts` (from [`chaos_run_options`]) to its verdict and prints its

@@ -259,70 +259,10 @@ pub struct MasterConfig {
     /// state is snapshotted for new masters, a moment after start).
     #[arg(long)]
     pub restore: Option<PathBuf>,
-    /// DEVELOPMENT ONLY — BREAKS LINEARIZABILITY. Serve reads from any master's
-    /// local state without confirming leadership. Exists so the chaos harness
-    /// can prove it catches stale reads; never use it in production.
-    #[arg(long = "dev-unsafe-stale-reads", hide_short_help = true)]
-    pub dev_unsafe_stale_reads: bool,
-    /// DEVELOPMENT ONLY — BREAKS THE EVENT FEED. `Watch` streams leave out
-    /// the first event of every 7th revision. Exists so the chaos harness
-    /// can prove its events checker catches a gap; never use it in production.
-    #[arg(long = "dev-unsafe-skip-events", hide_short_help = true)]
-    pub dev_unsafe_skip_events: bool,
-    /// DEVELOPMENT ONLY — BREAKS TENANT ISOLATION. Every call acts in the
-    /// default tenant, whatever tenant it names. Exists so the chaos
-    /// harness can prove its tenant probe catches tenants crossing; never
-    /// use it in production.
-    #[arg(long = "dev-unsafe-ignore-tenants", hide_short_help = true)]
-    pub dev_unsafe_ignore_tenants: bool,
-    /// DEVELOPMENT ONLY — LOSES ACKNOWLEDGED WRITES ON POWER LOSS. Acknowledge
-    /// log writes without fsync. Exists so the chaos harness can prove it
-    /// catches lost writes; never use it in production.
-    #[arg(long = "dev-unsafe-no-fsync", hide_short_help = true)]
-    pub dev_unsafe_no_fsync: bool,
-    /// DEVELOPMENT ONLY — BREAKS KV LEASES. Removals and evictions check
-    /// leases before they propose but do not fence readers, so a read
-    /// answered during a removal's commit gets an object that is then freed.
-    /// Exists so the stress test and chaos harness can prove they catch it;
-    /// never use it in production.
-    #[arg(long = "dev-unsafe-unfenced-removals", hide_short_help = true)]
-    pub dev_unsafe_unfenced_removals: bool,
-    /// DEVELOPMENT ONLY — CORRUPTS OBJECTS. A new leader returns the arenas
-    /// of earlier terms at once instead of after the release timeout, and
-    /// never takes them back from their store nodes (its fences go on
-    /// admitting writes under them), so a range a deposed leader handed to
-    /// a stalled writer can be given to another writer while the first
-    /// still writes, and both writes land. Exists so the chaos
-    /// harness can prove it catches that; never use it in production.
-    #[arg(long = "dev-unsafe-arena-reuse", hide_short_help = true)]
-    pub dev_unsafe_arena_reuse: bool,
-    /// DEVELOPMENT ONLY — CORRUPTS OBJECTS. A writer chunk's space is
-    /// reclaimed the moment it is granted (handed out again to the next
-    /// put or chunk in its arena) while its writer still places objects in
-    /// it. Exists so the chaos harness can prove it catches a writer arena
-    /// reclaimed too early; never use it in production.
-    #[arg(long = "dev-unsafe-chunk-reuse", hide_short_help = true)]
-    pub dev_unsafe_chunk_reuse: bool,
-    /// DEVELOPMENT ONLY — REFUSES PUTS. The ranges of a revoked put and of a
-    /// returned writer chunk hold their arena for 30 s (the quarantine of
-    /// releases before stop 43) instead of freeing it at once, so a
-    /// churning cache's freed bytes sit in arenas nobody can return and
-    /// puts are refused while evictable bytes exist. Exists so the chaos
-    /// harness can prove its availability checker catches that; never use
-    /// it in production.
-    #[arg(long = "dev-unsafe-hold-freed-ranges", hide_short_help = true)]
-    pub dev_unsafe_hold_freed_ranges: bool,
-    /// DEVELOPMENT ONLY — LOSES OBJECTS. A leader that was paused or stalled
-    /// expires the clients it could not hear meanwhile, at once, instead of
-    /// restarting their TTLs. Exists so the chaos harness can prove it
-    /// catches that; never use it in production.
-    #[arg(long = "dev-unsafe-expire-after-stall", hide_short_help = true)]
-    pub dev_unsafe_expire_after_stall: bool,
-    /// DEVELOPMENT ONLY — the master whose id this is reports altered state
-    /// hashes, as one whose state diverged would. Exists so a test can prove
-    /// the state audit ends such a master; never use it in production.
-    #[arg(long = "dev-unsafe-diverge-node", hide_short_help = true)]
-    pub dev_unsafe_diverge_node: Option<u64>,
+    /// The planted bugs (`--dev-unsafe-*`), in a build with the
+    /// `planted-bugs` feature only (`planted.rs`).
+    #[command(flatten)]
+    pub planted: crate::node::planted::PlantedBugs,
     /// Log format: `text` or `json`.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,

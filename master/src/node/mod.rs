@@ -6,6 +6,7 @@
 
 pub mod config;
 pub(crate) mod http;
+pub mod planted;
 pub mod ports;
 pub mod run;
 
@@ -198,7 +199,7 @@ fn shared_handles(
     let reader = sm.reader();
     let flushed = log.flushed();
     let kv_lease_ttl = Duration::from_millis(cfg.default_kv_lease_ttl_ms);
-    let leader = Arc::new(match cfg.dev_unsafe_unfenced_removals {
+    let leader = Arc::new(match cfg.planted.unfenced_removals() {
         false => LeaderState::new(kv_lease_ttl),
         true => LeaderState::new_unfenced(kv_lease_ttl),
     });
@@ -237,7 +238,7 @@ fn shared_handles(
         watchers: Arc::new(crate::rpc::watch::Watchers::new(
             cfg.max_watchers,
             cfg.max_watchers_per_peer,
-            cfg.dev_unsafe_skip_events,
+            cfg.planted.skip_events(),
         )),
         listings: Default::default(),
         read_path: ReadPath {
@@ -245,7 +246,7 @@ fn shared_handles(
             acks,
             leader_lease: cfg.leader_lease(),
             flushed,
-            unsafe_stale_reads: cfg.dev_unsafe_stale_reads,
+            unsafe_stale_reads: cfg.planted.stale_reads(),
         },
         write_path: WritePath {
             proposer,
@@ -255,8 +256,8 @@ fn shared_handles(
             cut_after,
             arena_grants: Default::default(),
             chunk_valid: Duration::from_secs(cfg.put_start_discard_timeout_sec).min(cfg.capability_ttl()) / 2,
-            unsafe_chunk_reuse: cfg.dev_unsafe_chunk_reuse,
-            unsafe_hold_freed: cfg.dev_unsafe_hold_freed_ranges.then_some(Duration::from_secs(30)),
+            unsafe_chunk_reuse: cfg.planted.chunk_reuse(),
+            unsafe_hold_freed: cfg.planted.hold_freed_ranges().then_some(Duration::from_secs(30)),
         },
         tiers: Tiers {
             policy: tiers,
@@ -269,9 +270,10 @@ fn shared_handles(
             roles: crate::rpc::roles::Roles::new(identity.admin_token.clone()),
             grants_live,
             fence_wakes: Arc::new(crate::leader::arena_fences::FenceWakes::default()),
-            unsafe_ignore_tenants: cfg.dev_unsafe_ignore_tenants,
+            unsafe_ignore_tenants: cfg.planted.ignore_tenants(),
         },
         restoring: Arc::new(std::sync::atomic::AtomicBool::new(cfg.restore.is_some())),
+        planted_bugs: cfg.planted.on(cfg.id),
     })
 }
 
@@ -324,8 +326,8 @@ fn background_tasks(
         client_ttl: Duration::from_secs(cfg.client_ttl_sec),
         discard_after: Duration::from_secs(cfg.put_start_discard_timeout_sec),
         release_after: Duration::from_secs(cfg.put_start_release_timeout_sec),
-        unsafe_arena_reuse: cfg.dev_unsafe_arena_reuse,
-        unsafe_expire_after_stall: cfg.dev_unsafe_expire_after_stall,
+        unsafe_arena_reuse: cfg.planted.arena_reuse(),
+        unsafe_expire_after_stall: cfg.planted.expire_after_stall(),
     }));
     tasks
 }

@@ -1,6 +1,5 @@
-//! This master's data dir: opened (with the development-only unsafe modes
-//! announced), restored from a snapshot file when asked, and compacted
-//! after a restore.
+//! This master's data dir: opened (with its planted bugs announced),
+//! restored from a snapshot file when asked, and compacted after a restore.
 
 use std::time::Duration;
 
@@ -17,33 +16,16 @@ use crate::node::config::MasterConfig;
 pub(super) fn open(cfg: &MasterConfig, metrics: &Arc<MasterMetrics>) -> anyhow::Result<(LogStore, StateMachineStore)> {
     let observer = Arc::new(MetricsObserver(metrics.clone()));
     let mut store_opts = StoreOptions::new(&cfg.data_dir).with_observer(observer);
-    store_opts.fsync = !cfg.dev_unsafe_no_fsync;
+    store_opts.fsync = !cfg.planted.no_fsync();
     store_opts.node_id = Some(cfg.id);
     store_opts.checkpoint_every = cfg.state_audit_every;
     store_opts.event_history = cfg.watch_history_events;
-    store_opts.dev_unsafe_tampered_checkpoints = cfg.dev_unsafe_diverge_node == Some(cfg.id);
-    let unsafe_modes = [
-        cfg.dev_unsafe_no_fsync,
-        cfg.dev_unsafe_stale_reads,
-        cfg.dev_unsafe_unfenced_removals,
-        cfg.dev_unsafe_arena_reuse,
-        cfg.dev_unsafe_chunk_reuse,
-        cfg.dev_unsafe_hold_freed_ranges,
-        cfg.dev_unsafe_expire_after_stall,
-        cfg.dev_unsafe_ignore_tenants,
-        store_opts.dev_unsafe_tampered_checkpoints,
-    ];
-    if unsafe_modes.contains(&true) {
+    store_opts.dev_unsafe_tampered_checkpoints = cfg.planted.diverges(cfg.id);
+    let planted = cfg.planted.on(cfg.id);
+    if !planted.is_empty() {
         tracing::warn!(
-            no_fsync = cfg.dev_unsafe_no_fsync,
-            stale_reads = cfg.dev_unsafe_stale_reads,
-            unfenced_removals = cfg.dev_unsafe_unfenced_removals,
-            arena_reuse = cfg.dev_unsafe_arena_reuse,
-            chunk_reuse = cfg.dev_unsafe_chunk_reuse,
-            hold_freed_ranges = cfg.dev_unsafe_hold_freed_ranges,
-            expire_after_stall = cfg.dev_unsafe_expire_after_stall,
-            ignore_tenants = cfg.dev_unsafe_ignore_tenants,
-            "DEVELOPMENT-ONLY UNSAFE MODE: this master breaks its guarantees on purpose"
+            planted_bugs = %planted.join(","),
+            "DEVELOPMENT-ONLY PLANTED BUGS: this master breaks its guarantees on purpose"
         );
     }
     let (log, sm) = open_store(&store_opts).with_context(|| format!("opening data dir {}", cfg.data_dir.display()))?;

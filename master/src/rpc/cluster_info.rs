@@ -81,6 +81,8 @@ pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) ->
             .unwrap_or_default();
     info.repairs_pending = shared.leader.with(|t| t.copies.repair_backlog()).unwrap_or(0) as u64;
     info.hot_keys_fanned = shared.leader.with(|t| t.hot.fanned_count()).unwrap_or(0) as u64;
+    info.planted_bugs = crate::node::planted::BUILT_IN;
+    info.planted_bugs_on = shared.planted_bugs.iter().map(|b| b.to_string()).collect();
     let now = crate::raft::proposer::now_ms();
     info.duties = shared
         .duties
