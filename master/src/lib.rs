@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod objects;
 pub mod raft;
+pub mod refusal;
 pub mod rpc;
 mod shared;
 

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mooncake_proto::Status;
 use mooncake_raft_store::{MetaState, NodeId, Raft, StateMachineStore, StateReader};
 use openraft::ServerState;
 use openraft::error::ForwardToLeader;
@@ -23,7 +22,7 @@ use crate::leader::kv_lease::KeyHash;
 use crate::metrics::MasterMetrics;
 use crate::raft::leader_lease::{AckClock, LeaseQuery};
 use crate::raft::proposer::Proposer;
-use crate::rpc::errors::forward_status;
+use crate::refusal::Refusal;
 
 /// Everything one master's services and duties share, grouped by job. The
 /// top holds what every part uses (identity, Raft, the applied state, the
@@ -58,10 +57,6 @@ pub struct Shared {
     pub duties: Arc<crate::duties::book::DutyBook>,
     /// The object events this master applied recently, for `Watch`.
     pub events: Arc<mooncake_raft_store::events::EventHistory>,
-    /// The open `Watch` streams, against `--max-watchers`.
-    pub watchers: Arc<crate::rpc::watch::Watchers>,
-    /// The states of paged listings, for their later pages.
-    pub listings: crate::rpc::listings::Listings,
     pub read_path: ReadPath,
     pub write_path: WritePath,
     pub tiers: Tiers,
@@ -147,8 +142,8 @@ pub struct Tiers {
 
 /// Who may do what: the cluster secret and what is derived from it. Set at
 /// start and only read afterwards (the capability key cache aside); the
-/// services check `roles` before admin operations and sign replicas with
-/// `capabilities`.
+/// services sign replicas with `capabilities` (who may call what is the
+/// edge's: `rpc/edge.rs`).
 pub struct Auth {
     /// The cluster secret: keys for admin tokens and data-path capabilities
     /// are derived from it (`secret.rs`).
@@ -156,23 +151,18 @@ pub struct Auth {
     /// Segment keys for mount answers and capabilities for replicas
     /// (`--capability_ttl_sec`; `capabilities.rs`).
     pub capabilities: crate::objects::capabilities::CapabilityIssuer,
-    /// Who may call what (admin operations).
-    pub roles: crate::rpc::roles::Roles,
     /// How long a WRITE grant can be used after it was issued (the
     /// capability TTL plus the store nodes' clock skew): an arena whose
     /// owner never acknowledges its revoke is returned after this.
     pub grants_live: Duration,
     /// Revokes and acknowledgements of arena fences (`arena_fences.rs`).
     pub fence_wakes: Arc<crate::leader::arena_fences::FenceWakes>,
-    /// `--dev-unsafe-ignore-tenants`: every call acts in the default
-    /// tenant, whatever it names (the planted bug the chaos harness's
-    /// tenant probe must catch).
-    pub unsafe_ignore_tenants: bool,
 }
 
 impl Shared {
-    /// NOT_LEADER (with the leader's address) or UNAVAILABLE, from this node's view.
-    pub fn not_leader(&self) -> Status {
+    /// Not the leader (with the leader's address when known), from this
+    /// node's view.
+    pub fn not_leader(&self) -> Refusal {
         let m = self.raft.metrics().borrow().clone();
         let forward = match m.current_leader {
             Some(id) if id != self.id => match m.membership_config.membership().get_node(&id) {
@@ -181,7 +171,7 @@ impl Shared {
             },
             _ => ForwardToLeader::empty(),
         };
-        forward_status(&forward)
+        Refusal::forward(&forward)
     }
 
     /// Ok when this node holds leader soft state for its current term and a
@@ -194,14 +184,14 @@ impl Shared {
     /// the majority elected. Before, a store node kept pinging the cut-off
     /// leader, which kept answering OK, while the new leader heard nothing
     /// from it and expired it after the client TTL.
-    pub fn require_leader(&self) -> Result<(), Status> {
+    pub fn require_leader(&self) -> Result<(), Refusal> {
         if self.leader.with(|_| ()).is_none() {
             return Err(self.not_leader());
         }
         match self.raft.metrics().borrow().millis_since_quorum_ack {
             Some(ms) if u128::from(ms) > self.quorum_ack_max.as_millis() => {
                 self.metrics.leader_without_quorum_refusals.inc();
-                Err(crate::rpc::errors::unavailable(format!(
+                Err(Refusal::unavailable(format!(
                     "this master leads without a quorum (last acknowledged {ms} ms ago); ask another master"
                 )))
             }
@@ -214,14 +204,14 @@ impl Shared {
     /// applied: a read after this sees every acknowledged write (admin
     /// exports; object reads use [`Shared::read`], which may skip the round
     /// under the leader lease).
-    pub async fn barrier(&self) -> Result<(), Status> {
+    pub async fn barrier(&self) -> Result<(), Refusal> {
         self.require_leader()?;
         self.linearizable().await
     }
 
     /// The quorum round alone; callers go through [`Shared::read`] or
     /// [`Shared::barrier`], which ask [`Shared::require_leader`] first.
-    async fn linearizable(&self) -> Result<(), Status> {
+    async fn linearizable(&self) -> Result<(), Refusal> {
         self.read_path.barrier.wait().await
     }
 
@@ -229,7 +219,7 @@ impl Shared {
     /// leader lease when it holds at the moment after the state was read
     /// ([`crate::raft::leader_lease`]), else after a quorum round ([`Shared::barrier`]).
     /// `f` may run twice (once before and once after the round).
-    pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Status> {
+    pub async fn read<T>(&self, f: impl Fn(&MetaState) -> T) -> Result<T, Refusal> {
         if self.read_path.unsafe_stale_reads {
             return Ok(self.reader.read(f)); // deliberately broken build for the chaos harness
         }
@@ -291,7 +281,7 @@ impl Shared {
         keys: &[&str],
         f: impl Fn(&MetaState) -> Vec<T>,
         ok: impl Fn(&T) -> bool,
-    ) -> Result<Vec<T>, Status> {
+    ) -> Result<Vec<T>, Refusal> {
         let hashes: Vec<KeyHash> = keys.iter().map(|k| KeyHash::of(k)).collect();
         let mut leased = vec![false; keys.len()];
         for round in 0..LEASED_READ_ROUNDS_MAX {
@@ -304,9 +294,7 @@ impl Shared {
                 Ok(()) => want.iter().for_each(|i| leased[*i] = true),
                 Err(AdmitError::NotLeading) => return Err(self.not_leader()),
                 Err(AdmitError::Fenced) => {
-                    return Err(crate::rpc::errors::unavailable(
-                        "removals of these keys kept them fenced; retry the read",
-                    ));
+                    return Err(Refusal::unavailable("removals of these keys kept them fenced; retry the read"));
                 }
             }
             let answers = self.read(&f).await?;
@@ -314,7 +302,7 @@ impl Shared {
                 return Ok(answers);
             }
         }
-        Err(crate::rpc::errors::internal("a leased read did not settle (every key was leased in the last round)"))
+        Err(Refusal::internal("a leased read did not settle (every key was leased in the last round)"))
     }
 }
 

@@ -147,3 +147,48 @@ fn the_check_finds_a_circle_and_ignores_comments_and_tests() {
     let paths: Vec<String> = crate_paths(source).iter().map(|p| p.join("::")).collect();
     assert_eq!(paths, vec!["a".to_string(), "b::g".to_string()]);
 }
+
+/// The master's folders below its edge: what the leader does (`objects`),
+/// its decisions (`leader`), consensus (`raft`), the duties, the shared
+/// state and the refusals. `rpc` may import them, never the reverse.
+const BELOW_THE_EDGE: &[&str] = &["objects", "leader", "raft", "duties", "shared", "refusal"];
+
+fn below_the_edge(module: &str) -> bool {
+    BELOW_THE_EDGE.iter().any(|b| module == *b || module.starts_with(&format!("{b}::")))
+}
+
+/// Only the master's edge (`rpc`) knows the wire's answers: no module below
+/// it imports one of `rpc`, or names protobuf's `Status` or Mooncake's
+/// `ErrorCode` (they say why in a `Refusal`, and `rpc/errors.rs` gives it
+/// its code).
+#[test]
+fn only_the_masters_edge_knows_the_wire_answers() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace dir");
+    let src = workspace.join("master").join("src");
+    let edges = graph(&src);
+    let mut up = Vec::new();
+    for (module, targets) in &edges {
+        if below_the_edge(module) {
+            up.extend(
+                targets.iter().filter(|t| *t == "rpc" || t.starts_with("rpc::")).map(|t| format!("{module} -> {t}")),
+            );
+        }
+    }
+    assert!(up.is_empty(), "modules below the edge import rpc: {up:?}");
+    assert!(edges.keys().filter(|m| below_the_edge(m)).count() > 20, "too few modules below the edge read");
+    let mut wire = Vec::new();
+    for file in rust_files(&src) {
+        let Some(module) = module_of(&src, &file) else { continue };
+        if !below_the_edge(&module) {
+            continue;
+        }
+        let source = std::fs::read_to_string(&file).expect("read source");
+        for line in source.lines().take_while(|l| l.trim() != "#[cfg(test)]") {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("ErrorCode") || code.contains("mooncake_proto::Status") || code.contains("proto::{") {
+                wire.push(format!("{module}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(wire.is_empty(), "modules below the edge name wire answers: {wire:#?}");
+}

@@ -194,8 +194,8 @@ async fn propose_logged(ctx: &DutyContext, duty: &'static str, what: &str, cmd: 
     match ctx.shared.write_path.proposer.propose(cmd).await {
         Ok(r) => Some(r),
         Err(status) => {
-            tracing::warn!(duty = what, code = ?status.error_code(), message = %status.message, "proposal failed");
-            let why = format!("{what}: {:?}: {}", status.error_code(), status.message);
+            tracing::warn!(duty = what, refusal = %status, "proposal failed");
+            let why = format!("{what}: {}", status);
             ctx.shared.duties.failed(duty, crate::raft::proposer::now_ms(), why);
             None
         }

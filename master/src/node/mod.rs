@@ -34,7 +34,10 @@ use crate::raft::leader_lease::AckClock;
 use crate::raft::network::NetworkFactory;
 use crate::raft::prevote::{ElectionDriver, LeaderContact};
 use crate::raft::proposer::Proposer;
+use crate::rpc::edge::Edge;
 use crate::rpc::raft_service::{Admission, RaftServiceImpl};
+use crate::rpc::roles::Roles;
+use crate::rpc::watch::Watchers;
 use crate::shared::{Auth, ReadPath, Shared, Tiers, WritePath};
 use identity::Identity;
 
@@ -88,8 +91,15 @@ impl MasterNode {
         )
         .with_checkpoints(sm.checkpoints());
         let limits = serve::port_limits(&cfg);
+        let edge = Arc::new(Edge {
+            roles: Roles::new(identity.admin_token.clone()),
+            watchers: Arc::new(Watchers::new(cfg.max_watchers, cfg.max_watchers_per_peer, cfg.planted.skip_events())),
+            listings: Default::default(),
+            ignore_tenants: cfg.planted.ignore_tenants(),
+        });
+        let services = serve::Services { shared: shared.clone(), edge, raft: raft_service };
         let (grpc_addr, grpc_task) =
-            serve::serve_grpc(cfg.listen, limits.grpc, tls.as_ref(), shared.clone(), raft_service, stop_rx.clone())?;
+            serve::serve_grpc(cfg.listen, limits.grpc, tls.as_ref(), services, stop_rx.clone())?;
         tasks.push(grpc_task);
         let http_addr = match cfg.http {
             Some(addr) => {
@@ -235,12 +245,6 @@ fn shared_handles(
         disk_alarm: Arc::new(crate::raft::disk_space::DiskAlarm::default()),
         duties,
         events: sm.events(),
-        watchers: Arc::new(crate::rpc::watch::Watchers::new(
-            cfg.max_watchers,
-            cfg.max_watchers_per_peer,
-            cfg.planted.skip_events(),
-        )),
-        listings: Default::default(),
         read_path: ReadPath {
             barrier: crate::raft::read_barrier::ReadBarrier::start(raft.clone(), metrics.raft.read_batch.clone()),
             acks,
@@ -267,10 +271,8 @@ fn shared_handles(
         auth: Auth {
             capabilities: crate::objects::capabilities::CapabilityIssuer::new(&identity.secret, cfg.capability_ttl()),
             secret: identity.secret.clone(),
-            roles: crate::rpc::roles::Roles::new(identity.admin_token.clone()),
             grants_live,
             fence_wakes: Arc::new(crate::leader::arena_fences::FenceWakes::default()),
-            unsafe_ignore_tenants: cfg.planted.ignore_tenants(),
         },
         restoring: Arc::new(std::sync::atomic::AtomicBool::new(cfg.restore.is_some())),
         planted_bugs: cfg.planted.on(cfg.id),

@@ -17,6 +17,7 @@ use crate::node::config::MasterConfig;
 use crate::node::ports::{FD_RESERVE, FIRST_BYTES_TIMEOUT, GuardedListener, PortEvents, PortLimits, fd_budget};
 use crate::rpc::admin_service::AdminServiceImpl;
 use crate::rpc::client_service::MasterServiceImpl;
+use crate::rpc::edge::Edge;
 use crate::rpc::instrumented::Instrumented;
 use crate::rpc::raft_service::RaftServiceImpl;
 use crate::shared::Shared;
@@ -93,26 +94,35 @@ fn bind_port(
     Ok(GuardedListener::start(port, listener, limits, port_events(port, shared))?)
 }
 
+/// What the gRPC port serves: the client and admin services over the
+/// shared state and the edge's own, and the Raft transport.
+pub(super) struct Services {
+    pub shared: Arc<Shared>,
+    pub edge: Arc<Edge>,
+    pub raft: RaftServiceImpl,
+}
+
 pub(super) fn serve_grpc(
     addr: SocketAddr,
     limits: PortLimits,
     tls: Option<&mooncake_tls::TlsConfig>,
-    shared: Arc<Shared>,
-    raft_service: RaftServiceImpl,
+    services: Services,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let Services { shared, edge, raft: raft_service } = services;
     let listener = bind_port("grpc", addr, limits, &shared)
         .with_context(|| format!("binding gRPC address {addr} (in use? pick another --listen)"))?;
     let bound = listener.local_addr();
     let incoming = listener.into_stream();
-    let service = Instrumented::new(MasterServiceImpl::new(shared.clone(), stop.clone()), shared.metrics.clone());
+    let service =
+        Instrumented::new(MasterServiceImpl::new(shared.clone(), edge.clone(), stop.clone()), shared.metrics.clone());
     let master = MasterServiceServer::new(service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
     let raft = RaftServiceServer::new(raft_service)
         .max_decoding_message_size(GRPC_MESSAGE_MAX_BYTES)
         .max_encoding_message_size(GRPC_MESSAGE_MAX_BYTES);
-    let admin = AdminServiceServer::new(AdminServiceImpl::new(shared));
+    let admin = AdminServiceServer::new(AdminServiceImpl::new(shared, edge));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder.tls_config(mooncake_tls::grpc::server_tls(tls)).context("gRPC TLS settings")?;

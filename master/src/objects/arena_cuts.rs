@@ -144,7 +144,7 @@ async fn propose_cuts(shared: &Shared, pieces: Vec<(ArenaId, Range)>) {
             shared.metrics.arena_cut_bytes.inc_by(cut);
             tracing::info!(bytes = cut, refused, "freed bytes cut out of earlier terms' arenas");
         }
-        Err(status) => tracing::warn!(message = %status.message, "arena cut failed"),
+        Err(status) => tracing::warn!(refusal = %status, "arena cut failed"),
     }
 }
 

@@ -123,6 +123,6 @@ pub async fn return_arenas(proposer: &Proposer, leader: &LeaderState, arenas: Ve
             });
             tracing::debug!(count = arenas.len(), "arenas returned");
         }
-        Err(s) => tracing::warn!(message = %s.message, "arena return failed"),
+        Err(s) => tracing::warn!(refusal = %s, "arena return failed"),
     }
 }

@@ -21,16 +21,14 @@
 
 use std::time::Instant;
 
-use mooncake_auth::capability::Access;
-use mooncake_proto::Status;
-use mooncake_proto::master::{Replica, ReserveChunkRequest, ReserveChunkResponse, ReturnChunkRequest};
+use mooncake_proto::master::ReserveChunkRequest;
 use mooncake_raft_store::state::REPLICA_NUM_MAX;
 use mooncake_raft_store::{MetaError, PlacedReplica};
 use mooncake_segment::ClientId;
 
 use crate::leader::reservations::{Reserve, Round, Spreading, aligned, arena_cap};
-use crate::objects::puts::{Grant, Relief, candidates, grant_arena, replica_pb};
-use crate::rpc::errors::invalid;
+use crate::objects::puts::{Grant, Relief, candidates, grant_arena};
+use crate::refusal::Refusal;
 use crate::shared::Shared;
 
 /// Rounds of arena grants one ReserveChunk may go through (each halving
@@ -50,19 +48,18 @@ pub const CHUNK_MAX_BYTES: u64 = 64 << 20;
 /// never evicting: a chunk needs contiguous room, which an LRU's scattered
 /// victims rarely make, so evicting for it would empty a fragmented cache
 /// (a writer refused puts the usual way, which evicts what each needs).
-pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &str) -> ReserveChunkResponse {
-    let refuse = |s: Status| ReserveChunkResponse { status: Some(s), ..Default::default() };
+pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &str) -> Result<Chunk, Refusal> {
     let no_room = |why: String| {
-        refuse(invalid(MetaError::NoAvailableHandle(format!("no writer chunk: {why}; put the usual way (PutStart)"))))
+        Err(MetaError::NoAvailableHandle(format!("no writer chunk: {why}; put the usual way (PutStart)")).into())
     };
     let replicas = req.replica_num.max(1);
     if replicas > REPLICA_NUM_MAX {
-        return refuse(invalid(MetaError::InvalidParams(format!(
+        return Err(Refusal::Meta(MetaError::InvalidParams(format!(
             "replica_num {replicas} of a writer chunk: give 1..={REPLICA_NUM_MAX}"
         ))));
     }
     if req.min_len == 0 || req.min_len > req.len || req.len > CHUNK_MAX_BYTES {
-        return refuse(invalid(MetaError::InvalidParams(format!(
+        return Err(Refusal::Meta(MetaError::InvalidParams(format!(
             "a writer chunk of len {} and min_len {}: give 1 <= min_len <= len <= {CHUNK_MAX_BYTES}",
             req.len, req.min_len
         ))));
@@ -77,7 +74,7 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
         let found = shared.reader.read(|s| candidates(s, req.min_len, &[], tenant));
         let cands = match found {
             Ok(c) => c,
-            Err(e @ MetaError::NoAvailableHandle(_)) => return refuse(invalid(e)),
+            Err(e @ MetaError::NoAvailableHandle(_)) => return Err(Refusal::Meta(e)),
             Err(e) => return no_room(e.to_string()),
         };
         if cands.len() < replicas as usize {
@@ -99,10 +96,10 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
             reserved
         });
         match reserved {
-            None => return refuse(shared.not_leader()),
+            None => return Err(shared.not_leader()),
             Some(Ok((id, placed))) => {
                 shared.metrics.placements.with_label_values(&[Spreading::of(&placed, &cands).label()]).inc();
-                return granted(shared, id, &placed);
+                return Ok(granted(shared, id, placed));
             }
             Some(Err(Reserve::NeedArenas(wanted))) => {
                 let ramping = crate::leader::reservations::ramping(&cands);
@@ -117,7 +114,7 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
                             return no_room(format!("segment {segment} is full while another fills"));
                         }
                         Grant::NoRoom => round.excluded.push(segment),
-                        Grant::NotLeading => return refuse(shared.not_leader()),
+                        Grant::NotLeading => return Err(shared.not_leader()),
                     }
                 }
             }
@@ -131,28 +128,30 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
     no_room(format!("no room made in {CHUNK_ROUNDS_MAX} rounds of arena grants"))
 }
 
-/// The answer of a granted chunk: each range with its WRITE capability.
-fn granted(shared: &Shared, id: u64, placed: &[PlacedReplica]) -> ReserveChunkResponse {
-    shared.metrics.writer_chunks.inc();
-    let replicas = shared.reader.read(|s| {
-        let mut replicas: Vec<Replica> = placed.iter().map(|r| replica_pb(s, r)).collect();
-        shared.auth.capabilities.grant(s, &mut replicas, Access::Write);
-        replicas
-    });
-    let valid_ms = u64::try_from(shared.write_path.chunk_valid.as_millis()).unwrap_or(u64::MAX);
-    ReserveChunkResponse { status: Some(Status::ok()), chunk_id: id, replicas, valid_ms }
+/// A granted writer chunk: its id, one range per replica (the edge hands
+/// them out with WRITE grants), and how long its writer may place objects
+/// in it.
+pub struct Chunk {
+    pub id: u64,
+    pub ranges: Vec<PlacedReplica>,
+    pub valid_ms: u64,
 }
 
-/// ReturnChunk: the writer is done with its chunk.
-pub fn return_chunk(shared: &Shared, req: &ReturnChunkRequest) -> Status {
-    let client = ClientId(req.client_id);
+fn granted(shared: &Shared, id: u64, placed: Vec<PlacedReplica>) -> Chunk {
+    shared.metrics.writer_chunks.inc();
+    let valid_ms = u64::try_from(shared.write_path.chunk_valid.as_millis()).unwrap_or(u64::MAX);
+    Chunk { id, ranges: placed, valid_ms }
+}
+
+/// ReturnChunk: `client` is done with its chunk `chunk_id`.
+pub fn return_chunk(shared: &Shared, client: ClientId, chunk_id: u64) -> Result<(), Refusal> {
     let hold = shared.write_path.unsafe_hold_freed.map(|d| Instant::now() + d);
-    match shared.leader.with(|t| t.puts.return_chunk(client, req.chunk_id, hold)) {
-        None => shared.not_leader(),
-        Some(true) => Status::ok(),
-        Some(false) => invalid(MetaError::InvalidParams(format!(
-            "this leader holds no writer chunk {} of {client} (it expired, or another leader reserved it)",
-            req.chunk_id
-        ))),
+    match shared.leader.with(|t| t.puts.return_chunk(client, chunk_id, hold)) {
+        None => Err(shared.not_leader()),
+        Some(true) => Ok(()),
+        Some(false) => Err(MetaError::InvalidParams(format!(
+            "this leader holds no writer chunk {chunk_id} of {client} (it expired, or another leader reserved it)"
+        ))
+        .into()),
     }
 }

@@ -338,13 +338,13 @@ async fn remove_victims(
             count
         }
         Err(status) => {
-            tracing::warn!(code = ?status.error_code(), message = %status.message, "eviction proposal failed");
+            tracing::warn!(refusal = %status, "eviction proposal failed");
             if duty_round {
                 let duty = match tier {
                     Tier::Dram => book::EVICTION,
                     Tier::Ssd => book::COPIES,
                 };
-                let why = format!("eviction proposal: {:?}: {}", status.error_code(), status.message);
+                let why = format!("eviction proposal: {}", status);
                 shared.duties.failed(duty, crate::raft::proposer::now_ms(), why);
             }
             0

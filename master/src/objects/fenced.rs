@@ -2,12 +2,11 @@
 //! RemoveAll, eviction) fenced against readers stay fenced until its
 //! commands were applied, whatever happens to the caller.
 
-use mooncake_proto::Status;
 use mooncake_raft_store::{Command, Response};
 
 use crate::leader::FenceGuard;
 use crate::raft::proposer::Proposer;
-use crate::rpc::errors::internal;
+use crate::refusal::Refusal;
 
 /// Commands per log entry when a removal proposes many (RemoveAll of a
 /// large cache): bounds one entry's size and apply time.
@@ -27,23 +26,23 @@ pub async fn propose_fenced(
     cmds: Vec<Command>,
     guard: FenceGuard,
     removed: impl Fn(&[Response], usize) -> bool + Send + 'static,
-) -> Result<Vec<Response>, Status> {
+) -> Result<Vec<Response>, Refusal> {
     let proposer = proposer.clone();
     let task = tokio::spawn(async move {
         let mut answers = Vec::with_capacity(cmds.len());
         for slice in cmds.chunks(PROPOSE_SLICE_MAX) {
             match proposer.propose_many(slice.to_vec()).await {
                 Ok(r) => answers.extend(r),
-                Err(status) => {
+                Err(refusal) => {
                     guard.keep_for_the_term();
-                    return Err(status);
+                    return Err(refusal);
                 }
             }
         }
         guard.lift(|i| removed(&answers, i));
         Ok(answers)
     });
-    task.await.map_err(|e| internal(format!("removal task ended abnormally: {e}")))?
+    task.await.map_err(|e| Refusal::internal(format!("removal task ended abnormally: {e}")))?
 }
 
 /// What the `Removed` answers among `answers` count together (objects or

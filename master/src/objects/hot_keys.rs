@@ -113,7 +113,7 @@ pub async fn drop_cooled(shared: &Shared) {
             tracing::info!(keys = done.len(), replicas = dropped, "cooled hot keys' extra replicas dropped");
         }
         Err(status) => {
-            tracing::debug!(message = %status.message, "dropping cooled hot keys' replicas failed; a later round retries")
+            tracing::debug!(refusal = %status, "dropping cooled hot keys' replicas failed; a later round retries")
         }
     }
 }

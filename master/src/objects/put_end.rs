@@ -10,8 +10,9 @@
 //! chunk (`chunks.rs`) is recorded if its ranges lie in that chunk.
 
 use mooncake_proto::master::PutEndRequest;
-use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, NewObject, PlacedReplica, ReplicaPlacement, Tier};
+use mooncake_raft_store::{
+    ArenaId, Command, MetaError, MetaState, NewObject, Pin, PlacedReplica, ReplicaPlacement, Tier,
+};
 use mooncake_segment::tenant::tenant_of;
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -20,9 +21,18 @@ use crate::leader::reservations::{ChunkCover, Reservation};
 use crate::leader::tiering::OffloadMode;
 use crate::objects::capabilities::CapabilityIssuer;
 use crate::objects::quotas;
-use crate::rpc::convert;
-use crate::rpc::errors::{internal, invalid, response_status};
+use crate::refusal::{Refusal, answered};
 use crate::shared::Shared;
+
+/// One PutEnd as the leader plans it: the request, and its pin as the edge
+/// read it (refused there when this version does not know it).
+pub struct EndAsk<'a> {
+    pub req: &'a PutEndRequest,
+    pub pin: Pin,
+}
+
+/// The answer a plan gives without a commit.
+type Answer = Result<(), Refusal>;
 
 /// The replicas a writer echoed back in its PutEnd.
 fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
@@ -48,7 +58,7 @@ enum Known {
 /// What to do with one PutEnd.
 enum EndPlan {
     Propose(Commit),
-    Answer(Status),
+    Answer(Answer),
 }
 
 /// A commit to propose: the object, the PutEnd's request id (0: none),
@@ -82,7 +92,8 @@ impl EndPlan {
 }
 
 /// PutEnd of many objects: one proposal for all of them.
-pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
+pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Refusal>> {
+    let reqs: Vec<&PutEndRequest> = asks.iter().map(|a| a.req).collect();
     let Some((owned, known)) = shared.leader.with(|t| {
         // Marked as ending: a revoke racing this PutEnd's commit must not
         // answer that the put had no effect. A put placed in a writer chunk
@@ -110,18 +121,18 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
             .collect();
         (owned, known)
     }) else {
-        return vec![shared.not_leader(); reqs.len()];
+        return vec![Err(shared.not_leader()); reqs.len()];
     };
     // Plans answered from the state (a retry's first answer) must rest on
     // synced state.
     let grants = &shared.auth.capabilities;
     let plans: Vec<EndPlan> = shared
         .read_durable(|s| {
-            reqs.iter()
+            asks.iter()
                 .zip(known)
-                .map(|(req, known)| match known {
-                    Known::Reserved(res) => plan_end(s, req, res, &owned, grants),
-                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, req, in_flight, cover, &owned, grants),
+                .map(|(ask, known)| match known {
+                    Known::Reserved(res) => plan_end(s, ask, res, &owned, grants),
+                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, ask, in_flight, cover, &owned, grants),
                 })
                 .collect()
         })
@@ -129,22 +140,24 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let cmds: Vec<Command> = plans.iter().filter_map(EndPlan::command).collect();
     let answers = shared.write_path.proposer.propose_many(cmds).await;
     let mut answers = match answers {
-        Ok(a) => a.into_iter().map(|r| response_status(&r)).collect::<Vec<_>>().into_iter(),
-        Err(s) => {
+        Ok(a) => a.iter().map(answered).collect::<Vec<_>>().into_iter(),
+        Err(refusal) => {
             return plans
                 .into_iter()
                 .map(|p| match p {
                     EndPlan::Answer(a) => a,
-                    EndPlan::Propose(..) => s.clone(),
+                    EndPlan::Propose(..) => Err(refusal.clone()),
                 })
                 .collect();
         }
     };
-    let out: Vec<Status> = plans
+    let out: Vec<Answer> = plans
         .into_iter()
         .map(|p| match p {
             EndPlan::Answer(a) => a,
-            EndPlan::Propose(..) => answers.next().unwrap_or_else(|| internal("missing PutCommit answer")),
+            EndPlan::Propose(..) => {
+                answers.next().unwrap_or_else(|| Err(Refusal::internal("missing PutCommit answer")))
+            }
         })
         .collect();
     // The commits are applied (or refused): those ranges are not being
@@ -156,11 +169,11 @@ pub async fn put_end(shared: &Shared, reqs: &[PutEndRequest]) -> Vec<Status> {
     let fresh = shared.leader.with(|t| {
         let mut fresh = false;
         let mut written = Vec::with_capacity(reqs.len());
-        for (req, status) in reqs.iter().zip(&out) {
+        for (req, answer) in reqs.iter().zip(&out) {
             if req.chunk_id == 0 {
                 t.puts.finish(&req.key, ClientId(req.client_id));
             }
-            if status.error_code() == ErrorCode::Ok {
+            if answer.is_ok() {
                 written.push(KeyHash::of(&req.key));
                 if eager {
                     t.copies.note_fresh(&req.key);
@@ -196,12 +209,12 @@ fn wake_eviction_past_watermark(shared: &Shared) {
 /// undone by a retry).
 fn answered_already(s: &MetaState, req: &PutEndRequest) -> Option<EndPlan> {
     if let Err(e) = mooncake_raft_store::state::validate_stored_key(&req.key) {
-        return Some(EndPlan::Answer(invalid(e)));
+        return Some(EndPlan::Answer(Err(e.into())));
     }
     if req.request_id != 0
         && let Some(first) = s.request_answer(req.request_id)
     {
-        return Some(EndPlan::Answer(response_status(&first)));
+        return Some(EndPlan::Answer(answered(&first)));
     }
     None
 }
@@ -210,11 +223,12 @@ fn answered_already(s: &MetaState, req: &PutEndRequest) -> Option<EndPlan> {
 /// leader granted).
 fn plan_end(
     s: &MetaState,
-    req: &PutEndRequest,
+    ask: &EndAsk<'_>,
     reservation: Option<Reservation>,
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
+    let req = ask.req;
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
@@ -223,10 +237,11 @@ fn plan_end(
     match reservation {
         Some(r) if r.client == client => {
             if !echoed.is_empty() && echoed != r.replicas {
-                return EndPlan::Answer(invalid(MetaError::InvalidParams(format!(
+                return EndPlan::Answer(Err(MetaError::InvalidParams(format!(
                     "the replicas of {:?} differ from those PutStart reserved",
                     req.key
-                ))));
+                ))
+                .into()));
             }
             let new = NewObject {
                 client,
@@ -242,12 +257,13 @@ fn plan_end(
         // Another client's put of the key is in flight: only its writer
         // may end it (upstream's ILLEGAL_CLIENT). This client's own put of
         // the key, if it had one, expired before that one started.
-        Some(r) => EndPlan::Answer(invalid(MetaError::IllegalClient(format!(
+        Some(r) => EndPlan::Answer(Err(MetaError::IllegalClient(format!(
             "the put of {:?} in flight is {}'s, not {client}'s: only its writer may end it (a put of this client's \
              own expired before it started)",
             req.key, r.client
-        )))),
-        None => plan_unknown_end(s, req, echoed, owned, grants),
+        ))
+        .into())),
+        None => plan_unknown_end(s, ask, echoed, owned, grants),
     }
 }
 
@@ -257,12 +273,13 @@ fn plan_end(
 /// `owned` the arenas this leader granted.
 fn plan_chunk_end(
     s: &MetaState,
-    req: &PutEndRequest,
+    ask: &EndAsk<'_>,
     in_flight: Option<ClientId>,
     cover: ChunkCover,
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
+    let req = ask.req;
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
@@ -277,18 +294,18 @@ fn plan_chunk_end(
             && o.checksum == req.checksum
             && o.replicas.iter().map(|r| (r.segment, r.range)).eq(echoed.iter().map(|r| (r.segment, r.range)));
         return EndPlan::Answer(match same {
-            true => Status::ok(),
-            false => invalid(MetaError::ObjectAlreadyExists(req.key.clone())),
+            true => Ok(()),
+            false => Err(MetaError::ObjectAlreadyExists(req.key.clone()).into()),
         });
     }
     // Another writer's PutStart of the key came first: it wins.
     if in_flight.is_some_and(|writer| writer != client) {
-        return EndPlan::Answer(invalid(MetaError::ObjectAlreadyExists(req.key.clone())));
+        return EndPlan::Answer(Err(MetaError::ObjectAlreadyExists(req.key.clone()).into()));
     }
     match cover {
-        ChunkCover::Inside => commit_echoed(s, req, echoed),
-        ChunkCover::Outside(why) => EndPlan::Answer(invalid(MetaError::InvalidParams(why))),
-        ChunkCover::Unknown => plan_unknown_end(s, req, echoed, owned, grants),
+        ChunkCover::Inside => commit_echoed(s, ask, echoed),
+        ChunkCover::Outside(why) => EndPlan::Answer(Err(MetaError::InvalidParams(why).into())),
+        ChunkCover::Unknown => plan_unknown_end(s, ask, echoed, owned, grants),
     }
 }
 
@@ -300,11 +317,12 @@ fn plan_chunk_end(
 /// knows every reservation, so an unknown one there has expired.
 fn plan_unknown_end(
     s: &MetaState,
-    req: &PutEndRequest,
+    ask: &EndAsk<'_>,
     echoed: Vec<PlacedReplica>,
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
+    let req = ask.req;
     let client = ClientId(req.client_id);
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
@@ -313,39 +331,38 @@ fn plan_unknown_end(
         && o.checksum == req.checksum
         && (placements.is_empty() || o.replicas == placements)
     {
-        return EndPlan::Answer(Status::ok()); // a retry of a commit that was applied
+        return EndPlan::Answer(Ok(())); // a retry of a commit that was applied
     }
     let granted_elsewhere =
         !echoed.is_empty() && echoed.iter().all(|r| s.arena(r.arena).is_some() && !owned.contains(&r.arena));
     if !granted_elsewhere {
-        return EndPlan::Answer(invalid(MetaError::PutExpired(format!(
+        return EndPlan::Answer(Err(MetaError::PutExpired(format!(
             "{:?}: this master holds no reservation for it (it expired, or was made before a leader change \
              and its space was reclaimed); put it again",
             req.key
-        ))));
+        ))
+        .into()));
     }
     // Only the writer a range was handed to holds its WRITE capability:
     // anyone else naming free bytes of an earlier term's arena (another
     // tenant's removed object, or a put still being written) is refused.
     if let Some(why) = req.replicas.iter().find_map(|r| grants.check_write(s, r).err()) {
-        return EndPlan::Answer(invalid(MetaError::PutExpired(format!(
+        return EndPlan::Answer(Err(MetaError::PutExpired(format!(
             "{:?}: this master holds no reservation for it and {why}; put it again",
             req.key
-        ))));
+        ))
+        .into()));
     }
     if let Some(refused) = quotas::over_quota_at_end(s, &req.key, req.size, req.upsert) {
-        return EndPlan::Answer(refused);
+        return EndPlan::Answer(Err(refused));
     }
-    commit_echoed(s, req, echoed)
+    commit_echoed(s, ask, echoed)
 }
 
 /// The commit of a put recorded from what its writer sent: its ranges,
-/// size, checksum, pin and upsert (or the refusal of a malformed pin).
-fn commit_echoed(s: &MetaState, req: &PutEndRequest, echoed: Vec<PlacedReplica>) -> EndPlan {
-    let pin = match convert::pin(req.pin, req.soft_pin_ttl_ms) {
-        Ok(pin) => pin,
-        Err(e) => return EndPlan::Answer(invalid(e)),
-    };
+/// size, checksum, pin and upsert.
+fn commit_echoed(s: &MetaState, ask: &EndAsk<'_>, echoed: Vec<PlacedReplica>) -> EndPlan {
+    let (req, pin) = (ask.req, ask.pin);
     let new = NewObject {
         client: ClientId(req.client_id),
         key: req.key.clone(),

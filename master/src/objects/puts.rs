@@ -6,18 +6,13 @@
 
 use std::time::{Duration, Instant};
 
-use mooncake_auth::capability::Access;
-use mooncake_proto::master::{PutRevokeRequest, PutStartRequest, PutStartResponse, Replica};
-use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::state::validate_put;
-use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, PlacedReplica, ReplicaPlacement, Response, Tier};
+use mooncake_raft_store::{ArenaId, Command, MetaError, MetaState, PlacedReplica, Response, Tier};
 use mooncake_segment::tenant::tenant_of;
 use mooncake_segment::{ClientId, SegmentId};
 
 use crate::leader::reservations::{Candidate, PutAsk, Reserve, Revoke, Round, Spreading, aligned};
 use crate::objects::eviction;
-use crate::rpc::convert;
-use crate::rpc::errors::invalid;
+use crate::refusal::Refusal;
 use crate::shared::Shared;
 
 /// Rounds of placement one PutStart may go through (each may grant arenas
@@ -100,33 +95,27 @@ pub(crate) fn candidates(
     Ok(candidates)
 }
 
-/// PutStart: reserve ranges for the object, granting arenas and evicting
-/// as needed.
-pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartResponse {
-    let refuse = |s: Status| PutStartResponse { status: Some(s), replicas: vec![] };
-    let (ask, preferred) = match put_ask(req) {
-        Ok(asked) => asked,
-        Err(e) => return refuse(invalid(e)),
-    };
-    if let Err(s) = crate::objects::quotas::admit(shared, &ask).await {
-        return refuse(s);
-    }
+/// PutStart: reserve ranges for the object (on `preferred` segments
+/// first), granting arenas and evicting as needed. The ranges reserved,
+/// one per replica placed; the edge hands them out with WRITE grants.
+pub async fn put_start(shared: &Shared, ask: &PutAsk, preferred: &[SegmentId]) -> Result<Vec<PlacedReplica>, Refusal> {
+    crate::objects::quotas::admit(shared, ask).await?;
     // Fewer replicas than asked are placed only once eviction cannot help,
     // and without eviction when fewer segments than asked could hold one.
     let mut round = Round::default();
     let mut evictions = 0u32;
     for _ in 0..PLACE_ROUNDS_MAX {
-        let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, &preferred)).await;
+        let found = shared.read(|s| look(s, &ask.key, ask.size_bytes, preferred)).await;
         let look = match found {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return refuse(invalid(e)),
-            Err(s) => return refuse(s),
+            Ok(Err(e)) => return Err(Refusal::Meta(e)),
+            Err(s) => return Err(s),
         };
         if look.exists && !ask.upsert {
-            return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone())));
+            return Err(Refusal::Meta(MetaError::ObjectAlreadyExists(ask.key.clone())));
         }
         if look.candidates.len() < ask.min_replicas {
-            return refuse(invalid(MetaError::NoAvailableHandle(format!(
+            return Err(Refusal::Meta(MetaError::NoAvailableHandle(format!(
                 "min_replicas {} for {:?} but only {} memory segments can hold {} bytes: mount more store nodes \
                  or ask for fewer replicas",
                 ask.min_replicas,
@@ -136,16 +125,16 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
             ))));
         }
         let now = Instant::now();
-        let Some(r) = shared.leader.with(|t| t.puts.reserve(&ask, &look.candidates, &round, now)) else {
-            return refuse(shared.not_leader());
+        let Some(r) = shared.leader.with(|t| t.puts.reserve(ask, &look.candidates, &round, now)) else {
+            return Err(shared.not_leader());
         };
         match r {
             Reserve::Placed(p) => {
                 shared.metrics.placements.with_label_values(&[Spreading::of(&p, &look.candidates).label()]).inc();
-                return placed(shared, &ask, &p);
+                return Ok(placed(shared, ask, p));
             }
-            Reserve::Again(p) => return placed(shared, &ask, &p),
-            Reserve::Taken => return refuse(invalid(MetaError::ObjectAlreadyExists(ask.key.clone()))),
+            Reserve::Again(p) => return Ok(placed(shared, ask, p)),
+            Reserve::Taken => return Err(Refusal::Meta(MetaError::ObjectAlreadyExists(ask.key.clone()))),
             Reserve::NeedArenas(wanted) => {
                 let ramping = crate::leader::reservations::ramping(&look.candidates);
                 for (segment, len) in wanted {
@@ -167,20 +156,20 @@ pub async fn put_start(shared: &Shared, req: &PutStartRequest) -> PutStartRespon
                             }
                         }
                         Grant::NoRoom => round.excluded.push(segment),
-                        Grant::NotLeading => return refuse(shared.not_leader()),
+                        Grant::NotLeading => return Err(shared.not_leader()),
                     }
                 }
             }
             Reserve::NoRoom { .. } if round.allow_fewer => {
-                return refuse(invalid(MetaError::NoAvailableHandle(no_room(shared, &ask, &look))));
+                return Err(Refusal::Meta(MetaError::NoAvailableHandle(no_room(shared, ask, &look))));
             }
             Reserve::NoRoom { missing } => {
-                make_room(shared, &ask, &look, &mut round, missing, evictions).await;
+                make_room(shared, ask, &look, &mut round, missing, evictions).await;
                 evictions += 1;
             }
         }
     }
-    refuse(invalid(MetaError::NoAvailableHandle(format!(
+    Err(Refusal::Meta(MetaError::NoAvailableHandle(format!(
         "{:?} was not placed in {PLACE_ROUNDS_MAX} rounds: concurrent puts kept taking the space granted for it; \
          put it again",
         ask.key
@@ -209,32 +198,9 @@ fn no_room(shared: &Shared, ask: &PutAsk, look: &Look) -> String {
     )
 }
 
-/// The put a PutStart asks for, and its preferred segments; refused when
-/// malformed or asking for more `min_replicas` than replicas.
-fn put_ask(req: &PutStartRequest) -> Result<(PutAsk, Vec<SegmentId>), MetaError> {
-    let spec = convert::put_start(req)?;
-    validate_put(&spec)?;
-    if req.min_replicas > spec.replica_num {
-        return Err(MetaError::InvalidParams(format!(
-            "min_replicas {} exceeds replica_num {} for {:?}: ask for at least as many replicas as the put must have",
-            req.min_replicas, spec.replica_num, spec.key
-        )));
-    }
-    let ask = PutAsk {
-        key: spec.key,
-        client: spec.client,
-        size_bytes: spec.size_bytes,
-        replica_num: spec.replica_num as usize,
-        min_replicas: req.min_replicas.max(1) as usize,
-        pin: spec.pin,
-        upsert: req.upsert,
-    };
-    Ok((ask, spec.preferred))
-}
-
-/// The answer of a placed put: its replicas with WRITE grants (counted as
-/// under-replicated when fewer than asked).
-fn placed(shared: &Shared, ask: &PutAsk, p: &[PlacedReplica]) -> PutStartResponse {
+/// The replicas of a placed put (counted as under-replicated when fewer
+/// than asked).
+fn placed(shared: &Shared, ask: &PutAsk, p: Vec<PlacedReplica>) -> Vec<PlacedReplica> {
     if p.len() < ask.replica_num {
         shared.metrics.puts_under_replicated.inc();
         tracing::debug!(
@@ -244,12 +210,7 @@ fn placed(shared: &Shared, ask: &PutAsk, p: &[PlacedReplica]) -> PutStartRespons
             "put placed with fewer replicas than asked: fewer segments could hold it, or no other had room after eviction"
         );
     }
-    let replicas = shared.reader.read(|s| {
-        let mut replicas: Vec<Replica> = p.iter().map(|r| replica_pb(s, r)).collect();
-        shared.auth.capabilities.grant(s, &mut replicas, Access::Write);
-        replicas
-    });
-    PutStartResponse { status: Some(Status::ok()), replicas }
+    p
 }
 
 /// Round `evictions` (0-based) of making room for a put that found none on
@@ -350,7 +311,7 @@ pub(crate) async fn grant_arena(shared: &Shared, segment: SegmentId, len: u64, m
                 return Grant::NoRoom;
             }
             Err(s) => {
-                tracing::warn!(%segment, code = ?s.error_code(), message = %s.message, "arena grant failed");
+                tracing::warn!(%segment, refusal = %s, "arena grant failed");
                 return Grant::NoRoom;
             }
         }
@@ -423,14 +384,8 @@ async fn trim_arena(shared: &Shared, arena: ArenaId, keep_bytes: u64) {
         Ok(_) => {
             shared.leader.with(|t| t.puts.trimmed(arena, keep_bytes));
         }
-        Err(s) => tracing::warn!(%arena, message = %s.message, "arena trim failed"),
+        Err(s) => tracing::warn!(%arena, refusal = %s, "arena trim failed"),
     }
-}
-
-/// A placed replica with everything the writer needs to reach it.
-pub(crate) fn replica_pb(s: &MetaState, r: &PlacedReplica) -> Replica {
-    let placement = ReplicaPlacement { segment: r.segment, range: r.range };
-    Replica { arena_id: r.arena.0, ..convert::replica_pb(s, &placement, convert::ReplicaState::Processing) }
 }
 
 /// For each key, whether a put of it is in flight on this leader (PutStart
@@ -445,30 +400,27 @@ pub fn in_flight(shared: &Shared, keys: &[String]) -> Vec<bool> {
 
 /// The answer about a key whose put is in flight: REPLICA_IS_NOT_READY, as
 /// upstream answers (its bytes are being written).
-pub fn not_ready(key: &str) -> Status {
-    Status::with(ErrorCode::ReplicaIsNotReady, format!("object {key:?} is still being written (its put is in flight)"))
+pub fn not_ready(key: &str) -> Refusal {
+    Refusal::NotReady(format!("object {key:?} is still being written (its put is in flight)"))
 }
 
-/// PutRevoke: the writer gave up; the key is free at once.
-pub fn put_revoke(shared: &Shared, req: &PutRevokeRequest) -> Status {
-    let client = ClientId(req.client_id);
+/// PutRevoke of `key` by `client`: the writer gave up; the key is free at once.
+pub fn put_revoke(shared: &Shared, key: &str, client: ClientId) -> Result<(), Refusal> {
     let hold = shared.write_path.unsafe_hold_freed.map(|d| Instant::now() + d);
-    match shared.leader.with(|t| t.puts.revoke(&req.key, client, hold)) {
-        None => shared.not_leader(),
-        Some(Revoke::Revoked) => Status::ok(),
-        Some(Revoke::Ending) => Status::with(
-            ErrorCode::ReplicaIsNotReady,
-            format!("a PutEnd of {:?} is being committed: its answer decides the put; read the key", req.key),
-        ),
-        Some(Revoke::OtherWriter) => Status::with(
-            ErrorCode::IllegalClient,
-            format!("the put of {:?} in flight is another client's; only its writer may revoke it", req.key),
-        ),
-        Some(Revoke::NotInFlight) => shared.reader.read(|s| match s.object(&req.key) {
+    match shared.leader.with(|t| t.puts.revoke(key, client, hold)) {
+        None => Err(shared.not_leader()),
+        Some(Revoke::Revoked) => Ok(()),
+        Some(Revoke::Ending) => Err(Refusal::NotReady(format!(
+            "a PutEnd of {key:?} is being committed: its answer decides the put; read the key"
+        ))),
+        Some(Revoke::OtherWriter) => Err(Refusal::NotTheWriter(format!(
+            "the put of {key:?} in flight is another client's; only its writer may revoke it"
+        ))),
+        Some(Revoke::NotInFlight) => shared.reader.read(|s| match s.object(key) {
             Some(o) if o.writer == client => {
-                invalid(MetaError::InvalidParams(format!("{:?} is complete; use Remove", req.key)))
+                Err(MetaError::InvalidParams(format!("{key:?} is complete; use Remove")).into())
             }
-            _ => Status::with(ErrorCode::ObjectNotFound, format!("no put of {:?} by {client} is in flight", req.key)),
+            _ => Err(Refusal::NotFound(format!("no put of {key:?} by {client} is in flight"))),
         }),
     }
 }

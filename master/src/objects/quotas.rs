@@ -14,7 +14,7 @@
 //! concurrent puts cannot overshoot it. Writer chunks are not handed to a
 //! tenant with a quota (its small puts take the PutStart path).
 
-use mooncake_proto::{ErrorCode, Status};
+use crate::refusal::Refusal;
 use mooncake_segment::tenant::{Tenant, tenant_of};
 
 use mooncake_raft_store::MetaState;
@@ -48,7 +48,7 @@ fn over_quota(shared: &Shared, ask: &PutAsk) -> (u64, Option<u64>, String) {
 
 /// Admits `ask` under its tenant's quota, evicting the tenant's own
 /// objects as needed; `TENANT_QUOTA_EXCEEDED` when that cannot make room.
-pub async fn admit(shared: &Shared, ask: &PutAsk) -> Result<(), Status> {
+pub async fn admit(shared: &Shared, ask: &PutAsk) -> Result<(), Refusal> {
     for _ in 0..QUOTA_ROUNDS_MAX {
         let (over, quota, name) = over_quota(shared, ask);
         let Some(quota) = quota else { return Ok(()) };
@@ -74,14 +74,11 @@ pub async fn admit(shared: &Shared, ask: &PutAsk) -> Result<(), Status> {
     }
 }
 
-fn exceeded(tenant: &str, quota: u64, why: String) -> Status {
-    Status::with(
-        ErrorCode::TenantQuotaExceeded,
-        format!(
-            "tenant {tenant:?} is at its quota of {quota} bytes and {why}: remove some of its objects, or raise the \
-             quota (`mooncake tenant set {tenant} --quota SIZE`)"
-        ),
-    )
+fn exceeded(tenant: &str, quota: u64, why: String) -> Refusal {
+    Refusal::QuotaExceeded(format!(
+        "tenant {tenant:?} is at its quota of {quota} bytes and {why}: remove some of its objects, or raise the \
+         quota (`mooncake tenant set {tenant} --quota SIZE`)"
+    ))
 }
 
 /// A PutEnd of an object placed in a writer chunk (`stored_key`, `size`
@@ -89,7 +86,7 @@ fn exceeded(tenant: &str, quota: u64, why: String) -> Status {
 /// its tenant past its quota. Chunks are not handed to a tenant with a
 /// quota, but a client may hold one reserved before the quota was set, or
 /// reserved in another tenant.
-pub fn chunk_put_allowed(shared: &Shared, stored_key: &str, size: u64) -> Result<(), Status> {
+pub fn chunk_put_allowed(shared: &Shared, stored_key: &str, size: u64) -> Result<(), Refusal> {
     let tenant = tenant_of(stored_key);
     let over = shared.reader.read(|s| {
         let quota = s.tenant_quota(tenant)?;
@@ -110,7 +107,7 @@ pub fn chunk_put_allowed(shared: &Shared, stored_key: &str, size: u64) -> Result
 /// earlier leader started) whose `size` bytes would take the tenant of
 /// `stored_key` past its quota in `s`; `None` when it fits. No eviction
 /// runs for it: it was placed before this leader could admit it.
-pub fn over_quota_at_end(s: &MetaState, stored_key: &str, size: u64, upsert: bool) -> Option<Status> {
+pub fn over_quota_at_end(s: &MetaState, stored_key: &str, size: u64, upsert: bool) -> Option<Refusal> {
     let tenant = tenant_of(stored_key);
     let quota = s.tenant_quota(tenant)?;
     // An upsert replaces the object it finds: its bytes go.

@@ -6,14 +6,13 @@
 //! removal sees and refuses; a reader arriving after waits, then reads a
 //! state without the object.
 
-use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::{Command, MetaState, ObjectVersion, Response, VersionedKey};
+use mooncake_raft_store::{Command, MetaError, MetaState, ObjectVersion, Response, VersionedKey};
 use mooncake_segment::tenant::Tenant;
 
 use crate::leader::kv_lease::KeyHash;
 use crate::objects::arena_cuts;
 use crate::objects::fenced::propose_fenced;
-use crate::rpc::errors::{internal, meta_status, response_status};
+use crate::refusal::{Refusal, answered};
 use crate::shared::Shared;
 
 /// What the leader found for one key a client asks to remove.
@@ -41,22 +40,27 @@ fn find(s: &MetaState, key: &str, request_id: u64) -> Found {
 /// a put of them in flight) are answered from it; the rest are fenced (refused with
 /// OBJECT_HAS_LEASE while leased, unless `force`) and removed by version.
 /// `request_ids[i]` (0 = none) makes key `i`'s removal apply at most once.
-pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], force: bool) -> Vec<Status> {
+pub async fn remove_keys(
+    shared: &Shared,
+    keys: &[String],
+    request_ids: &[u64],
+    force: bool,
+) -> Vec<Result<(), Refusal>> {
     let id_of = |i: usize| request_ids.get(i).copied().unwrap_or(0);
     let found = match shared.read(|s| (0..keys.len()).map(|i| find(s, &keys[i], id_of(i))).collect::<Vec<_>>()).await {
         Ok(f) => f,
-        Err(status) => return vec![status; keys.len()],
+        Err(refusal) => return vec![Err(refusal); keys.len()],
     };
-    let mut out: Vec<Option<Status>> = vec![None; keys.len()];
+    let mut out: Vec<Option<Result<(), Refusal>>> = vec![None; keys.len()];
     let mut todo: Vec<(usize, ObjectVersion)> = Vec::new();
     // A key with a put in flight on this leader is not ready, as upstream
     // says, rather than not found (read after the state: leader.rs).
     let in_flight = crate::objects::puts::in_flight(shared, keys);
     for (i, f) in found.into_iter().enumerate() {
         out[i] = match f {
-            Found::Answered(r) => Some(response_status(&r)),
-            Found::Missing if in_flight[i] => Some(crate::objects::puts::not_ready(&keys[i])),
-            Found::Missing => Some(Status::with(ErrorCode::ObjectNotFound, format!("object {:?} not found", keys[i]))),
+            Found::Answered(r) => Some(answered(&r)),
+            Found::Missing if in_flight[i] => Some(Err(crate::objects::puts::not_ready(&keys[i]))),
+            Found::Missing => Some(Err(MetaError::ObjectNotFound(keys[i].clone()).into())),
             Found::Present(v) => {
                 todo.push((i, v));
                 None
@@ -66,12 +70,12 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
     if !todo.is_empty() {
         let hashes: Vec<(KeyHash, ObjectVersion)> = todo.iter().map(|(i, v)| (KeyHash::of(&keys[*i]), *v)).collect();
         let Some(fenced) = shared.leader.fence_removals(&hashes, force) else {
-            return vec![shared.not_leader(); keys.len()];
+            return vec![Err(shared.not_leader()); keys.len()];
         };
         let mut go: Vec<(usize, ObjectVersion)> = Vec::with_capacity(todo.len());
         for ((i, version), refused) in todo.iter().zip(&fenced.refused) {
             if *refused {
-                out[*i] = Some(meta_status(&mooncake_raft_store::MetaError::ObjectHasLease(keys[*i].clone())));
+                out[*i] = Some(Err(MetaError::ObjectHasLease(keys[*i].clone()).into()));
             } else {
                 go.push((*i, *version));
             }
@@ -93,24 +97,24 @@ pub async fn remove_keys(shared: &Shared, keys: &[String], request_ids: &[u64], 
         match propose_fenced(&shared.write_path.proposer, cmds, fenced.guard, removed).await {
             Ok(answers) => {
                 for ((i, _), a) in go.iter().zip(&answers) {
-                    out[*i] = Some(response_status(a));
+                    out[*i] = Some(answered(a));
                 }
                 arena_cuts::cut(shared, cuts).await;
             }
-            Err(status) => {
+            Err(refusal) => {
                 for (i, _) in &go {
-                    out[*i] = Some(status.clone());
+                    out[*i] = Some(Err(refusal.clone()));
                 }
             }
         }
     }
-    out.into_iter().map(|s| s.unwrap_or_else(|| internal("removal left a key unanswered"))).collect()
+    out.into_iter().map(|s| s.unwrap_or_else(|| Err(Refusal::internal("removal left a key unanswered")))).collect()
 }
 
 /// RemoveAll: every object of `tenant` not leased (all of them with
 /// `force`); other tenants' objects are never touched. Returns how many
 /// were removed.
-pub async fn remove_all(shared: &Shared, tenant: &Tenant, force: bool) -> Result<u64, Status> {
+pub async fn remove_all(shared: &Shared, tenant: &Tenant, force: bool) -> Result<u64, Refusal> {
     let victims = shared
         .read(|s| {
             s.objects()

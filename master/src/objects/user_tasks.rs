@@ -24,8 +24,6 @@
 
 use std::time::Instant;
 
-use mooncake_proto::master as pb;
-use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::state::{ObjectMeta, SegmentEntry};
 use mooncake_raft_store::{Command, MetaState, ObjectVersion, ReplicaPlacement, Response, Tier, VersionedKey};
 use mooncake_segment::tenant::tenant_of;
@@ -38,6 +36,7 @@ use crate::leader::user_tasks::{
 use crate::objects::copy_plan::Plan;
 use crate::objects::fenced::propose_fenced;
 use crate::raft::proposer::now_ms;
+use crate::refusal::Refusal;
 use crate::shared::Shared;
 
 /// Users' copies in flight at most (each moves a whole object between two
@@ -50,10 +49,6 @@ const DROPS_PER_ROUND_MAX: usize = 64;
 /// Keys of one prefetch call at most (a batch RPC's limit).
 pub const PREFETCH_KEYS_MAX: usize = 1_024; // the batch RPCs' limit, BATCH_RPC_MAX (checked there)
 
-fn refused(code: ErrorCode, message: String) -> Status {
-    Status::with(code, message)
-}
-
 /// The segments named `name`: by endpoint, or by id as printed.
 fn named<'a>(s: &'a MetaState, name: &str) -> Vec<&'a SegmentEntry> {
     s.segments().filter(|g| g.spec.endpoint == name || g.spec.id.to_string() == name).collect()
@@ -63,21 +58,18 @@ fn named<'a>(s: &'a MetaState, name: &str) -> Vec<&'a SegmentEntry> {
 /// a segment of that name holds the object already (nothing to copy).
 /// `INVALID_PARAMS` for a name no segment has; `UNAVAILABLE_IN_CURRENT_STATUS`
 /// when none of those segments may take it.
-fn target_of<'a>(s: &'a MetaState, o: &ObjectMeta, name: &str) -> Result<Option<&'a SegmentEntry>, Status> {
+fn target_of<'a>(s: &'a MetaState, o: &ObjectMeta, name: &str) -> Result<Option<&'a SegmentEntry>, Refusal> {
     let all = named(s, name);
     if all.is_empty() {
-        return Err(refused(ErrorCode::InvalidParams, format!("no segment is named {name:?}")));
+        return Err(Refusal::Invalid(format!("no segment is named {name:?}")));
     }
     let tenant = tenant_of(&o.key);
     let usable: Vec<&SegmentEntry> =
         all.into_iter().filter(|g| g.tier() == Tier::Dram && g.is_attached() && g.serves(tenant)).collect();
     if usable.is_empty() {
-        return Err(refused(
-            ErrorCode::UnavailableInCurrentStatus,
-            format!(
-                "segment {name:?} cannot take copies of this object (not an attached memory segment that serves its tenant)"
-            ),
-        ));
+        return Err(Refusal::Busy(format!(
+            "segment {name:?} cannot take copies of this object (not an attached memory segment that serves its tenant)"
+        )));
     }
     if usable.iter().any(|g| o.replicas.iter().any(|r| r.segment == g.spec.id)) {
         return Ok(None);
@@ -96,9 +88,9 @@ struct Checked {
 }
 
 /// Upstream's checks of a copy task, in its order.
-fn check_copy(s: &MetaState, key: &str, targets: &[String]) -> Result<Checked, Status> {
+fn check_copy(s: &MetaState, key: &str, targets: &[String]) -> Result<Checked, Refusal> {
     let Some(o) = s.object(key) else {
-        return Err(refused(ErrorCode::ObjectNotFound, format!("{key:?} does not exist")));
+        return Err(Refusal::NotFound(format!("{key:?} does not exist")));
     };
     let mut chosen: Vec<&SegmentEntry> = Vec::new();
     for name in targets {
@@ -109,29 +101,29 @@ fn check_copy(s: &MetaState, key: &str, targets: &[String]) -> Result<Checked, S
         }
     }
     let Some(assigned) = chosen.first().map(|g| g.owner).or_else(|| owner_of_readable(s, o)) else {
-        return Err(refused(ErrorCode::InternalError, format!("{key:?} has no readable replica to copy from")));
+        return Err(Refusal::Internal(format!("{key:?} has no readable replica to copy from")));
     };
     Ok(Checked { version: o.version, targets: chosen.iter().map(|g| g.spec.id).collect(), source: None, assigned })
 }
 
 /// Upstream's checks of a move task, in its order.
-fn check_move(s: &MetaState, key: &str, source: &str, target: &str) -> Result<Checked, Status> {
+fn check_move(s: &MetaState, key: &str, source: &str, target: &str) -> Result<Checked, Refusal> {
     let Some(o) = s.object(key) else {
-        return Err(refused(ErrorCode::ObjectNotFound, format!("{key:?} does not exist")));
+        return Err(Refusal::NotFound(format!("{key:?} does not exist")));
     };
     if source == target {
-        return Err(refused(ErrorCode::InvalidParams, format!("the source and the target are both {source:?}")));
+        return Err(Refusal::Invalid(format!("the source and the target are both {source:?}")));
     }
     let to = target_of(s, o, target)?;
     let sources = named(s, source);
     let Some(from) = o.replicas.iter().find(|r| sources.iter().any(|g| g.spec.id == r.segment)) else {
-        return Err(refused(ErrorCode::InvalidParams, format!("segment {source:?} holds no replica of {key:?}")));
+        return Err(Refusal::Invalid(format!("segment {source:?} holds no replica of {key:?}")));
     };
     if to.is_some_and(|g| g.spec.id == from.segment) {
-        return Err(refused(ErrorCode::InvalidParams, format!("{source:?} and {target:?} are the same segment")));
+        return Err(Refusal::Invalid(format!("{source:?} and {target:?} are the same segment")));
     }
     let Some(assigned) = to.map(|g| g.owner).or_else(|| s.segment(from.segment).map(|g| g.owner)) else {
-        return Err(refused(ErrorCode::InternalError, format!("the owner of {} is unknown", from.segment)));
+        return Err(Refusal::Internal(format!("the owner of {} is unknown", from.segment)));
     };
     Ok(Checked {
         version: o.version,
@@ -147,7 +139,7 @@ fn owner_of_readable(s: &MetaState, o: &ObjectMeta) -> Option<ClientId> {
 }
 
 /// Records a checked task; its id.
-fn record(shared: &Shared, kind: TaskKind, key: String, checked: Checked) -> Result<TaskId, Status> {
+fn record(shared: &Shared, kind: TaskKind, key: String, checked: Checked) -> Result<TaskId, Refusal> {
     let now = Instant::now();
     let ms = now_ms();
     let added = shared.leader.with(|t| {
@@ -183,26 +175,20 @@ fn record(shared: &Shared, kind: TaskKind, key: String, checked: Checked) -> Res
     match added {
         None => Err(shared.not_leader()),
         Some(Ok(id)) => Ok(id),
-        Some(Err(AddError::PendingLimit)) => Err(refused(
-            ErrorCode::TaskPendingLimitExceeded,
-            format!(
-                "{} tasks are not finished; try again once some are",
-                crate::leader::user_tasks::TASKS_UNFINISHED_MAX
-            ),
-        )),
+        Some(Err(AddError::PendingLimit)) => Err(Refusal::TooManyTasks(format!(
+            "{} tasks are not finished; try again once some are",
+            crate::leader::user_tasks::TASKS_UNFINISHED_MAX
+        ))),
     }
 }
 
 /// `CreateCopyTask` of the stored `key` to the segments named `targets`.
-pub async fn create_copy(shared: &Shared, key: String, targets: &[String]) -> Result<TaskId, Status> {
+pub async fn create_copy(shared: &Shared, key: String, targets: &[String]) -> Result<TaskId, Refusal> {
     if targets.is_empty() {
-        return Err(refused(ErrorCode::InvalidParams, "no target segment named".into()));
+        return Err(Refusal::invalid("no target segment named"));
     }
     if targets.len() > TASK_TARGETS_MAX {
-        return Err(refused(
-            ErrorCode::InvalidParams,
-            format!("{} targets; at most {TASK_TARGETS_MAX}", targets.len()),
-        ));
+        return Err(Refusal::Invalid(format!("{} targets; at most {TASK_TARGETS_MAX}", targets.len())));
     }
     let checked = shared.read(|s| check_copy(s, &key, targets)).await??;
     let id = record(shared, TaskKind::Copy, key, checked)?;
@@ -211,7 +197,7 @@ pub async fn create_copy(shared: &Shared, key: String, targets: &[String]) -> Re
 }
 
 /// `CreateMoveTask` of the stored `key` from segment `source` to `target`.
-pub async fn create_move(shared: &Shared, key: String, source: &str, target: &str) -> Result<TaskId, Status> {
+pub async fn create_move(shared: &Shared, key: String, source: &str, target: &str) -> Result<TaskId, Refusal> {
     let checked = shared.read(|s| check_move(s, &key, source, target)).await??;
     let id = record(shared, TaskKind::Move, key, checked)?;
     tracing::info!(task = %format_id(id), "move task created");
@@ -223,46 +209,20 @@ pub fn format_id(id: TaskId) -> String {
     format!("{}-{}", id.hi, id.lo)
 }
 
-/// `QueryTask` of `id` by a caller of `tenant`: another tenant's task is
-/// not found.
-pub fn query(shared: &Shared, id: TaskId, tenant: &str) -> pb::QueryTaskResponse {
+/// `QueryTask` of `id` by a caller of `tenant`: the task as it stands
+/// (another tenant's task is not found).
+pub fn query(shared: &Shared, id: TaskId, tenant: &str) -> Result<UserTask, Refusal> {
     let found = shared.leader.with(|t| t.tasks.get(id).filter(|t| tenant_of(&t.key) == tenant).cloned());
     let Some(found) = found else {
-        return pb::QueryTaskResponse { status: Some(shared.not_leader()), ..Default::default() };
+        return Err(shared.not_leader());
     };
-    let Some(task) = found else {
-        return pb::QueryTaskResponse {
-            status: Some(refused(
-                ErrorCode::TaskNotFound,
-                format!(
-                    "no task {} here (never made, pruned past {} finished tasks, or made under an earlier leader)",
-                    format_id(id),
-                    crate::leader::user_tasks::TASKS_FINISHED_MAX
-                ),
-            )),
-            ..Default::default()
-        };
-    };
-    let status = match task.status {
-        TaskStatus::Pending => pb::TaskStatus::Pending,
-        TaskStatus::Processing => pb::TaskStatus::Processing,
-        TaskStatus::Failed => pb::TaskStatus::Failed,
-        TaskStatus::Success => pb::TaskStatus::Success,
-    };
-    let kind = match task.kind {
-        TaskKind::Copy => pb::TaskType::ReplicaCopy,
-        TaskKind::Move => pb::TaskType::ReplicaMove,
-    };
-    pb::QueryTaskResponse {
-        status: Some(Status::ok()),
-        id: Some(pb::TaskId { hi: id.hi, lo: id.lo }),
-        r#type: kind as i32,
-        task_status: status as i32,
-        created_at_ms: task.created_ms,
-        last_updated_at_ms: task.updated_ms,
-        assigned_client: task.assigned.0,
-        message: task.message,
-    }
+    found.ok_or_else(|| {
+        Refusal::TaskNotFound(format!(
+            "no task {} here (never made, pruned past {} finished tasks, or made under an earlier leader)",
+            format_id(id),
+            crate::leader::user_tasks::TASKS_FINISHED_MAX
+        ))
+    })
 }
 
 /// What planning made of one waiting copy, besides a plan.
@@ -435,16 +395,16 @@ async fn drop_moved(shared: &Shared) {
             tracing::info!(moves = tasks.len(), "moved objects' source replicas dropped");
         }
         Err(status) => {
-            tracing::debug!(message = %status.message, "dropping moved objects' sources failed; a later round retries")
+            tracing::debug!(refusal = %status, "dropping moved objects' sources failed; a later round retries")
         }
     }
 }
 
 /// `PrefetchToMemory`: queues for promotion the stored `keys` whose only
 /// readable replicas are on disk; answers how many were queued.
-pub async fn prefetch(shared: &Shared, keys: &[String]) -> Result<u32, Status> {
+pub async fn prefetch(shared: &Shared, keys: &[String]) -> Result<u32, Refusal> {
     if keys.len() > PREFETCH_KEYS_MAX {
-        return Err(refused(ErrorCode::InvalidParams, format!("{} keys; at most {PREFETCH_KEYS_MAX}", keys.len())));
+        return Err(Refusal::Invalid(format!("{} keys; at most {PREFETCH_KEYS_MAX}", keys.len())));
     }
     let disk_only: Vec<String> = shared
         .read(|s| {

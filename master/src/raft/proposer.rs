@@ -7,12 +7,11 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use mooncake_proto::Status;
 use mooncake_raft_store::state::BATCH_MAX;
 use mooncake_raft_store::{Command, FlushedLog, Raft, Request, Response};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::rpc::errors::{internal, unavailable, write_error_status};
+use crate::refusal::Refusal;
 
 /// Proposals waiting for a batch. Bounds memory under overload; callers wait
 /// (backpressure) when it is full.
@@ -33,7 +32,7 @@ pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
 struct Proposal {
     cmds: Vec<Command>,
-    reply: oneshot::Sender<Result<Vec<Response>, Status>>,
+    reply: oneshot::Sender<Result<Vec<Response>, Refusal>>,
 }
 
 /// Submits commands to Raft, batched.
@@ -61,19 +60,19 @@ impl Proposer {
     }
 
     /// Proposes one command; resolves once it is committed and applied.
-    pub async fn propose(&self, cmd: Command) -> Result<Response, Status> {
+    pub async fn propose(&self, cmd: Command) -> Result<Response, Refusal> {
         let mut responses = self.propose_many(vec![cmd]).await?;
-        responses.pop().ok_or_else(|| internal("empty response to a proposal"))
+        responses.pop().ok_or_else(|| Refusal::internal("empty response to a proposal"))
     }
 
     /// Proposes several commands in one entry; one response per command.
-    pub async fn propose_many(&self, cmds: Vec<Command>) -> Result<Vec<Response>, Status> {
+    pub async fn propose_many(&self, cmds: Vec<Command>) -> Result<Vec<Response>, Refusal> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Proposal { cmds, reply }).await.map_err(|_| unavailable("master is shutting down"))?;
-        rx.await.map_err(|_| unavailable("master is shutting down"))?
+        self.tx.send(Proposal { cmds, reply }).await.map_err(|_| Refusal::unavailable("master is shutting down"))?;
+        rx.await.map_err(|_| Refusal::unavailable("master is shutting down"))?
     }
 }
 
@@ -118,11 +117,11 @@ async fn batch_loop(
     }
 }
 
-fn batch_answers(data: Response) -> Result<Vec<Response>, Status> {
+fn batch_answers(data: Response) -> Result<Vec<Response>, Refusal> {
     match data {
         Response::Batch(responses) => Ok(responses),
-        Response::Err(e) => Err(crate::rpc::errors::meta_status(&e)),
-        other => Err(internal(format!("unexpected response to a batch: {other:?}"))),
+        Response::Err(e) => Err(Refusal::Meta(e)),
+        other => Err(Refusal::internal(format!("unexpected response to a batch: {other:?}"))),
     }
 }
 
@@ -144,7 +143,7 @@ async fn write_batch(raft: &Raft, flushed: &FlushedLog, batch: Vec<Proposal>) {
             flushed.wait_for(written.log_id.index).await;
             batch_answers(written.data)
         }
-        Err(e) => Err(write_error_status(&e)),
+        Err(e) => Err(Refusal::of_write(&e)),
     };
     match result {
         Ok(responses) => {
@@ -153,9 +152,9 @@ async fn write_batch(raft: &Raft, flushed: &FlushedLog, batch: Vec<Proposal>) {
                 let _ = reply.send(Ok(responses.by_ref().take(n).collect()));
             }
         }
-        Err(status) => {
+        Err(refusal) => {
             for reply in replies {
-                let _ = reply.send(Err(status.clone()));
+                let _ = reply.send(Err(refusal.clone()));
             }
         }
     }

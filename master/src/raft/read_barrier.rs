@@ -6,16 +6,15 @@
 //! for the next one (a round that began before a read arrived proves nothing
 //! about writes acknowledged in between).
 
-use mooncake_proto::Status;
 use mooncake_raft_store::Raft;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::rpc::errors::{read_error_status, unavailable};
+use crate::refusal::Refusal;
 
 /// Reads waiting for a round. Bounds memory under overload; callers wait.
 pub const READ_QUEUE_MAX: usize = 16_384;
 
-type Waiter = oneshot::Sender<Result<(), Status>>;
+type Waiter = oneshot::Sender<Result<(), Refusal>>;
 
 /// Hands out read barriers, one quorum round per batch of concurrent reads.
 #[derive(Clone)]
@@ -31,10 +30,10 @@ impl ReadBarrier {
     }
 
     /// Resolves once a read arriving now may be served linearizably.
-    pub async fn wait(&self) -> Result<(), Status> {
+    pub async fn wait(&self) -> Result<(), Refusal> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(tx).await.map_err(|_| unavailable("master is shutting down"))?;
-        rx.await.map_err(|_| unavailable("master is shutting down"))?
+        self.tx.send(tx).await.map_err(|_| Refusal::unavailable("master is shutting down"))?;
+        rx.await.map_err(|_| Refusal::unavailable("master is shutting down"))?
     }
 }
 
@@ -45,7 +44,7 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Waiter>, rounds: prometheus::His
             waiters.push(w);
         }
         rounds.observe(waiters.len() as f64);
-        let result = raft.ensure_linearizable().await.map(|_| ()).map_err(|e| read_error_status(&e));
+        let result = raft.ensure_linearizable().await.map(|_| ()).map_err(|e| Refusal::of_read(&e));
         for w in waiters {
             let _ = w.send(result.clone());
         }

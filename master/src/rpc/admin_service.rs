@@ -12,6 +12,7 @@ use mooncake_proto::{ErrorCode, Status};
 use openraft::{BasicNode, ChangeMembers};
 use tonic::{Request, Response};
 
+use crate::rpc::edge::Edge;
 use crate::rpc::errors::{unavailable, write_error_status};
 use crate::shared::Shared;
 
@@ -19,11 +20,12 @@ type RpcResult<T> = Result<Response<T>, tonic::Status>;
 
 pub struct AdminServiceImpl {
     shared: Arc<Shared>,
+    edge: Arc<Edge>,
 }
 
 impl AdminServiceImpl {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        AdminServiceImpl { shared }
+    pub fn new(shared: Arc<Shared>, edge: Arc<Edge>) -> Self {
+        AdminServiceImpl { shared, edge }
     }
 }
 
@@ -58,7 +60,7 @@ impl AdminServiceImpl {
 /// Answers PERMISSION_DENIED unless the request comes from an admin.
 macro_rules! admin {
     ($self:ident, $req:ident, $what:literal) => {
-        if let Err(s) = $self.shared.auth.roles.require_admin(&$req, $what) {
+        if let Err(s) = $self.edge.roles.require_admin(&$req, $what) {
             return answer(s, "");
         }
     };
@@ -162,7 +164,7 @@ impl AdminService for AdminServiceImpl {
     type ExportSnapshotStream = futures::stream::Iter<std::vec::IntoIter<Result<SnapshotChunk, tonic::Status>>>;
 
     async fn export_snapshot(&self, req: Request<ExportSnapshotRequest>) -> RpcResult<Self::ExportSnapshotStream> {
-        let allowed = self.shared.auth.roles.require_admin(&req, "ExportSnapshot");
+        let allowed = self.edge.roles.require_admin(&req, "ExportSnapshot");
         let chunks = match async {
             allowed?;
             self.export().await
@@ -177,7 +179,7 @@ impl AdminService for AdminServiceImpl {
 
     async fn list_clients(&self, _req: Request<ListClientsRequest>) -> RpcResult<ListClientsResponse> {
         if let Err(s) = self.shared.barrier().await {
-            return Ok(Response::new(ListClientsResponse { status: Some(s), clients: vec![] }));
+            return Ok(Response::new(ListClientsResponse { status: Some(s.into()), clients: vec![] }));
         }
         let now = std::time::Instant::now();
         let mut clients: Vec<ClientInfo> = self.shared.reader.read(|st| {
@@ -220,7 +222,7 @@ impl AdminService for AdminServiceImpl {
                 }
                 Some(e) => answer(crate::rpc::errors::meta_status(e), ""),
             },
-            Err(s) => answer(s, ""),
+            Err(s) => answer(s.into(), ""),
         }
     }
 
@@ -245,7 +247,7 @@ impl AdminService for AdminServiceImpl {
                 }
                 Some(e) => answer(crate::rpc::errors::meta_status(e), ""),
             },
-            Err(s) => answer(s, ""),
+            Err(s) => answer(s.into(), ""),
         }
     }
 
@@ -253,7 +255,7 @@ impl AdminService for AdminServiceImpl {
     /// (its name, usage and quota), never other tenants'.
     async fn list_tenants(&self, req: Request<ListTenantsRequest>) -> RpcResult<ListTenantsResponse> {
         let refused = |s: Status| Ok(Response::new(ListTenantsResponse { status: Some(s), tenants: vec![] }));
-        let only = match self.shared.auth.roles.require_admin(&req, "ListTenants") {
+        let only = match self.edge.roles.require_admin(&req, "ListTenants") {
             Ok(()) => None,
             Err(_) => match crate::rpc::tenancy::KeySpace::of_request(&req) {
                 Ok(space) => Some(space.tenant().name().to_string()),
@@ -261,7 +263,7 @@ impl AdminService for AdminServiceImpl {
             },
         };
         if let Err(s) = self.shared.barrier().await {
-            return refused(s);
+            return refused(s.into());
         }
         let tenants: Vec<TenantInfo> = self.shared.reader.read(|st| {
             let mut by_name: std::collections::BTreeMap<String, TenantInfo> = std::collections::BTreeMap::new();

@@ -16,7 +16,7 @@ use crate::shared::Shared;
 pub async fn cluster_info(shared: &Shared, local_view: bool, with_hash: bool) -> GetClusterInfoResponse {
     let leads = shared.require_leader().is_ok();
     if !leads && !local_view {
-        return GetClusterInfoResponse { status: Some(shared.not_leader()), ..Default::default() };
+        return GetClusterInfoResponse { status: Some(shared.not_leader().into()), ..Default::default() };
     }
     let m = shared.raft.metrics().borrow().clone();
     let committed = shared.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten().unwrap_or(0);

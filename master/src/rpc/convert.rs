@@ -10,9 +10,11 @@
 //! and `pb::Segment::from(Wire(&spec))`.
 
 use mooncake_proto::master as pb;
-use mooncake_raft_store::state::{ObjectMeta, PutSpec};
+use mooncake_raft_store::state::{ObjectMeta, PutSpec, validate_put};
 use mooncake_raft_store::{MetaError, MetaState, Pin, ReplicaPlacement, SegmentSpec, Tier};
 use mooncake_segment::{ClientId, SegmentId};
+
+use crate::leader::reservations::PutAsk;
 
 /// A wire value (a generated message, or the `i32` of an enum field) on its
 /// way into or out of the domain.
@@ -151,8 +153,9 @@ impl TryFrom<Wire<&pb::PutStartRequest>> for PutSpec {
 /// leader holding the put's reservation reads none of them (its reservation
 /// has the pin and the replicas), but an unknown value is refused all the
 /// same: a request is refused or taken whole.
-pub fn check_put_end(r: &pb::PutEndRequest) -> Result<(), MetaError> {
-    Pin::try_from(Wire((r.pin, r.soft_pin_ttl_ms)))?;
+/// The pin it asks for, read.
+pub fn check_put_end(r: &pb::PutEndRequest) -> Result<Pin, MetaError> {
+    let pin = Pin::try_from(Wire((r.pin, r.soft_pin_ttl_ms)))?;
     for (i, replica) in r.replicas.iter().enumerate() {
         let known = Tier::try_from(Wire(replica.tier)).and_then(|_| ReplicaState::try_from(Wire(replica.status)));
         known.map_err(|e| match e {
@@ -160,17 +163,30 @@ pub fn check_put_end(r: &pb::PutEndRequest) -> Result<(), MetaError> {
             other => other,
         })?;
     }
-    Ok(())
+    Ok(pin)
 }
 
-/// `Pin::try_from(Wire((p, ttl_ms)))`, by the name puts.rs calls it.
-pub fn pin(p: i32, ttl_ms: u64) -> Result<Pin, MetaError> {
-    Pin::try_from(Wire((p, ttl_ms)))
-}
-
-/// `PutSpec::try_from(Wire(r))`, by the name puts.rs calls it.
-pub fn put_start(r: &pb::PutStartRequest) -> Result<PutSpec, MetaError> {
-    PutSpec::try_from(Wire(r))
+/// The put a PutStart asks for, and its preferred segments; refused when
+/// malformed or asking for more `min_replicas` than replicas.
+pub fn put_ask(req: &pb::PutStartRequest) -> Result<(PutAsk, Vec<SegmentId>), MetaError> {
+    let spec = PutSpec::try_from(Wire(req))?;
+    validate_put(&spec)?;
+    if req.min_replicas > spec.replica_num {
+        return Err(MetaError::InvalidParams(format!(
+            "min_replicas {} exceeds replica_num {} for {:?}: ask for at least as many replicas as the put must have",
+            req.min_replicas, spec.replica_num, spec.key
+        )));
+    }
+    let ask = PutAsk {
+        key: spec.key,
+        client: spec.client,
+        size_bytes: spec.size_bytes,
+        replica_num: spec.replica_num as usize,
+        min_replicas: req.min_replicas.max(1) as usize,
+        pin: spec.pin,
+        upsert: req.upsert,
+    };
+    Ok((ask, spec.preferred))
 }
 
 /// `pb::Segment::from(Wire(s))`, by the name cluster_info.rs calls it.
@@ -328,7 +344,7 @@ mod tests {
     fn a_put_end_echoing_an_unknown_enum_value_is_refused_naming_where() {
         let replica = pb::Replica { tier: pb::Tier::Ssd as i32, ..Default::default() };
         let req = pb::PutEndRequest { key: "k".into(), pin: 1, replicas: vec![replica.clone()], ..Default::default() };
-        assert_eq!(check_put_end(&req), Ok(()));
+        assert_eq!(check_put_end(&req), Ok(Pin::Soft));
         let cases = [
             ("pin 9", pb::PutEndRequest { pin: 9, ..req.clone() }),
             (

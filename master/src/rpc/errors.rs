@@ -1,11 +1,14 @@
-//! The one place where domain and openraft errors become wire [`Status`]es
-//! with our stable error codes. Every match is exhaustive on purpose: a new
+//! The one place where refusals ([`Refusal`], and the state machine's
+//! [`MetaError`] inside them) become wire [`Status`]es with our stable
+//! error codes. Every match is exhaustive on purpose: a new
 //! error variant must be given a code here.
 
 use mooncake_proto::{ErrorCode, Status, StatusReason};
 use mooncake_raft_store::{MetaError, NodeId, Response};
 use openraft::BasicNode;
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::error::{ClientWriteError, RaftError};
+
+use crate::refusal::Refusal;
 
 /// [`meta_status`] of an owned error (for `map_err`).
 pub fn invalid(e: MetaError) -> Status {
@@ -44,17 +47,46 @@ pub fn meta_status(e: &MetaError) -> Status {
     Status { reason: reason as i32, ..Status::with(code, e.to_string()) }
 }
 
-/// NOT_LEADER with the leader's address, or UNAVAILABLE when none is known.
-pub fn forward_status(f: &ForwardToLeader<NodeId, BasicNode>) -> Status {
-    match (&f.leader_id, &f.leader_node) {
-        (Some(id), Some(node)) => Status {
-            code: ErrorCode::NotLeader as i32,
-            message: format!("not the leader; the leader is master {id} at {}", node.addr),
-            leader_addr: node.addr.clone(),
-            leader_id: *id,
-            reason: StatusReason::Unspecified as i32,
-        },
-        _ => unavailable("no leader is elected right now; retry shortly"),
+/// The wire status of a refusal: the one place each [`Refusal`] gets its
+/// code. Exhaustive: a new variant must be given one here.
+pub fn status(r: &Refusal) -> Status {
+    let code = match r {
+        Refusal::Meta(e) => return meta_status(e),
+        Refusal::NotLeader { leader: Some(l) } => {
+            return Status {
+                code: ErrorCode::NotLeader as i32,
+                message: r.to_string(),
+                leader_addr: l.addr.clone(),
+                leader_id: l.id,
+                reason: StatusReason::Unspecified as i32,
+            };
+        }
+        Refusal::NotLeader { leader: None } | Refusal::Unavailable(_) => ErrorCode::Unavailable,
+        Refusal::Internal(_) => ErrorCode::InternalError,
+        Refusal::Invalid(_) => ErrorCode::InvalidParams,
+        Refusal::NotFound(_) => ErrorCode::ObjectNotFound,
+        Refusal::NotReady(_) => ErrorCode::ReplicaIsNotReady,
+        Refusal::NotTheWriter(_) => ErrorCode::IllegalClient,
+        Refusal::Busy(_) => ErrorCode::UnavailableInCurrentStatus,
+        Refusal::TaskNotFound(_) => ErrorCode::TaskNotFound,
+        Refusal::TooManyTasks(_) => ErrorCode::TaskPendingLimitExceeded,
+        Refusal::QuotaExceeded(_) => ErrorCode::TenantQuotaExceeded,
+    };
+    Status::with(code, r.to_string())
+}
+
+impl From<Refusal> for Status {
+    fn from(r: Refusal) -> Self {
+        status(&r)
+    }
+}
+
+/// OK, or the refusal's status: the answer of a call that returns nothing
+/// else.
+pub fn answer(r: Result<(), Refusal>) -> Status {
+    match r {
+        Ok(()) => Status::ok(),
+        Err(r) => status(&r),
     }
 }
 
@@ -68,39 +100,48 @@ pub fn internal(message: impl Into<String>) -> Status {
 
 /// Status of a failed proposal.
 pub fn write_error_status(e: &RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Status {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => forward_status(f),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
-            Status::with(ErrorCode::InvalidParams, format!("membership change refused: {c}"))
-        }
-        RaftError::Fatal(f) => unavailable(format!("this master is shutting down or failed: {f}")),
-    }
-}
-
-/// Status of a failed leadership confirmation before a read.
-pub fn read_error_status(e: &RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>) -> Status {
-    match e {
-        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => forward_status(f),
-        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
-            unavailable(format!("leader cannot reach a quorum: {q}"))
-        }
-        RaftError::Fatal(f) => unavailable(format!("this master is shutting down or failed: {f}")),
-    }
+    status(&Refusal::of_write(e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use openraft::error::ForwardToLeader;
+
     #[test]
     fn forward_carries_the_leader_address() {
         let f = ForwardToLeader::new(2, BasicNode::new("10.0.0.2:50051"));
-        let s = forward_status(&f);
+        let s = status(&Refusal::forward(&f));
         assert_eq!(s.error_code(), ErrorCode::NotLeader);
         assert_eq!(s.leader_addr, "10.0.0.2:50051");
         assert_eq!(s.leader_id, 2);
-        let unknown = forward_status(&ForwardToLeader::empty());
+        let unknown = status(&Refusal::forward(&ForwardToLeader::empty()));
         assert_eq!(unknown.error_code(), ErrorCode::Unavailable);
+    }
+
+    /// Each refusal of the leader's own keeps the code Mooncake answers it
+    /// with, and its message.
+    #[test]
+    fn every_refusal_has_its_mooncake_code() {
+        let cases = [
+            (Refusal::unavailable("u"), ErrorCode::Unavailable),
+            (Refusal::internal("i"), ErrorCode::InternalError),
+            (Refusal::invalid("v"), ErrorCode::InvalidParams),
+            (Refusal::NotFound("n".into()), ErrorCode::ObjectNotFound),
+            (Refusal::NotReady("r".into()), ErrorCode::ReplicaIsNotReady),
+            (Refusal::NotTheWriter("w".into()), ErrorCode::IllegalClient),
+            (Refusal::Busy("b".into()), ErrorCode::UnavailableInCurrentStatus),
+            (Refusal::TaskNotFound("t".into()), ErrorCode::TaskNotFound),
+            (Refusal::TooManyTasks("m".into()), ErrorCode::TaskPendingLimitExceeded),
+            (Refusal::QuotaExceeded("q".into()), ErrorCode::TenantQuotaExceeded),
+            (Refusal::Meta(MetaError::ObjectHasLease("k".into())), ErrorCode::ObjectHasLease),
+        ];
+        for (r, code) in cases {
+            let s = status(&r);
+            assert_eq!(s.error_code(), code, "{r}");
+            assert_eq!(s.message, r.to_string());
+        }
     }
 
     #[test]

@@ -1,16 +1,14 @@
 //! Copies handed to their executors: the store node that owns a copy's
 //! target gets it in the answer to its Ping, or at once to its waiting
-//! TakeCopies call, with the capabilities to read the sources and write
-//! the target.
+//! TakeCopies call (the edge adds the capabilities to read the sources and
+//! write the target).
 
 use std::time::{Duration, Instant};
 
-use mooncake_auth::capability::Access;
 use mooncake_proto::master as pb;
-use mooncake_raft_store::ReplicaPlacement;
 use mooncake_segment::ClientId;
 
-use crate::rpc::convert;
+use crate::leader::tiering::Copy;
 use crate::shared::Shared;
 
 /// Copies one Ping hands to a store node at most (64 of 4 MiB: 256 MiB per
@@ -27,11 +25,7 @@ pub const COPY_WAIT_MAX: Duration = Duration::from_secs(5);
 /// to acknowledge; a fence that moves answers the call at once
 /// (`arena_fences.rs`). Empty when nothing came in time (or leadership
 /// was lost).
-pub async fn copies_when_queued(
-    shared: &Shared,
-    client: ClientId,
-    wait: Duration,
-) -> (Vec<pb::CopyTask>, Vec<pb::ArenaFence>) {
+pub async fn copies_when_queued(shared: &Shared, client: ClientId, wait: Duration) -> (Vec<Copy>, Vec<pb::ArenaFence>) {
     let deadline = tokio::time::Instant::now() + wait.min(COPY_WAIT_MAX);
     // While held, this node hears a moved fence at once: puts may wait for it.
     let _listening = shared.auth.fence_wakes.listen(client.0);
@@ -56,33 +50,8 @@ pub async fn copies_when_queued(
     }
 }
 
-/// The copies to hand to `client` in its Ping answer, with what it needs to
-/// read the sources and write the target.
-pub fn copies_for_ping(shared: &Shared, client: ClientId) -> Vec<pb::CopyTask> {
-    let copies = shared.leader.with(|t| t.copies.take_for(client, COPIES_PER_PING_MAX, Instant::now()));
-    let Some(copies) = copies.filter(|c| !c.is_empty()) else { return Vec::new() };
-    shared.reader.read(|s| {
-        copies
-            .iter()
-            .map(|c| {
-                let mut sources: Vec<pb::Replica> =
-                    c.sources.iter().map(|r| convert::replica_pb(s, r, convert::ReplicaState::Complete)).collect();
-                shared.auth.capabilities.grant(s, &mut sources, Access::Read);
-                let placement = ReplicaPlacement { segment: c.target.segment, range: c.target.range };
-                let mut target = vec![pb::Replica {
-                    arena_id: c.target.arena.0,
-                    ..convert::replica_pb(s, &placement, convert::ReplicaState::Processing)
-                }];
-                shared.auth.capabilities.grant(s, &mut target, Access::Write);
-                pb::CopyTask {
-                    task_id: c.id,
-                    key: c.key.clone(),
-                    size: c.size_bytes,
-                    checksum: c.checksum,
-                    sources,
-                    target: target.pop(),
-                }
-            })
-            .collect()
-    })
+/// The copies to hand to `client` in its Ping answer (the edge adds what
+/// it needs to read the sources and write the target: `rpc/grants.rs`).
+pub fn copies_for_ping(shared: &Shared, client: ClientId) -> Vec<Copy> {
+    shared.leader.with(|t| t.copies.take_for(client, COPIES_PER_PING_MAX, Instant::now())).unwrap_or_default()
 }

@@ -52,8 +52,8 @@ pub(super) async fn end_detached(shared: &Shared) {
             shared.duties.failed(book::COPIES, now_ms(), format!("dropping detached disk segments refused: {other:?}"));
         }
         Err(s) => {
-            tracing::warn!(message = %s.message, "dropping detached disk segments failed");
-            shared.duties.failed(book::COPIES, now_ms(), format!("dropping detached disk segments: {}", s.message));
+            tracing::warn!(refusal = %s, "dropping detached disk segments failed");
+            shared.duties.failed(book::COPIES, now_ms(), format!("dropping detached disk segments: {}", s));
         }
     }
 }

@@ -6,36 +6,30 @@
 use std::time::Instant;
 
 use mooncake_proto::master::{ReportCopyRequest, ReportCorruptRequest};
-use mooncake_proto::{ErrorCode, Status};
-use mooncake_raft_store::{Command, CredentialHash, Response};
+use mooncake_raft_store::{Command, CredentialHash, MetaError, Response};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::leader::tiering::{Copy, Purpose};
 use crate::objects::{ReadAnswered, user_tasks};
-use crate::rpc::errors::{meta_status, response_status};
+use crate::refusal::{Refusal, answered};
 use crate::shared::Shared;
 
 /// A store node's report of a copy: a written copy is recorded
 /// (`AddReplica`); a failed one releases its range.
-pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &CredentialHash) -> Status {
+pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &CredentialHash) -> Result<(), Refusal> {
     let client = ClientId(req.client_id);
-    if let Err(e) = shared.reader.read(|s| s.check_credential(client, credential)) {
-        return meta_status(&e);
-    }
+    shared.reader.read(|s| s.check_credential(client, credential))?;
     let now = Instant::now();
     let Some(found) = shared.leader.with(|t| t.copies.finish(req.task_id, client)) else {
-        return shared.not_leader();
+        return Err(shared.not_leader());
     };
     let Some(copy) = found else {
-        return Status::with(
-            ErrorCode::ObjectNotFound,
-            format!(
-                "copy {} is not one this leader handed to {client} (given up after {} s, or handed out by an \
-                 earlier leader); nothing to do",
-                req.task_id,
-                shared.tiers.policy.copy_timeout.as_secs()
-            ),
-        );
+        return Err(Refusal::NotFound(format!(
+            "copy {} is not one this leader handed to {client} (given up after {} s, or handed out by an earlier \
+             leader); nothing to do",
+            req.task_id,
+            shared.tiers.policy.copy_timeout.as_secs()
+        )));
     };
     let reservation = Copy::reservation_key(copy.id);
     if !req.error.is_empty() {
@@ -45,7 +39,7 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
         }
         shared.metrics.copies_failed(copy.purpose).inc();
         tracing::warn!(key = %copy.key, executor = %client, purpose = copy.purpose.name(), error = %req.error, "copy failed");
-        return Status::ok();
+        return Ok(());
     }
     let cmd = Command::AddReplica { key: copy.key.clone(), version: copy.version, replica: copy.target.clone() };
     let answer = shared.write_path.proposer.propose(cmd).await;
@@ -53,16 +47,16 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
     shared.leader.with(|t| t.puts.finish(&reservation, client));
     match answer {
         Ok(r) => {
-            let status = response_status(&r);
+            let answer = answered(&r);
             if copy.purpose == Purpose::User {
                 // A replica there already (another task's copy) is as good.
-                let outcome = match status.error_code() {
-                    ErrorCode::Ok | ErrorCode::ObjectAlreadyExists => Ok(()),
-                    code => Err(format!("{} ({})", code.as_str_name(), status.message)),
+                let outcome = match &answer {
+                    Ok(()) | Err(Refusal::Meta(MetaError::ObjectAlreadyExists(_))) => Ok(()),
+                    Err(refused) => Err(format!("not recorded ({refused})")),
                 };
                 user_tasks::copy_reported(shared, copy.id, outcome);
             }
-            if status.error_code() == ErrorCode::Ok {
+            if answer.is_ok() {
                 if copy.purpose == Purpose::Replicate {
                     shared.leader.with(|t| t.hot.note_added(&copy.key, copy.version, copy.target.segment));
                     tracing::info!(key = %copy.key, segment = %copy.target.segment, "a hot key got a memory replica");
@@ -74,25 +68,27 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
                     .observe(now.saturating_duration_since(copy.issued).as_secs_f64());
             } else {
                 shared.metrics.copies_failed(copy.purpose).inc();
-                tracing::debug!(key = %copy.key, message = %status.message, "copy not recorded");
+                tracing::debug!(key = %copy.key, answer = ?answer, "copy not recorded");
             }
-            status
+            answer
         }
-        Err(s) => {
+        Err(refused) => {
             if copy.purpose == Purpose::User {
-                user_tasks::copy_reported(shared, copy.id, Err(format!("RPC_FAIL ({})", s.message)));
+                user_tasks::copy_reported(shared, copy.id, Err(format!("RPC_FAIL ({refused})")));
             }
-            s
+            Err(refused)
         }
     }
 }
 
 /// A store node's report of corrupt ranges of its segment: the replicas on
-/// them are dropped. Answers the status and how many replicas went.
-pub async fn report_corrupt(shared: &Shared, req: &ReportCorruptRequest, credential: &CredentialHash) -> (Status, u64) {
-    if let Err(s) = shared.require_leader() {
-        return (s, 0);
-    }
+/// them are dropped. Answers how many replicas went.
+pub async fn report_corrupt(
+    shared: &Shared,
+    req: &ReportCorruptRequest,
+    credential: &CredentialHash,
+) -> Result<u64, Refusal> {
+    shared.require_leader()?;
     let ranges: Vec<Range> = req.ranges.iter().map(|r| Range::new(r.offset, r.len)).collect();
     let cmd = Command::DropCorrupt {
         client: ClientId(req.client_id),
@@ -110,10 +106,10 @@ pub async fn report_corrupt(shared: &Shared, req: &ReportCorruptRequest, credent
                 dropped = count,
                 "a store node found corrupt disk ranges; the replicas on them are dropped"
             );
-            (Status::ok(), count)
+            Ok(count)
         }
-        Ok(r) => (response_status(&r), 0),
-        Err(s) => (s, 0),
+        Ok(r) => answered(&r).map(|()| 0),
+        Err(refused) => Err(refused),
     }
 }
 

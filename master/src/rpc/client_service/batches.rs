@@ -104,7 +104,7 @@ impl MasterServiceImpl {
     pub(super) async fn write(&self, cmd: Command) -> Status {
         match self.shared.write_path.proposer.propose(cmd).await {
             Ok(r) => response_status(&r),
-            Err(s) => s,
+            Err(s) => s.into(),
         }
     }
 

@@ -50,14 +50,14 @@ impl MasterServiceImpl {
                     // More pages come from this state: kept (an O(1) clone).
                     (objects, more, s.last_applied.map_or(0, |l| l.index), more.then(|| s.clone()))
                 });
-                first.await.map(|(objects, more, revision, state)| {
+                first.await.map_err(Status::from).map(|(objects, more, revision, state)| {
                     if let Some(state) = state {
-                        self.shared.listings.keep(peer, revision, state, now);
+                        self.edge.listings.keep(peer, revision, state, now);
                     }
                     (objects, more, revision)
                 })
             }
-            at => match self.shared.listings.at(peer, at, now) {
+            at => match self.edge.listings.at(peer, at, now) {
                 Some(state) => {
                     let (objects, more) = read(&state);
                     Ok((objects, more, at))

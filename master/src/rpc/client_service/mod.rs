@@ -18,8 +18,11 @@ use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::MetaError;
 use tonic::{Request, Response};
 
+use crate::objects::put_end::EndAsk;
 use crate::rpc::convert;
-use crate::rpc::errors::{invalid, meta_status};
+use crate::rpc::edge::Edge;
+use crate::rpc::errors::{answer, invalid, meta_status};
+use crate::rpc::grants;
 use crate::rpc::tenancy::{KeySpace, with_refusals};
 use crate::shared::Shared;
 
@@ -30,13 +33,15 @@ pub const BATCH_RPC_MAX: usize = 1_024;
 
 pub struct MasterServiceImpl {
     shared: Arc<Shared>,
+    /// Roles, watches, listings (`edge.rs`).
+    edge: Arc<Edge>,
     /// Turns true when the master stops: open watches end then.
     stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl MasterServiceImpl {
-    pub fn new(shared: Arc<Shared>, stop: tokio::sync::watch::Receiver<bool>) -> Self {
-        MasterServiceImpl { shared, stop }
+    pub fn new(shared: Arc<Shared>, edge: Arc<Edge>, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        MasterServiceImpl { shared, edge, stop }
     }
 }
 
@@ -44,7 +49,7 @@ impl MasterServiceImpl {
     /// The key space `req` acts in ([`KeySpace::of_request`]); the default
     /// one for every call under `--dev-unsafe-ignore-tenants`.
     fn space<T>(&self, req: &Request<T>) -> Result<KeySpace, Status> {
-        match self.shared.auth.unsafe_ignore_tenants {
+        match self.edge.ignore_tenants {
             true => Ok(KeySpace::default()),
             false => KeySpace::of_request(req),
         }
@@ -53,6 +58,26 @@ impl MasterServiceImpl {
 
 fn ok<T>(t: T) -> RpcResult<T> {
     Ok(Response::new(t))
+}
+
+impl MasterServiceImpl {
+    /// A PutStart (its key stored already): the reserved ranges with WRITE
+    /// grants, or why not.
+    async fn start_put(&self, r: &PutStartRequest) -> PutStartResponse {
+        let placed = match convert::put_ask(r) {
+            Ok((ask, preferred)) => crate::objects::puts::put_start(&self.shared, &ask, &preferred).await,
+            Err(e) => Err(e.into()),
+        };
+        match placed {
+            Ok(p) => PutStartResponse { status: Some(Status::ok()), replicas: grants::writable(&self.shared, &p) },
+            Err(r) => PutStartResponse { status: Some(r.into()), replicas: vec![] },
+        }
+    }
+
+    /// A PutRevoke (its key stored already).
+    fn revoke_put(&self, r: &PutRevokeRequest) -> Status {
+        answer(crate::objects::puts::put_revoke(&self.shared, &r.key, mooncake_segment::ClientId(r.client_id)))
+    }
 }
 
 mod batches;
@@ -75,7 +100,7 @@ impl MasterService for MasterServiceImpl {
         let space = self.space(&req);
         let peer = req.remote_addr().map(|a| a.ip());
         let asked = (req.into_inner(), peer);
-        ok(crate::rpc::watch::open(s.events.clone(), &s.watchers, s.id, space, asked, self.stop.clone()))
+        ok(crate::rpc::watch::open(s.events.clone(), &self.edge.watchers, s.id, space, asked, self.stop.clone()))
     }
 
     async fn ping(&self, req: Request<PingRequest>) -> RpcResult<PingResponse> {
@@ -141,7 +166,7 @@ impl MasterService for MasterServiceImpl {
             Ok(key) => key,
             Err(s) => return refused(s),
         };
-        ok(crate::objects::puts::put_start(&self.shared, &r).await)
+        ok(self.start_put(&r).await)
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
@@ -160,13 +185,14 @@ impl MasterService for MasterServiceImpl {
         if r.chunk_id != 0
             && let Err(s) = crate::objects::quotas::chunk_put_allowed(&self.shared, &r.key, r.size)
         {
-            return ok(PutEndResponse { status: Some(s) });
+            return ok(PutEndResponse { status: Some(s.into()) });
         }
-        if let Err(e) = convert::check_put_end(&r) {
-            return ok(PutEndResponse { status: Some(invalid(e)) });
-        }
-        let mut statuses = crate::objects::put_end::put_end(&self.shared, std::slice::from_ref(&r)).await;
-        ok(PutEndResponse { status: statuses.pop() })
+        let pin = match convert::check_put_end(&r) {
+            Ok(pin) => pin,
+            Err(e) => return ok(PutEndResponse { status: Some(invalid(e)) }),
+        };
+        let mut answers = crate::objects::put_end::put_end(&self.shared, &[EndAsk { req: &r, pin }]).await;
+        ok(PutEndResponse { status: answers.pop().map(answer) })
     }
 
     async fn reserve_chunk(&self, req: Request<ReserveChunkRequest>) -> RpcResult<ReserveChunkResponse> {
@@ -188,14 +214,25 @@ impl MasterService for MasterServiceImpl {
                 ),
             ));
         }
-        ok(crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner(), space.tenant().name()).await)
+        match crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner(), space.tenant().name()).await {
+            Ok(chunk) => ok(ReserveChunkResponse {
+                status: Some(Status::ok()),
+                chunk_id: chunk.id,
+                replicas: grants::writable(&self.shared, &chunk.ranges),
+                valid_ms: chunk.valid_ms,
+            }),
+            Err(r) => refused(r.into()),
+        }
     }
 
     async fn return_chunk(&self, req: Request<ReturnChunkRequest>) -> RpcResult<ReturnChunkResponse> {
         if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
             return ok(ReturnChunkResponse { status: Some(s) });
         }
-        ok(ReturnChunkResponse { status: Some(crate::objects::chunks::return_chunk(&self.shared, &req.into_inner())) })
+        let r = req.into_inner();
+        let returned =
+            crate::objects::chunks::return_chunk(&self.shared, mooncake_segment::ClientId(r.client_id), r.chunk_id);
+        ok(ReturnChunkResponse { status: Some(answer(returned)) })
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
@@ -211,7 +248,7 @@ impl MasterService for MasterServiceImpl {
             Ok(key) => key,
             Err(s) => return ok(PutRevokeResponse { status: Some(s) }),
         };
-        ok(PutRevokeResponse { status: Some(crate::objects::puts::put_revoke(&self.shared, &r)) })
+        ok(PutRevokeResponse { status: Some(self.revoke_put(&r)) })
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
@@ -242,14 +279,14 @@ impl MasterService for MasterServiceImpl {
         });
         match read.await {
             Ok(v) => ok(v),
-            Err(s) => ok(GetSizeResponse { status: Some(s), size: 0 }),
+            Err(s) => ok(GetSizeResponse { status: Some(s.into()), size: 0 }),
         }
     }
 
     async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
         // Forced, it ignores the KV lease and the pin: an admin operation.
         if req.get_ref().force
-            && let Err(s) = self.shared.auth.roles.require_admin(&req, "Remove with force")
+            && let Err(s) = self.edge.roles.require_admin(&req, "Remove with force")
         {
             return ok(RemoveResponse { status: Some(s) });
         }
@@ -259,13 +296,13 @@ impl MasterService for MasterServiceImpl {
         };
         let r = req.into_inner();
         let mut statuses = crate::objects::removal::remove_keys(&self.shared, &[key], &[r.request_id], r.force).await;
-        ok(RemoveResponse { status: statuses.pop() })
+        ok(RemoveResponse { status: statuses.pop().map(answer) })
     }
 
     async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
         // Forced, it ignores every KV lease and pin: an admin operation.
         let allowed = match req.get_ref().force {
-            true => self.shared.auth.roles.require_admin(&req, "RemoveAll with force"),
+            true => self.edge.roles.require_admin(&req, "RemoveAll with force"),
             false => Ok(()),
         };
         let space = allowed.and_then(|()| self.space(&req));
@@ -276,7 +313,7 @@ impl MasterService for MasterServiceImpl {
         let force = req.into_inner().force;
         match crate::objects::removal::remove_all(&self.shared, space.tenant(), force).await {
             Ok(removed) => ok(RemoveAllResponse { status: Some(Status::ok()), removed }),
-            Err(s) => ok(RemoveAllResponse { status: Some(s), removed: 0 }),
+            Err(s) => ok(RemoveAllResponse { status: Some(s.into()), removed: 0 }),
         }
     }
 
@@ -295,9 +332,7 @@ impl MasterService for MasterServiceImpl {
             let mut responses = Vec::with_capacity(reqs.requests.len());
             for r in &reqs.requests {
                 let response = match space.stored(&r.key) {
-                    Ok(key) => {
-                        crate::objects::puts::put_start(&self.shared, &PutStartRequest { key, ..r.clone() }).await
-                    }
+                    Ok(key) => self.start_put(&PutStartRequest { key, ..r.clone() }).await,
                     Err(s) => PutStartResponse { status: Some(s), replicas: vec![] },
                 };
                 // Not the leader (any more): the whole batch goes to the leader,
@@ -324,24 +359,26 @@ impl MasterService for MasterServiceImpl {
             r.key = key;
         }
         let answers = async {
+            let pins: Vec<_> = reqs.requests.iter().map(convert::check_put_end).collect();
             let refusal = |i: &usize| {
                 let r = &reqs.requests[*i];
+                let malformed = || pins[*i].as_ref().err().map(meta_status);
                 match &refusals[*i] {
                     Some(s) => Some(s.clone()),
                     None if r.chunk_id != 0 => crate::objects::quotas::chunk_put_allowed(&self.shared, &r.key, r.size)
                         .err()
-                        .or_else(|| convert::check_put_end(r).err().map(invalid)),
-                    None => convert::check_put_end(r).err().map(invalid),
+                        .map(Status::from)
+                        .or_else(malformed),
+                    None => malformed(),
                 }
             };
             let indices: Vec<usize> = (0..reqs.requests.len()).collect();
             let statuses = answer_valid(&indices, refusal, async |valid| {
-                // Copied only when some are refused (never, from our client).
-                if valid.len() == reqs.requests.len() {
-                    return crate::objects::put_end::put_end(&self.shared, &reqs.requests).await;
-                }
-                let valid: Vec<PutEndRequest> = valid.iter().map(|i| reqs.requests[*i].clone()).collect();
-                crate::objects::put_end::put_end(&self.shared, &valid).await
+                let asks: Vec<EndAsk> = valid
+                    .iter()
+                    .filter_map(|i| pins[*i].as_ref().ok().map(|pin| EndAsk { req: &reqs.requests[*i], pin: *pin }))
+                    .collect();
+                crate::objects::put_end::put_end(&self.shared, &asks).await.into_iter().map(answer).collect()
             })
             .await;
             if let Some(s) = statuses.iter().find(|s| is_leadership(s)) {
@@ -363,7 +400,7 @@ impl MasterService for MasterServiceImpl {
         // item only: the batch itself is answered OK.
         let answers = async {
             let revoke = |r: &PutRevokeRequest| match space.stored(&r.key) {
-                Ok(key) => crate::objects::puts::put_revoke(&self.shared, &PutRevokeRequest { key, ..r.clone() }),
+                Ok(key) => self.revoke_put(&PutRevokeRequest { key, ..r.clone() }),
                 Err(s) => s,
             };
             Ok(reqs.requests.iter().map(|r| PutRevokeResponse { status: Some(revoke(r)) }).collect())
@@ -420,7 +457,7 @@ impl MasterService for MasterServiceImpl {
         // Forced, it ignores KV leases and pins: an admin operation (else
         // ListObjects and a forced BatchRemove would be a forced RemoveAll).
         if req.get_ref().force
-            && let Err(s) = self.shared.auth.roles.require_admin(&req, "BatchRemove with force")
+            && let Err(s) = self.edge.roles.require_admin(&req, "BatchRemove with force")
         {
             return ok(BatchRemoveResponse { status: Some(s), responses: vec![] });
         }
@@ -436,7 +473,11 @@ impl MasterService for MasterServiceImpl {
             let statuses = answer_valid(&indices, refusal, async |valid| {
                 let keys: Vec<String> = valid.iter().map(|i| stored[*i].clone()).collect();
                 let ids: Vec<u64> = valid.iter().map(|i| r.request_ids.get(*i).copied().unwrap_or(0)).collect();
-                crate::objects::removal::remove_keys(&self.shared, &keys, &ids, r.force).await
+                crate::objects::removal::remove_keys(&self.shared, &keys, &ids, r.force)
+                    .await
+                    .into_iter()
+                    .map(answer)
+                    .collect()
             })
             .await;
             Ok(statuses.into_iter().map(|s| RemoveResponse { status: Some(s) }).collect())

@@ -73,7 +73,7 @@ impl MasterServiceImpl {
                 answers.iter_mut().zip(keys).zip(crate::objects::puts::in_flight(&self.shared, keys))
             {
                 if in_flight && missing(answer) {
-                    answer.status = Some(crate::objects::puts::not_ready(key));
+                    answer.status = Some(crate::objects::puts::not_ready(key).into());
                 }
             }
         }
@@ -100,13 +100,13 @@ impl MasterServiceImpl {
     /// ExistKey of each key, leased when it exists (as Mooncake's).
     pub(super) async fn exist_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
         let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        self.shared.read_leased(&names, |s| self.existence(s, keys), |r| r.exists).await
+        Ok(self.shared.read_leased(&names, |s| self.existence(s, keys), |r| r.exists).await?)
     }
 
     /// Existence of each key without a KV lease (BatchProbeKey): the same
     /// linearizable read as [`exist_keys`](Self::exist_keys), but an
     /// existing key is not pinned, so a probe never keeps eviction off it.
     pub(super) async fn probe_keys(&self, keys: &[String]) -> Result<Vec<ExistKeyResponse>, Status> {
-        self.shared.read(|s| self.existence(s, keys)).await
+        Ok(self.shared.read(|s| self.existence(s, keys)).await?)
     }
 }

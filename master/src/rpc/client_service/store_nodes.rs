@@ -29,7 +29,7 @@ impl MasterServiceImpl {
             Err(s) => return refused(s),
         };
         if let Err(s) = self.shared.require_leader() {
-            return refused(s);
+            return refused(s.into());
         }
         // Another process's ping must not keep the client alive: it is
         // checked before the heartbeat counts.
@@ -55,6 +55,7 @@ impl MasterServiceImpl {
         } else {
             (Vec::new(), Vec::new())
         };
+        let copy_tasks = crate::rpc::grants::copy_tasks(&self.shared, &copy_tasks);
         ok(PingResponse { status: Some(status), view_version: applied, copy_tasks, fences })
     }
 
@@ -70,7 +71,7 @@ impl MasterServiceImpl {
             Err(s) => return refused(s),
         };
         if let Err(s) = self.shared.require_leader() {
-            return refused(s);
+            return refused(s.into());
         }
         // Copies carry capabilities: only the registered process gets them.
         match self.shared.reader.read(|s| s.check_credential(client, &credential).map(|()| s.client(client).is_some()))
@@ -87,6 +88,7 @@ impl MasterServiceImpl {
         crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
         let wait = Duration::from_millis(r.wait_ms.into());
         let (copy_tasks, fences) = crate::objects::copies::copies_when_queued(&self.shared, client, wait).await;
+        let copy_tasks = crate::rpc::grants::copy_tasks(&self.shared, &copy_tasks);
         ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks, fences })
     }
 
@@ -97,8 +99,8 @@ impl MasterServiceImpl {
             Ok(h) => h,
             Err(s) => return ok(ReportCopyResponse { status: Some(s) }),
         };
-        let status = crate::objects::copies::report_copy(&self.shared, &r, &credential).await;
-        ok(ReportCopyResponse { status: Some(status) })
+        let answer = crate::objects::copies::report_copy(&self.shared, &r, &credential).await;
+        ok(ReportCopyResponse { status: Some(crate::rpc::errors::answer(answer)) })
     }
 
     /// ReportCorrupt: corrupt disk ranges, their replicas dropped.
@@ -111,7 +113,9 @@ impl MasterServiceImpl {
             Ok(h) => h,
             Err(s) => return ok(ReportCorruptResponse { status: Some(s), dropped: 0 }),
         };
-        let (status, dropped) = crate::objects::copies::report_corrupt(&self.shared, &r, &credential).await;
-        ok(ReportCorruptResponse { status: Some(status), dropped })
+        match crate::objects::copies::report_corrupt(&self.shared, &r, &credential).await {
+            Ok(dropped) => ok(ReportCorruptResponse { status: Some(Status::ok()), dropped }),
+            Err(r) => ok(ReportCorruptResponse { status: Some(r.into()), dropped: 0 }),
+        }
     }
 }
