@@ -207,7 +207,19 @@ impl LeaderState {
 
     /// Runs `f` on the term's soft state; `None` when not leading.
     pub fn with<R>(&self, f: impl FnOnce(&mut TermState) -> R) -> Option<R> {
-        self.lock().as_mut().map(f)
+        let mut guard = self.lock();
+        let out = guard.as_mut().map(f);
+        // Debug builds (every test) check the put table after each use: a
+        // broken invariant ends the process here, not at a corrupt read.
+        #[cfg(debug_assertions)]
+        if let Some(t) = guard.as_ref()
+            && let Err(why) = t.puts.check()
+        {
+            tracing::error!(%why, "the put table's invariants broke (reservations/invariants.rs)");
+            eprintln!("the put table's invariants broke: {why}");
+            std::process::abort();
+        }
+        out
     }
 
     /// Records a client heartbeat.

@@ -43,9 +43,9 @@ pub(super) struct OwnArena {
     pub(super) arena: Arena,
     pub(super) extent: usize,
     pub(super) used_in_extent: u64,
-    sealed: bool,
+    pub(super) sealed: bool,
     /// Reservations in it that may still be written.
-    outstanding: u32,
+    pub(super) outstanding: u32,
 }
 
 impl OwnArena {
@@ -157,6 +157,9 @@ impl PutTable {
     pub(super) fn release(&mut self, arenas: &[ArenaId]) {
         for id in arenas {
             if let Some(a) = self.arenas.get_mut(id) {
+                // Invariant 3 (`invariants.rs`), kept in release: a release
+                // without a reservation would return an arena still written.
+                assert!(a.outstanding > 0, "arena {id} released more reservations than it holds");
                 a.outstanding -= 1;
             }
         }

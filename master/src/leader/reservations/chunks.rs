@@ -108,6 +108,7 @@ impl PutTable {
     /// writer keeps placing objects in it.
     pub fn dev_unsafe_reclaim_chunk(&mut self, id: u64) {
         let Some(chunk) = self.chunks.get(&id) else { return };
+        self.planted_reuse = true;
         for r in &chunk.replicas {
             if let Some(a) = self.arenas.get_mut(&r.arena) {
                 let start = a.arena.extents.get(a.extent).map_or(0, |e| e.offset);

@@ -30,11 +30,13 @@
 //! beside: `placement` (which segments a put's replicas go to: spread over
 //! zones and hosts, rotated by recent bytes, ramped for an empty node),
 //! `arenas` (this term's own arenas: the bump pointer, sealing, trims,
-//! returns and the sweep of other terms' arenas) and `chunks` (writer
-//! chunks: reservations without a key).
+//! returns and the sweep of other terms' arenas), `chunks` (writer
+//! chunks: reservations without a key) and `invariants` (what holds after
+//! every change, checked in tests and debug builds).
 
 mod arenas;
 mod chunks;
+mod invariants;
 mod placement;
 
 pub use arenas::{ARENA_MAX_BYTES, ARENA_SHARE_DIVISOR, ARENA_START_BYTES, aligned, arena_cap};
@@ -129,6 +131,9 @@ pub struct PutTable {
     /// (a PutEnd into it is recorded as a deposed leader's reservation).
     chunks: HashMap<u64, Chunk>,
     next_chunk: u64,
+    /// The planted bug of `--dev-unsafe-chunk-reuse` rewound an arena's
+    /// bump pointer: [`PutTable::check`] skips what it breaks on purpose.
+    planted_reuse: bool,
 }
 
 impl PutTable {
