@@ -374,3 +374,164 @@ fn commit_echoed(s: &MetaState, ask: &EndAsk<'_>, echoed: Vec<PlacedReplica>) ->
     };
     EndPlan::propose(s, new, req.request_id)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use mooncake_auth::capability::Access;
+    use mooncake_proto::master::Replica;
+    use mooncake_raft_store::testing::{apply_next, mount_cmd, segment};
+    use mooncake_raft_store::{Response, Tier};
+    use mooncake_segment::Range;
+
+    use super::*;
+
+    const LEN: u64 = 1 << 20;
+    const WRITER: ClientId = ClientId(1000);
+
+    /// A state with two mounted memory segments and an arena on each: the
+    /// arenas' ids.
+    fn state() -> (MetaState, Vec<ArenaId>) {
+        let mut s = MetaState::default();
+        let mut arenas = Vec::new();
+        for id in 1..=2u64 {
+            apply_next(&mut s, mount_cmd(ClientId(500 + id), segment(id, 64 << 20, &format!("h{id}"))));
+            let grant = Command::ArenaGrant { segment: SegmentId(id), len_bytes: 4 * LEN, unit_bytes: LEN, term: 1 };
+            match apply_next(&mut s, grant) {
+                Response::ArenaGranted(a) => arenas.push(a.id),
+                other => panic!("no arena on segment {id}: {other:?}"),
+            }
+        }
+        (s, arenas)
+    }
+
+    fn placed(s: &MetaState, arenas: &[ArenaId]) -> Vec<PlacedReplica> {
+        arenas
+            .iter()
+            .map(|id| {
+                let a = s.arena(*id).expect("a granted arena");
+                PlacedReplica { segment: a.segment, arena: *id, range: Range::new(a.extents[0].offset, LEN) }
+            })
+            .collect()
+    }
+
+    /// The PutEnd a writer sends with `echoed` (WRITE capabilities signed
+    /// by `grants`, as its PutStart's answer carried them).
+    fn end_request(s: &MetaState, grants: &CapabilityIssuer, echoed: &[PlacedReplica]) -> PutEndRequest {
+        let mut replicas: Vec<Replica> = echoed
+            .iter()
+            .map(|p| Replica {
+                segment_id: p.segment.0,
+                offset: p.range.offset,
+                len: p.range.len,
+                arena_id: p.arena.0,
+                tier: Tier::Dram as i32,
+                ..Default::default()
+            })
+            .collect();
+        grants.grant(s, &mut replicas, Access::Write);
+        PutEndRequest { client_id: WRITER.0, key: "k".into(), size: LEN, checksum: 7, replicas, ..Default::default() }
+    }
+
+    fn issuer() -> (tempfile::TempDir, CapabilityIssuer) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = mooncake_auth::ClusterSecret::create_file(&dir.path().join("secret")).expect("secret");
+        (dir, CapabilityIssuer::new(&secret, Duration::from_secs(60)))
+    }
+
+    fn reservation(client: ClientId, replicas: Vec<PlacedReplica>) -> Reservation {
+        Reservation {
+            client,
+            size_bytes: LEN,
+            pin: Pin::None,
+            upsert: false,
+            replicas,
+            started: Instant::now(),
+            ending: 1,
+        }
+    }
+
+    fn answer(plan: EndPlan) -> Answer {
+        match plan {
+            EndPlan::Answer(a) => a,
+            EndPlan::Propose(c) => panic!("proposed {:?} where an answer was due", c.new.key),
+        }
+    }
+
+    fn proposed(plan: EndPlan) -> NewObject {
+        match plan {
+            EndPlan::Propose(c) => c.new,
+            EndPlan::Answer(a) => panic!("answered {a:?} where a commit was due"),
+        }
+    }
+
+    #[test]
+    fn the_reserving_writers_put_end_commits_what_was_reserved_and_only_that() {
+        let (s, arenas) = state();
+        let (_dir, grants) = issuer();
+        let reserved = placed(&s, &arenas);
+        let req = PutEndRequest { client_id: WRITER.0, key: "k".into(), checksum: 7, ..Default::default() };
+        let ask = EndAsk { req: &req, pin: Pin::None };
+        let new = proposed(plan_end(&s, &ask, Some(reservation(WRITER, reserved.clone())), &arenas, &grants));
+        assert_eq!((new.replicas, new.size_bytes, new.checksum), (reserved.clone(), LEN, 7));
+
+        // Another client's put of the key is in flight: only its writer ends it.
+        let other = plan_end(&s, &ask, Some(reservation(ClientId(9), reserved.clone())), &arenas, &grants);
+        assert!(matches!(answer(other), Err(Refusal::Meta(MetaError::IllegalClient(_)))));
+
+        // Echoed ranges that are not the reservation's are refused.
+        let mut moved = reserved.clone();
+        moved[0].range = Range::new(moved[0].range.offset + LEN, LEN);
+        let req = end_request(&s, &grants, &moved);
+        let ask = EndAsk { req: &req, pin: Pin::None };
+        let refused = plan_end(&s, &ask, Some(reservation(WRITER, reserved)), &arenas, &grants);
+        assert!(matches!(answer(refused), Err(Refusal::Meta(MetaError::InvalidParams(_)))));
+    }
+
+    /// A PutEnd no reservation of this leader knows (it was elected after
+    /// the PutStart) is recorded from the echoed ranges when they lie in a
+    /// live arena another leader granted and carry their WRITE grants; in
+    /// an arena of its own (where it knows every reservation), without the
+    /// grants, or with nothing echoed, the put expired.
+    #[test]
+    fn an_unknown_put_end_is_recorded_only_from_another_leaders_arena_with_its_grants() {
+        let (s, arenas) = state();
+        let (_dir, grants) = issuer();
+        let echoed = placed(&s, &arenas);
+        let req = end_request(&s, &grants, &echoed);
+        let ask = EndAsk { req: &req, pin: Pin::Soft };
+        let new = proposed(plan_end(&s, &ask, None, &[], &grants));
+        assert_eq!((new.replicas, new.pin, new.client), (echoed.clone(), Pin::Soft, WRITER));
+
+        let expired = |plan: EndPlan| matches!(answer(plan), Err(Refusal::Meta(MetaError::PutExpired(_))));
+        assert!(expired(plan_end(&s, &ask, None, &arenas[..1], &grants)), "an arena of this leader's");
+        let (_other_dir, stranger) = issuer();
+        let forged = end_request(&s, &stranger, &echoed);
+        let forged_ask = EndAsk { req: &forged, pin: Pin::None };
+        assert!(expired(plan_end(&s, &forged_ask, None, &[], &grants)), "grants this cluster did not sign");
+        let bare = PutEndRequest { client_id: WRITER.0, key: "k".into(), checksum: 7, ..Default::default() };
+        assert!(expired(plan_end(&s, &EndAsk { req: &bare, pin: Pin::None }, None, &[], &grants)), "nothing echoed");
+    }
+
+    /// A retry of a PutEnd whose commit was applied answers OK and commits
+    /// nothing again; a chunk's PutEnd of a key that exists keeps it.
+    #[test]
+    fn a_retry_of_an_applied_commit_is_answered_and_a_chunk_put_never_replaces_an_object() {
+        let (mut s, arenas) = state();
+        let (_dir, grants) = issuer();
+        let echoed = placed(&s, &arenas);
+        let req = end_request(&s, &grants, &echoed);
+        let ask = EndAsk { req: &req, pin: Pin::None };
+        let new = proposed(plan_end(&s, &ask, None, &[], &grants));
+        assert!(matches!(apply_next(&mut s, Command::PutCommit(new)), Response::Committed { .. }));
+        assert_eq!(answer(plan_end(&s, &ask, None, &[], &grants)), Ok(()), "the retry");
+
+        let same = plan_chunk_end(&s, &ask, None, ChunkCover::Inside, &[], &grants);
+        assert_eq!(answer(same), Ok(()), "the same put, echoed again");
+        let other = PutEndRequest { checksum: 8, ..req.clone() };
+        let other_ask = EndAsk { req: &other, pin: Pin::None };
+        let kept = plan_chunk_end(&s, &other_ask, None, ChunkCover::Inside, &[], &grants);
+        assert!(matches!(answer(kept), Err(Refusal::Meta(MetaError::ObjectAlreadyExists(_)))));
+    }
+}
