@@ -5,7 +5,6 @@
 use mooncake_proto::master::*;
 use mooncake_proto::{ErrorCode, HasStatus, Status};
 use mooncake_raft_store::Command;
-use tonic::metadata::MetadataMap;
 
 use super::*;
 use crate::rpc::errors::{internal, response_status};
@@ -106,21 +105,6 @@ impl MasterServiceImpl {
             Ok(r) => response_status(&r),
             Err(s) => s.into(),
         }
-    }
-
-    /// A batch of puts, item `i` acting as `writers[i]`: refused as a whole
-    /// when a writer may not act as itself ([`writers_allowed`]), then
-    /// answered as [`answer_batch`].
-    pub(super) async fn write_batch<B: Batch>(
-        &self,
-        metadata: &MetadataMap,
-        writers: &[u64],
-        answers: impl Future<Output = Result<Vec<B::Item>, Status>>,
-    ) -> RpcResult<B> {
-        if let Err(s) = writers_allowed(&self.shared, metadata, writers) {
-            return ok(refused(s));
-        }
-        answer_batch(writers, answers).await
     }
 }
 

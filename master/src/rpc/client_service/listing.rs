@@ -17,7 +17,7 @@ impl MasterServiceImpl {
     /// ListObjects: a page of the caller's key space, later pages read from
     /// the state the first page came from (kept a while, by revision).
     pub(super) async fn answer_list_objects(&self, req: Request<ListObjectsRequest>) -> RpcResult<ListObjectsResponse> {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::TENANT) {
             Ok(space) => space,
             Err(s) => return ok(ListObjectsResponse { status: Some(s), ..Default::default() }),
         };

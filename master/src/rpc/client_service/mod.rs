@@ -45,14 +45,52 @@ impl MasterServiceImpl {
     }
 }
 
+/// What a call must prove before its handler acts ([`MasterServiceImpl::admit`]).
+#[derive(Clone, Copy)]
+pub(super) struct Needs<'a> {
+    /// Client ids the call writes as: each must be the caller, by its
+    /// credential ([`writers_allowed`]).
+    writers: &'a [u64],
+    /// The admin operation it is, when it is one.
+    admin: Option<&'static str>,
+}
+
+impl<'a> Needs<'a> {
+    /// A call of a tenant's: its key space only.
+    pub(super) const TENANT: Needs<'static> = Needs { writers: &[], admin: None };
+
+    /// A write as `writers`.
+    pub(super) fn writers(writers: &'a [u64]) -> Self {
+        Needs { writers, admin: None }
+    }
+
+    /// The admin operation `what` when `admin` (a forced removal), else a
+    /// tenant's call.
+    pub(super) fn admin_if(admin: bool, what: &'static str) -> Self {
+        Needs { writers: &[], admin: admin.then_some(what) }
+    }
+}
+
 impl MasterServiceImpl {
-    /// The key space `req` acts in ([`KeySpace::of_request`]); the default
-    /// one for every call under `--dev-unsafe-ignore-tenants`.
-    fn space<T>(&self, req: &Request<T>) -> Result<KeySpace, Status> {
-        match self.edge.ignore_tenants {
-            true => Ok(KeySpace::default()),
-            false => KeySpace::of_request(req),
+    /// The one admission of every client-API call, before its handler
+    /// acts: the admin role when `needs` names an admin operation, the key
+    /// space it acts in (its tenant, [`KeySpace::of_request`]; the default
+    /// one under the planted bug `--dev-unsafe-ignore-tenants`), and that
+    /// each writer it names is the caller. Store-node calls (mounts, pings,
+    /// reports) prove their client by the credential they carry
+    /// (`identity.rs`).
+    fn admit<T>(&self, req: &Request<T>, needs: Needs<'_>) -> Result<KeySpace, Status> {
+        if let Some(what) = needs.admin {
+            self.edge.roles.require_admin(req, what)?;
         }
+        let space = match self.edge.ignore_tenants {
+            true => KeySpace::default(),
+            false => KeySpace::of_request(req)?,
+        };
+        if !needs.writers.is_empty() {
+            writers_allowed(&self.shared, req.metadata(), needs.writers)?;
+        }
+        Ok(space)
     }
 }
 
@@ -97,7 +135,7 @@ impl MasterService for MasterServiceImpl {
 
     async fn watch(&self, req: Request<WatchRequest>) -> RpcResult<Self::WatchStream> {
         let s = &self.shared;
-        let space = self.space(&req);
+        let space = self.admit(&req, Needs::TENANT);
         let peer = req.remote_addr().map(|a| a.ip());
         let asked = (req.into_inner(), peer);
         ok(crate::rpc::watch::open(s.events.clone(), &self.edge.watchers, s.id, space, asked, self.stop.clone()))
@@ -154,13 +192,10 @@ impl MasterService for MasterServiceImpl {
 
     async fn put_start(&self, req: Request<PutStartRequest>) -> RpcResult<PutStartResponse> {
         let refused = |s: Status| ok(PutStartResponse { status: Some(s), replicas: vec![] });
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::writers(&[req.get_ref().client_id])) {
             Ok(space) => space,
             Err(s) => return refused(s),
         };
-        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
-            return refused(s);
-        }
         let mut r = req.into_inner();
         r.key = match space.stored(&r.key) {
             Ok(key) => key,
@@ -170,13 +205,10 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_end(&self, req: Request<PutEndRequest>) -> RpcResult<PutEndResponse> {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::writers(&[req.get_ref().client_id])) {
             Ok(space) => space,
             Err(s) => return ok(PutEndResponse { status: Some(s) }),
         };
-        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
-            return ok(PutEndResponse { status: Some(s) });
-        }
         let mut r = req.into_inner();
         r.key = match space.stored(&r.key) {
             Ok(key) => key,
@@ -197,13 +229,10 @@ impl MasterService for MasterServiceImpl {
 
     async fn reserve_chunk(&self, req: Request<ReserveChunkRequest>) -> RpcResult<ReserveChunkResponse> {
         let refused = |s: Status| ok(ReserveChunkResponse { status: Some(s), ..Default::default() });
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::writers(&[req.get_ref().client_id])) {
             Ok(space) => space,
             Err(s) => return refused(s),
         };
-        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
-            return refused(s);
-        }
         // A tenant's quota is checked at PutStart: its small puts go that way.
         if crate::objects::quotas::has_quota(&self.shared, space.tenant()) {
             return refused(Status::with(
@@ -226,7 +255,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn return_chunk(&self, req: Request<ReturnChunkRequest>) -> RpcResult<ReturnChunkResponse> {
-        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
+        if let Err(s) = self.admit(&req, Needs::writers(&[req.get_ref().client_id])) {
             return ok(ReturnChunkResponse { status: Some(s) });
         }
         let r = req.into_inner();
@@ -236,13 +265,10 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn put_revoke(&self, req: Request<PutRevokeRequest>) -> RpcResult<PutRevokeResponse> {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::writers(&[req.get_ref().client_id])) {
             Ok(space) => space,
             Err(s) => return ok(PutRevokeResponse { status: Some(s) }),
         };
-        if let Err(s) = writers_allowed(&self.shared, req.metadata(), &[req.get_ref().client_id]) {
-            return ok(PutRevokeResponse { status: Some(s) });
-        }
         let mut r = req.into_inner();
         r.key = match space.stored(&r.key) {
             Ok(key) => key,
@@ -252,7 +278,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
-        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.admit(&req, Needs::TENANT).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(refused(s)),
         };
@@ -260,7 +286,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn exist_key(&self, req: Request<ExistKeyRequest>) -> RpcResult<ExistKeyResponse> {
-        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.admit(&req, Needs::TENANT).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(refused(s)),
         };
@@ -268,7 +294,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn get_size(&self, req: Request<GetSizeRequest>) -> RpcResult<GetSizeResponse> {
-        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.admit(&req, Needs::TENANT).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(GetSizeResponse { status: Some(s), size: 0 }),
         };
@@ -285,12 +311,8 @@ impl MasterService for MasterServiceImpl {
 
     async fn remove(&self, req: Request<RemoveRequest>) -> RpcResult<RemoveResponse> {
         // Forced, it ignores the KV lease and the pin: an admin operation.
-        if req.get_ref().force
-            && let Err(s) = self.edge.roles.require_admin(&req, "Remove with force")
-        {
-            return ok(RemoveResponse { status: Some(s) });
-        }
-        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let needs = Needs::admin_if(req.get_ref().force, "Remove with force");
+        let key = match self.admit(&req, needs).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return ok(RemoveResponse { status: Some(s) }),
         };
@@ -301,12 +323,7 @@ impl MasterService for MasterServiceImpl {
 
     async fn remove_all(&self, req: Request<RemoveAllRequest>) -> RpcResult<RemoveAllResponse> {
         // Forced, it ignores every KV lease and pin: an admin operation.
-        let allowed = match req.get_ref().force {
-            true => self.edge.roles.require_admin(&req, "RemoveAll with force"),
-            false => Ok(()),
-        };
-        let space = allowed.and_then(|()| self.space(&req));
-        let space = match space {
+        let space = match self.admit(&req, Needs::admin_if(req.get_ref().force, "RemoveAll with force")) {
             Ok(space) => space,
             Err(s) => return ok(RemoveAllResponse { status: Some(s), removed: 0 }),
         };
@@ -322,12 +339,12 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_put_start(&self, req: Request<BatchPutStartRequest>) -> RpcResult<BatchPutStartResponse> {
-        let space = match self.space(&req) {
+        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
+        let space = match self.admit(&req, Needs::writers(&writers)) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
-        let (metadata, _, reqs) = req.into_parts();
-        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let reqs = req.into_inner();
         let answers = async {
             let mut responses = Vec::with_capacity(reqs.requests.len());
             for r in &reqs.requests {
@@ -344,16 +361,16 @@ impl MasterService for MasterServiceImpl {
             }
             Ok(responses)
         };
-        self.write_batch(&metadata, &writers, answers).await
+        answer_batch(&writers, answers).await
     }
 
     async fn batch_put_end(&self, req: Request<BatchPutEndRequest>) -> RpcResult<BatchPutEndResponse> {
-        let space = match self.space(&req) {
+        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
+        let space = match self.admit(&req, Needs::writers(&writers)) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
-        let (metadata, _, mut reqs) = req.into_parts();
-        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let mut reqs = req.into_inner();
         let (keys, refusals) = space.stored_all(&reqs.requests.iter().map(|r| r.key.clone()).collect::<Vec<_>>());
         for (r, key) in reqs.requests.iter_mut().zip(keys) {
             r.key = key;
@@ -386,16 +403,16 @@ impl MasterService for MasterServiceImpl {
             }
             Ok(statuses.into_iter().map(|s| PutEndResponse { status: Some(s) }).collect())
         };
-        self.write_batch(&metadata, &writers, answers).await
+        answer_batch(&writers, answers).await
     }
 
     async fn batch_put_revoke(&self, req: Request<BatchPutRevokeRequest>) -> RpcResult<BatchPutRevokeResponse> {
-        let space = match self.space(&req) {
+        let writers: Vec<u64> = req.get_ref().requests.iter().map(|r| r.client_id).collect();
+        let space = match self.admit(&req, Needs::writers(&writers)) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
-        let (metadata, _, reqs) = req.into_parts();
-        let writers: Vec<u64> = reqs.requests.iter().map(|r| r.client_id).collect();
+        let reqs = req.into_inner();
         // Unlike a PutStart's or PutEnd's, a revoke's NOT_LEADER answers its
         // item only: the batch itself is answered OK.
         let answers = async {
@@ -405,14 +422,14 @@ impl MasterService for MasterServiceImpl {
             };
             Ok(reqs.requests.iter().map(|r| PutRevokeResponse { status: Some(revoke(r)) }).collect())
         };
-        self.write_batch(&metadata, &writers, answers).await
+        answer_batch(&writers, answers).await
     }
 
     async fn batch_get_replica_list(
         &self,
         req: Request<BatchGetReplicaListRequest>,
     ) -> RpcResult<BatchGetReplicaListResponse> {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::TENANT) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -426,7 +443,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_exist_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::TENANT) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -440,7 +457,7 @@ impl MasterService for MasterServiceImpl {
     }
 
     async fn batch_probe_key(&self, req: Request<BatchExistKeyRequest>) -> RpcResult<BatchExistKeyResponse> {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::TENANT) {
             Ok(space) => space,
             Err(s) => return ok(refused(s)),
         };
@@ -456,12 +473,7 @@ impl MasterService for MasterServiceImpl {
     async fn batch_remove(&self, req: Request<BatchRemoveRequest>) -> RpcResult<BatchRemoveResponse> {
         // Forced, it ignores KV leases and pins: an admin operation (else
         // ListObjects and a forced BatchRemove would be a forced RemoveAll).
-        if req.get_ref().force
-            && let Err(s) = self.edge.roles.require_admin(&req, "BatchRemove with force")
-        {
-            return ok(BatchRemoveResponse { status: Some(s), responses: vec![] });
-        }
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::admin_if(req.get_ref().force, "BatchRemove with force")) {
             Ok(space) => space,
             Err(s) => return ok(BatchRemoveResponse { status: Some(s), responses: vec![] }),
         };

@@ -54,7 +54,7 @@ fn query_answer(id: TaskId, task: Result<UserTask, Refusal>) -> QueryTaskRespons
 
 impl MasterServiceImpl {
     pub(super) async fn copy_task(&self, req: Request<CreateCopyTaskRequest>) -> CreateTaskResponse {
-        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.admit(&req, Needs::TENANT).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return CreateTaskResponse { status: Some(s), id: None },
         };
@@ -62,7 +62,7 @@ impl MasterServiceImpl {
     }
 
     pub(super) async fn move_task(&self, req: Request<CreateMoveTaskRequest>) -> CreateTaskResponse {
-        let key = match self.space(&req).and_then(|space| space.stored(&req.get_ref().key)) {
+        let key = match self.admit(&req, Needs::TENANT).and_then(|space| space.stored(&req.get_ref().key)) {
             Ok(key) => key,
             Err(s) => return CreateTaskResponse { status: Some(s), id: None },
         };
@@ -71,7 +71,7 @@ impl MasterServiceImpl {
     }
 
     pub(super) fn task_state(&self, req: Request<QueryTaskRequest>) -> QueryTaskResponse {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::TENANT) {
             Ok(space) => space,
             Err(s) => return QueryTaskResponse { status: Some(s), ..Default::default() },
         };
@@ -80,7 +80,7 @@ impl MasterServiceImpl {
     }
 
     pub(super) async fn prefetch(&self, req: Request<PrefetchToMemoryRequest>) -> PrefetchToMemoryResponse {
-        let space = match self.space(&req) {
+        let space = match self.admit(&req, Needs::TENANT) {
             Ok(space) => space,
             Err(s) => return PrefetchToMemoryResponse { status: Some(s), queued: 0 },
         };
