@@ -5,12 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use mooncake_proto::master::{ArenaFence, FenceAck};
 use mooncake_raft_store::{ArenaId, Command};
 use mooncake_segment::{ClientId, SegmentId};
 
 use crate::leader::LeaderState;
-use crate::leader::arena_fences::FenceWakes;
+use crate::leader::arena_fences::{FenceWakes, SegmentFence};
 use crate::raft::proposer::Proposer;
 use crate::shared::Shared;
 
@@ -18,7 +17,12 @@ use crate::shared::Shared;
 /// now: all of them (`only_due` false: a mount answer), or those the client
 /// has yet to acknowledge (Ping and TakeCopies answers). Empty when this
 /// master does not lead.
-pub fn fences_of(shared: &Shared, client: ClientId, segments: Option<&[SegmentId]>, only_due: bool) -> Vec<ArenaFence> {
+pub fn fences_of(
+    shared: &Shared,
+    client: ClientId,
+    segments: Option<&[SegmentId]>,
+    only_due: bool,
+) -> Vec<SegmentFence> {
     // The soft state first, then the state (see `ArenaFences`): an arena
     // returned before the clone is gone from the state read after it.
     let Some(fences) = shared.leader.with(|t| t.fences.clone()) else { return Vec::new() };
@@ -32,30 +36,22 @@ pub fn fences_of(shared: &Shared, client: ClientId, segments: Option<&[SegmentId
             .filter(|id| !only_due || fences.due(*id))
             .map(|id| {
                 let in_state = s.arenas().filter(|a| a.segment == id).map(|a| a.id);
-                let f = fences.fence(id, in_state, s.next_arena_id());
-                ArenaFence {
-                    segment_id: f.segment.0,
-                    version: f.version,
-                    live: f.live.into_iter().collect(),
-                    next: f.next,
-                }
+                fences.fence(id, in_state, s.next_arena_id())
             })
             .collect()
     })
 }
 
-/// Records the fences `client`'s store node says it enforces (only for
-/// segments it owns); wakes puts waiting to return arenas when one counts.
-pub fn take_acks(shared: &Shared, client: ClientId, acks: &[FenceAck]) {
+/// Records the fences `client`'s store node says it enforces, as (segment,
+/// fence version), only for segments it owns; wakes puts waiting to return
+/// arenas when one counts.
+pub fn take_acks(shared: &Shared, client: ClientId, acks: &[(SegmentId, u64)]) {
     if acks.is_empty() {
         return;
     }
-    let owned: Vec<(SegmentId, u64)> = shared.reader.read(|s| {
-        acks.iter()
-            .map(|a| (SegmentId(a.segment_id), a.version))
-            .filter(|(id, _)| s.segment(*id).is_some_and(|g| g.owner == client))
-            .collect()
-    });
+    let owned: Vec<(SegmentId, u64)> = shared
+        .reader
+        .read(|s| acks.iter().copied().filter(|(id, _)| s.segment(*id).is_some_and(|g| g.owner == client)).collect());
     let moved = shared.leader.with(|t| {
         let mut moved = false;
         for (segment, version) in owned {

@@ -1,7 +1,9 @@
 //! The master's side of data-path capabilities (`mooncake_auth::capability`):
-//! the segment keys it hands to store nodes in mount answers, and the
-//! capability it puts in every replica it hands to a client (WRITE in
-//! PutStart answers, READ in GetReplicaList answers).
+//! the segment keys it hands to store nodes in mount answers, the
+//! capability for every replica it hands to a client (WRITE in PutStart
+//! answers, READ in GetReplicaList answers; the edge puts them in the
+//! replicas, `rpc/grants.rs`), and the check of a WRITE capability a
+//! PutEnd echoes back.
 //!
 //! Keys are derived from the cluster secret, so every master derives the
 //! same key for a segment and nothing is stored or replicated; derived keys
@@ -18,9 +20,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mooncake_auth::capability::{self, Access, Requested, SEGMENT_KEY_BYTES, SegmentKey};
 use mooncake_auth::{ClusterSecret, MacKey};
-use mooncake_proto::master::Replica;
-use mooncake_raft_store::MetaState;
-use mooncake_segment::{ClientId, SegmentId};
+use mooncake_raft_store::{ArenaId, MetaState, PlacedReplica};
+use mooncake_segment::{ClientId, Range, SegmentId};
 
 /// Most segment keys cached. A cluster of 100 store nodes mounts a few
 /// hundred segments; past this many (a churn of remounts) the cache starts
@@ -45,43 +46,52 @@ impl CapabilityIssuer {
         capability::segment_key(&self.root, segment.0, owner.0)
     }
 
-    /// Fills the capability of each replica with `access` to its range, for
-    /// the segment's owner in `state`; a WRITE names the replica's arena
-    /// (`Replica.arena_id`). A replica of a segment `state` does not know
-    /// gets none (the store node would refuse it anyway).
-    pub fn grant(&self, state: &MetaState, replicas: &mut [Replica], access: Access) {
+    /// The capability with `access` to `range` of `segment` (a WRITE
+    /// naming `arena`), for the segment's owner in `state`, valid for this
+    /// issuer's TTL; none for a segment `state` does not know (its store
+    /// node would refuse it anyway). The edge puts it in the replicas it
+    /// hands out (`rpc/grants.rs`).
+    pub fn issue(
+        &self,
+        state: &MetaState,
+        segment: SegmentId,
+        range: Range,
+        arena: ArenaId,
+        access: Access,
+    ) -> Option<Vec<u8>> {
+        let owner = state.segment(segment).map(|s| s.owner)?;
         let expires_unix_ms = unix_ms_now().saturating_add(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX));
-        for replica in replicas {
-            let segment = SegmentId(replica.segment_id);
-            let Some(owner) = state.segment(segment).map(|s| s.owner) else { continue };
-            let requested = Requested { segment_id: segment.0, offset: replica.offset, len: replica.len, access };
-            let arena = match access {
-                Access::Write => replica.arena_id,
-                Access::Read => 0,
-            };
-            let cap = capability::issue_in_arena(&self.key(segment, owner), &requested, arena, expires_unix_ms);
-            replica.capability = cap.encode().to_vec();
-        }
+        let requested = Requested { segment_id: segment.0, offset: range.offset, len: range.len, access };
+        let arena = match access {
+            Access::Write => arena.0,
+            Access::Read => 0,
+        };
+        let cap = capability::issue_in_arena(&self.key(segment, owner), &requested, arena, expires_unix_ms);
+        Some(cap.encode().to_vec())
     }
 
-    /// Checks that `replica` (echoed back in a PutEnd) carries a WRITE
-    /// capability this cluster issued for its segment (as owned in
-    /// `state`), its arena and a range covering its own, still valid on
-    /// this master's clock: the proof that the sender was handed that
-    /// range. Why not, when it does not.
-    pub fn check_write(&self, state: &MetaState, replica: &Replica) -> Result<(), String> {
-        let segment = SegmentId(replica.segment_id);
+    /// Checks that `capability` (echoed back in a PutEnd with `replica`)
+    /// is a WRITE capability this cluster issued for the replica's segment
+    /// (as owned in `state`), its arena and a range covering its own, still
+    /// valid on this master's clock: the proof that the sender was handed
+    /// that range. Why not, when it is not.
+    pub fn check_write(&self, state: &MetaState, replica: &PlacedReplica, capability: &[u8]) -> Result<(), String> {
+        let segment = replica.segment;
         let Some(owner) = state.segment(segment).map(|s| s.owner) else {
             return Err(format!("segment {} is not mounted", segment.0));
         };
-        let requested =
-            Requested { segment_id: segment.0, offset: replica.offset, len: replica.len, access: Access::Write };
-        let cap = capability::verify(&self.key(segment, owner), &replica.capability, &requested, unix_ms_now())
+        let requested = Requested {
+            segment_id: segment.0,
+            offset: replica.range.offset,
+            len: replica.range.len,
+            access: Access::Write,
+        };
+        let cap = capability::verify(&self.key(segment, owner), capability, &requested, unix_ms_now())
             .map_err(|e| format!("its WRITE capability for segment {}: {e}", segment.0))?;
-        if cap.arena != replica.arena_id {
+        if cap.arena != replica.arena.0 {
             return Err(format!(
                 "its WRITE capability is for arena {}, the replica names arena {}",
-                cap.arena, replica.arena_id
+                cap.arena, replica.arena.0
             ));
         }
         Ok(())

@@ -21,7 +21,6 @@
 
 use std::time::Instant;
 
-use mooncake_proto::master::ReserveChunkRequest;
 use mooncake_raft_store::state::REPLICA_NUM_MAX;
 use mooncake_raft_store::{MetaError, PlacedReplica};
 use mooncake_segment::ClientId;
@@ -48,11 +47,11 @@ pub const CHUNK_MAX_BYTES: u64 = 64 << 20;
 /// never evicting: a chunk needs contiguous room, which an LRU's scattered
 /// victims rarely make, so evicting for it would empty a fragmented cache
 /// (a writer refused puts the usual way, which evicts what each needs).
-pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &str) -> Result<Chunk, Refusal> {
+pub async fn reserve_chunk(shared: &Shared, req: &ChunkAsk, tenant: &str) -> Result<Chunk, Refusal> {
     let no_room = |why: String| {
         Err(MetaError::NoAvailableHandle(format!("no writer chunk: {why}; put the usual way (PutStart)")).into())
     };
-    let replicas = req.replica_num.max(1);
+    let replicas = req.replicas.max(1);
     if replicas > REPLICA_NUM_MAX {
         return Err(Refusal::Meta(MetaError::InvalidParams(format!(
             "replica_num {replicas} of a writer chunk: give 1..={REPLICA_NUM_MAX}"
@@ -64,7 +63,7 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
             req.len, req.min_len
         ))));
     }
-    let client = ClientId(req.client_id);
+    let client = req.client;
     let mut round = Round::default();
     // The chunk's length: asked, then halved while no segment has that
     // much contiguous room (a full cache's free bytes lie in the holes
@@ -126,6 +125,15 @@ pub async fn reserve_chunk(shared: &Shared, req: &ReserveChunkRequest, tenant: &
         }
     }
     no_room(format!("no room made in {CHUNK_ROUNDS_MAX} rounds of arena grants"))
+}
+
+/// What a ReserveChunk asks for: `len` bytes per replica (at least
+/// `min_len` where no segment has `len` contiguous), on `replicas` segments.
+pub struct ChunkAsk {
+    pub client: ClientId,
+    pub replicas: u32,
+    pub len: u64,
+    pub min_len: u64,
 }
 
 /// A granted writer chunk: its id, one range per replica (the edge hands

@@ -9,12 +9,11 @@
 //! expired", and the client library puts again. A PutEnd naming a writer
 //! chunk (`chunks.rs`) is recorded if its ranges lie in that chunk.
 
-use mooncake_proto::master::PutEndRequest;
 use mooncake_raft_store::{
     ArenaId, Command, MetaError, MetaState, NewObject, Pin, PlacedReplica, ReplicaPlacement, Tier,
 };
+use mooncake_segment::ClientId;
 use mooncake_segment::tenant::tenant_of;
-use mooncake_segment::{ClientId, Range, SegmentId};
 
 use crate::leader::kv_lease::KeyHash;
 use crate::leader::reservations::{ChunkCover, Reservation};
@@ -24,27 +23,29 @@ use crate::objects::quotas;
 use crate::refusal::{Refusal, answered};
 use crate::shared::Shared;
 
-/// One PutEnd as the leader plans it: the request, and its pin as the edge
-/// read it (refused there when this version does not know it).
+/// One PutEnd as the leader plans it, read off the wire at the edge
+/// (`rpc/convert.rs`; a pin this version does not know is refused there).
+#[derive(Clone, Debug)]
 pub struct EndAsk<'a> {
-    pub req: &'a PutEndRequest,
+    /// The stored key (the caller's tenant applied).
+    pub key: &'a str,
+    pub client: ClientId,
+    pub size: u64,
+    pub checksum: u32,
+    pub upsert: bool,
+    /// Applied at most once per id; 0: none.
+    pub request_id: u64,
+    /// The writer chunk its ranges lie in; 0: a PutStart's put.
+    pub chunk_id: u64,
     pub pin: Pin,
+    /// The ranges the writer echoed back (empty: it named only its key) ...
+    pub echoed: Vec<PlacedReplica>,
+    /// ... and the WRITE capability it was handed for each, in order.
+    pub grants: Vec<&'a [u8]>,
 }
 
 /// The answer a plan gives without a commit.
 type Answer = Result<(), Refusal>;
-
-/// The replicas a writer echoed back in its PutEnd.
-fn placed_from(req: &PutEndRequest) -> Vec<PlacedReplica> {
-    req.replicas
-        .iter()
-        .map(|r| PlacedReplica {
-            segment: SegmentId(r.segment_id),
-            arena: ArenaId(r.arena_id),
-            range: Range::new(r.offset, r.len),
-        })
-        .collect()
-}
 
 /// What the leader's table knows of one PutEnd.
 enum Known {
@@ -93,7 +94,7 @@ impl EndPlan {
 
 /// PutEnd of many objects: one proposal for all of them.
 pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Refusal>> {
-    let reqs: Vec<&PutEndRequest> = asks.iter().map(|a| a.req).collect();
+    let reqs = asks;
     let Some((owned, known)) = shared.leader.with(|t| {
         // Marked as ending: a revoke racing this PutEnd's commit must not
         // answer that the put had no effect. A put placed in a writer chunk
@@ -102,23 +103,19 @@ pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Ref
         let known: Vec<Known> = reqs
             .iter()
             .map(|r| {
-                let client = ClientId(r.client_id);
+                let client = r.client;
                 match r.chunk_id {
-                    0 => Known::Reserved(t.puts.begin_end(&r.key, client)),
+                    0 => Known::Reserved(t.puts.begin_end(r.key, client)),
                     id => Known::Chunk {
-                        in_flight: t.puts.find(&r.key).map(|p| p.client),
-                        cover: t.puts.chunk_covers(client, id, &placed_from(r)),
+                        in_flight: t.puts.find(r.key).map(|p| p.client),
+                        cover: t.puts.chunk_covers(client, id, &r.echoed),
                     },
                 }
             })
             .collect();
         // The arenas named that this leader granted (it knows their ranges).
-        let owned: Vec<ArenaId> = reqs
-            .iter()
-            .flat_map(|r| r.replicas.iter())
-            .map(|r| ArenaId(r.arena_id))
-            .filter(|a| t.puts.owns(*a))
-            .collect();
+        let owned: Vec<ArenaId> =
+            reqs.iter().flat_map(|r| r.echoed.iter()).map(|r| r.arena).filter(|a| t.puts.owns(*a)).collect();
         (owned, known)
     }) else {
         return vec![Err(shared.not_leader()); reqs.len()];
@@ -171,12 +168,12 @@ pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Ref
         let mut written = Vec::with_capacity(reqs.len());
         for (req, answer) in reqs.iter().zip(&out) {
             if req.chunk_id == 0 {
-                t.puts.finish(&req.key, ClientId(req.client_id));
+                t.puts.finish(req.key, req.client);
             }
             if answer.is_ok() {
-                written.push(KeyHash::of(&req.key));
+                written.push(KeyHash::of(req.key));
                 if eager {
-                    t.copies.note_fresh(&req.key);
+                    t.copies.note_fresh(req.key);
                     fresh = true;
                 }
             }
@@ -207,8 +204,8 @@ fn wake_eviction_past_watermark(shared: &Shared) {
 /// key, or a retry of a PutEnd that was applied, which gets its first
 /// answer whatever happened to the object since (a remove must not be
 /// undone by a retry).
-fn answered_already(s: &MetaState, req: &PutEndRequest) -> Option<EndPlan> {
-    if let Err(e) = mooncake_raft_store::state::validate_stored_key(&req.key) {
+fn answered_already(s: &MetaState, req: &EndAsk<'_>) -> Option<EndPlan> {
+    if let Err(e) = mooncake_raft_store::state::validate_stored_key(req.key) {
         return Some(EndPlan::Answer(Err(e.into())));
     }
     if req.request_id != 0
@@ -228,12 +225,12 @@ fn plan_end(
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
-    let req = ask.req;
+    let req = ask;
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
-    let client = ClientId(req.client_id);
-    let echoed = placed_from(req);
+    let client = req.client;
+    let echoed = req.echoed.clone();
     match reservation {
         Some(r) if r.client == client => {
             if !echoed.is_empty() && echoed != r.replicas {
@@ -245,7 +242,7 @@ fn plan_end(
             }
             let new = NewObject {
                 client,
-                key: req.key.clone(),
+                key: req.key.to_string(),
                 size_bytes: r.size_bytes,
                 checksum: req.checksum,
                 pin: r.pin,
@@ -279,28 +276,28 @@ fn plan_chunk_end(
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
-    let req = ask.req;
+    let req = ask;
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
-    let client = ClientId(req.client_id);
-    let echoed = placed_from(req);
+    let client = req.client;
+    let echoed = req.echoed.clone();
     // A key that exists is kept (upstream's answer), without a commit: the
     // writer's bytes stay garbage in its chunk.
     if !req.upsert
-        && let Some(o) = s.object(&req.key)
+        && let Some(o) = s.object(req.key)
     {
         let same = o.writer == client
             && o.checksum == req.checksum
             && o.replicas.iter().map(|r| (r.segment, r.range)).eq(echoed.iter().map(|r| (r.segment, r.range)));
         return EndPlan::Answer(match same {
             true => Ok(()),
-            false => Err(MetaError::ObjectAlreadyExists(req.key.clone()).into()),
+            false => Err(MetaError::ObjectAlreadyExists(req.key.to_string()).into()),
         });
     }
     // Another writer's PutStart of the key came first: it wins.
     if in_flight.is_some_and(|writer| writer != client) {
-        return EndPlan::Answer(Err(MetaError::ObjectAlreadyExists(req.key.clone()).into()));
+        return EndPlan::Answer(Err(MetaError::ObjectAlreadyExists(req.key.to_string()).into()));
     }
     match cover {
         ChunkCover::Inside => commit_echoed(s, ask, echoed),
@@ -322,11 +319,11 @@ fn plan_unknown_end(
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
-    let req = ask.req;
-    let client = ClientId(req.client_id);
+    let req = ask;
+    let client = req.client;
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
-    if let Some(o) = s.object(&req.key)
+    if let Some(o) = s.object(req.key)
         && o.writer == client
         && o.checksum == req.checksum
         && (placements.is_empty() || o.replicas == placements)
@@ -346,14 +343,17 @@ fn plan_unknown_end(
     // Only the writer a range was handed to holds its WRITE capability:
     // anyone else naming free bytes of an earlier term's arena (another
     // tenant's removed object, or a put still being written) is refused.
-    if let Some(why) = req.replicas.iter().find_map(|r| grants.check_write(s, r).err()) {
+    let unproven = req.echoed.iter().zip(&req.grants).find_map(|(p, cap)| grants.check_write(s, p, cap).err());
+    if let Some(why) = unproven
+        .or_else(|| (req.grants.len() != req.echoed.len()).then(|| "a range came without its grant".to_string()))
+    {
         return EndPlan::Answer(Err(MetaError::PutExpired(format!(
             "{:?}: this master holds no reservation for it and {why}; put it again",
             req.key
         ))
         .into()));
     }
-    if let Some(refused) = quotas::over_quota_at_end(s, &req.key, req.size, req.upsert) {
+    if let Some(refused) = quotas::over_quota_at_end(s, req.key, req.size, req.upsert) {
         return EndPlan::Answer(Err(refused));
     }
     commit_echoed(s, ask, echoed)
@@ -362,10 +362,10 @@ fn plan_unknown_end(
 /// The commit of a put recorded from what its writer sent: its ranges,
 /// size, checksum, pin and upsert.
 fn commit_echoed(s: &MetaState, ask: &EndAsk<'_>, echoed: Vec<PlacedReplica>) -> EndPlan {
-    let (req, pin) = (ask.req, ask.pin);
+    let (req, pin) = (ask, ask.pin);
     let new = NewObject {
-        client: ClientId(req.client_id),
-        key: req.key.clone(),
+        client: req.client,
+        key: req.key.to_string(),
         size_bytes: req.size,
         checksum: req.checksum,
         pin,
@@ -380,10 +380,9 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use mooncake_auth::capability::Access;
-    use mooncake_proto::master::Replica;
+    use mooncake_raft_store::Response;
     use mooncake_raft_store::testing::{apply_next, mount_cmd, segment};
-    use mooncake_raft_store::{Response, Tier};
-    use mooncake_segment::Range;
+    use mooncake_segment::{Range, SegmentId};
 
     use super::*;
 
@@ -416,22 +415,29 @@ mod tests {
             .collect()
     }
 
-    /// The PutEnd a writer sends with `echoed` (WRITE capabilities signed
-    /// by `grants`, as its PutStart's answer carried them).
-    fn end_request(s: &MetaState, grants: &CapabilityIssuer, echoed: &[PlacedReplica]) -> PutEndRequest {
-        let mut replicas: Vec<Replica> = echoed
+    /// The WRITE capabilities `grants` hands out for `echoed` (what a
+    /// PutStart's answer carried).
+    fn signed(s: &MetaState, grants: &CapabilityIssuer, echoed: &[PlacedReplica]) -> Vec<Vec<u8>> {
+        echoed
             .iter()
-            .map(|p| Replica {
-                segment_id: p.segment.0,
-                offset: p.range.offset,
-                len: p.range.len,
-                arena_id: p.arena.0,
-                tier: Tier::Dram as i32,
-                ..Default::default()
-            })
-            .collect();
-        grants.grant(s, &mut replicas, Access::Write);
-        PutEndRequest { client_id: WRITER.0, key: "k".into(), size: LEN, checksum: 7, replicas, ..Default::default() }
+            .map(|p| grants.issue(s, p.segment, p.range, p.arena, Access::Write).expect("a mounted segment"))
+            .collect()
+    }
+
+    /// The PutEnd of `k` by the writer, echoing `echoed` with `caps`.
+    fn end<'a>(echoed: &[PlacedReplica], caps: &'a [Vec<u8>], checksum: u32, pin: Pin) -> EndAsk<'a> {
+        EndAsk {
+            key: "k",
+            client: WRITER,
+            size: LEN,
+            checksum,
+            upsert: false,
+            request_id: 0,
+            chunk_id: 0,
+            pin,
+            echoed: echoed.to_vec(),
+            grants: caps.iter().map(Vec::as_slice).collect(),
+        }
     }
 
     fn issuer() -> (tempfile::TempDir, CapabilityIssuer) {
@@ -471,21 +477,20 @@ mod tests {
         let (s, arenas) = state();
         let (_dir, grants) = issuer();
         let reserved = placed(&s, &arenas);
-        let req = PutEndRequest { client_id: WRITER.0, key: "k".into(), checksum: 7, ..Default::default() };
-        let ask = EndAsk { req: &req, pin: Pin::None };
-        let new = proposed(plan_end(&s, &ask, Some(reservation(WRITER, reserved.clone())), &arenas, &grants));
+        let bare = end(&[], &[], 7, Pin::None);
+        let new = proposed(plan_end(&s, &bare, Some(reservation(WRITER, reserved.clone())), &arenas, &grants));
         assert_eq!((new.replicas, new.size_bytes, new.checksum), (reserved.clone(), LEN, 7));
 
         // Another client's put of the key is in flight: only its writer ends it.
-        let other = plan_end(&s, &ask, Some(reservation(ClientId(9), reserved.clone())), &arenas, &grants);
+        let other = plan_end(&s, &bare, Some(reservation(ClientId(9), reserved.clone())), &arenas, &grants);
         assert!(matches!(answer(other), Err(Refusal::Meta(MetaError::IllegalClient(_)))));
 
         // Echoed ranges that are not the reservation's are refused.
         let mut moved = reserved.clone();
         moved[0].range = Range::new(moved[0].range.offset + LEN, LEN);
-        let req = end_request(&s, &grants, &moved);
-        let ask = EndAsk { req: &req, pin: Pin::None };
-        let refused = plan_end(&s, &ask, Some(reservation(WRITER, reserved)), &arenas, &grants);
+        let caps = signed(&s, &grants, &moved);
+        let refused =
+            plan_end(&s, &end(&moved, &caps, 7, Pin::None), Some(reservation(WRITER, reserved)), &arenas, &grants);
         assert!(matches!(answer(refused), Err(Refusal::Meta(MetaError::InvalidParams(_)))));
     }
 
@@ -499,19 +504,18 @@ mod tests {
         let (s, arenas) = state();
         let (_dir, grants) = issuer();
         let echoed = placed(&s, &arenas);
-        let req = end_request(&s, &grants, &echoed);
-        let ask = EndAsk { req: &req, pin: Pin::Soft };
+        let caps = signed(&s, &grants, &echoed);
+        let ask = end(&echoed, &caps, 7, Pin::Soft);
         let new = proposed(plan_end(&s, &ask, None, &[], &grants));
         assert_eq!((new.replicas, new.pin, new.client), (echoed.clone(), Pin::Soft, WRITER));
 
         let expired = |plan: EndPlan| matches!(answer(plan), Err(Refusal::Meta(MetaError::PutExpired(_))));
         assert!(expired(plan_end(&s, &ask, None, &arenas[..1], &grants)), "an arena of this leader's");
         let (_other_dir, stranger) = issuer();
-        let forged = end_request(&s, &stranger, &echoed);
-        let forged_ask = EndAsk { req: &forged, pin: Pin::None };
-        assert!(expired(plan_end(&s, &forged_ask, None, &[], &grants)), "grants this cluster did not sign");
-        let bare = PutEndRequest { client_id: WRITER.0, key: "k".into(), checksum: 7, ..Default::default() };
-        assert!(expired(plan_end(&s, &EndAsk { req: &bare, pin: Pin::None }, None, &[], &grants)), "nothing echoed");
+        let forged = signed(&s, &stranger, &echoed);
+        assert!(expired(plan_end(&s, &end(&echoed, &forged, 7, Pin::None), None, &[], &grants)), "grants not ours");
+        assert!(expired(plan_end(&s, &end(&echoed, &caps[..1], 7, Pin::None), None, &[], &grants)), "a grant missing");
+        assert!(expired(plan_end(&s, &end(&[], &[], 7, Pin::None), None, &[], &grants)), "nothing echoed");
     }
 
     /// A retry of a PutEnd whose commit was applied answers OK and commits
@@ -521,17 +525,16 @@ mod tests {
         let (mut s, arenas) = state();
         let (_dir, grants) = issuer();
         let echoed = placed(&s, &arenas);
-        let req = end_request(&s, &grants, &echoed);
-        let ask = EndAsk { req: &req, pin: Pin::None };
+        let caps = signed(&s, &grants, &echoed);
+        let ask = end(&echoed, &caps, 7, Pin::None);
         let new = proposed(plan_end(&s, &ask, None, &[], &grants));
         assert!(matches!(apply_next(&mut s, Command::PutCommit(new)), Response::Committed { .. }));
         assert_eq!(answer(plan_end(&s, &ask, None, &[], &grants)), Ok(()), "the retry");
 
         let same = plan_chunk_end(&s, &ask, None, ChunkCover::Inside, &[], &grants);
         assert_eq!(answer(same), Ok(()), "the same put, echoed again");
-        let other = PutEndRequest { checksum: 8, ..req.clone() };
-        let other_ask = EndAsk { req: &other, pin: Pin::None };
-        let kept = plan_chunk_end(&s, &other_ask, None, ChunkCover::Inside, &[], &grants);
+        let other = end(&echoed, &caps, 8, Pin::None);
+        let kept = plan_chunk_end(&s, &other, None, ChunkCover::Inside, &[], &grants);
         assert!(matches!(answer(kept), Err(Refusal::Meta(MetaError::ObjectAlreadyExists(_)))));
     }
 }

@@ -11,10 +11,11 @@
 
 use mooncake_proto::master as pb;
 use mooncake_raft_store::state::{ObjectMeta, PutSpec, validate_put};
-use mooncake_raft_store::{MetaError, MetaState, Pin, ReplicaPlacement, SegmentSpec, Tier};
+use mooncake_raft_store::{ArenaId, MetaError, MetaState, Pin, PlacedReplica, ReplicaPlacement, SegmentSpec, Tier};
 use mooncake_segment::{ClientId, SegmentId};
 
 use crate::leader::reservations::PutAsk;
+use crate::objects::put_end::EndAsk;
 
 /// A wire value (a generated message, or the `i32` of an enum field) on its
 /// way into or out of the domain.
@@ -164,6 +165,31 @@ pub fn check_put_end(r: &pb::PutEndRequest) -> Result<Pin, MetaError> {
         })?;
     }
     Ok(pin)
+}
+
+/// A PutEnd as the leader plans it (`pin`: as [`check_put_end`] read it):
+/// the echoed ranges apart from the grants that prove them.
+pub fn end_ask(r: &pb::PutEndRequest, pin: Pin) -> EndAsk<'_> {
+    EndAsk {
+        key: &r.key,
+        client: ClientId(r.client_id),
+        size: r.size,
+        checksum: r.checksum,
+        upsert: r.upsert,
+        request_id: r.request_id,
+        chunk_id: r.chunk_id,
+        pin,
+        echoed: r
+            .replicas
+            .iter()
+            .map(|p| PlacedReplica {
+                segment: SegmentId(p.segment_id),
+                arena: ArenaId(p.arena_id),
+                range: mooncake_segment::Range::new(p.offset, p.len),
+            })
+            .collect(),
+        grants: r.replicas.iter().map(|p| p.capability.as_slice()).collect(),
+    }
 }
 
 /// The put a PutStart asks for, and its preferred segments; refused when

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use mooncake_proto::master as pb;
 use mooncake_segment::ClientId;
 
+use crate::leader::arena_fences::SegmentFence;
 use crate::leader::tiering::Copy;
 use crate::shared::Shared;
 
@@ -25,7 +25,7 @@ pub const COPY_WAIT_MAX: Duration = Duration::from_secs(5);
 /// to acknowledge; a fence that moves answers the call at once
 /// (`arena_fences.rs`). Empty when nothing came in time (or leadership
 /// was lost).
-pub async fn copies_when_queued(shared: &Shared, client: ClientId, wait: Duration) -> (Vec<Copy>, Vec<pb::ArenaFence>) {
+pub async fn copies_when_queued(shared: &Shared, client: ClientId, wait: Duration) -> (Vec<Copy>, Vec<SegmentFence>) {
     let deadline = tokio::time::Instant::now() + wait.min(COPY_WAIT_MAX);
     // While held, this node hears a moved fence at once: puts may wait for it.
     let _listening = shared.auth.fence_wakes.listen(client.0);

@@ -38,7 +38,7 @@ use mooncake_segment::SegmentId;
 
 pub use dispatch::{copies_for_ping, copies_when_queued};
 pub use planning::repairs_after_loss;
-pub use reports::{count_hits, report_copy, report_corrupt};
+pub use reports::{CopyReport, count_hits, report_copy, report_corrupt};
 
 use crate::duties::book;
 use crate::duties::runner::{Duty, Record, Tick};

@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use mooncake_proto::master::{ReportCopyRequest, ReportCorruptRequest};
 use mooncake_raft_store::{Command, CredentialHash, MetaError, Response};
 use mooncake_segment::{ClientId, Range, SegmentId};
 
@@ -14,10 +13,18 @@ use crate::objects::{ReadAnswered, user_tasks};
 use crate::refusal::{Refusal, answered};
 use crate::shared::Shared;
 
+/// What a store node reports of one copy it was handed.
+pub struct CopyReport {
+    pub client: ClientId,
+    pub task_id: u64,
+    /// Empty when the copy was written; else why it failed.
+    pub error: String,
+}
+
 /// A store node's report of a copy: a written copy is recorded
 /// (`AddReplica`); a failed one releases its range.
-pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &CredentialHash) -> Result<(), Refusal> {
-    let client = ClientId(req.client_id);
+pub async fn report_copy(shared: &Shared, report: &CopyReport, credential: &CredentialHash) -> Result<(), Refusal> {
+    let (client, req) = (report.client, report);
     shared.reader.read(|s| s.check_credential(client, credential))?;
     let now = Instant::now();
     let Some(found) = shared.leader.with(|t| t.copies.finish(req.task_id, client)) else {
@@ -81,28 +88,25 @@ pub async fn report_copy(shared: &Shared, req: &ReportCopyRequest, credential: &
     }
 }
 
-/// A store node's report of corrupt ranges of its segment: the replicas on
-/// them are dropped. Answers how many replicas went.
+/// A store node's report of corrupt `ranges` of its `segment`: the
+/// replicas on them are dropped. Answers how many replicas went.
 pub async fn report_corrupt(
     shared: &Shared,
-    req: &ReportCorruptRequest,
+    client: ClientId,
+    segment: SegmentId,
+    ranges: Vec<Range>,
     credential: &CredentialHash,
 ) -> Result<u64, Refusal> {
     shared.require_leader()?;
-    let ranges: Vec<Range> = req.ranges.iter().map(|r| Range::new(r.offset, r.len)).collect();
-    let cmd = Command::DropCorrupt {
-        client: ClientId(req.client_id),
-        credential: *credential,
-        segment: SegmentId(req.segment_id),
-        ranges,
-    };
+    let reported = ranges.len();
+    let cmd = Command::DropCorrupt { client, credential: *credential, segment, ranges };
     match shared.write_path.proposer.propose(cmd).await {
         Ok(Response::Removed { count }) => {
             shared.metrics.corrupt_replicas_dropped.inc_by(count);
             tracing::warn!(
-                client = req.client_id,
-                segment = %SegmentId(req.segment_id),
-                ranges = req.ranges.len(),
+                %client,
+                %segment,
+                ranges = reported,
                 dropped = count,
                 "a store node found corrupt disk ranges; the replicas on them are dropped"
             );

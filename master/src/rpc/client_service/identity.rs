@@ -49,7 +49,8 @@ impl MasterServiceImpl {
         }
         let issuer = &self.shared.auth.capabilities;
         let ids: Vec<SegmentId> = segments.into_iter().collect();
-        let fences = crate::objects::arenas::fences_of(&self.shared, owner, Some(&ids), false);
+        let fences =
+            crate::rpc::grants::fences(crate::objects::arenas::fences_of(&self.shared, owner, Some(&ids), false));
         ids.into_iter()
             .map(|id| SegmentKey {
                 segment_id: id.0,

@@ -18,6 +18,7 @@ use mooncake_proto::{ErrorCode, Status};
 use mooncake_raft_store::MetaError;
 use tonic::{Request, Response};
 
+use crate::objects::chunks::ChunkAsk;
 use crate::objects::put_end::EndAsk;
 use crate::rpc::convert;
 use crate::rpc::edge::Edge;
@@ -223,7 +224,7 @@ impl MasterService for MasterServiceImpl {
             Ok(pin) => pin,
             Err(e) => return ok(PutEndResponse { status: Some(invalid(e)) }),
         };
-        let mut answers = crate::objects::put_end::put_end(&self.shared, &[EndAsk { req: &r, pin }]).await;
+        let mut answers = crate::objects::put_end::put_end(&self.shared, &[convert::end_ask(&r, pin)]).await;
         ok(PutEndResponse { status: answers.pop().map(answer) })
     }
 
@@ -243,7 +244,14 @@ impl MasterService for MasterServiceImpl {
                 ),
             ));
         }
-        match crate::objects::chunks::reserve_chunk(&self.shared, &req.into_inner(), space.tenant().name()).await {
+        let r = req.into_inner();
+        let ask = ChunkAsk {
+            client: mooncake_segment::ClientId(r.client_id),
+            replicas: r.replica_num,
+            len: r.len,
+            min_len: r.min_len,
+        };
+        match crate::objects::chunks::reserve_chunk(&self.shared, &ask, space.tenant().name()).await {
             Ok(chunk) => ok(ReserveChunkResponse {
                 status: Some(Status::ok()),
                 chunk_id: chunk.id,
@@ -393,7 +401,7 @@ impl MasterService for MasterServiceImpl {
             let statuses = answer_valid(&indices, refusal, async |valid| {
                 let asks: Vec<EndAsk> = valid
                     .iter()
-                    .filter_map(|i| pins[*i].as_ref().ok().map(|pin| EndAsk { req: &reqs.requests[*i], pin: *pin }))
+                    .filter_map(|i| pins[*i].as_ref().ok().map(|pin| convert::end_ask(&reqs.requests[*i], *pin)))
                     .collect();
                 crate::objects::put_end::put_end(&self.shared, &asks).await.into_iter().map(answer).collect()
             })

@@ -33,7 +33,7 @@ impl MasterServiceImpl {
                 readable.sort_by_key(|r| s.replica_tier(r));
                 let mut replicas: Vec<Replica> =
                     readable.into_iter().map(|r| convert::replica_pb(s, r, convert::ReplicaState::Complete)).collect();
-                self.shared.auth.capabilities.grant(s, &mut replicas, Access::Read);
+                crate::rpc::grants::sign(&self.shared, s, &mut replicas, Access::Read);
                 return GetReplicaListResponse {
                     status: Some(Status::ok()),
                     replicas,

@@ -12,6 +12,7 @@ use mooncake_segment::ClientId;
 use tonic::Request;
 
 use super::*;
+use crate::objects::copies::CopyReport;
 use crate::rpc::errors::meta_status;
 
 impl MasterServiceImpl {
@@ -47,10 +48,10 @@ impl MasterServiceImpl {
             Status::with(ErrorCode::NeedRemount, format!("{client} is not registered; remount its segments"))
         };
         let (copy_tasks, fences) = if known {
-            crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
+            crate::objects::arenas::take_acks(&self.shared, client, &crate::rpc::grants::fence_acks(&r.fence_acks));
             (
                 crate::objects::copies::copies_for_ping(&self.shared, client),
-                crate::objects::arenas::fences_of(&self.shared, client, None, true),
+                crate::rpc::grants::fences(crate::objects::arenas::fences_of(&self.shared, client, None, true)),
             )
         } else {
             (Vec::new(), Vec::new())
@@ -85,10 +86,11 @@ impl MasterServiceImpl {
             }
             Err(e) => return refused(meta_status(&e)),
         }
-        crate::objects::arenas::take_acks(&self.shared, client, &r.fence_acks);
+        crate::objects::arenas::take_acks(&self.shared, client, &crate::rpc::grants::fence_acks(&r.fence_acks));
         let wait = Duration::from_millis(r.wait_ms.into());
         let (copy_tasks, fences) = crate::objects::copies::copies_when_queued(&self.shared, client, wait).await;
         let copy_tasks = crate::rpc::grants::copy_tasks(&self.shared, &copy_tasks);
+        let fences = crate::rpc::grants::fences(fences);
         ok(TakeCopiesResponse { status: Some(Status::ok()), copy_tasks, fences })
     }
 
@@ -99,7 +101,8 @@ impl MasterServiceImpl {
             Ok(h) => h,
             Err(s) => return ok(ReportCopyResponse { status: Some(s) }),
         };
-        let answer = crate::objects::copies::report_copy(&self.shared, &r, &credential).await;
+        let report = CopyReport { client: ClientId(r.client_id), task_id: r.task_id, error: r.error };
+        let answer = crate::objects::copies::report_copy(&self.shared, &report, &credential).await;
         ok(ReportCopyResponse { status: Some(crate::rpc::errors::answer(answer)) })
     }
 
@@ -113,7 +116,10 @@ impl MasterServiceImpl {
             Ok(h) => h,
             Err(s) => return ok(ReportCorruptResponse { status: Some(s), dropped: 0 }),
         };
-        match crate::objects::copies::report_corrupt(&self.shared, &r, &credential).await {
+        let ranges: Vec<mooncake_segment::Range> =
+            r.ranges.iter().map(|g| mooncake_segment::Range::new(g.offset, g.len)).collect();
+        let (client, segment) = (ClientId(r.client_id), mooncake_segment::SegmentId(r.segment_id));
+        match crate::objects::copies::report_corrupt(&self.shared, client, segment, ranges, &credential).await {
             Ok(dropped) => ok(ReportCorruptResponse { status: Some(Status::ok()), dropped }),
             Err(r) => ok(ReportCorruptResponse { status: Some(r.into()), dropped: 0 }),
         }
