@@ -31,6 +31,11 @@ async fn mount_segments(client: &MasterClient) {
     }
 }
 
+/// The masters of `cluster` other than `old`.
+fn all_but(cluster: &InProcessCluster, old: u64) -> Vec<u64> {
+    cluster.ids().into_iter().filter(|id| *id != old).collect()
+}
+
 async fn put(client: &MasterClient, key: &str) -> Result<(), String> {
     let req = PutStartRequest { client_id: 1000, key: key.into(), size: 4096, replica_num: 1, ..Default::default() };
     client.put_start(req).await.map_err(|e| e.to_string())?;
@@ -55,7 +60,7 @@ async fn an_isolated_leader_is_replaced_and_nothing_acknowledged_is_lost() {
     assert_ne!(new, old);
 
     // Everything acknowledged before is there, and the new leader takes puts.
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let others = all_but(&cluster, old);
     let majority = cluster.client_of(&others);
     for key in &acked {
         assert!(majority.exist_key(key).await.expect("exist"), "{key} was lost in the failover");
@@ -108,7 +113,7 @@ async fn a_kv_lease_granted_by_the_old_leader_holds_on_the_new_one() {
     let granted = Instant::now();
     cluster.isolate(old);
     let new = cluster.wait_for_leader(&[old], T).await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let others = all_but(&cluster, old);
     let majority = cluster.client_of(&others);
     // The new leader does not know the lease, so it keeps every object for a
     // lease's time after taking over: a removal inside it is refused...
@@ -133,7 +138,7 @@ async fn a_leader_removed_from_the_membership_steps_down_and_says_so() {
     let client = cluster.client();
     mount_segments(&client).await;
     let old = cluster.wait_for_leader(&[], T).await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let others = all_but(&cluster, old);
     // The removed master is told (its process would now exit, status 0):
     // it watches from before the change, as `mooncake-master` does from its
     // start (a membership it never saw itself in does not count).
@@ -176,7 +181,7 @@ async fn a_put_started_on_the_old_leader_ends_on_the_new_one() {
     let cut = Instant::now();
     cluster.isolate(old);
     let new = cluster.wait_for_leader(&[old], T).await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let others = all_but(&cluster, old);
     let majority = cluster.client_of(&others);
     let end = PutEndRequest {
         client_id: 1000,

@@ -47,7 +47,7 @@ pub const CHUNK_MAX_BYTES: u64 = 64 << 20;
 /// never evicting: a chunk needs contiguous room, which an LRU's scattered
 /// victims rarely make, so evicting for it would empty a fragmented cache
 /// (a writer refused puts the usual way, which evicts what each needs).
-pub async fn reserve_chunk(shared: &Shared, req: &ChunkAsk, tenant: &str) -> Result<Chunk, Refusal> {
+pub async fn reserve_chunk(shared: &Shared, req: &ChunkAsk, tenant: &str) -> Result<GrantedChunk, Refusal> {
     let no_room = |why: String| {
         Err(MetaError::NoAvailableHandle(format!("no writer chunk: {why}; put the usual way (PutStart)")).into())
     };
@@ -139,16 +139,16 @@ pub struct ChunkAsk {
 /// A granted writer chunk: its id, one range per replica (the edge hands
 /// them out with WRITE grants), and how long its writer may place objects
 /// in it.
-pub struct Chunk {
+pub struct GrantedChunk {
     pub id: u64,
     pub ranges: Vec<PlacedReplica>,
     pub valid_ms: u64,
 }
 
-fn granted(shared: &Shared, id: u64, placed: Vec<PlacedReplica>) -> Chunk {
+fn granted(shared: &Shared, id: u64, placed: Vec<PlacedReplica>) -> GrantedChunk {
     shared.metrics.writer_chunks.inc();
     let valid_ms = u64::try_from(shared.write_path.chunk_valid.as_millis()).unwrap_or(u64::MAX);
-    Chunk { id, ranges: placed, valid_ms }
+    GrantedChunk { id, ranges: placed, valid_ms }
 }
 
 /// ReturnChunk: `client` is done with its chunk `chunk_id`.

@@ -94,13 +94,12 @@ impl EndPlan {
 
 /// PutEnd of many objects: one proposal for all of them.
 pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Refusal>> {
-    let reqs = asks;
     let Some((owned, known)) = shared.leader.with(|t| {
         // Marked as ending: a revoke racing this PutEnd's commit must not
         // answer that the put had no effect. A put placed in a writer chunk
         // has no reservation of its own: it only looks (another writer's
         // put of the key may be in flight) and whether its chunk covers it.
-        let known: Vec<Known> = reqs
+        let known: Vec<Known> = asks
             .iter()
             .map(|r| {
                 let client = r.client;
@@ -115,10 +114,10 @@ pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Ref
             .collect();
         // The arenas named that this leader granted (it knows their ranges).
         let owned: Vec<ArenaId> =
-            reqs.iter().flat_map(|r| r.echoed.iter()).map(|r| r.arena).filter(|a| t.puts.owns(*a)).collect();
+            asks.iter().flat_map(|r| r.echoed.iter()).map(|r| r.arena).filter(|a| t.puts.owns(*a)).collect();
         (owned, known)
     }) else {
-        return vec![Err(shared.not_leader()); reqs.len()];
+        return vec![Err(shared.not_leader()); asks.len()];
     };
     // Plans answered from the state (a retry's first answer) must rest on
     // synced state.
@@ -127,9 +126,9 @@ pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Ref
         .read_durable(|s| {
             asks.iter()
                 .zip(known)
-                .map(|(ask, known)| match known {
-                    Known::Reserved(res) => plan_end(s, ask, res, &owned, grants),
-                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, ask, in_flight, cover, &owned, grants),
+                .map(|(req, known)| match known {
+                    Known::Reserved(res) => plan_end(s, req, res, &owned, grants),
+                    Known::Chunk { in_flight, cover } => plan_chunk_end(s, req, in_flight, cover, &owned, grants),
                 })
                 .collect()
         })
@@ -165,8 +164,8 @@ pub async fn put_end(shared: &Shared, asks: &[EndAsk<'_>]) -> Vec<Result<(), Ref
     let now = std::time::Instant::now();
     let fresh = shared.leader.with(|t| {
         let mut fresh = false;
-        let mut written = Vec::with_capacity(reqs.len());
-        for (req, answer) in reqs.iter().zip(&out) {
+        let mut written = Vec::with_capacity(asks.len());
+        for (req, answer) in asks.iter().zip(&out) {
             if req.chunk_id == 0 {
                 t.puts.finish(req.key, req.client);
             }
@@ -220,20 +219,19 @@ fn answered_already(s: &MetaState, req: &EndAsk<'_>) -> Option<EndPlan> {
 /// leader granted).
 fn plan_end(
     s: &MetaState,
-    ask: &EndAsk<'_>,
+    req: &EndAsk<'_>,
     reservation: Option<Reservation>,
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
-    let req = ask;
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
     let client = req.client;
-    let echoed = req.echoed.clone();
+    let echoed = &req.echoed;
     match reservation {
         Some(r) if r.client == client => {
-            if !echoed.is_empty() && echoed != r.replicas {
+            if !echoed.is_empty() && *echoed != r.replicas {
                 return EndPlan::Answer(Err(MetaError::InvalidParams(format!(
                     "the replicas of {:?} differ from those PutStart reserved",
                     req.key
@@ -260,7 +258,7 @@ fn plan_end(
             req.key, r.client
         ))
         .into())),
-        None => plan_unknown_end(s, ask, echoed, owned, grants),
+        None => plan_unknown_end(s, req, owned, grants),
     }
 }
 
@@ -270,18 +268,17 @@ fn plan_end(
 /// `owned` the arenas this leader granted.
 fn plan_chunk_end(
     s: &MetaState,
-    ask: &EndAsk<'_>,
+    req: &EndAsk<'_>,
     in_flight: Option<ClientId>,
     cover: ChunkCover,
     owned: &[ArenaId],
     grants: &CapabilityIssuer,
 ) -> EndPlan {
-    let req = ask;
     if let Some(answer) = answered_already(s, req) {
         return answer;
     }
     let client = req.client;
-    let echoed = req.echoed.clone();
+    let echoed = &req.echoed;
     // A key that exists is kept (upstream's answer), without a commit: the
     // writer's bytes stay garbage in its chunk.
     if !req.upsert
@@ -300,9 +297,9 @@ fn plan_chunk_end(
         return EndPlan::Answer(Err(MetaError::ObjectAlreadyExists(req.key.to_string()).into()));
     }
     match cover {
-        ChunkCover::Inside => commit_echoed(s, ask, echoed),
+        ChunkCover::Inside => commit_echoed(s, req),
         ChunkCover::Outside(why) => EndPlan::Answer(Err(MetaError::InvalidParams(why).into())),
-        ChunkCover::Unknown => plan_unknown_end(s, ask, echoed, owned, grants),
+        ChunkCover::Unknown => plan_unknown_end(s, req, owned, grants),
     }
 }
 
@@ -312,15 +309,8 @@ fn plan_chunk_end(
 /// this leader did not grant: their granter handed each range out once, so
 /// only this writer can have been given them. In its own arenas this leader
 /// knows every reservation, so an unknown one there has expired.
-fn plan_unknown_end(
-    s: &MetaState,
-    ask: &EndAsk<'_>,
-    echoed: Vec<PlacedReplica>,
-    owned: &[ArenaId],
-    grants: &CapabilityIssuer,
-) -> EndPlan {
-    let req = ask;
-    let client = req.client;
+fn plan_unknown_end(s: &MetaState, req: &EndAsk<'_>, owned: &[ArenaId], grants: &CapabilityIssuer) -> EndPlan {
+    let (client, echoed) = (req.client, &req.echoed);
     let placements: Vec<ReplicaPlacement> =
         echoed.iter().map(|r| ReplicaPlacement { segment: r.segment, range: r.range }).collect();
     if let Some(o) = s.object(req.key)
@@ -356,20 +346,19 @@ fn plan_unknown_end(
     if let Some(refused) = quotas::over_quota_at_end(s, req.key, req.size, req.upsert) {
         return EndPlan::Answer(Err(refused));
     }
-    commit_echoed(s, ask, echoed)
+    commit_echoed(s, req)
 }
 
 /// The commit of a put recorded from what its writer sent: its ranges,
 /// size, checksum, pin and upsert.
-fn commit_echoed(s: &MetaState, ask: &EndAsk<'_>, echoed: Vec<PlacedReplica>) -> EndPlan {
-    let (req, pin) = (ask, ask.pin);
+fn commit_echoed(s: &MetaState, req: &EndAsk<'_>) -> EndPlan {
     let new = NewObject {
         client: req.client,
         key: req.key.to_string(),
         size_bytes: req.size,
         checksum: req.checksum,
-        pin,
-        replicas: echoed,
+        pin: req.pin,
+        replicas: req.echoed.clone(),
         upsert: req.upsert,
     };
     EndPlan::propose(s, new, req.request_id)

@@ -113,9 +113,9 @@ impl MasterServiceImpl {
         }
     }
 
-    /// A PutRevoke (its key stored already).
-    fn revoke_put(&self, r: &PutRevokeRequest) -> Status {
-        answer(crate::objects::puts::put_revoke(&self.shared, &r.key, mooncake_segment::ClientId(r.client_id)))
+    /// A PutRevoke of the stored `key` by `client`.
+    fn revoke_put(&self, key: &str, client: u64) -> Status {
+        answer(crate::objects::puts::put_revoke(&self.shared, key, mooncake_segment::ClientId(client)))
     }
 }
 
@@ -282,7 +282,7 @@ impl MasterService for MasterServiceImpl {
             Ok(key) => key,
             Err(s) => return ok(PutRevokeResponse { status: Some(s) }),
         };
-        ok(PutRevokeResponse { status: Some(self.revoke_put(&r)) })
+        ok(PutRevokeResponse { status: Some(self.revoke_put(&r.key, r.client_id)) })
     }
 
     async fn get_replica_list(&self, req: Request<GetReplicaListRequest>) -> RpcResult<GetReplicaListResponse> {
@@ -425,7 +425,7 @@ impl MasterService for MasterServiceImpl {
         // item only: the batch itself is answered OK.
         let answers = async {
             let revoke = |r: &PutRevokeRequest| match space.stored(&r.key) {
-                Ok(key) => self.revoke_put(&PutRevokeRequest { key, ..r.clone() }),
+                Ok(key) => self.revoke_put(&key, r.client_id),
                 Err(s) => s,
             };
             Ok(reqs.requests.iter().map(|r| PutRevokeResponse { status: Some(revoke(r)) }).collect())
